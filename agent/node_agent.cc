@@ -1,0 +1,510 @@
+#include "agent/node_agent.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/process.h"
+#include "agent/rdzv_client.h"
+#include "agent/worker_env.h"
+#include "common/endpoint.h"
+#include "common/logging.h"
+#include "common/net.h"
+#include "nlohmann/json.hpp"
+
+namespace meshrun::agent {
+namespace {
+
+using rendezvous::Assignment;
+using rendezvous::RunEvent;
+using rendezvous::WorkerFailure;
+
+struct ChildExit { pid_t pid; int status; };
+struct SignalReceived { int signo; };
+struct JoinDone { absl::StatusOr<Assignment> result; };
+struct BarrierDone { absl::StatusOr<rendezvous::BarrierResult> result; };
+struct ServerEvent { RunEvent event; };
+struct StreamClosed { absl::Status status; };
+using Event = std::variant<ChildExit, SignalReceived, JoinDone, BarrierDone, ServerEvent, StreamClosed>;
+
+// Every source (signal thread, gRPC callbacks, the watch thread) pushes here;
+// the agent's one thread pops. Waiting is a condition wait, never a sleep.
+class EventQueue {
+ public:
+  void Push(Event e) {
+    absl::MutexLock lock(&mu_);
+    q_.push_back(std::move(e));
+  }
+  std::optional<Event> Pop(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !q_.empty(); };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (q_.empty()) return std::nullopt;
+    Event e = std::move(q_.front());
+    q_.pop_front();
+    return e;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<Event> q_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Worker {
+  int local_rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  std::string error_file;
+};
+
+std::string RandomSuffix() {
+  std::random_device rd;
+  return absl::StrCat(absl::Hex(rd(), absl::kZeroPad8));
+}
+
+// The message of a torchrun-format error file, or "" (both the nested
+// {"message": {"message": ...}} and the flat {"message": "..."} forms).
+std::string ReadErrorFileMessage(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.contains("message")) return "";
+  const auto& m = j["message"];
+  if (m.is_string()) return m.get<std::string>();
+  if (m.is_object()) {
+    std::string text = m.value("message", "");
+    if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
+      std::string stack = m["extraInfo"].value("py_callstack", "");
+      if (!stack.empty()) text = stack;
+    }
+    return text;
+  }
+  return "";
+}
+
+int CodeOfFailure(const WorkerFailure& f) { return f.signal > 0 ? 128 + f.signal : f.exit_code; }
+
+class Session {
+ public:
+  explicit Session(const AgentOptions& o) : o_(o), log_(Logger("agent")) {}
+
+  int Run() {
+    node_.hostname = Hostname();
+    node_.pid = ::getpid();
+    node_.node_id = absl::StrCat(node_.hostname, ":", node_.pid, ":", RandomSuffix());
+    node_.nproc = o_.nproc;
+    node_.node_rank_hint = o_.node_rank;
+    node_.is_endpoint_host = o_.is_endpoint_host;
+    node_.role = o_.role;
+    config_.min_nodes = o_.min_nodes;
+    config_.max_nodes = o_.max_nodes;
+    config_.last_call_timeout = o_.last_call_timeout;
+    config_.max_restarts = o_.max_restarts;
+    config_.close_timeout = o_.close_timeout;
+
+    signals_ = std::make_unique<SignalThread>(
+        o_.forwarded_signals, [this](int s) { q_.Push(SignalReceived{s}); },
+        [this](pid_t p, int st) { q_.Push(ChildExit{p, st}); });
+    if (absl::Status s = signals_->Start(); !s.ok()) return Fatal(s.ToString());
+
+    absl::StatusOr<Endpoint> ep = ParseEndpoint(o_.endpoint, 29400);
+    if (!ep.ok()) return Fatal(std::string(ep.status().message()));
+    if (!o_.local_addr.empty()) {
+      absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(o_.local_addr);
+      if (!addrs.ok()) return Fatal(absl::StrCat("--local_addr: ", addrs.status().message()));
+      node_.addr = addrs->front();
+    } else {
+      absl::StatusOr<std::string> addr = LocalAddressFor(*ep);
+      if (!addr.ok()) return Fatal(absl::StrCat("cannot reach ", o_.endpoint, ": ", addr.status().message()));
+      node_.addr = *addr;
+    }
+    auto client = RendezvousClient::Connect(ep->ToString(), o_.run_id, o_.token, o_.read_timeout);
+    if (!client.ok()) return Fatal(std::string(client.status().message()));
+    client_ = std::move(*client);
+
+    if (absl::Status s = PrepareLogDir(); !s.ok()) return Fatal(s.ToString());
+    int code = Loop();
+    client_.reset();  // Stops the watch thread before the queue goes away.
+    CleanLogDir(code);
+    return code;
+  }
+
+ private:
+  int Fatal(const std::string& msg) {
+    std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
+    return 1;
+  }
+
+  absl::Status PrepareLogDir() {
+    std::error_code ec;
+    std::filesystem::path base = o_.log_dir.empty()
+                                     ? std::filesystem::temp_directory_path(ec) / absl::StrCat("meshrun-", ::getuid())
+                                     : std::filesystem::path(o_.log_dir);
+    run_dir_ = base / absl::StrCat(o_.run_id, "_", node_.pid, "_", RandomSuffix());
+    std::filesystem::create_directories(run_dir_, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create ", run_dir_.string(), ": ", ec.message()));
+    temp_run_dir_ = o_.log_dir.empty();
+    return absl::OkStatus();
+  }
+
+  void CleanLogDir(int code) {
+    if (!temp_run_dir_ || code != 0) return;
+    std::error_code ec;
+    std::filesystem::remove_all(run_dir_, ec);
+  }
+
+  // The whole job: join, run, and on failure restart through the server.
+  int Loop() {
+    int64_t last_round = -1;
+    for (;;) {
+      std::optional<int> done;
+      Assignment a;
+      if (!Join(last_round, &a, &done)) return *done;
+      last_round = a.round;
+      if (!watching_) {
+        watching_ = true;
+        client_->StartWatch(
+            node_.node_id, a.round, [this](const RunEvent& e) { q_.Push(ServerEvent{e}); },
+            [this](const absl::Status& s) { q_.Push(StreamClosed{s}); });
+      }
+      std::optional<int> result = RunRound(a);
+      if (result) return *result;
+    }
+  }
+
+  // Joins the next round; false with `*exit_code` set when the agent must stop.
+  bool Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code) {
+    absl::StatusOr<int> port = FindFreePort(node_.addr);
+    node_.master_port = port.ok() ? *port : 0;
+    client_->JoinAsync(node_, config_, last_round, o_.join_timeout,
+                       [this](absl::StatusOr<Assignment> r) { q_.Push(JoinDone{std::move(r)}); });
+    for (;;) {
+      std::optional<Event> ev = q_.Pop(absl::InfiniteFuture());
+      if (auto* j = std::get_if<JoinDone>(&*ev)) {
+        if (j->result.ok()) {
+          *out = *j->result;
+          log_->info("joined run '{}' round {} as node rank {} of {}", o_.run_id, out->round,
+                     out->node_rank, out->node_count);
+          return true;
+        }
+        const absl::Status& s = j->result.status();
+        if (absl::IsDeadlineExceeded(s)) {
+          *exit_code = Fatal(absl::StrCat("timed out after ", absl::FormatDuration(o_.join_timeout),
+                                          " waiting for ", NnodesText(), " nodes to join run '", o_.run_id,
+                                          "' at ", o_.endpoint));
+        } else {
+          *exit_code = Fatal(absl::StrCat("could not join run '", o_.run_id, "' at ", o_.endpoint, ": ",
+                                          s.message()));
+        }
+        return false;
+      }
+      if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
+        client_->CancelJoin();
+        std::fprintf(stderr, "meshrun: received %s while joining; exiting\n", SignalName(sig->signo).c_str());
+        *exit_code = 128 + sig->signo;
+        return false;
+      }
+      if (auto* se = std::get_if<ServerEvent>(&*ev)) {
+        if (se->event.kind == RunEvent::Kind::kRunFailed) {
+          client_->CancelJoin();
+          *exit_code = Summary(se->event.root_cause);
+          return false;
+        }
+        continue;
+      }
+      if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
+        if (!sc->status.ok()) {
+          client_->CancelJoin();
+          *exit_code = Fatal(std::string(sc->status.message()));
+          return false;
+        }
+      }
+      // Child exits of a previous attempt were handled already; ignore.
+    }
+  }
+
+  std::string NnodesText() const {
+    return o_.min_nodes == o_.max_nodes ? absl::StrCat(o_.max_nodes)
+                                        : absl::StrCat(o_.min_nodes, ":", o_.max_nodes);
+  }
+
+  // Spawns this node's workers for round `a` and supervises them. Returns the
+  // exit code when the agent is done, nullopt to join the next round.
+  std::optional<int> RunRound(const Assignment& a) {
+    round_ = a;
+    workers_.clear();
+    std::filesystem::path attempt = run_dir_ / absl::StrCat("attempt_", a.round);
+    const std::vector<std::string> base_env = CurrentEnvironment();
+    const std::string store_endpoint = o_.endpoint;
+    std::vector<Child> children;
+    for (int lr = 0; lr < o_.nproc; ++lr) {
+      Worker w;
+      w.local_rank = lr;
+      std::filesystem::path dir = attempt / absl::StrCat(lr);
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      w.error_file = (dir / "error.json").string();
+      WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file};
+      absl::StatusOr<Child> child =
+          Spawn(SubstituteLocalRank(o_.command, lr), BuildWorkerEnv(base_env, in));
+      if (!child.ok()) {
+        StopWorkers(SIGKILL, absl::ZeroDuration());
+        return Fatal(absl::StrCat("cannot start local rank ", lr, ": ", child.status().message()));
+      }
+      w.pid = child->pid;
+      w.running = true;
+      workers_.push_back(w);
+      children.push_back(*child);
+    }
+    for (size_t i = 0; i < children.size(); ++i) {
+      absl::Status s = CheckExec(children[i], o_.command[0]);
+      if (!s.ok()) {
+        StopWorkers(SIGKILL, absl::ZeroDuration());
+        return Fatal(absl::StrCat("cannot start local rank ", i, ": ", s.message()));
+      }
+    }
+    log_->info("round {}: started {} workers (ranks {}..{})", a.round, o_.nproc, a.rank_base,
+               a.rank_base + o_.nproc - 1);
+    return Supervise();
+  }
+
+  int Running() const {
+    int n = 0;
+    for (const auto& w : workers_) n += w.running ? 1 : 0;
+    return n;
+  }
+
+  Worker* FindWorker(pid_t pid) {
+    for (auto& w : workers_) {
+      if (w.pid == pid) return &w;
+    }
+    return nullptr;
+  }
+
+  std::optional<int> Supervise() {
+    for (;;) {
+      std::optional<Event> ev = NextEvent(absl::InfiniteFuture());
+      if (auto* c = std::get_if<ChildExit>(&*ev)) {
+        Worker* w = FindWorker(c->pid);
+        if (w == nullptr || !w->running) continue;
+        w->running = false;
+        w->status = c->status;
+        if (!(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0)) return OnWorkerFailure(*w);
+        if (Running() == 0) return Finish();
+        continue;
+      }
+      if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
+        std::fprintf(stderr, "meshrun: received %s; stopping workers\n", SignalName(sig->signo).c_str());
+        StopWorkers(sig->signo, o_.shutdown_timeout);
+        return 128 + sig->signo;
+      }
+      if (auto* se = std::get_if<ServerEvent>(&*ev)) {
+        const RunEvent& e = se->event;
+        if (e.kind == RunEvent::Kind::kRestart && e.round > round_.round) {
+          std::fprintf(stderr, "meshrun: %s; restarting workers (round %lld)\n",
+                       e.root_cause ? DescribeFailure(*e.root_cause).c_str() : "restart requested",
+                       static_cast<long long>(e.round));
+          StopWorkers(SIGTERM, o_.shutdown_timeout);
+          return std::nullopt;
+        }
+        if (e.kind == RunEvent::Kind::kRunFailed) {
+          StopWorkers(SIGTERM, o_.shutdown_timeout);
+          return Summary(e.root_cause);
+        }
+        continue;
+      }
+      if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
+        if (sc->status.ok()) continue;
+        StopWorkers(SIGTERM, o_.shutdown_timeout);
+        return Fatal(absl::StrCat(sc->status.message(), "; stopped this node's workers"));
+      }
+    }
+  }
+
+  std::optional<Event> NextEvent(absl::Time deadline) {
+    if (!deferred_.empty()) {
+      Event e = std::move(deferred_.front());
+      deferred_.pop_front();
+      return e;
+    }
+    return q_.Pop(deadline);
+  }
+
+  std::string DescribeFailure(const WorkerFailure& f) const {
+    std::string who = f.rank >= 0 ? absl::StrCat("rank ", f.rank, " (local_rank ", f.local_rank, ")")
+                                  : std::string("a node");
+    std::string how = f.signal > 0 ? absl::StrCat("signal ", SignalName(f.signal))
+                                   : absl::StrCat("exit code ", f.exit_code);
+    return absl::StrCat(who, " on ", f.hostname, " (node rank ", f.node_rank, ") failed with ", how);
+  }
+
+  std::optional<int> OnWorkerFailure(const Worker& w) {
+    WorkerFailure f;
+    f.node_id = node_.node_id;
+    f.hostname = node_.hostname;
+    f.node_rank = round_.node_rank;
+    f.rank = round_.rank_base + w.local_rank;
+    f.local_rank = w.local_rank;
+    if (WIFSIGNALED(w.status)) {
+      f.signal = WTERMSIG(w.status);
+    } else {
+      f.exit_code = WEXITSTATUS(w.status);
+    }
+    f.message = ReadErrorFileMessage(w.error_file);
+    f.round = round_.round;
+    failed_error_file_ = std::filesystem::exists(w.error_file) ? w.error_file : "";
+    StopWorkers(SIGTERM, o_.shutdown_timeout);
+    absl::StatusOr<rendezvous::FailureVerdict> v = client_->ReportFailure(f, o_.read_timeout);
+    if (!v.ok()) {
+      log_->warn("could not report the failure: {}", v.status().ToString());
+      f.time = absl::Now();
+      return Summary(f);
+    }
+    if (v->decision == rendezvous::Decision::kRestart) {
+      std::fprintf(stderr, "meshrun: %s; restart %d of %d (round %lld)\n",
+                   DescribeFailure(v->root_cause).c_str(), round_.restart_count + 1, o_.max_restarts,
+                   static_cast<long long>(v->next_round));
+      return std::nullopt;
+    }
+    return Summary(v->root_cause);
+  }
+
+  // Prints the failure summary and returns the root cause's exit code.
+  int Summary(const std::optional<WorkerFailure>& root) {
+    const std::string bar(60, '=');
+    const std::string line(60, '-');
+    std::string out = absl::StrCat(bar, "\nmeshrun: job FAILED (run '", o_.run_id, "', round ",
+                                   round_.round, ")\n", line, "\n");
+    int code = 1;
+    if (root) {
+      const WorkerFailure& f = *root;
+      code = CodeOfFailure(f);
+      absl::StrAppend(&out, "Root cause (first observed failure):\n");
+      absl::StrAppend(&out, "  time      : ", absl::FormatTime("%Y-%m-%d_%H:%M:%S", f.time, absl::LocalTimeZone()), "\n");
+      absl::StrAppend(&out, "  host      : ", f.hostname, " (node rank ", f.node_rank, ")\n");
+      if (f.rank >= 0) {
+        absl::StrAppend(&out, "  rank      : ", f.rank, " (local_rank: ", f.local_rank, ")\n");
+      }
+      if (f.signal > 0) {
+        absl::StrAppend(&out, "  exitcode  : ", code, " (signal ", SignalName(f.signal), ")\n");
+      } else {
+        absl::StrAppend(&out, "  exitcode  : ", f.exit_code, "\n");
+      }
+      if (f.node_id == node_.node_id) {
+        absl::StrAppend(&out, "  error_file: ", failed_error_file_.empty() ? "<N/A>" : failed_error_file_, "\n");
+      }
+      if (!f.message.empty()) absl::StrAppend(&out, "  message   : ", f.message, "\n");
+    } else {
+      absl::StrAppend(&out, "Root cause: unknown\n");
+    }
+    absl::StrAppend(&out, line, "\nOther workers on this node (", node_.hostname, "): stopped by meshrun\n", bar, "\n");
+    std::fputs(out.c_str(), stderr);
+    return code;
+  }
+
+  // Sends `signo` to every running worker's process group, waits up to
+  // `grace` for them to exit, then SIGKILLs every group (grandchildren too).
+  void StopWorkers(int signo, absl::Duration grace) {
+    for (const auto& w : workers_) {
+      if (w.running) SignalGroup(w.pid, signo);
+    }
+    absl::Time deadline = absl::Now() + grace;
+    bool escalate = false;
+    while (Running() > 0 && !escalate) {
+      std::optional<Event> ev = q_.Pop(deadline);
+      if (!ev) break;
+      if (auto* c = std::get_if<ChildExit>(&*ev)) {
+        if (Worker* w = FindWorker(c->pid)) {
+          w->running = false;
+          w->status = c->status;
+        }
+      } else if (std::get_if<SignalReceived>(&*ev)) {
+        escalate = true;  // A second signal: stop waiting.
+      } else {
+        deferred_.push_back(std::move(*ev));
+      }
+    }
+    for (const auto& w : workers_) SignalGroup(w.pid, SIGKILL);
+    absl::Time kill_deadline = absl::Now() + absl::Seconds(10);
+    while (Running() > 0) {
+      std::optional<Event> ev = q_.Pop(kill_deadline);
+      if (!ev) {
+        log_->error("{} workers did not exit after SIGKILL; abandoning them", Running());
+        break;
+      }
+      if (auto* c = std::get_if<ChildExit>(&*ev)) {
+        if (Worker* w = FindWorker(c->pid)) w->running = false;
+      } else if (!std::get_if<SignalReceived>(&*ev)) {
+        deferred_.push_back(std::move(*ev));
+      }
+    }
+  }
+
+  // All of this node's workers exited 0: the exit barrier.
+  std::optional<int> Finish() {
+    client_->ReportFinishedAsync(node_.node_id, round_.round, o_.close_timeout,
+                                 [this](absl::StatusOr<rendezvous::BarrierResult> r) {
+                                   q_.Push(BarrierDone{std::move(r)});
+                                 });
+    for (;;) {
+      std::optional<Event> ev = NextEvent(absl::InfiniteFuture());
+      if (auto* b = std::get_if<BarrierDone>(&*ev)) {
+        if (!b->result.ok()) {
+          log_->warn("exit barrier: {}", b->result.status().ToString());
+        } else if (!b->result->all_finished) {
+          std::fprintf(stderr, "meshrun: warning: exit barrier timed out after %s: %d of %d nodes finished\n",
+                       absl::FormatDuration(o_.close_timeout).c_str(), b->result->finished_nodes,
+                       b->result->node_count);
+        }
+        return 0;
+      }
+      if (auto* se = std::get_if<ServerEvent>(&*ev)) {
+        if (se->event.kind == RunEvent::Kind::kRunFailed) return Summary(se->event.root_cause);
+        continue;
+      }
+      if (auto* sig = std::get_if<SignalReceived>(&*ev)) return 128 + sig->signo;
+      if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
+        if (!sc->status.ok()) return Fatal(std::string(sc->status.message()));
+      }
+    }
+  }
+
+  const AgentOptions& o_;
+  std::shared_ptr<spdlog::logger> log_;
+  EventQueue q_;
+  std::deque<Event> deferred_;
+  std::unique_ptr<SignalThread> signals_;
+  std::unique_ptr<RendezvousClient> client_;
+  rendezvous::NodeDesc node_;
+  rendezvous::RunConfig config_;
+  Assignment round_;
+  std::vector<Worker> workers_;
+  bool watching_ = false;
+  std::filesystem::path run_dir_;
+  bool temp_run_dir_ = true;
+  std::string failed_error_file_;
+};
+
+}  // namespace
+
+NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}
+
+int NodeAgent::Run() {
+  Session session(options_);
+  return session.Run();
+}
+
+}  // namespace meshrun::agent

@@ -1,0 +1,57 @@
+// The per-node agent: joins the run, spawns and supervises this node's
+// workers, restarts them through the server, forwards signals, and decides
+// meshrun's exit code. Mirrors torchrun's LocalElasticAgent.
+#pragma once
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace meshrun::agent {
+
+struct AgentOptions {
+  std::string run_id;               // --rdzv_id.
+  std::string endpoint;             // Rendezvous server "host:port".
+  std::string token;                // MESHRUN_TOKEN; empty: none.
+  int nproc = 1;                    // --nproc_per_node (resolved to a number).
+  int min_nodes = 1;                // --nnodes MIN.
+  int max_nodes = 1;                // --nnodes MAX.
+  int node_rank = -1;               // --node_rank, -1 when not given.
+  std::string role = "default";     // --role.
+  int max_restarts = 0;             // --max_restarts (job-wide).
+  bool is_endpoint_host = false;    // This agent runs on the endpoint's host.
+  std::string local_addr;           // --local_addr; empty: the address used to reach the server.
+  // The worker command, interpreter included ("python3 -u train.py ..."),
+  // argv[0] resolved to a path. "${local_rank}" is substituted per worker.
+  std::vector<std::string> command;
+  // Signals forwarded to every worker's process group (--signals_to_handle).
+  std::vector<int> forwarded_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  absl::Duration shutdown_timeout = absl::Seconds(30);   // --shutdown_timeout.
+  absl::Duration join_timeout = absl::Seconds(600);      // rdzv_conf join_timeout.
+  absl::Duration last_call_timeout = absl::Seconds(30);  // rdzv_conf last_call_timeout.
+  absl::Duration close_timeout = absl::Seconds(30);      // rdzv_conf close_timeout (exit barrier).
+  absl::Duration read_timeout = absl::Seconds(60);       // rdzv_conf read_timeout (connect, reports).
+  // Where per-attempt folders with the error files go; empty: a temporary
+  // folder removed at exit when no worker wrote an error file.
+  std::string log_dir;
+};
+
+class NodeAgent {
+ public:
+  explicit NodeAgent(AgentOptions options);
+
+  // Runs the job to its end and returns meshrun's exit code: 0 when every
+  // worker of every node exited 0; the root-cause worker's exit code (128+n
+  // for signal n); 128+n when meshrun itself got signal n; 1 for rendezvous
+  // errors (unreachable server, join timeout, lost server, conflicts).
+  // Call from the main thread after BlockSignals(options.forwarded_signals);
+  // not thread-safe; call once.
+  int Run();
+
+ private:
+  AgentOptions options_;
+};
+
+}  // namespace meshrun::agent

@@ -1,0 +1,258 @@
+#include "agent/rdzv_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
+
+namespace meshrun::agent {
+namespace {
+
+namespace pb = ::meshrun::v1;
+using rendezvous::Assignment;
+using rendezvous::RunEvent;
+using rendezvous::WorkerFailure;
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+Assignment FromProto(const pb::Assignment& a) {
+  Assignment out;
+  out.round = a.round();
+  out.node_rank = a.node_rank();
+  out.node_count = a.node_count();
+  out.rank_base = a.rank_base();
+  out.world_size = a.world_size();
+  out.master_addr = a.master_addr();
+  out.master_port = a.master_port();
+  out.restart_count = a.restart_count();
+  out.max_restarts = a.max_restarts();
+  out.role_rank_base = a.role_rank_base();
+  out.role_world_size = a.role_world_size();
+  return out;
+}
+
+WorkerFailure FromProto(const pb::WorkerFailure& f) {
+  WorkerFailure out;
+  out.node_id = f.node_id();
+  out.hostname = f.hostname();
+  out.node_rank = f.node_rank();
+  out.rank = f.rank();
+  out.local_rank = f.local_rank();
+  out.exit_code = f.exit_code();
+  out.signal = f.signal();
+  out.message = f.message();
+  out.round = f.round();
+  out.time = absl::FromUnixMillis(f.timestamp_ms());
+  return out;
+}
+
+void ToProto(const WorkerFailure& f, pb::WorkerFailure* out) {
+  out->set_node_id(f.node_id);
+  out->set_hostname(f.hostname);
+  out->set_node_rank(f.node_rank);
+  out->set_rank(f.rank);
+  out->set_local_rank(f.local_rank);
+  out->set_exit_code(f.exit_code);
+  out->set_signal(f.signal);
+  out->set_message(f.message);
+  out->set_round(f.round);
+}
+
+RunEvent FromProto(const pb::RunEvent& e) {
+  RunEvent out;
+  switch (e.kind()) {
+    case pb::RunEvent::RESTART: out.kind = RunEvent::Kind::kRestart; break;
+    case pb::RunEvent::NODE_LOST: out.kind = RunEvent::Kind::kNodeLost; break;
+    case pb::RunEvent::NODE_WAITING: out.kind = RunEvent::Kind::kNodeWaiting; break;
+    case pb::RunEvent::RUN_FINISHED: out.kind = RunEvent::Kind::kRunFinished; break;
+    case pb::RunEvent::RUN_FAILED: out.kind = RunEvent::Kind::kRunFailed; break;
+    default: out.kind = RunEvent::Kind::kRoundClosed; break;
+  }
+  out.round = e.round();
+  out.node_id = e.node_id();
+  if (e.has_root_cause()) out.root_cause = FromProto(e.root_cause());
+  out.restart_count = e.restart_count();
+  return out;
+}
+
+}  // namespace
+
+struct RendezvousClient::Stubs {
+  std::unique_ptr<pb::Rendezvous::Stub> stub;
+};
+
+RendezvousClient::RendezvousClient(std::string endpoint, std::string run_id, std::string token,
+                                   std::shared_ptr<grpc::Channel> channel)
+    : endpoint_(std::move(endpoint)),
+      run_id_(std::move(run_id)),
+      token_(std::move(token)),
+      channel_(std::move(channel)),
+      stubs_(std::make_unique<Stubs>(Stubs{pb::Rendezvous::NewStub(channel_)})) {}
+
+RendezvousClient::~RendezvousClient() {
+  CancelJoin();
+  {
+    absl::MutexLock lock(&mu_);
+    if (finish_ctx_) finish_ctx_->TryCancel();
+  }
+  StopWatch();
+}
+
+absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
+    const std::string& endpoint, const std::string& run_id, const std::string& token,
+    absl::Duration connect_timeout) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  // Fail fast on a dead server rather than retrying for minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint,
+                                               " is unreachable (waited ",
+                                               absl::FormatDuration(connect_timeout), ")"));
+  }
+  return std::unique_ptr<RendezvousClient>(
+      new RendezvousClient(endpoint, run_id, token, std::move(channel)));
+}
+
+void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
+                                 int64_t last_round, absl::Duration timeout,
+                                 std::function<void(absl::StatusOr<Assignment>)> done) {
+  auto req = std::make_shared<pb::JoinRequest>();
+  req->mutable_run()->set_run_id(run_id_);
+  req->mutable_run()->set_token(token_);
+  pb::NodeInfo* n = req->mutable_node();
+  n->set_node_id(node.node_id);
+  n->set_hostname(node.hostname);
+  n->set_addr(node.addr);
+  n->set_pid(node.pid);
+  n->set_nproc(node.nproc);
+  n->set_node_rank_hint(node.node_rank_hint);
+  n->set_is_endpoint_host(node.is_endpoint_host);
+  n->set_master_port(node.master_port);
+  n->set_role(node.role);
+  pb::RunConfig* c = req->mutable_config();
+  c->set_min_nodes(config.min_nodes);
+  c->set_max_nodes(config.max_nodes);
+  c->set_last_call_timeout_ms(absl::ToInt64Milliseconds(config.last_call_timeout));
+  c->set_max_restarts(config.max_restarts);
+  c->set_close_timeout_ms(absl::ToInt64Milliseconds(config.close_timeout));
+  req->set_last_round(last_round);
+  auto resp = std::make_shared<pb::JoinResponse>();
+  auto ctx = std::make_shared<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  {
+    absl::MutexLock lock(&mu_);
+    join_ctx_ = ctx;
+  }
+  stubs_->stub->async()->Join(ctx.get(), req.get(), resp.get(),
+                              [req, resp, ctx, done = std::move(done)](grpc::Status s) {
+                                if (!s.ok()) {
+                                  done(FromGrpc(s, "join"));
+                                } else {
+                                  done(FromProto(resp->assignment()));
+                                }
+                              });
+}
+
+void RendezvousClient::CancelJoin() {
+  absl::MutexLock lock(&mu_);
+  if (join_ctx_) join_ctx_->TryCancel();
+}
+
+void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_round,
+                                  std::function<void(const RunEvent&)> on_event,
+                                  std::function<void(const absl::Status&)> on_closed) {
+  auto ctx = std::make_shared<grpc::ClientContext>();
+  {
+    absl::MutexLock lock(&mu_);
+    watch_ctx_ = ctx;
+  }
+  pb::WatchRequest req;
+  req.mutable_run()->set_run_id(run_id_);
+  req.mutable_run()->set_token(token_);
+  req.set_node_id(node_id);
+  req.set_known_round(known_round);
+  watch_thread_ = std::thread([this, ctx, req, on_event = std::move(on_event),
+                               on_closed = std::move(on_closed)] {
+    std::unique_ptr<grpc::ClientReader<pb::RunEvent>> reader = stubs_->stub->Watch(ctx.get(), req);
+    pb::RunEvent ev;
+    while (reader->Read(&ev)) on_event(FromProto(ev));
+    grpc::Status s = reader->Finish();
+    if (s.error_code() == grpc::StatusCode::CANCELLED) {
+      on_closed(absl::OkStatus());
+    } else if (s.ok()) {
+      on_closed(absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint_,
+                                                    " closed the event stream")));
+    } else {
+      on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_,
+                                                    ": ", s.error_message())));
+    }
+  });
+}
+
+void RendezvousClient::StopWatch() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (watch_ctx_) watch_ctx_->TryCancel();
+  }
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+absl::StatusOr<rendezvous::FailureVerdict> RendezvousClient::ReportFailure(
+    const WorkerFailure& failure, absl::Duration timeout) {
+  pb::ReportFailureRequest req;
+  req.mutable_run()->set_run_id(run_id_);
+  req.mutable_run()->set_token(token_);
+  ToProto(failure, req.mutable_failure());
+  pb::ReportFailureResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::Status s = stubs_->stub->ReportFailure(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpc(s, absl::StrCat("report failure to ", endpoint_));
+  rendezvous::FailureVerdict v;
+  v.decision = resp.decision() == pb::ReportFailureResponse::RESTART ? rendezvous::Decision::kRestart
+                                                                     : rendezvous::Decision::kStop;
+  v.next_round = resp.next_round();
+  v.root_cause = FromProto(resp.root_cause());
+  v.is_root_cause = resp.is_root_cause();
+  return v;
+}
+
+void RendezvousClient::ReportFinishedAsync(
+    const std::string& node_id, int64_t round, absl::Duration timeout,
+    std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done) {
+  auto req = std::make_shared<pb::ReportFinishedRequest>();
+  req->mutable_run()->set_run_id(run_id_);
+  req->mutable_run()->set_token(token_);
+  req->set_node_id(node_id);
+  req->set_round(round);
+  req->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  auto resp = std::make_shared<pb::ReportFinishedResponse>();
+  auto ctx = std::make_shared<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
+  {
+    absl::MutexLock lock(&mu_);
+    finish_ctx_ = ctx;
+  }
+  stubs_->stub->async()->ReportFinished(
+      ctx.get(), req.get(), resp.get(), [req, resp, ctx, done = std::move(done)](grpc::Status s) {
+        if (!s.ok()) {
+          done(FromGrpc(s, "exit barrier"));
+          return;
+        }
+        rendezvous::BarrierResult r;
+        r.all_finished = resp->all_finished();
+        r.finished_nodes = resp->finished_nodes();
+        r.node_count = resp->node_count();
+        done(r);
+      });
+}
+
+}  // namespace meshrun::agent

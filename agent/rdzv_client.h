@@ -1,0 +1,79 @@
+// The agent's side of the rendezvous protocol: join, watch, report. Converts
+// between rendezvous.proto and the domain types of rendezvous/types.h.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "rendezvous/types.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace meshrun::agent {
+
+class RendezvousClient {
+ public:
+  // Connects to `endpoint` ("host:port"), waiting up to `connect_timeout`.
+  // UNAVAILABLE naming the endpoint when it is unreachable by then.
+  static absl::StatusOr<std::unique_ptr<RendezvousClient>> Connect(const std::string& endpoint,
+                                                                   const std::string& run_id,
+                                                                   const std::string& token,
+                                                                   absl::Duration connect_timeout);
+  ~RendezvousClient();
+
+  // Joins the run's open round; `done` runs on a gRPC thread with the
+  // assignment, DEADLINE_EXCEEDED after `timeout`, or the server's refusal.
+  // One join at a time. Thread-safe.
+  void JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
+                 int64_t last_round, absl::Duration timeout,
+                 std::function<void(absl::StatusOr<rendezvous::Assignment>)> done);
+  // Cancels a join in flight (its `done` then gets CANCELLED).
+  void CancelJoin();
+
+  // Starts streaming the run's events for `node_id` on a thread of its own:
+  // on_event for each, then on_closed once with the final status (OK only
+  // after StopWatch). Call once.
+  void StartWatch(const std::string& node_id, int64_t known_round,
+                  std::function<void(const rendezvous::RunEvent&)> on_event,
+                  std::function<void(const absl::Status&)> on_closed);
+  void StopWatch();
+
+  // Reports a worker failure; the verdict says restart or stop. Blocking,
+  // bounded by `timeout`.
+  absl::StatusOr<rendezvous::FailureVerdict> ReportFailure(const rendezvous::WorkerFailure& failure,
+                                                           absl::Duration timeout);
+
+  // The exit barrier; `done` runs on a gRPC thread. The RPC deadline is
+  // `timeout` plus a few seconds.
+  void ReportFinishedAsync(const std::string& node_id, int64_t round, absl::Duration timeout,
+                           std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done);
+
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  RendezvousClient(std::string endpoint, std::string run_id, std::string token,
+                   std::shared_ptr<grpc::Channel> channel);
+  struct Stubs;
+
+  const std::string endpoint_;
+  const std::string run_id_;
+  const std::string token_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Stubs> stubs_;
+
+  absl::Mutex mu_;
+  std::shared_ptr<grpc::ClientContext> join_ctx_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<grpc::ClientContext> watch_ctx_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<grpc::ClientContext> finish_ctx_ ABSL_GUARDED_BY(mu_);
+  std::thread watch_thread_;
+};
+
+}  // namespace meshrun::agent

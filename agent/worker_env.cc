@@ -1,0 +1,67 @@
+#include "agent/worker_env.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/env_registry.h"
+
+extern char** environ;
+
+namespace meshrun::agent {
+
+std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, const WorkerEnvInput& in) {
+  std::map<std::string, std::string> env;
+  for (const auto& kv : base) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  auto set = [&](const env::Var& var, const std::string& value) { env[std::string(var.name)] = value; };
+  auto set_default = [&](const env::Var& var, const std::string& value) {
+    env.emplace(std::string(var.name), value);
+  };
+  const rendezvous::Assignment& a = in.assignment;
+  set(env::kLocalRank, absl::StrCat(in.local_rank));
+  set(env::kRank, absl::StrCat(a.rank_base + in.local_rank));
+  set(env::kGroupRank, absl::StrCat(a.node_rank));
+  set(env::kRoleRank, absl::StrCat(a.role_rank_base + in.local_rank));
+  set(env::kRoleName, in.role);
+  set(env::kLocalWorldSize, absl::StrCat(in.nproc));
+  set(env::kWorldSize, absl::StrCat(a.world_size));
+  set(env::kGroupWorldSize, absl::StrCat(a.node_count));
+  set(env::kRoleWorldSize, absl::StrCat(a.role_world_size));
+  set(env::kMasterAddr, a.master_addr);
+  set(env::kMasterPort, absl::StrCat(a.master_port));
+  set(env::kRestartCount, absl::StrCat(a.restart_count));
+  set(env::kMaxRestarts, absl::StrCat(a.max_restarts));
+  set(env::kRunId, in.run_id);
+  set(env::kUseAgentStore, "False");
+  set(env::kErrorFile, in.error_file);
+  set_default(env::kTorchNcclAsyncErrorHandling, "1");
+  set_default(env::kNcclAsyncErrorHandling, "1");
+  if (in.nproc > 1) set_default(env::kOmpNumThreads, "1");
+  set(env::kStoreEndpoint, in.store_endpoint);
+  set(env::kMeshrunRunId, in.run_id);
+  set(env::kRound, absl::StrCat(a.round));
+  set(env::kNodeRank, absl::StrCat(a.node_rank));
+  if (!in.token.empty()) set(env::kToken, in.token);
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
+  return out;
+}
+
+std::vector<std::string> CurrentEnvironment() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
+}
+
+std::vector<std::string> SubstituteLocalRank(const std::vector<std::string>& args, int local_rank) {
+  std::vector<std::string> out;
+  out.reserve(args.size());
+  const std::string value = absl::StrCat(local_rank);
+  for (const auto& a : args) out.push_back(absl::StrReplaceAll(a, {{"${local_rank}", value}}));
+  return out;
+}
+
+}  // namespace meshrun::agent

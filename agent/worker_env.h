@@ -1,0 +1,38 @@
+// The environment of one worker (DESIGN.md §3): torchrun's variables with
+// torchrun's meaning, plus meshrun's MESHRUN_* extras.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rendezvous/types.h"
+
+namespace meshrun::agent {
+
+struct WorkerEnvInput {
+  rendezvous::Assignment assignment;
+  int local_rank = 0;
+  int nproc = 1;                // LOCAL_WORLD_SIZE.
+  std::string role = "default";
+  std::string run_id;
+  std::string store_endpoint;   // MESHRUN_STORE_ENDPOINT, "host:port".
+  std::string token;            // MESHRUN_TOKEN; not set when empty.
+  std::string error_file;       // TORCHELASTIC_ERROR_FILE.
+};
+
+// Returns `base` (the agent's own environment, "K=V" strings) with the
+// worker's variables set or overridden, as "K=V" strings sorted by name.
+// OMP_NUM_THREADS=1, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and
+// NCCL_ASYNC_ERROR_HANDLING=1 are added only when `base` lacks them
+// (OMP only when nproc > 1), as torchrun does. Pure function.
+std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, const WorkerEnvInput& in);
+
+// The calling process's environment as "K=V" strings.
+std::vector<std::string> CurrentEnvironment();
+
+// Replaces every "${local_rank}" in `args` with `local_rank` (torchrun's
+// macro substitution).
+std::vector<std::string> SubstituteLocalRank(const std::vector<std::string>& args, int local_rank);
+
+}  // namespace meshrun::agent

@@ -1,0 +1,65 @@
+#include "common/endpoint.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace meshrun {
+namespace {
+
+absl::Status Bad(absl::string_view text, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid endpoint '", text, "': ", why,
+      "; allowed: host, host:port, 1.2.3.4:port, [v6addr]:port"));
+}
+
+}  // namespace
+
+std::string Endpoint::ToString() const {
+  if (IsIpv6Literal()) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+bool Endpoint::IsIpv6Literal() const { return absl::StrContains(host, ':'); }
+
+absl::StatusOr<Endpoint> ParseEndpoint(absl::string_view text, int default_port) {
+  if (text.empty()) return Bad(text, "empty");
+  Endpoint ep;
+  absl::string_view port_text;
+  if (text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == absl::string_view::npos) return Bad(text, "missing ']'");
+    ep.host = std::string(text.substr(1, close - 1));
+    absl::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return Bad(text, "expected ':' after ']'");
+      port_text = rest.substr(1);
+      if (port_text.empty()) return Bad(text, "empty port");
+    }
+  } else {
+    size_t first = text.find(':');
+    if (first != absl::string_view::npos && text.find(':', first + 1) != absl::string_view::npos) {
+      return Bad(text, "an IPv6 address without brackets is ambiguous");
+    }
+    if (first == absl::string_view::npos) {
+      ep.host = std::string(text);
+    } else {
+      ep.host = std::string(text.substr(0, first));
+      port_text = text.substr(first + 1);
+      if (port_text.empty()) return Bad(text, "empty port");
+    }
+  }
+  if (ep.host.empty()) return Bad(text, "empty host");
+  if (port_text.empty()) {
+    ep.port = default_port;
+  } else {
+    int port = -1;
+    if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
+      return Bad(text, absl::StrCat("port '", port_text, "' is not an integer in 0..65535"));
+    }
+    ep.port = port;
+  }
+  return ep;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,78 @@
+// The one registry of environment variables meshrun reads or sets.
+//
+// Every variable appears here once, with its type, who reads or sets it and a
+// description; `meshrun --help-env` prints the table. Code refers to the
+// constants below rather than spelling names again.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+
+namespace meshrun::env {
+
+enum class Type { kString, kInt, kBool, kDuration };
+// kSetForWorkers: the agent sets it in every worker's environment.
+// kReadByLauncher: meshrun reads it (flag defaults, tuning).
+// kReadByWorkers: libmesh / the store client reads it in a worker.
+enum class Use { kSetForWorkers, kReadByLauncher, kReadByWorkers, kReadEverywhere };
+
+struct Var {
+  absl::string_view name;
+  Type type;
+  Use use;
+  absl::string_view description;
+};
+
+// The torchrun-compatible worker variables (torchrun's meaning, DESIGN.md §3).
+inline constexpr Var kRank{"RANK", Type::kInt, Use::kSetForWorkers, "Global rank of the worker, 0..WORLD_SIZE-1; contiguous per node."};
+inline constexpr Var kLocalRank{"LOCAL_RANK", Type::kInt, Use::kSetForWorkers, "Rank of the worker on its node, 0..LOCAL_WORLD_SIZE-1."};
+inline constexpr Var kWorldSize{"WORLD_SIZE", Type::kInt, Use::kSetForWorkers, "Total number of workers in the job."};
+inline constexpr Var kLocalWorldSize{"LOCAL_WORLD_SIZE", Type::kInt, Use::kSetForWorkers, "Workers on this node (--nproc_per_node)."};
+inline constexpr Var kGroupRank{"GROUP_RANK", Type::kInt, Use::kSetForWorkers, "Node rank of this node in the current round."};
+inline constexpr Var kGroupWorldSize{"GROUP_WORLD_SIZE", Type::kInt, Use::kSetForWorkers, "Number of nodes in the current round."};
+inline constexpr Var kRoleRank{"ROLE_RANK", Type::kInt, Use::kSetForWorkers, "Rank among workers with the same role."};
+inline constexpr Var kRoleName{"ROLE_NAME", Type::kString, Use::kSetForWorkers, "The --role name (default 'default')."};
+inline constexpr Var kRoleWorldSize{"ROLE_WORLD_SIZE", Type::kInt, Use::kSetForWorkers, "Workers with this role."};
+inline constexpr Var kMasterAddr{"MASTER_ADDR", Type::kString, Use::kSetForWorkers, "Numeric address of node rank 0, for init_process_group(env://)."};
+inline constexpr Var kMasterPort{"MASTER_PORT", Type::kInt, Use::kSetForWorkers, "A port free on node rank 0; worker rank 0 hosts PyTorch's TCPStore there."};
+inline constexpr Var kRunId{"TORCHELASTIC_RUN_ID", Type::kString, Use::kSetForWorkers, "The run id (--rdzv_id)."};
+inline constexpr Var kRestartCount{"TORCHELASTIC_RESTART_COUNT", Type::kInt, Use::kSetForWorkers, "Failure restarts consumed so far, job-wide (same on every node)."};
+inline constexpr Var kMaxRestarts{"TORCHELASTIC_MAX_RESTARTS", Type::kInt, Use::kSetForWorkers, "The job-wide restart budget (--max_restarts)."};
+inline constexpr Var kUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", Type::kBool, Use::kSetForWorkers, "Always 'False': worker rank 0 hosts PyTorch's store at MASTER_ADDR:MASTER_PORT."};
+inline constexpr Var kErrorFile{"TORCHELASTIC_ERROR_FILE", Type::kString, Use::kSetForWorkers, "Where a worker writes its error JSON (torchrun's @record format)."};
+inline constexpr Var kOmpNumThreads{"OMP_NUM_THREADS", Type::kInt, Use::kSetForWorkers, "Set to 1 when unset and nproc_per_node > 1, as torchrun does."};
+inline constexpr Var kTorchNcclAsyncErrorHandling{"TORCH_NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "Set to 1 when unset."};
+inline constexpr Var kNcclAsyncErrorHandling{"NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "Older PyTorch's name of the above; set to 1 when unset."};
+
+// meshrun's own worker variables.
+inline constexpr Var kStoreEndpoint{"MESHRUN_STORE_ENDPOINT", Type::kString, Use::kSetForWorkers, "host:port of the rendezvous server's key-value store."};
+inline constexpr Var kMeshrunRunId{"MESHRUN_RUN_ID", Type::kString, Use::kSetForWorkers, "The run id (same as TORCHELASTIC_RUN_ID)."};
+inline constexpr Var kRound{"MESHRUN_ROUND", Type::kInt, Use::kSetForWorkers, "The rendezvous round (every re-form counts); scopes store keys."};
+inline constexpr Var kNodeRank{"MESHRUN_NODE_RANK", Type::kInt, Use::kSetForWorkers, "Node rank (same as GROUP_RANK)."};
+inline constexpr Var kToken{"MESHRUN_TOKEN", Type::kString, Use::kReadEverywhere, "Shared secret: the server requires it on every request; agents and workers send it."};
+
+// What meshrun itself reads.
+inline constexpr Var kPythonExec{"PYTHON_EXEC", Type::kString, Use::kReadByLauncher, "Interpreter for .py programs and -m modules (default python3)."};
+inline constexpr Var kLogLevel{"MESHRUN_LOG_LEVEL", Type::kString, Use::kReadEverywhere, "meshrun's log level: trace, debug, info, warn (default), error, off."};
+inline constexpr Var kShutdownTimeoutEnv{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", Type::kDuration, Use::kReadByLauncher, "Default of --shutdown_timeout, in seconds (torchrun's)."};
+inline constexpr Var kCudaVisibleDevices{"CUDA_VISIBLE_DEVICES", Type::kString, Use::kReadByLauncher, "Honoured when counting GPUs for --nproc_per_node=gpu|auto; passed to workers."};
+inline constexpr Var kStoreTimeout{"MESHRUN_STORE_TIMEOUT_MS", Type::kInt, Use::kReadByWorkers, "Default wait of the store client's get/wait, in ms (default 300000)."};
+
+// Returns every variable above, in the order of this file.
+std::span<const Var> AllVars();
+
+// Human-readable names of a Use and a Type, for `meshrun --help-env`.
+absl::string_view UseName(Use use);
+absl::string_view TypeName(Type type);
+
+// Reads `var` from the process environment; nullopt when unset or empty.
+std::optional<std::string> Get(const Var& var);
+// Reads an integer variable; nullopt when unset; INVALID_ARGUMENT naming the
+// variable and value when it is not an integer.
+absl::StatusOr<std::optional<long long>> GetInt(const Var& var);
+
+}  // namespace meshrun::env

@@ -1,0 +1,200 @@
+#include "common/grpc_store.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/checks.h"
+#include "common/endpoint.h"
+#include "common/env_registry.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
+
+namespace meshrun {
+namespace {
+
+namespace pb = ::meshrun::v1;
+
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+int64_t ToMs(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return INT64_MAX / 4;
+  return std::max<int64_t>(0, absl::ToInt64Milliseconds(d));
+}
+
+class GrpcStore : public Store {
+ public:
+  GrpcStore(GrpcStoreOptions options, std::shared_ptr<grpc::Channel> channel)
+      : options_(std::move(options)), stub_(pb::Rendezvous::NewStub(channel)) {}
+
+  absl::Status Set(absl::string_view key, absl::string_view value) override {
+    pb::KvSetRequest req;
+    Fill(req);
+    req.set_key(std::string(key));
+    req.set_value(std::string(value));
+    pb::KvSetResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, absl::ZeroDuration());
+    return FromGrpc(stub_->KvSet(&ctx, req, &resp), absl::StrCat("store set '", key, "'"));
+  }
+
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override {
+    pb::KvGetRequest req;
+    Fill(req);
+    req.set_key(std::string(key));
+    req.set_wait_ms(ToMs(timeout));
+    pb::KvGetResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, timeout);
+    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvGet(&ctx, req, &resp), absl::StrCat("store get '", key, "'")));
+    return std::move(*resp.mutable_value());
+  }
+
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override {
+    pb::KvAddRequest req;
+    Fill(req);
+    req.set_key(std::string(key));
+    req.set_delta(delta);
+    pb::KvAddResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, absl::ZeroDuration());
+    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvAdd(&ctx, req, &resp), absl::StrCat("store add '", key, "'")));
+    return resp.value();
+  }
+
+  absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
+                                         absl::string_view desired) override {
+    pb::KvCompareSetRequest req;
+    Fill(req);
+    req.set_key(std::string(key));
+    req.set_expected(std::string(expected));
+    req.set_desired(std::string(desired));
+    pb::KvCompareSetResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, absl::ZeroDuration());
+    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvCompareSet(&ctx, req, &resp),
+                                     absl::StrCat("store compare_set '", key, "'")));
+    return std::move(*resp.mutable_value());
+  }
+
+  absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) override {
+    pb::KvWaitRequest req;
+    Fill(req);
+    for (const auto& k : keys) req.add_keys(k);
+    req.set_wait_ms(ToMs(timeout));
+    pb::KvWaitResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, timeout);
+    return FromGrpc(stub_->KvWait(&ctx, req, &resp),
+                    absl::StrCat("store wait [", absl::StrJoin(keys, ", "), "]"));
+  }
+
+  absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override {
+    pb::KvCheckRequest req;
+    Fill(req);
+    for (const auto& k : keys) req.add_keys(k);
+    pb::KvCheckResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, absl::ZeroDuration());
+    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvCheck(&ctx, req, &resp), "store check"));
+    return resp.all_present();
+  }
+
+  absl::StatusOr<bool> Delete(absl::string_view key) override {
+    pb::KvDeleteRequest req;
+    Fill(req);
+    req.set_key(std::string(key));
+    pb::KvDeleteResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, absl::ZeroDuration());
+    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvDelete(&ctx, req, &resp), absl::StrCat("store delete '", key, "'")));
+    return resp.deleted();
+  }
+
+  absl::StatusOr<std::vector<std::string>> MultiGet(absl::Span<const std::string> keys,
+                                                    absl::Duration timeout) override {
+    pb::KvMultiGetRequest req;
+    Fill(req);
+    for (const auto& k : keys) req.add_keys(k);
+    req.set_wait_ms(ToMs(timeout));
+    pb::KvMultiGetResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, timeout);
+    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvMultiGet(&ctx, req, &resp), "store multi_get"));
+    return std::vector<std::string>(resp.values().begin(), resp.values().end());
+  }
+
+  absl::Status MultiSet(absl::Span<const std::string> keys,
+                        absl::Span<const std::string> values) override {
+    if (keys.size() != values.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("store multi_set: ", keys.size(), " keys but ",
+                                                     values.size(), " values"));
+    }
+    pb::KvMultiSetRequest req;
+    Fill(req);
+    for (const auto& k : keys) req.add_keys(k);
+    for (const auto& v : values) req.add_values(v);
+    pb::KvMultiSetResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, absl::ZeroDuration());
+    return FromGrpc(stub_->KvMultiSet(&ctx, req, &resp), "store multi_set");
+  }
+
+ private:
+  template <typename Req>
+  void Fill(Req& req) const {
+    req.mutable_run()->set_run_id(options_.run_id);
+    req.mutable_run()->set_token(options_.token);
+    req.set_round(options_.round);
+  }
+
+  void Deadline(grpc::ClientContext& ctx, absl::Duration wait) const {
+    absl::Duration total = options_.rpc_slack;
+    if (wait != absl::InfiniteDuration()) {
+      total += wait;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + total));
+    }
+  }
+
+  const GrpcStoreOptions options_;
+  const std::unique_ptr<pb::Rendezvous::Stub> stub_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& options) {
+  MESHRUN_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(options.endpoint, 29400));
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  auto channel = grpc::CreateCustomChannel(ep.ToString(), grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "rendezvous store at ", ep.ToString(), " is unreachable (waited ",
+        absl::FormatDuration(options.connect_timeout), ")"));
+  }
+  return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel)));
+}
+
+absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv() {
+  GrpcStoreOptions o;
+  auto need = [](const env::Var& var) -> absl::StatusOr<std::string> {
+    auto v = env::Get(var);
+    if (!v) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          var.name, " is not set: was this process started by meshrun?"));
+    }
+    return *v;
+  };
+  MESHRUN_ASSIGN_OR_RETURN(o.endpoint, need(env::kStoreEndpoint));
+  MESHRUN_ASSIGN_OR_RETURN(o.run_id, need(env::kMeshrunRunId));
+  MESHRUN_ASSIGN_OR_RETURN(std::optional<long long> round, env::GetInt(env::kRound));
+  if (!round) return absl::FailedPreconditionError("MESHRUN_ROUND is not set: was this process started by meshrun?");
+  o.round = *round;
+  o.token = env::Get(env::kToken).value_or("");
+  return o;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,40 @@
+// The Store implemented over the rendezvous server's key-value service.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/store.h"
+
+namespace meshrun {
+
+struct GrpcStoreOptions {
+  // "host:port" (or "[v6]:port") of the rendezvous server.
+  std::string endpoint;
+  // The run whose store is used (MESHRUN_RUN_ID / TORCHELASTIC_RUN_ID).
+  std::string run_id;
+  // The round that scopes every key (MESHRUN_ROUND). Keys of other rounds
+  // are invisible.
+  int64_t round = 0;
+  // Sent with every request; must match the server's MESHRUN_TOKEN.
+  std::string token;
+  // How long to wait for the connection to the server to become ready.
+  absl::Duration connect_timeout = absl::Seconds(30);
+  // Extra deadline on top of a call's own wait, for the round trip.
+  absl::Duration rpc_slack = absl::Seconds(10);
+};
+
+// Connects to the server (waiting up to options.connect_timeout) and returns
+// the store. UNAVAILABLE naming the endpoint when it cannot be reached;
+// INVALID_ARGUMENT for a malformed endpoint. The returned store is
+// thread-safe; every call is one RPC (MultiGet/MultiSet/Wait are one RPC for
+// all their keys).
+absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& options);
+
+// Builds the options from a worker's environment (MESHRUN_STORE_ENDPOINT,
+// MESHRUN_RUN_ID, MESHRUN_ROUND, MESHRUN_TOKEN). FAILED_PRECONDITION naming
+// the missing variable when the process was not started by meshrun.
+absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv();
+
+}  // namespace meshrun

@@ -1,0 +1,154 @@
+#include "common/net.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/checks.h"
+
+namespace meshrun {
+namespace {
+
+std::string SockaddrToString(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (sa->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof(buf));
+  } else if (sa->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { if (fd_ >= 0) ::close(fd_); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ResolveNumeric(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot resolve host '", host, "': ", gai_strerror(rc)));
+  }
+  std::vector<std::string> v4, v6;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    std::string s = SockaddrToString(ai->ai_addr);
+    auto& out = ai->ai_family == AF_INET ? v4 : v6;
+    if (!s.empty() && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  freeaddrinfo(res);
+  v4.insert(v4.end(), v6.begin(), v6.end());
+  if (v4.empty()) return absl::NotFoundError(absl::StrCat("host '", host, "' has no address"));
+  return v4;
+}
+
+absl::StatusOr<std::string> LocalAddressFor(const Endpoint& ep) {
+  MESHRUN_ASSIGN_OR_RETURN(std::vector<std::string> addrs, ResolveNumeric(ep.host));
+  const std::string& target = addrs.front();
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  int family = absl::StrContains(target, ':') ? AF_INET6 : AF_INET;
+  if (family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(static_cast<uint16_t>(ep.port == 0 ? 9 : ep.port));
+    inet_pton(AF_INET, target.c_str(), &sin->sin_addr);
+    len = sizeof(sockaddr_in);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(static_cast<uint16_t>(ep.port == 0 ? 9 : ep.port));
+    inet_pton(AF_INET6, target.c_str(), &sin6->sin6_addr);
+    len = sizeof(sockaddr_in6);
+  }
+  Fd fd(::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return PosixError(errno, "socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    return PosixError(errno, "connect", ep.ToString());
+  }
+  sockaddr_storage local{};
+  socklen_t local_len = sizeof(local);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) {
+    return PosixError(errno, "getsockname");
+  }
+  return SockaddrToString(reinterpret_cast<sockaddr*>(&local));
+}
+
+absl::StatusOr<int> FindFreePort(const std::string& addr) {
+  int family = absl::StrContains(addr, ':') ? AF_INET6 : AF_INET;
+  Fd fd(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return PosixError(errno, "socket");
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    if (inet_pton(AF_INET, addr.c_str(), &sin->sin_addr) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: '", addr, "'"));
+    }
+    len = sizeof(sockaddr_in);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    if (inet_pton(AF_INET6, addr.c_str(), &sin6->sin6_addr) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: '", addr, "'"));
+    }
+    len = sizeof(sockaddr_in6);
+  }
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    return PosixError(errno, "bind", addr);
+  }
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof(bound);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0) {
+    return PosixError(errno, "getsockname");
+  }
+  if (bound.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+}
+
+bool IsLoopback(const std::string& addr) {
+  return absl::StartsWith(addr, "127.") || addr == "::1";
+}
+
+std::string Hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+bool IsLocalHost(const std::string& host) {
+  if (host == "localhost" || IsLoopback(host) || host == Hostname()) return true;
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) return false;
+  bool found = false;
+  for (ifaddrs* it = ifa; it != nullptr && !found; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr) continue;
+    if (it->ifa_addr->sa_family != AF_INET && it->ifa_addr->sa_family != AF_INET6) continue;
+    found = SockaddrToString(it->ifa_addr) == host;
+  }
+  freeifaddrs(ifa);
+  return found;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,35 @@
+// Small socket helpers: local addresses and free ports. No DNS reverse lookups.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/endpoint.h"
+
+namespace meshrun {
+
+// Resolves `host` (name or literal) to numeric addresses, IPv4 first.
+// NOT_FOUND naming the host when it does not resolve. Thread-safe.
+absl::StatusOr<std::vector<std::string>> ResolveNumeric(const std::string& host);
+
+// Returns the numeric local address this machine uses to reach `ep` (the
+// source address of a UDP "connect"; no packet is sent). Thread-safe.
+absl::StatusOr<std::string> LocalAddressFor(const Endpoint& ep);
+
+// Returns a TCP port that is free on `addr` right now (bind to port 0, read
+// the port, close). Racy by nature, as torchrun's get_free_port.
+absl::StatusOr<int> FindFreePort(const std::string& addr);
+
+// True when `addr` (numeric) is a loopback address (127.0.0.0/8 or ::1).
+bool IsLoopback(const std::string& addr);
+
+// True when `host` names this machine: localhost, a loopback literal, the
+// hostname, or an address assigned to one of its interfaces.
+bool IsLocalHost(const std::string& host);
+
+// The machine's hostname (gethostname).
+std::string Hostname();
+
+}  // namespace meshrun

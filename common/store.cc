@@ -1,0 +1,48 @@
+#include "common/store.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace meshrun {
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+    : prefix_(std::move(prefix)), base_(std::move(base)) {}
+
+std::string PrefixStore::Full(absl::string_view key) const { return absl::StrCat(prefix_, "/", key); }
+
+std::vector<std::string> PrefixStore::FullAll(absl::Span<const std::string> keys) const {
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) out.push_back(Full(k));
+  return out;
+}
+
+absl::Status PrefixStore::Set(absl::string_view key, absl::string_view value) {
+  return base_->Set(Full(key), value);
+}
+absl::StatusOr<std::string> PrefixStore::Get(absl::string_view key, absl::Duration timeout) {
+  return base_->Get(Full(key), timeout);
+}
+absl::StatusOr<int64_t> PrefixStore::Add(absl::string_view key, int64_t delta) {
+  return base_->Add(Full(key), delta);
+}
+absl::StatusOr<std::string> PrefixStore::CompareSet(absl::string_view key, absl::string_view expected,
+                                                    absl::string_view desired) {
+  return base_->CompareSet(Full(key), expected, desired);
+}
+absl::Status PrefixStore::Wait(absl::Span<const std::string> keys, absl::Duration timeout) {
+  return base_->Wait(FullAll(keys), timeout);
+}
+absl::StatusOr<bool> PrefixStore::Check(absl::Span<const std::string> keys) {
+  return base_->Check(FullAll(keys));
+}
+absl::StatusOr<bool> PrefixStore::Delete(absl::string_view key) { return base_->Delete(Full(key)); }
+absl::StatusOr<std::vector<std::string>> PrefixStore::MultiGet(absl::Span<const std::string> keys,
+                                                               absl::Duration timeout) {
+  return base_->MultiGet(FullAll(keys), timeout);
+}
+absl::Status PrefixStore::MultiSet(absl::Span<const std::string> keys,
+                                   absl::Span<const std::string> values) {
+  return base_->MultiSet(FullAll(keys), values);
+}
+
+}  // namespace meshrun

@@ -1,0 +1,96 @@
+// The key-value Store interface workers use to exchange bootstrap data
+// (NCCL unique ids, Gloo addresses), mirroring c10d::Store's operations.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace meshrun {
+
+// A key-value store shared by the workers of one run and round.
+//
+// Values are arbitrary bytes. Timeouts are absl::Duration; waiting
+// operations return DEADLINE_EXCEEDED naming the missing key(s) when the
+// timeout passes, and UNAVAILABLE when the server cannot be reached.
+// Implementations are thread-safe: one Store may be used from many threads.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Sets `key` to `value`, waking every waiter on `key` (c10d set).
+  virtual absl::Status Set(absl::string_view key, absl::string_view value) = 0;
+
+  // Returns the value of `key`, waiting up to `timeout` for it to be set
+  // (c10d get). `timeout` == 0: answers at once, NOT_FOUND when absent.
+  virtual absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) = 0;
+
+  // Adds `delta` to the integer counter at `key` (absent counts as 0) and
+  // returns the new value (c10d add). FAILED_PRECONDITION when the key holds
+  // a non-integer value.
+  virtual absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) = 0;
+
+  // Sets `key` to `desired` if its value equals `expected` (or if it is
+  // absent and `expected` is empty); returns the value stored afterwards
+  // (c10d compareSet).
+  virtual absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
+                                                 absl::string_view desired) = 0;
+
+  // Waits up to `timeout` until every key in `keys` is set (c10d wait).
+  virtual absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) = 0;
+
+  // True when every key in `keys` is set, without waiting (c10d check).
+  virtual absl::StatusOr<bool> Check(absl::Span<const std::string> keys) = 0;
+
+  // Deletes `key`; true when it existed (c10d deleteKey).
+  virtual absl::StatusOr<bool> Delete(absl::string_view key) = 0;
+
+  // Returns the values of `keys` in order, waiting up to `timeout` for all
+  // of them (c10d multiGet).
+  virtual absl::StatusOr<std::vector<std::string>> MultiGet(absl::Span<const std::string> keys,
+                                                            absl::Duration timeout) = 0;
+
+  // Sets every keys[i] to values[i] atomically (c10d multiSet).
+  // INVALID_ARGUMENT when the sizes differ.
+  virtual absl::Status MultiSet(absl::Span<const std::string> keys,
+                                absl::Span<const std::string> values) = 0;
+};
+
+// A Store that prepends `prefix` + "/" to every key of an underlying store
+// (c10d PrefixStore). Shares ownership of the base. Thread-safe when the
+// base is.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
+  absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
+                                         absl::string_view desired) override;
+  absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) override;
+  absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override;
+  absl::StatusOr<bool> Delete(absl::string_view key) override;
+  absl::StatusOr<std::vector<std::string>> MultiGet(absl::Span<const std::string> keys,
+                                                    absl::Duration timeout) override;
+  absl::Status MultiSet(absl::Span<const std::string> keys,
+                        absl::Span<const std::string> values) override;
+
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  std::string Full(absl::string_view key) const;
+  std::vector<std::string> FullAll(absl::Span<const std::string> keys) const;
+
+  const std::string prefix_;
+  const std::shared_ptr<Store> base_;
+};
+
+}  // namespace meshrun

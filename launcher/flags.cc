@@ -1,0 +1,371 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "agent/process.h"
+#include "common/endpoint.h"
+#include "common/env_registry.h"
+#include "launcher/launch_config.h"
+
+namespace meshrun::launcher {
+namespace {
+
+constexpr const char* kRdzvConfKeys[] = {
+    "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
+    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout"};
+
+int UsageError(const std::string& msg) {
+  std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
+  return 2;
+}
+
+std::string RandomRunId() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()));
+  uint64_t a = gen(), b = gen();
+  return absl::StrCat(absl::Hex(a, absl::kZeroPad16), absl::Hex(b, absl::kZeroPad16));
+}
+
+absl::StatusOr<absl::Duration> ParseSeconds(const std::string& key, const std::string& value) {
+  double s = 0;
+  if (!absl::SimpleAtod(value, &s) || s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a number of seconds >= 0"));
+  }
+  return absl::Seconds(s);
+}
+
+absl::StatusOr<bool> ParseBool(const std::string& key, const std::string& value) {
+  std::string v = absl::AsciiStrToLower(value);
+  if (v == "1" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "no") return false;
+  return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be 0/1 or true/false"));
+}
+
+void PrintEnvTable() {
+  std::printf("%-32s %-8s %-34s %s\n", "VARIABLE", "TYPE", "USE", "MEANING");
+  for (const env::Var& v : env::AllVars()) {
+    std::printf("%-32s %-8s %-34s %s\n", std::string(v.name).c_str(), std::string(env::TypeName(v.type)).c_str(),
+                std::string(env::UseName(v.use)).c_str(), std::string(v.description).c_str());
+  }
+  std::printf("%-32s %-8s %-34s %s\n", "PET_<FLAG>", "string", "read by meshrun",
+              "Default of --<flag> (e.g. PET_NPROC_PER_NODE), as torchrun.");
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<int, int>> ParseNnodes(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int lo = 0, hi = 0;
+  bool ok = false;
+  if (parts.size() == 1) {
+    ok = absl::SimpleAtoi(parts[0], &lo);
+    hi = lo;
+  } else if (parts.size() == 2) {
+    ok = absl::SimpleAtoi(parts[0], &lo) && absl::SimpleAtoi(parts[1], &hi);
+  }
+  if (!ok || lo <= 0 || hi < lo) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes=", text, ": must be N or MIN:MAX with 0 < MIN <= MAX"));
+  }
+  return std::make_pair(lo, hi);
+}
+
+absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
+  if (text.empty()) return absl::OkStatus();
+  agent::AgentOptions& a = config->agent;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: '", item, "' is not key=value"));
+    }
+    const std::string& key = kv[0];
+    const std::string& value = kv[1];
+    if (key == "join_timeout" || key == "timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      a.join_timeout = *d;
+    } else if (key == "last_call_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      a.last_call_timeout = *d;
+    } else if (key == "close_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      a.close_timeout = *d;
+    } else if (key == "read_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("read_timeout must be > 0");
+      a.read_timeout = *d;
+    } else if (key == "keep_alive_interval" || key == "heartbeat_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+    } else if (key == "keep_alive_max_attempt") {
+      int n = 0;
+      if (!absl::SimpleAtoi(value, &n) || n <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a positive integer"));
+      }
+    } else if (key == "is_host") {
+      auto b = ParseBool(key, value);
+      if (!b.ok()) return b.status();
+      config->is_host = *b;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: unknown key '", key, "'; known keys: ",
+                                                     absl::StrJoin(kRdzvConfKeys, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+ParseOutcome ParseCommandLine(int argc, char** argv) {
+  ParseOutcome out;
+  CLI::App app{
+      "meshrun: launch multi-process, multi-host jobs (torchrun's command line).\n"
+      "Usage: meshrun [flags] prog [args...]    |    meshrun server [flags]",
+      "meshrun"};
+  app.prefix_command();
+  app.set_version_flag("--version", "meshrun " MESHRUN_VERSION);
+  app.get_formatter()->column_width(44);
+
+  std::string nnodes = "1:1", nproc = "1", backend = "meshrun", endpoint, run_id = "none", rdzv_conf;
+  std::string role = "default", master_addr = "127.0.0.1", local_addr, log_dir, start_method, signals;
+  std::string shutdown_timeout;
+  int node_rank = -1, master_port = 29500, max_restarts = 0;
+  double monitor_interval = 0;
+  bool standalone = false, module = false, no_python = false, help_env = false;
+
+  const std::string g_job = "Job size";
+  const std::string g_rdzv = "Rendezvous";
+  const std::string g_workers = "Workers";
+  const std::string g_fault = "Failures and signals";
+  const std::string g_static = "Static rendezvous (torchrun --rdzv_backend=static)";
+  const std::string g_compat = "Accepted for torchrun compatibility";
+
+  app.add_option("--nnodes", nnodes, "Nodes: N, or MIN:MAX for an elastic job")
+      ->envname("PET_NNODES")->group(g_job)->default_str("1:1");
+  app.add_option("--nproc_per_node,--nproc-per-node", nproc,
+                 "Workers per node: an integer, cpu, gpu or auto")
+      ->envname("PET_NPROC_PER_NODE")->group(g_job)->default_str("1");
+  app.add_option("--node_rank,--node-rank", node_rank,
+                 "This node's rank; honoured when the nodes give exactly 0..n-1")
+      ->envname("PET_NODE_RANK")->group(g_job);
+  app.add_option("--role", role, "Worker role name (ROLE_NAME)")->envname("PET_ROLE")->group(g_job)
+      ->default_str("default");
+
+  app.add_option("--rdzv_backend,--rdzv-backend", backend,
+                 "meshrun (default; c10d is a synonym) or static")
+      ->envname("PET_RDZV_BACKEND")->group(g_rdzv)->default_str("meshrun");
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint,
+                 "host:port of the rendezvous server ([v6]:port for IPv6; default port 29400)")
+      ->envname("PET_RDZV_ENDPOINT")->group(g_rdzv);
+  app.add_option("--rdzv_id,--rdzv-id", run_id, "Run id shared by every node of the job")
+      ->envname("PET_RDZV_ID")->group(g_rdzv)->default_str("none");
+  app.add_option("--rdzv_conf,--rdzv-conf", rdzv_conf,
+                 "key=value,... : join_timeout, last_call_timeout, close_timeout, read_timeout, is_host, ...")
+      ->envname("PET_RDZV_CONF")->group(g_rdzv);
+  app.add_flag("--standalone", standalone, "One node: an embedded server on a free loopback port")
+      ->envname("PET_STANDALONE")->group(g_rdzv);
+  app.add_option("--local_addr,--local-addr", local_addr,
+                 "Address other nodes use to reach this one (MASTER_ADDR when node rank 0)")
+      ->envname("PET_LOCAL_ADDR")->group(g_rdzv);
+
+  app.add_flag("-m,--module", module, "Run prog as a Python module (python -u -m prog)")
+      ->envname("PET_MODULE")->group(g_workers);
+  app.add_flag("--no_python,--no-python", no_python, "Run prog directly, even a .py file")
+      ->envname("PET_NO_PYTHON")->group(g_workers);
+  app.add_option("--log_dir,--log-dir", log_dir, "Folder for per-attempt error files")
+      ->envname("PET_LOG_DIR")->group(g_workers);
+
+  app.add_option("--max_restarts,--max-restarts", max_restarts,
+                 "Job-wide restarts allowed after worker failures")
+      ->envname("PET_MAX_RESTARTS")->group(g_fault)->default_str("0");
+  app.add_option("--shutdown_timeout,--shutdown-timeout", shutdown_timeout,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)")
+      ->envname("PET_SHUTDOWN_TIMEOUT")->group(g_fault);
+  app.add_option("--signals_to_handle,--signals-to-handle", signals,
+                 "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)")
+      ->envname("PET_SIGNALS_TO_HANDLE")->group(g_fault);
+
+  app.add_option("--master_addr,--master-addr", master_addr, "Node rank 0's address (static backend)")
+      ->envname("PET_MASTER_ADDR")->group(g_static)->default_str("127.0.0.1");
+  app.add_option("--master_port,--master-port", master_port, "Port of the server on node rank 0 (static)")
+      ->envname("PET_MASTER_PORT")->group(g_static)->default_str("29500");
+
+  app.add_option("--monitor_interval,--monitor-interval", monitor_interval,
+                 "Ignored: meshrun is told of worker exits at once")
+      ->envname("PET_MONITOR_INTERVAL")->group(g_compat);
+  app.add_option("--start_method,--start-method", start_method, "Ignored: workers are always exec'ed")
+      ->envname("PET_START_METHOD")->group(g_compat);
+
+  app.add_flag("--help-env,--help_env", help_env, "List every environment variable meshrun reads or sets")
+      ->group("Help");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    out.exit_code = app.exit(e);
+    return out;
+  } catch (const CLI::CallForVersion& e) {
+    out.exit_code = app.exit(e);
+    return out;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    out.exit_code = UsageError(absl::StrCat(msg, " (see meshrun --help)"));
+    return out;
+  }
+  if (help_env) {
+    PrintEnvTable();
+    out.exit_code = 0;
+    return out;
+  }
+
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
+  if (rest.empty()) {
+    out.exit_code = UsageError("no program given: usage: meshrun [flags] prog [args...] (see meshrun --help)");
+    return out;
+  }
+  if (absl::StartsWith(rest[0], "-")) {
+    out.exit_code = UsageError(absl::StrCat("unknown flag '", rest[0], "' (see meshrun --help)"));
+    return out;
+  }
+
+  LaunchConfig cfg;
+  agent::AgentOptions& a = cfg.agent;
+  auto nn = ParseNnodes(nnodes);
+  if (!nn.ok()) return {std::nullopt, UsageError(std::string(nn.status().message()))};
+  a.min_nodes = nn->first;
+  a.max_nodes = nn->second;
+  auto np = ResolveNprocPerNode(nproc);
+  if (!np.ok()) return {std::nullopt, UsageError(std::string(np.status().message()))};
+  a.nproc = *np;
+  if (max_restarts < 0) {
+    return {std::nullopt, UsageError(absl::StrCat("--max_restarts=", max_restarts, ": must be >= 0"))};
+  }
+  a.max_restarts = max_restarts;
+  a.role = role;
+  a.local_addr = local_addr;
+  a.log_dir = log_dir;
+  a.node_rank = node_rank;
+  if (module && no_python) {
+    return {std::nullopt, UsageError("--module and --no_python cannot be used together")};
+  }
+
+  if (shutdown_timeout.empty()) {
+    shutdown_timeout = env::Get(env::kShutdownTimeoutEnv).value_or("30");
+  }
+  double grace = 0;
+  if (!absl::SimpleAtod(shutdown_timeout, &grace) || grace < 0) {
+    return {std::nullopt, UsageError(absl::StrCat("--shutdown_timeout=", shutdown_timeout,
+                                                  ": must be a number of seconds >= 0"))};
+  }
+  a.shutdown_timeout = absl::Seconds(grace);
+
+  if (!signals.empty()) {
+    a.forwarded_signals.clear();
+    for (absl::string_view s : absl::StrSplit(signals, ',', absl::SkipWhitespace())) {
+      auto sig = agent::ParseSignal(std::string(s));
+      if (!sig.ok()) {
+        return {std::nullopt, UsageError(absl::StrCat("--signals_to_handle: ", sig.status().message()))};
+      }
+      if (*sig == SIGKILL || *sig == SIGSTOP || *sig == SIGCHLD) {
+        return {std::nullopt, UsageError(absl::StrCat("--signals_to_handle: ", s,
+                                                      " cannot be handled; use e.g. SIGTERM,SIGUSR1"))};
+      }
+      a.forwarded_signals.push_back(*sig);
+    }
+  }
+
+  if (backend == "c10d" || backend == "meshrun") {
+    cfg.backend = Backend::kMeshrun;
+  } else if (backend == "static") {
+    cfg.backend = Backend::kStatic;
+  } else {
+    return {std::nullopt, UsageError(absl::StrCat("--rdzv_backend=", backend,
+                                                  ": allowed: meshrun, c10d (synonym), static"))};
+  }
+
+  if (absl::Status s = ApplyRdzvConf(rdzv_conf, &cfg); !s.ok()) {
+    return {std::nullopt, UsageError(std::string(s.message()))};
+  }
+
+  if (monitor_interval != 0) cfg.notes.push_back("--monitor_interval is not needed: meshrun is told of worker exits at once");
+  if (!start_method.empty()) cfg.notes.push_back("--start_method is not needed: meshrun always execs its workers");
+
+  // --standalone: one node, an embedded server on a free loopback port, a
+  // fresh run id (torchrun's meaning).
+  if (standalone || (cfg.backend == Backend::kMeshrun && endpoint.empty() && a.max_nodes == 1)) {
+    cfg.standalone = true;
+    a.min_nodes = a.max_nodes = 1;
+    a.last_call_timeout = absl::ZeroDuration();
+    cfg.endpoint_host = "127.0.0.1";
+    cfg.endpoint_port = 0;
+    a.run_id = RandomRunId();
+  } else {
+    a.run_id = run_id;
+    if (cfg.backend == Backend::kStatic) {
+      if (node_rank < 0) a.node_rank = 0;
+      endpoint = absl::StrCat(absl::StrContains(master_addr, ':') ? absl::StrCat("[", master_addr, "]") : master_addr,
+                              ":", master_port);
+      if (!cfg.is_host) cfg.is_host = (a.node_rank == 0);
+      a.last_call_timeout = absl::ZeroDuration();
+      if (a.min_nodes != a.max_nodes) {
+        return {std::nullopt, UsageError(absl::StrCat("--nnodes=", nnodes,
+                                                      ": the static backend needs a fixed node count"))};
+      }
+    }
+    if (endpoint.empty()) {
+      return {std::nullopt, UsageError("--rdzv_endpoint is required for a multi-node job (or use --standalone)")};
+    }
+    auto ep = ParseEndpoint(endpoint, 29400);
+    if (!ep.ok()) return {std::nullopt, UsageError(absl::StrCat("--rdzv_endpoint: ", ep.status().message()))};
+    cfg.endpoint_host = ep->host;
+    cfg.endpoint_port = ep->port;
+  }
+
+  // The worker command, like torchrun: .py files and -m modules run under
+  // $PYTHON_EXEC -u (default python3); anything else runs directly.
+  std::string prog = rest[0];
+  std::vector<std::string> args(rest.begin() + 1, rest.end());
+  std::vector<std::string>& cmd = a.command;
+  bool python = module || (!no_python && absl::EndsWith(prog, ".py"));
+  if (python) {
+    std::string interpreter = env::Get(env::kPythonExec).value_or("python3");
+    auto resolved = agent::ResolveProgram(interpreter);
+    if (!resolved.ok()) {
+      std::fprintf(stderr, "meshrun: error: python interpreter: %s\n",
+                   std::string(resolved.status().message()).c_str());
+      return {std::nullopt, 127};
+    }
+    if (!module && ::access(prog.c_str(), R_OK) != 0) {
+      std::fprintf(stderr, "meshrun: error: training script '%s' does not exist or is not readable\n",
+                   prog.c_str());
+      return {std::nullopt, 127};
+    }
+    cmd = {*resolved, "-u"};
+    if (module) cmd.push_back("-m");
+    cmd.push_back(prog);
+  } else {
+    auto resolved = agent::ResolveProgram(prog);
+    if (!resolved.ok()) {
+      std::fprintf(stderr, "meshrun: error: %s\n", std::string(resolved.status().message()).c_str());
+      return {std::nullopt, 127};
+    }
+    cmd = {*resolved};
+  }
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  a.token = env::Get(env::kToken).value_or("");
+  out.config = std::move(cfg);
+  return out;
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,124 @@
+#include "launcher/launch.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "agent/process.h"
+#include "common/env_registry.h"
+#include "common/logging.h"
+#include "common/net.h"
+#include "rendezvous/server.h"
+
+namespace meshrun::launcher {
+
+int Launch(LaunchConfig config) {
+  agent::AgentOptions& a = config.agent;
+  for (const auto& note : config.notes) std::fprintf(stderr, "meshrun: note: %s\n", note.c_str());
+
+  std::unique_ptr<rendezvous::RendezvousServer> server;
+  const bool local = config.standalone || IsLocalHost(config.endpoint_host);
+  const bool try_host = config.is_host.value_or(local);
+  a.is_endpoint_host = local;
+  if (try_host) {
+    rendezvous::ServerOptions so;
+    // --standalone binds loopback only; a multi-node host binds the
+    // endpoint's address when it is numeric, else every address.
+    if (config.standalone) {
+      so.host = "127.0.0.1";
+    } else {
+      absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(config.endpoint_host);
+      so.host = (addrs.ok() && IsLoopback(addrs->front())) ? addrs->front() : "::";
+    }
+    so.port = config.endpoint_port;
+    so.token = a.token;
+    auto started = rendezvous::RendezvousServer::Start(so);
+    if (started.ok()) {
+      server = std::move(*started);
+      a.endpoint = config.standalone ? server->endpoint()
+                                     : Endpoint{config.endpoint_host, server->port()}.ToString();
+      Logger("launcher")->info("hosting the rendezvous server on port {}", server->port());
+    } else if (config.is_host.value_or(false)) {
+      std::fprintf(stderr, "meshrun: error: is_host=1 but %s\n", std::string(started.status().message()).c_str());
+      return 1;
+    } else {
+      Logger("launcher")->info("another process hosts {}:{}; joining as a client", config.endpoint_host,
+                               config.endpoint_port);
+    }
+  }
+  if (a.endpoint.empty()) a.endpoint = Endpoint{config.endpoint_host, config.endpoint_port}.ToString();
+  if (config.standalone && a.nproc > 1 && !env::Get(env::kOmpNumThreads)) {
+    Logger("launcher")->info("setting OMP_NUM_THREADS=1 for each worker (unset in the environment)");
+  }
+
+  agent::NodeAgent node_agent(a);
+  int code = node_agent.Run();
+  if (server) server->Shutdown(absl::Seconds(1));
+  return code;
+}
+
+int ServerMain(int argc, char** argv) {
+  CLI::App app{"meshrun server: the rendezvous server as a daemon", "meshrun server"};
+  std::string host = "::";
+  int port = 29400;
+  std::string port_file;
+  double grace = 5;
+  app.add_option("--host", host, "Address to bind: :: (all), 0.0.0.0 (all IPv4), 127.0.0.1, ...")
+      ->default_str("::");
+  app.add_option("--port", port, "TCP port; 0 lets the OS pick (printed, and written to --port_file)")
+      ->default_str("29400");
+  app.add_option("--port_file,--port-file", port_file, "Write the bound port to this file once listening");
+  app.add_option("--shutdown_grace,--shutdown-grace", grace, "Seconds open calls get at shutdown")
+      ->default_str("5");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::fprintf(stderr, "meshrun server: error: %s (see meshrun server --help)\n", msg.c_str());
+    return 2;
+  }
+  if (port < 0 || port > 65535) {
+    std::fprintf(stderr, "meshrun server: error: --port=%d: must be in 0..65535\n", port);
+    return 2;
+  }
+  rendezvous::ServerOptions so;
+  so.host = host;
+  so.port = port;
+  so.token = env::Get(env::kToken).value_or("");
+  auto server = rendezvous::RendezvousServer::Start(so);
+  if (!server.ok()) {
+    std::fprintf(stderr, "meshrun server: error: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  if (!port_file.empty()) {
+    std::string tmp = port_file + ".tmp";
+    {
+      std::ofstream f(tmp);
+      f << (*server)->port() << "\n";
+    }
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  std::printf("meshrun server listening on %s port %d%s\n", host.c_str(), (*server)->port(),
+              so.token.empty() ? "" : " (token required)");
+  std::fflush(stdout);
+  // Signals were blocked in main(); wait for one synchronously.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::fprintf(stderr, "meshrun server: received %s; shutting down\n", agent::SignalName(sig).c_str());
+  (*server)->Shutdown(absl::Seconds(grace));
+  return 0;
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,58 @@
+// The `meshrun` command line: torchrun's flags (both --a_b and --a-b
+// spellings, PET_<NAME> environment defaults) parsed into a LaunchConfig.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/node_agent.h"
+
+namespace meshrun::launcher {
+
+enum class Backend { kMeshrun, kStatic };
+
+struct LaunchConfig {
+  agent::AgentOptions agent;
+  Backend backend = Backend::kMeshrun;
+  bool standalone = false;
+  // rdzv_conf is_host: nullopt = infer from the endpoint's host.
+  std::optional<bool> is_host;
+  // Host and port of --rdzv_endpoint (or master_addr:master_port for static).
+  std::string endpoint_host;
+  int endpoint_port = 29400;
+  std::vector<std::string> notes;  // One-time notes (ignored flags).
+};
+
+// Result of parsing: either a config to run, or an exit code to return now
+// (0 after --help/--version/--help-env, 2 after a bad flag, 127 when the
+// program does not exist), with what to print already printed.
+struct ParseOutcome {
+  std::optional<LaunchConfig> config;
+  int exit_code = 0;
+};
+
+// Parses argv of `meshrun [flags] prog [args...]`. Bad values give one line
+// on stderr naming the flag, the value and what is allowed.
+ParseOutcome ParseCommandLine(int argc, char** argv);
+
+// Parses "N" or "MIN:MAX" with 0 < MIN <= MAX (torchrun's
+// parse_min_max_nnodes). INVALID_ARGUMENT naming the value.
+absl::StatusOr<std::pair<int, int>> ParseNnodes(const std::string& text);
+
+// Resolves --nproc_per_node: a positive integer, "cpu" (usable CPUs),
+// "gpu" (NVIDIA GPUs visible under CUDA_VISIBLE_DEVICES; error when none),
+// or "auto" (GPUs when any, else CPUs). GPUs are counted from
+// /proc/driver/nvidia/gpus, without loading the CUDA runtime.
+absl::StatusOr<int> ResolveNprocPerNode(const std::string& text);
+
+// Counts the GPUs visible to workers: the driver's count filtered by
+// CUDA_VISIBLE_DEVICES (entries are used up to the first invalid one).
+int CountVisibleGpus();
+
+// Parses --rdzv_conf "k1=v1,k2=v2" into `config`. Known keys: see the
+// table in docs/user-guide.md; an unknown key is an error listing them.
+absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config);
+
+}  // namespace meshrun::launcher

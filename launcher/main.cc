@@ -1,0 +1,22 @@
+// meshrun: the launcher's entry point. Dispatches `meshrun server ...` to the
+// daemon; everything else is torchrun's command line.
+#include <signal.h>
+
+#include <cstring>
+
+#include "agent/process.h"
+#include "launcher/launch.h"
+#include "launcher/launch_config.h"
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "server") == 0) {
+    meshrun::agent::BlockSignals({SIGTERM, SIGINT, SIGHUP});
+    return meshrun::launcher::ServerMain(argc - 1, argv + 1);
+  }
+  meshrun::launcher::ParseOutcome parsed = meshrun::launcher::ParseCommandLine(argc, argv);
+  if (!parsed.config) return parsed.exit_code;
+  // Before any thread (gRPC's included) starts: every thread inherits the
+  // mask and only the agent's signal thread receives these signals.
+  meshrun::agent::BlockSignals(parsed.config->agent.forwarded_signals);
+  return meshrun::launcher::Launch(std::move(*parsed.config));
+}

@@ -1,0 +1,433 @@
+#include "rendezvous/rendezvous_service.h"
+
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace meshrun::rendezvous {
+namespace {
+
+namespace pb = ::meshrun::v1;
+
+constexpr const char* kMethodNames[] = {
+    "Join", "Heartbeat", "Watch", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvAdd",
+    "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "Status"};
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+// Constant-time comparison, so the token cannot be guessed byte by byte.
+bool TokenEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+int64_t ToEpochMs(absl::Time t) { return t == absl::Time() ? 0 : absl::ToUnixMillis(t); }
+
+void ToProto(const WorkerFailure& f, pb::WorkerFailure* out) {
+  out->set_node_id(f.node_id);
+  out->set_hostname(f.hostname);
+  out->set_node_rank(f.node_rank);
+  out->set_rank(f.rank);
+  out->set_local_rank(f.local_rank);
+  out->set_exit_code(f.exit_code);
+  out->set_signal(f.signal);
+  out->set_message(f.message);
+  out->set_round(f.round);
+  out->set_timestamp_ms(ToEpochMs(f.time));
+}
+
+WorkerFailure FromProto(const pb::WorkerFailure& f) {
+  WorkerFailure out;
+  out.node_id = f.node_id();
+  out.hostname = f.hostname();
+  out.node_rank = f.node_rank();
+  out.rank = f.rank();
+  out.local_rank = f.local_rank();
+  out.exit_code = f.exit_code();
+  out.signal = f.signal();
+  out.message = f.message();
+  out.round = f.round();
+  return out;
+}
+
+void ToProto(const Assignment& a, pb::Assignment* out) {
+  out->set_round(a.round);
+  out->set_node_rank(a.node_rank);
+  out->set_node_count(a.node_count);
+  out->set_rank_base(a.rank_base);
+  out->set_world_size(a.world_size);
+  out->set_master_addr(a.master_addr);
+  out->set_master_port(a.master_port);
+  out->set_restart_count(a.restart_count);
+  out->set_max_restarts(a.max_restarts);
+  out->set_role_rank_base(a.role_rank_base);
+  out->set_role_world_size(a.role_world_size);
+}
+
+pb::RunEvent ToProto(const RunEvent& e) {
+  pb::RunEvent out;
+  switch (e.kind) {
+    case RunEvent::Kind::kRoundClosed: out.set_kind(pb::RunEvent::ROUND_CLOSED); break;
+    case RunEvent::Kind::kRestart: out.set_kind(pb::RunEvent::RESTART); break;
+    case RunEvent::Kind::kNodeLost: out.set_kind(pb::RunEvent::NODE_LOST); break;
+    case RunEvent::Kind::kNodeWaiting: out.set_kind(pb::RunEvent::NODE_WAITING); break;
+    case RunEvent::Kind::kRunFinished: out.set_kind(pb::RunEvent::RUN_FINISHED); break;
+    case RunEvent::Kind::kRunFailed: out.set_kind(pb::RunEvent::RUN_FAILED); break;
+  }
+  out.set_round(e.round);
+  out.set_node_id(e.node_id);
+  if (e.root_cause) ToProto(*e.root_cause, out.mutable_root_cause());
+  out.set_restart_count(e.restart_count);
+  return out;
+}
+
+absl::Duration FromMs(int64_t ms) { return absl::Milliseconds(ms); }
+
+// A unary reactor that may finish later, from any thread, exactly once; on
+// client cancellation it runs `on_cancel` (which must lead to Complete).
+class ParkedReactor : public grpc::ServerUnaryReactor {
+ public:
+  void Complete(const grpc::Status& s) {
+    if (!finished_.exchange(true)) Finish(s);
+  }
+  void SetOnCancel(absl::AnyInvocable<void()> fn) {
+    absl::MutexLock lock(&mu_);
+    on_cancel_ = std::move(fn);
+  }
+  void OnCancel() override {
+    absl::AnyInvocable<void()> fn;
+    {
+      absl::MutexLock lock(&mu_);
+      fn = std::move(on_cancel_);
+    }
+    if (fn) fn();
+    // The domain answered already, or had nothing parked: end the call.
+    Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::atomic<bool> finished_{false};
+  absl::Mutex mu_;
+  absl::AnyInvocable<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
+};
+
+// Streams a run's events; owned jointly by gRPC (until OnDone) and the run.
+class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public EventSink {
+ public:
+  WatchReactor(std::shared_ptr<Run> run, std::string node_id)
+      : run_(std::move(run)), node_id_(std::move(node_id)) {}
+
+  void Begin(std::shared_ptr<WatchReactor> self, int64_t known_round) {
+    self_ = std::move(self);
+    run_->Watch(node_id_, self_, known_round);
+  }
+
+  void Push(const RunEvent& event) override {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    queue_.push_back(ToProto(event));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    queue_.pop_front();
+    if (!ok || done_) {
+      writing_ = false;
+      return;
+    }
+    if (!queue_.empty()) {
+      StartWrite(&queue_.front());
+    } else {
+      writing_ = false;
+    }
+  }
+
+  void OnCancel() override {
+    run_->Unwatch(node_id_, this);
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      finish = !finishing_;
+      finishing_ = true;
+    }
+    if (finish) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+  }
+
+  void OnDone() override {
+    run_->Unwatch(node_id_, this);
+    std::shared_ptr<WatchReactor> self;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      self = std::move(self_);
+    }
+  }
+
+ private:
+  const std::shared_ptr<Run> run_;
+  const std::string node_id_;
+  absl::Mutex mu_;
+  std::deque<pb::RunEvent> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<WatchReactor> self_;
+};
+
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::Status& s) {
+  auto* r = ctx->DefaultReactor();
+  r->Finish(s);
+  return r;
+}
+
+}  // namespace
+
+RendezvousService::RendezvousService(RunRegistry* registry, std::string token)
+    : registry_(registry), token_(std::move(token)) {}
+
+grpc::Status RendezvousService::Admit(Method m, const pb::RunRef& run, bool need_run_id) {
+  counts_[m].fetch_add(1, std::memory_order_relaxed);
+  if (!token_.empty() && !TokenEquals(run.token(), token_)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        run.token().empty() ? "this server requires a token (MESHRUN_TOKEN)"
+                                            : "wrong token (MESHRUN_TOKEN)");
+  }
+  if (need_run_id && run.run_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty run id");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
+                                                  const pb::JoinRequest* req, pb::JoinResponse* resp) {
+  if (auto s = Admit(kJoin, req->run()); !s.ok()) return Answer(ctx, s);
+  const pb::NodeInfo& n = req->node();
+  const pb::RunConfig& c = req->config();
+  if (n.node_id().empty() || n.nproc() <= 0 || c.min_nodes() <= 0 || c.max_nodes() < c.min_nodes()) {
+    return Answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "join needs a node id, nproc > 0 and 0 < min_nodes <= max_nodes"));
+  }
+  NodeDesc node{n.node_id(), n.hostname(), n.addr(), n.pid(), n.nproc(), n.node_rank_hint(),
+                n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role()};
+  RunConfig config{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
+                   FromMs(c.close_timeout_ms())};
+  std::shared_ptr<Run> run = registry_->ForJoin(req->run().run_id(), req->last_round());
+  auto* reactor = new ParkedReactor();
+  reactor->SetOnCancel([run, id = n.node_id()] { run->CancelJoin(id); });
+  run->Join(node, config, req->last_round(), [reactor, resp](absl::StatusOr<Assignment> a) {
+    if (a.ok()) ToProto(*a, resp->mutable_assignment());
+    reactor->Complete(ToGrpc(a.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                       const pb::HeartbeatRequest* req,
+                                                       pb::HeartbeatResponse* resp) {
+  if (auto s = Admit(kHeartbeat, req->run()); !s.ok()) return Answer(ctx, s);
+  std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
+  if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
+  resp->set_current_round(run->Heartbeat(req->node_id()));
+  return Answer(ctx, grpc::Status::OK);
+}
+
+grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackServerContext*,
+                                                                 const pb::WatchRequest* req) {
+  grpc::Status s = Admit(kWatch, req->run());
+  if (s.ok() && req->node_id().empty()) {
+    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "watch needs a node id");
+  }
+  if (!s.ok()) {
+    class Refused : public grpc::ServerWriteReactor<pb::RunEvent> {
+     public:
+      explicit Refused(const grpc::Status& s) { Finish(s); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(s);
+  }
+  std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
+  if (!run) {
+    class Refused : public grpc::ServerWriteReactor<pb::RunEvent> {
+     public:
+      Refused() { Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run")); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused();
+  }
+  auto reactor = std::make_shared<WatchReactor>(run, req->node_id());
+  reactor->Begin(reactor, req->known_round());
+  return reactor.get();
+}
+
+grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* ctx,
+                                                           const pb::ReportFailureRequest* req,
+                                                           pb::ReportFailureResponse* resp) {
+  if (auto s = Admit(kReportFailure, req->run()); !s.ok()) return Answer(ctx, s);
+  std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
+  if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
+  absl::StatusOr<FailureVerdict> v = run->ReportFailure(FromProto(req->failure()));
+  if (!v.ok()) return Answer(ctx, ToGrpc(v.status()));
+  resp->set_decision(v->decision == Decision::kRestart ? pb::ReportFailureResponse::RESTART
+                                                       : pb::ReportFailureResponse::STOP);
+  resp->set_next_round(v->next_round);
+  ToProto(v->root_cause, resp->mutable_root_cause());
+  resp->set_is_root_cause(v->is_root_cause);
+  return Answer(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServerContext* ctx,
+                                                            const pb::ReportFinishedRequest* req,
+                                                            pb::ReportFinishedResponse* resp) {
+  if (auto s = Admit(kReportFinished, req->run()); !s.ok()) return Answer(ctx, s);
+  std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
+  if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
+  auto* reactor = new ParkedReactor();
+  uint64_t id = run->ReportFinished(
+      req->node_id(), req->round(), FromMs(req->timeout_ms()),
+      [reactor, resp](absl::StatusOr<BarrierResult> r) {
+        if (r.ok()) {
+          resp->set_all_finished(r->all_finished);
+          resp->set_finished_nodes(r->finished_nodes);
+          resp->set_node_count(r->node_count);
+        }
+        reactor->Complete(ToGrpc(r.status()));
+      });
+  if (id != 0) reactor->SetOnCancel([run, id] { run->CancelFinished(id); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvSet(grpc::CallbackServerContext* ctx,
+                                                   const pb::KvSetRequest* req, pb::KvSetResponse*) {
+  if (auto s = Admit(kKvSet, req->run()); !s.ok()) return Answer(ctx, s);
+  registry_->FindOrCreate(req->run().run_id())->kv().Set(req->round(), req->key(), req->value());
+  return Answer(ctx, grpc::Status::OK);
+}
+
+namespace {
+
+// Parks a waiting store read on the run's store; answers through `fill`.
+template <typename Fill>
+grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round,
+                                    std::vector<std::string> keys, int64_t wait_ms, Fill fill) {
+  auto* reactor = new ParkedReactor();
+  std::shared_ptr<KvStore> kv(run, &run->kv());
+  KvStore::WaiterId id = kv->Await(
+      round, std::move(keys), absl::Milliseconds(wait_ms),
+      [reactor, fill = std::move(fill)](absl::StatusOr<std::vector<std::string>> values) mutable {
+        if (values.ok()) fill(*values);
+        reactor->Complete(ToGrpc(values.status()));
+      });
+  if (id != 0) reactor->SetOnCancel([kv, id] { kv->Cancel(id); });
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* ctx,
+                                                   const pb::KvGetRequest* req, pb::KvGetResponse* resp) {
+  if (auto s = Admit(kKvGet, req->run()); !s.ok()) return Answer(ctx, s);
+  return AwaitKeys(registry_->FindOrCreate(req->run().run_id()), req->round(), {req->key()},
+                   req->wait_ms(), [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* ctx,
+                                                   const pb::KvAddRequest* req, pb::KvAddResponse* resp) {
+  if (auto s = Admit(kKvAdd, req->run()); !s.ok()) return Answer(ctx, s);
+  absl::StatusOr<int64_t> v =
+      registry_->FindOrCreate(req->run().run_id())->kv().Add(req->round(), req->key(), req->delta());
+  if (v.ok()) resp->set_value(*v);
+  return Answer(ctx, ToGrpc(v.status()));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerContext* ctx,
+                                                          const pb::KvCompareSetRequest* req,
+                                                          pb::KvCompareSetResponse* resp) {
+  if (auto s = Admit(kKvCompareSet, req->run()); !s.ok()) return Answer(ctx, s);
+  auto [value, swapped] = registry_->FindOrCreate(req->run().run_id())
+                              ->kv()
+                              .CompareSet(req->round(), req->key(), req->expected(), req->desired());
+  resp->set_value(std::move(value));
+  resp->set_swapped(swapped);
+  return Answer(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext* ctx,
+                                                     const pb::KvCheckRequest* req, pb::KvCheckResponse* resp) {
+  if (auto s = Admit(kKvCheck, req->run()); !s.ok()) return Answer(ctx, s);
+  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+  resp->set_all_present(registry_->FindOrCreate(req->run().run_id())->kv().Check(req->round(), keys));
+  return Answer(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContext* ctx,
+                                                      const pb::KvDeleteRequest* req,
+                                                      pb::KvDeleteResponse* resp) {
+  if (auto s = Admit(kKvDelete, req->run()); !s.ok()) return Answer(ctx, s);
+  resp->set_deleted(registry_->FindOrCreate(req->run().run_id())->kv().Delete(req->round(), req->key()));
+  return Answer(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerContext* ctx,
+                                                        const pb::KvMultiGetRequest* req,
+                                                        pb::KvMultiGetResponse* resp) {
+  if (auto s = Admit(kKvMultiGet, req->run()); !s.ok()) return Answer(ctx, s);
+  return AwaitKeys(registry_->FindOrCreate(req->run().run_id()), req->round(),
+                   std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
+                   [resp](std::vector<std::string>& v) {
+                     for (auto& s : v) resp->add_values(std::move(s));
+                   });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerContext* ctx,
+                                                        const pb::KvMultiSetRequest* req,
+                                                        pb::KvMultiSetResponse*) {
+  if (auto s = Admit(kKvMultiSet, req->run()); !s.ok()) return Answer(ctx, s);
+  absl::Status st = registry_->FindOrCreate(req->run().run_id())
+                        ->kv()
+                        .MultiSet(req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()),
+                                  std::vector<std::string>(req->values().begin(), req->values().end()));
+  return Answer(ctx, ToGrpc(st));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext* ctx,
+                                                    const pb::KvWaitRequest* req, pb::KvWaitResponse*) {
+  if (auto s = Admit(kKvWait, req->run()); !s.ok()) return Answer(ctx, s);
+  return AwaitKeys(registry_->FindOrCreate(req->run().run_id()), req->round(),
+                   std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
+                   [](std::vector<std::string>&) {});
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,
+                                                    const pb::StatusRequest* req, pb::StatusResponse* resp) {
+  if (auto s = Admit(kStatus, req->run(), /*need_run_id=*/false); !s.ok()) return Answer(ctx, s);
+  for (const RunStatus& r : registry_->Status()) {
+    if (!req->run().run_id().empty() && r.run_id != req->run().run_id()) continue;
+    pb::RunStatus* out = resp->add_runs();
+    out->set_run_id(r.run_id);
+    out->set_round(r.round);
+    out->set_state(r.state);
+    out->set_nodes(r.nodes);
+    out->set_world_size(r.world_size);
+    out->set_restart_count(r.restart_count);
+    out->set_kv_keys(r.kv_keys);
+  }
+  for (int m = 0; m < kNumMethods; ++m) {
+    (*resp->mutable_request_counts())[kMethodNames[m]] = counts_[m].load(std::memory_order_relaxed);
+  }
+  resp->set_port(port_);
+  resp->set_version(MESHRUN_VERSION);
+  return Answer(ctx, grpc::Status::OK);
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,75 @@
+// The thin gRPC adapter: translates rendezvous.proto messages to the domain
+// classes of run.h / kv_store.h and back. Holds no state of its own beyond
+// the per-method request counters.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "meshrun/proto/rendezvous.grpc.pb.h"
+#include "rendezvous/run.h"
+
+namespace meshrun::rendezvous {
+
+class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackService {
+ public:
+  enum Method {
+    kJoin, kHeartbeat, kWatch, kReportFailure, kReportFinished, kKvSet, kKvGet, kKvAdd,
+    kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kNumMethods
+  };
+
+  // `registry` must outlive the service. `token`: required on every request
+  // when non-empty.
+  RendezvousService(RunRegistry* registry, std::string token);
+
+  void set_port(int port) { port_ = port; }
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                 v1::JoinResponse* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatResponse* resp) override;
+  grpc::ServerWriteReactor<v1::RunEvent>* Watch(grpc::CallbackServerContext* ctx,
+                                                const v1::WatchRequest* req) override;
+  grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* ctx,
+                                          const v1::ReportFailureRequest* req,
+                                          v1::ReportFailureResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportFinished(grpc::CallbackServerContext* ctx,
+                                           const v1::ReportFinishedRequest* req,
+                                           v1::ReportFinishedResponse* resp) override;
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const v1::KvSetRequest* req,
+                                  v1::KvSetResponse* resp) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* req,
+                                  v1::KvGetResponse* resp) override;
+  grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* ctx, const v1::KvAddRequest* req,
+                                  v1::KvAddResponse* resp) override;
+  grpc::ServerUnaryReactor* KvCompareSet(grpc::CallbackServerContext* ctx,
+                                         const v1::KvCompareSetRequest* req,
+                                         v1::KvCompareSetResponse* resp) override;
+  grpc::ServerUnaryReactor* KvCheck(grpc::CallbackServerContext* ctx, const v1::KvCheckRequest* req,
+                                    v1::KvCheckResponse* resp) override;
+  grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* ctx, const v1::KvDeleteRequest* req,
+                                     v1::KvDeleteResponse* resp) override;
+  grpc::ServerUnaryReactor* KvMultiGet(grpc::CallbackServerContext* ctx,
+                                       const v1::KvMultiGetRequest* req,
+                                       v1::KvMultiGetResponse* resp) override;
+  grpc::ServerUnaryReactor* KvMultiSet(grpc::CallbackServerContext* ctx,
+                                       const v1::KvMultiSetRequest* req,
+                                       v1::KvMultiSetResponse* resp) override;
+  grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* ctx, const v1::KvWaitRequest* req,
+                                   v1::KvWaitResponse* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
+                                   v1::StatusResponse* resp) override;
+
+ private:
+  // OK, or UNAUTHENTICATED / INVALID_ARGUMENT (empty run id).
+  grpc::Status Admit(Method m, const v1::RunRef& run, bool need_run_id = true);
+
+  RunRegistry* const registry_;
+  const std::string token_;
+  int port_ = 0;
+  std::array<std::atomic<int64_t>, kNumMethods> counts_{};
+};
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,522 @@
+#include "rendezvous/run.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "rendezvous/node_order.h"
+
+namespace meshrun::rendezvous {
+namespace {
+
+std::string NnodesText(const RunConfig& c) {
+  return c.min_nodes == c.max_nodes ? absl::StrCat(c.max_nodes)
+                                    : absl::StrCat(c.min_nodes, ":", c.max_nodes);
+}
+
+}  // namespace
+
+const char* StateName(Run::State state) {
+  switch (state) {
+    case Run::State::kJoining: return "joining";
+    case Run::State::kRunning: return "running";
+    case Run::State::kFinished: return "finished";
+    case Run::State::kFailed: return "failed";
+  }
+  return "?";
+}
+
+Run::Run(std::string run_id, DeadlineTimer* timer)
+    : run_id_(std::move(run_id)), timer_(timer), kv_(std::make_shared<KvStore>(run_id_, timer)) {}
+
+void Run::RunAll(Deferred& later) {
+  for (auto& fn : later) fn();
+  later.clear();
+}
+
+absl::Status Run::CheckConfigLocked(const RunConfig& config) const {
+  if (config.min_nodes != config_.min_nodes || config.max_nodes != config_.max_nodes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--nnodes conflict in run '", run_id_, "': this node has --nnodes=", NnodesText(config),
+        ", the run has --nnodes=", NnodesText(config_)));
+  }
+  if (config.max_restarts != config_.max_restarts) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--max_restarts conflict in run '", run_id_, "': this node has ", config.max_restarts,
+        ", the run has ", config_.max_restarts));
+  }
+  return absl::OkStatus();
+}
+
+void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, JoinCallback done) {
+  Deferred later;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!configured_) {
+      config_ = config;
+      configured_ = true;
+    }
+    refused = CheckConfigLocked(config);
+    if (refused.ok() && (state_ == State::kFinished || state_ == State::kFailed)) {
+      refused = absl::FailedPreconditionError(absl::StrCat(
+          "run '", run_id_, "' has already ", StateName(state_), " at round ", round_));
+    }
+    if (refused.ok()) {
+      for (const auto& j : pending_) {
+        if (j.node.node_id == node.node_id) {
+          refused = absl::AlreadyExistsError(absl::StrCat("node ", node.node_id, " is already joining"));
+        }
+      }
+    }
+    if (refused.ok() && state_ == State::kRunning) {
+      bool member = std::any_of(members_.begin(), members_.end(),
+                                [&](const Member& m) { return m.node.node_id == node.node_id; });
+      if (member && last_round >= round_) {
+        refused = absl::FailedPreconditionError(absl::StrCat(
+            "node ", node.hostname, " is already a member of running round ", round_));
+      }
+    }
+    if (refused.ok()) {
+      last_seen_[node.node_id] = absl::Now();
+      pending_.push_back(Joiner{node, last_round, std::move(done)});
+      if (state_ == State::kRunning) {
+        RunEvent ev;
+        ev.kind = RunEvent::Kind::kNodeWaiting;
+        ev.round = round_;
+        ev.node_id = node.node_id;
+        PushLocked(ev);
+      } else {
+        MaybeCloseLocked(later);
+      }
+    }
+  }
+  if (!refused.ok()) {
+    done(refused);
+    return;
+  }
+  RunAll(later);
+}
+
+void Run::CancelJoin(const std::string& node_id) {
+  JoinCallback cb;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(pending_.begin(), pending_.end(),
+                           [&](const Joiner& j) { return j.node.node_id == node_id; });
+    if (it == pending_.end()) return;
+    cb = std::move(it->done);
+    pending_.erase(it);
+  }
+  cb(absl::CancelledError("join cancelled by the client"));
+}
+
+void Run::MaybeCloseLocked(Deferred& later) {
+  if (state_ != State::kJoining) return;
+  const int joined = static_cast<int>(pending_.size());
+  if (joined >= config_.max_nodes || (reform_target_ > 0 && joined >= reform_target_ &&
+                                      joined >= config_.min_nodes)) {
+    CloseRoundLocked(later);
+    return;
+  }
+  if (joined >= config_.min_nodes && !last_call_armed_) {
+    last_call_armed_ = true;
+    std::weak_ptr<Run> weak = weak_from_this();
+    int64_t round = round_;
+    last_call_timer_ = timer_->Schedule(absl::Now() + config_.last_call_timeout, [weak, round] {
+      if (auto self = weak.lock()) self->OnLastCall(round);
+    });
+  }
+}
+
+void Run::OnLastCall(int64_t round) {
+  Deferred later;
+  {
+    absl::MutexLock lock(&mu_);
+    if (round != round_ || state_ != State::kJoining) return;
+    last_call_armed_ = false;
+    if (static_cast<int>(pending_.size()) >= config_.min_nodes) {
+      CloseRoundLocked(later);
+    }
+  }
+  RunAll(later);
+}
+
+void Run::CloseRoundLocked(Deferred& later) {
+  if (last_call_armed_) {
+    timer_->Cancel(last_call_timer_);
+    last_call_armed_ = false;
+  }
+  const int take = std::min<int>(static_cast<int>(pending_.size()), config_.max_nodes);
+  std::vector<Joiner> joining(std::make_move_iterator(pending_.begin()),
+                              std::make_move_iterator(pending_.begin() + take));
+  pending_.erase(pending_.begin(), pending_.begin() + take);
+
+  std::vector<NodeDesc> descs;
+  descs.reserve(joining.size());
+  for (const auto& j : joining) descs.push_back(j.node);
+  NodeOrder order = OrderNodes(descs);
+  if (!order.warning.empty()) Logger("rdzv")->warn("run '{}': {}", run_id_, order.warning);
+
+  int world = 0;
+  absl::flat_hash_map<std::string, int> role_size;
+  for (const auto& d : descs) {
+    world += d.nproc;
+    role_size[d.role] += d.nproc;
+  }
+  const NodeDesc& first = descs[order.order[0]];
+  members_.clear();
+  finished_.clear();
+  int base = 0;
+  absl::flat_hash_map<std::string, int> role_base;
+  for (int r = 0; r < static_cast<int>(order.order.size()); ++r) {
+    Joiner& j = joining[order.order[r]];
+    Assignment a;
+    a.round = round_;
+    a.node_rank = r;
+    a.node_count = static_cast<int>(joining.size());
+    a.rank_base = base;
+    a.world_size = world;
+    a.master_addr = first.addr;
+    a.master_port = first.master_port;
+    a.restart_count = restart_count_;
+    a.max_restarts = config_.max_restarts;
+    a.role_rank_base = role_base[j.node.role];
+    a.role_world_size = role_size[j.node.role];
+    role_base[j.node.role] += j.node.nproc;
+    base += j.node.nproc;
+    members_.push_back(Member{j.node, a});
+    later.push_back([cb = std::move(j.done), a]() mutable { cb(a); });
+  }
+  state_ = State::kRunning;
+  reform_target_ = 0;
+  kv_->DropRoundsBelow(round_);
+  RunEvent ev;
+  ev.kind = RunEvent::Kind::kRoundClosed;
+  ev.round = round_;
+  ev.restart_count = restart_count_;
+  PushLocked(ev);
+  Logger("rdzv")->info("run '{}' round {} closed: {} nodes, world size {}", run_id_, round_,
+                       members_.size(), world);
+}
+
+int64_t Run::Heartbeat(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  last_seen_[node_id] = absl::Now();
+  return round_;
+}
+
+void Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round) {
+  absl::MutexLock lock(&mu_);
+  RunEvent catch_up;
+  catch_up.round = round_;
+  catch_up.restart_count = restart_count_;
+  if (has_root_cause_) catch_up.root_cause = root_cause_;
+  if (state_ == State::kFailed) {
+    catch_up.kind = RunEvent::Kind::kRunFailed;
+    sink->Push(catch_up);
+  } else if (state_ == State::kFinished) {
+    catch_up.kind = RunEvent::Kind::kRunFinished;
+    sink->Push(catch_up);
+  } else if (round_ > known_round) {
+    catch_up.kind = RunEvent::Kind::kRestart;
+    sink->Push(catch_up);
+  }
+  watchers_[node_id] = std::move(sink);
+}
+
+void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
+  Deferred later;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = watchers_.find(node_id);
+    if (it == watchers_.end() || it->second.get() != sink) return;
+    watchers_.erase(it);
+    // A pending joiner whose agent is gone leaves the round.
+    auto p = std::find_if(pending_.begin(), pending_.end(),
+                          [&](const Joiner& j) { return j.node.node_id == node_id; });
+    if (p != pending_.end()) {
+      later.push_back([cb = std::move(p->done)]() mutable {
+        cb(absl::CancelledError("the joining agent disconnected"));
+      });
+      pending_.erase(p);
+    }
+    if (state_ == State::kRunning && !finished_.contains(node_id)) {
+      auto m = std::find_if(members_.begin(), members_.end(),
+                            [&](const Member& mem) { return mem.node.node_id == node_id; });
+      if (m != members_.end()) {
+        WorkerFailure f;
+        f.node_id = node_id;
+        f.hostname = m->node.hostname;
+        f.node_rank = m->assignment.node_rank;
+        f.exit_code = 1;
+        f.round = round_;
+        f.message = absl::StrCat("node ", m->node.hostname, " (node rank ", f.node_rank,
+                                 ") was lost: its agent disconnected");
+        RunEvent lost;
+        lost.kind = RunEvent::Kind::kNodeLost;
+        lost.round = round_;
+        lost.node_id = node_id;
+        PushLocked(lost);
+        AcceptFailureLocked(std::move(f), later);
+      }
+    }
+  }
+  RunAll(later);
+}
+
+FailureVerdict Run::VerdictLocked(bool is_root) const {
+  FailureVerdict v;
+  v.decision = state_ == State::kFailed ? Decision::kStop : Decision::kRestart;
+  v.next_round = round_;
+  v.root_cause = root_cause_;
+  v.is_root_cause = is_root;
+  return v;
+}
+
+FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) {
+  failure.time = absl::Now();
+  root_cause_ = std::move(failure);
+  has_root_cause_ = true;
+  RunEvent ev;
+  ev.root_cause = root_cause_;
+  if (restart_count_ < config_.max_restarts) {
+    ++restart_count_;
+    // Survivors re-form: every member except a lost node, plus nodes waiting.
+    int survivors = 0;
+    for (const auto& m : members_) {
+      if (m.node.node_id != root_cause_.node_id || root_cause_.rank >= 0) ++survivors;
+    }
+    reform_target_ = std::max(1, std::min(config_.max_nodes,
+                                          survivors + static_cast<int>(pending_.size())));
+    ++round_;
+    state_ = State::kJoining;
+    members_.clear();
+    finished_.clear();
+    ev.kind = RunEvent::Kind::kRestart;
+    ev.round = round_;
+    ev.restart_count = restart_count_;
+    PushLocked(ev);
+    MaybeCloseLocked(later);
+  } else {
+    state_ = State::kFailed;
+    ev.kind = RunEvent::Kind::kRunFailed;
+    ev.round = round_;
+    ev.restart_count = restart_count_;
+    PushLocked(ev);
+    // Nobody will finish: release the exit barrier.
+    for (auto& b : barriers_) {
+      timer_->Cancel(b.timer_id);
+      later.push_back([cb = std::move(b.done)]() mutable {
+        cb(absl::AbortedError("the run failed on another node"));
+      });
+    }
+    barriers_.clear();
+  }
+  return VerdictLocked(/*is_root=*/true);
+}
+
+absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure) {
+  Deferred later;
+  FailureVerdict verdict;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failure.round > round_) {
+      return absl::InvalidArgumentError(absl::StrCat("failure reported for round ", failure.round,
+                                                     " but run '", run_id_, "' is at round ", round_));
+    }
+    if (failure.round < round_ || state_ != State::kRunning) {
+      // Secondary: this round's incident was already accepted.
+      if (!has_root_cause_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "failure reported for round ", failure.round, " of run '", run_id_, "', which is ",
+            StateName(state_)));
+      }
+      verdict = VerdictLocked(/*is_root=*/false);
+    } else {
+      verdict = AcceptFailureLocked(std::move(failure), later);
+    }
+  }
+  RunAll(later);
+  return verdict;
+}
+
+uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, absl::Duration timeout,
+                             BarrierCallback done) {
+  Deferred later;
+  uint64_t id = 0;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    BarrierResult now;
+    now.node_count = static_cast<int>(members_.size());
+    if (state_ == State::kFinished && round == round_) {
+      now.all_finished = true;
+      now.finished_nodes = now.node_count;
+      later.push_back([cb = std::move(done), now]() mutable { cb(now); });
+    } else if (state_ != State::kRunning || round != round_) {
+      refused = absl::FailedPreconditionError(absl::StrCat(
+          "finish reported for round ", round, " but run '", run_id_, "' is ", StateName(state_),
+          " at round ", round_));
+    } else {
+      finished_.insert(node_id);
+      if (finished_.size() >= members_.size()) {
+        state_ = State::kFinished;
+        now.all_finished = true;
+        now.finished_nodes = now.node_count;
+        for (auto& b : barriers_) {
+          timer_->Cancel(b.timer_id);
+          later.push_back([cb = std::move(b.done), now]() mutable { cb(now); });
+        }
+        barriers_.clear();
+        later.push_back([cb = std::move(done), now]() mutable { cb(now); });
+        RunEvent ev;
+        ev.kind = RunEvent::Kind::kRunFinished;
+        ev.round = round_;
+        ev.restart_count = restart_count_;
+        PushLocked(ev);
+      } else {
+        id = next_barrier_++;
+        std::weak_ptr<Run> weak = weak_from_this();
+        DeadlineTimer::Id tid = timer_->Schedule(absl::Now() + timeout, [weak, id] {
+          if (auto self = weak.lock()) self->OnBarrierTimeout(id);
+        });
+        barriers_.push_back(Barrier{id, tid, std::move(done)});
+      }
+    }
+  }
+  if (!refused.ok()) {
+    done(refused);
+    return 0;
+  }
+  RunAll(later);
+  return id;
+}
+
+void Run::OnBarrierTimeout(uint64_t id) {
+  BarrierCallback cb;
+  BarrierResult result;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(barriers_.begin(), barriers_.end(), [id](const Barrier& b) { return b.id == id; });
+    if (it == barriers_.end()) return;
+    cb = std::move(it->done);
+    barriers_.erase(it);
+    result.finished_nodes = static_cast<int>(finished_.size());
+    result.node_count = static_cast<int>(members_.size());
+  }
+  cb(result);
+}
+
+void Run::CancelFinished(uint64_t id) {
+  BarrierCallback cb;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(barriers_.begin(), barriers_.end(), [id](const Barrier& b) { return b.id == id; });
+    if (it == barriers_.end()) return;
+    timer_->Cancel(it->timer_id);
+    cb = std::move(it->done);
+    barriers_.erase(it);
+  }
+  cb(absl::CancelledError("exit barrier cancelled by the client"));
+}
+
+void Run::PushLocked(const RunEvent& event) {
+  for (auto& [node, sink] : watchers_) sink->Push(event);
+}
+
+RunStatus Run::Status() const {
+  RunStatus s;
+  {
+    absl::MutexLock lock(&mu_);
+    s.run_id = run_id_;
+    s.round = round_;
+    s.state = StateName(state_);
+    s.nodes = static_cast<int>(state_ == State::kJoining ? pending_.size() : members_.size());
+    for (const auto& m : members_) s.world_size += m.node.nproc;
+    s.restart_count = restart_count_;
+  }
+  s.kv_keys = kv_->size();
+  return s;
+}
+
+bool Run::terminal() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kFinished || state_ == State::kFailed;
+}
+
+void Run::Close(const std::string& why) {
+  Deferred later;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& j : pending_) {
+      later.push_back([cb = std::move(j.done), why]() mutable { cb(absl::AbortedError(why)); });
+    }
+    pending_.clear();
+    for (auto& b : barriers_) {
+      timer_->Cancel(b.timer_id);
+      later.push_back([cb = std::move(b.done), why]() mutable { cb(absl::AbortedError(why)); });
+    }
+    barriers_.clear();
+    if (last_call_armed_) timer_->Cancel(last_call_timer_);
+    last_call_armed_ = false;
+    watchers_.clear();
+  }
+  RunAll(later);
+  kv_->Close(why);
+}
+
+RunRegistry::RunRegistry(DeadlineTimer* timer) : timer_(timer) {}
+
+RunRegistry::~RunRegistry() { CloseAll("the rendezvous server is shutting down"); }
+
+std::shared_ptr<Run> RunRegistry::ForJoin(const std::string& run_id, int64_t last_round) {
+  std::shared_ptr<Run> old;
+  std::shared_ptr<Run> fresh;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& slot = runs_[run_id];
+    if (slot && !(slot->terminal() && last_round < 0)) return slot;
+    old = std::move(slot);
+    slot = std::make_shared<Run>(run_id, timer_);
+    fresh = slot;
+  }
+  if (old) old->Close(absl::StrCat("run '", run_id, "' was restarted by a new job with the same id"));
+  return fresh;
+}
+
+std::shared_ptr<Run> RunRegistry::Find(const std::string& run_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = runs_.find(run_id);
+  return it == runs_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Run> RunRegistry::FindOrCreate(const std::string& run_id) {
+  absl::MutexLock lock(&mu_);
+  auto& slot = runs_[run_id];
+  if (!slot) slot = std::make_shared<Run>(run_id, timer_);
+  return slot;
+}
+
+std::vector<RunStatus> RunRegistry::Status() const {
+  std::vector<std::shared_ptr<Run>> runs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, run] : runs_) runs.push_back(run);
+  }
+  std::vector<RunStatus> out;
+  for (const auto& r : runs) out.push_back(r->Status());
+  std::sort(out.begin(), out.end(), [](const RunStatus& a, const RunStatus& b) { return a.run_id < b.run_id; });
+  return out;
+}
+
+void RunRegistry::CloseAll(const std::string& why) {
+  std::vector<std::shared_ptr<Run>> runs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, run] : runs_) runs.push_back(run);
+  }
+  for (auto& r : runs) r->Close(why);
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,154 @@
+// One run (one rdzv_id): its rounds, membership, restart budget, exit
+// barrier, event watchers and key-value store. Pure domain: no gRPC.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "rendezvous/kv_store.h"
+#include "rendezvous/timer.h"
+#include "rendezvous/types.h"
+
+namespace meshrun::rendezvous {
+
+class Run : public std::enable_shared_from_this<Run> {
+ public:
+  enum class State { kJoining, kRunning, kFinished, kFailed };
+  using JoinCallback = absl::AnyInvocable<void(absl::StatusOr<Assignment>)>;
+  using BarrierCallback = absl::AnyInvocable<void(absl::StatusOr<BarrierResult>)>;
+
+  // `timer` must outlive the run.
+  Run(std::string run_id, DeadlineTimer* timer);
+
+  // Joins the open round. `done` is answered once, when the round closes (the
+  // assignment), on a conflict (FAILED_PRECONDITION naming the field and both
+  // values), or with CANCELLED after CancelJoin. A node joining while a round
+  // runs waits for the next round (NODE_WAITING is pushed). `last_round` is
+  // the round the node last ran in, -1 on its first join; a node that still
+  // claims the running round is refused as stale. Thread-safe.
+  void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, JoinCallback done);
+  void CancelJoin(const std::string& node_id);
+
+  // Records a heartbeat; returns the current round. Thread-safe.
+  int64_t Heartbeat(const std::string& node_id);
+
+  // Subscribes `sink` to this run's events for `node_id` (replacing an older
+  // sink of that node). When the run moved past `known_round` (or ended), the
+  // sink first gets the event that says so. Thread-safe.
+  void Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round);
+  // Drops the sink. When the node is a member of the running round and has
+  // not finished, its agent is gone: the node is lost (restart or fail).
+  void Unwatch(const std::string& node_id, const EventSink* sink);
+
+  // Accepts a worker failure of round `failure.round`. The first report of a
+  // round is the root cause: the budget pays one restart (round+1 opens,
+  // RESTART is pushed) or, when spent, the run fails (RUN_FAILED). Later
+  // reports of that round are secondary and get the same decision.
+  absl::StatusOr<FailureVerdict> ReportFailure(WorkerFailure failure);
+
+  // The exit barrier: `node_id` finished round `round`; `done` is answered
+  // when every member finished (RUN_FINISHED is pushed) or after `timeout`.
+  // Returns a barrier id for CancelFinished.
+  uint64_t ReportFinished(const std::string& node_id, int64_t round, absl::Duration timeout,
+                          BarrierCallback done);
+  void CancelFinished(uint64_t id);
+
+  RunStatus Status() const;
+  bool terminal() const;
+  KvStore& kv() { return *kv_; }
+  const std::string& run_id() const { return run_id_; }
+
+  // Fails every parked call (ABORTED) and drops the store; used when the run
+  // id is reused by a fresh job and at server shutdown.
+  void Close(const std::string& why);
+
+ private:
+  struct Joiner {
+    NodeDesc node;
+    int64_t last_round;
+    JoinCallback done;
+  };
+  struct Member {
+    NodeDesc node;
+    Assignment assignment;
+  };
+  struct Barrier {
+    uint64_t id;
+    DeadlineTimer::Id timer_id;
+    BarrierCallback done;
+  };
+  using Deferred = std::vector<absl::AnyInvocable<void()>>;
+
+  absl::Status CheckConfigLocked(const RunConfig& config) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void MaybeCloseLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseRoundLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnLastCall(int64_t round);
+  FailureVerdict AcceptFailureLocked(WorkerFailure failure, Deferred& later)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  FailureVerdict VerdictLocked(bool is_root) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void PushLocked(const RunEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnBarrierTimeout(uint64_t id);
+  static void RunAll(Deferred& later);
+
+  const std::string run_id_;
+  DeadlineTimer* const timer_;
+  const std::shared_ptr<KvStore> kv_;
+
+  mutable absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kJoining;
+  bool configured_ ABSL_GUARDED_BY(mu_) = false;
+  RunConfig config_ ABSL_GUARDED_BY(mu_);
+  int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  // A re-form after a failure or loss closes as soon as this many nodes
+  // joined; 0 for a fresh round (MIN/MAX and the last call apply).
+  int reform_target_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Joiner> pending_ ABSL_GUARDED_BY(mu_);
+  bool last_call_armed_ ABSL_GUARDED_BY(mu_) = false;
+  DeadlineTimer::Id last_call_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> finished_ ABSL_GUARDED_BY(mu_);
+  std::vector<Barrier> barriers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_barrier_ ABSL_GUARDED_BY(mu_) = 1;
+  int restart_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Root cause of the last incident and the round it happened in.
+  bool has_root_cause_ ABSL_GUARDED_BY(mu_) = false;
+  WorkerFailure root_cause_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<EventSink>> watchers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+};
+
+const char* StateName(Run::State state);
+
+// All runs of a server, by run id. Thread-safe.
+class RunRegistry {
+ public:
+  explicit RunRegistry(DeadlineTimer* timer);
+  ~RunRegistry();
+
+  // The run a join goes to: the existing one, or a fresh one when the id is
+  // new or its previous run ended (finished or failed) and `last_round` is
+  // -1 (a new job reusing the id).
+  std::shared_ptr<Run> ForJoin(const std::string& run_id, int64_t last_round);
+  // The run, or nullptr.
+  std::shared_ptr<Run> Find(const std::string& run_id) const;
+  // The run, created when absent (a store-only run for other launchers).
+  std::shared_ptr<Run> FindOrCreate(const std::string& run_id);
+  std::vector<RunStatus> Status() const;
+  // Closes every run (server shutdown).
+  void CloseAll(const std::string& why);
+
+ private:
+  DeadlineTimer* const timer_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,75 @@
+#include "rendezvous/server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "rendezvous/rendezvous_service.h"
+
+namespace meshrun::rendezvous {
+
+struct RendezvousServer::Impl {
+  ServerOptions options;
+  DeadlineTimer timer;
+  std::unique_ptr<RunRegistry> registry;
+  std::unique_ptr<RendezvousService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  bool shut_down = false;
+};
+
+RendezvousServer::RendezvousServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RendezvousServer::~RendezvousServer() { Shutdown(absl::Seconds(1)); }
+
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const ServerOptions& options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is outside 0..65535"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->registry = std::make_unique<RunRegistry>(&impl->timer);
+  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token);
+
+  std::string host = options.host;
+  std::string addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", options.port)
+                                                 : absl::StrCat(host, ":", options.port);
+  grpc::ServerBuilder builder;
+  // One server per port: a second agent on this host must fail to bind and
+  // become a client (DESIGN.md §1.2).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 1 << 20);
+  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
+  builder.RegisterService(impl->service.get());
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || impl->port == 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "cannot bind the rendezvous server to ", addr, " (address in use or not local)"));
+  }
+  impl->service->set_port(impl->port);
+  Logger("rdzv")->info("rendezvous server listening on {} (port {})", addr, impl->port);
+  return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(impl)));
+}
+
+void RendezvousServer::Shutdown(absl::Duration grace) {
+  if (!impl_ || impl_->shut_down) return;
+  impl_->shut_down = true;
+  // Parked calls (joins, store waits, barriers) are answered ABORTED first,
+  // so the graceful phase does not wait on them.
+  impl_->registry->CloseAll("the rendezvous server is shutting down");
+  impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  impl_->server->Wait();
+}
+
+int RendezvousServer::port() const { return impl_->port; }
+
+std::string RendezvousServer::endpoint() const {
+  std::string host = impl_->options.host;
+  if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  return absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", impl_->port)
+                                      : absl::StrCat(host, ":", impl_->port);
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,52 @@
+// The rendezvous server: gRPC callback service over the run registry.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace meshrun::rendezvous {
+
+struct ServerOptions {
+  // Address to bind: "0.0.0.0" (all IPv4), "::" (all), "127.0.0.1"
+  // (loopback only, as --standalone uses), or any numeric address.
+  std::string host = "0.0.0.0";
+  // TCP port; 0 lets the OS pick one (read it back with port()).
+  int port = 0;
+  // When non-empty, every request must carry this token (MESHRUN_TOKEN).
+  std::string token;
+};
+
+class RendezvousServer {
+ public:
+  // Binds and starts serving. SO_REUSEPORT is off, so a second server on the
+  // same port fails with ALREADY_EXISTS ("address in use") — that is how an
+  // agent learns another agent on its host already hosts the server.
+  // INVALID_ARGUMENT for a bad host. Callback API: a waiting get, a join or
+  // a watch parks a reactor, never a thread.
+  static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(const ServerOptions& options);
+
+  // Shuts down: calls still open after `grace` are cancelled; never hangs
+  // longer than `grace` plus the cancellation of in-flight handlers.
+  ~RendezvousServer();
+  void Shutdown(absl::Duration grace);
+
+  // The bound port (the OS's choice when options.port was 0).
+  int port() const;
+  // "host:port" to reach this server, with the host as given in options
+  // ("127.0.0.1" when it bound to all addresses).
+  std::string endpoint() const;
+
+ private:
+  struct Impl;
+  explicit RendezvousServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshrun::rendezvous

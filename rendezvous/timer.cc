@@ -1,0 +1,56 @@
+#include "rendezvous/timer.h"
+
+namespace meshrun::rendezvous {
+
+DeadlineTimer::DeadlineTimer() : thread_([this] { Loop(); }) {}
+
+DeadlineTimer::~DeadlineTimer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+DeadlineTimer::Id DeadlineTimer::Schedule(absl::Time when, absl::AnyInvocable<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  Id id = next_id_++;
+  auto pos = by_time_.emplace(when, id);
+  entries_.emplace(id, Entry{pos, std::move(fn)});
+  return id;
+}
+
+bool DeadlineTimer::Cancel(Id id) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return false;
+  by_time_.erase(it->second.pos);
+  entries_.erase(it);
+  return true;
+}
+
+void DeadlineTimer::Loop() {
+  mu_.Lock();
+  while (!stop_) {
+    absl::Time now = absl::Now();
+    if (!by_time_.empty() && by_time_.begin()->first <= now) {
+      Id id = by_time_.begin()->second;
+      by_time_.erase(by_time_.begin());
+      auto node = entries_.extract(id);
+      mu_.Unlock();
+      node.mapped().fn();
+      mu_.Lock();
+      continue;
+    }
+    absl::Time wake = by_time_.empty() ? absl::InfiniteFuture() : by_time_.begin()->first;
+    // Wakes when the earliest deadline passes, a new earlier one arrives, or stop.
+    absl::Time first = wake;
+    auto changed = [this, first]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || (!by_time_.empty() && by_time_.begin()->first < first);
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&changed), wake);
+  }
+  mu_.Unlock();
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,106 @@
+// Domain types of the rendezvous server. No gRPC or Protobuf here: the
+// adapter in rendezvous_service.cc translates to and from the wire.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace meshrun::rendezvous {
+
+// What an agent says about its node (see NodeInfo in rendezvous.proto).
+struct NodeDesc {
+  std::string node_id;
+  std::string hostname;
+  std::string addr;          // Numeric; MASTER_ADDR when this node is rank 0.
+  int64_t pid = 0;
+  int nproc = 1;
+  int node_rank_hint = -1;   // --node_rank, -1 when not given.
+  bool is_endpoint_host = false;
+  int master_port = 0;
+  std::string role = "default";
+};
+
+// The job's shape; the first join fixes it for the run.
+struct RunConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  absl::Duration last_call_timeout = absl::Seconds(30);
+  int max_restarts = 0;
+  absl::Duration close_timeout = absl::Seconds(30);
+};
+
+// One node's place in a closed round.
+struct Assignment {
+  int64_t round = 0;
+  int node_rank = 0;
+  int node_count = 0;
+  int rank_base = 0;
+  int world_size = 0;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  int role_rank_base = 0;
+  int role_world_size = 0;
+};
+
+struct WorkerFailure {
+  std::string node_id;
+  std::string hostname;
+  int node_rank = -1;
+  int rank = -1;
+  int local_rank = -1;
+  int exit_code = 0;
+  int signal = 0;
+  std::string message;
+  int64_t round = 0;
+  absl::Time time;  // Server clock when accepted.
+};
+
+struct RunEvent {
+  enum class Kind { kRoundClosed, kRestart, kNodeLost, kNodeWaiting, kRunFinished, kRunFailed };
+  Kind kind = Kind::kRoundClosed;
+  int64_t round = 0;
+  std::string node_id;
+  std::optional<WorkerFailure> root_cause;
+  int restart_count = 0;
+};
+
+enum class Decision { kRestart, kStop };
+
+struct FailureVerdict {
+  Decision decision = Decision::kStop;
+  int64_t next_round = 0;
+  WorkerFailure root_cause;
+  bool is_root_cause = false;
+};
+
+struct BarrierResult {
+  bool all_finished = false;
+  int finished_nodes = 0;
+  int node_count = 0;
+};
+
+struct RunStatus {
+  std::string run_id;
+  int64_t round = 0;
+  std::string state;
+  int nodes = 0;
+  int world_size = 0;
+  int restart_count = 0;
+  int64_t kv_keys = 0;
+};
+
+// Receives a run's events, in order. Implementations must not block and must
+// not call back into the Run from Push (it is called under the run's lock).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void Push(const RunEvent& event) = 0;
+};
+
+}  // namespace meshrun::rendezvous
