@@ -1,5 +1,6 @@
 #include "rendezvous/server.h"
 
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/match.h"
@@ -8,6 +9,15 @@
 #include "rendezvous/rendezvous_service.h"
 
 namespace meshrun::rendezvous {
+namespace {
+
+// gRPC's own log lines go to the "grpc" logger at debug level: a failed bind
+// is an expected event (another agent hosts) and must not spam the console.
+void RouteGrpcLogs(gpr_log_func_args* args) {
+  Logger("grpc")->debug("{}:{}: {}", args->file, args->line, args->message);
+}
+
+}  // namespace
 
 struct RendezvousServer::Impl {
   ServerOptions options;
@@ -27,6 +37,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is outside 0..65535"));
   }
+  static const bool routed = (gpr_set_log_function(&RouteGrpcLogs), true);
+  (void)routed;
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer);

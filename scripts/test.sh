@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds meshrun and runs the whole test suite (unit and end-to-end tests on
+# loopback). Tests that need a GPU skip themselves on machines without one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+cd build
+ctest --output-on-failure -j2 --timeout 300

@@ -1,0 +1,52 @@
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "agent/process.h"
+
+using namespace meshrun::agent;
+
+TEST_CASE("signal names and exit codes", "[process]") {
+  CHECK(SignalName(SIGSEGV) == "SIGSEGV");
+  CHECK(SignalName(SIGTERM) == "SIGTERM");
+  CHECK(*ParseSignal("SIGUSR1") == SIGUSR1);
+  CHECK(*ParseSignal("term") == SIGTERM);
+  CHECK(*ParseSignal("9") == 9);
+  CHECK_FALSE(ParseSignal("SIGNOPE").ok());
+  int exited3 = 3 << 8;
+  CHECK(ExitCodeOf(exited3) == 3);
+  CHECK(DescribeWaitStatus(exited3) == "exit code 3");
+  int segv = SIGSEGV;
+  CHECK(ExitCodeOf(segv) == 139);
+  CHECK(DescribeWaitStatus(segv).find("SIGSEGV") != std::string::npos);
+}
+
+TEST_CASE("programs resolve against PATH with clear errors", "[process]") {
+  auto sh = ResolveProgram("sh");
+  REQUIRE(sh.ok());
+  CHECK(sh->find("/sh") != std::string::npos);
+  auto missing = ResolveProgram("definitely-not-a-program-xyz");
+  REQUIRE(absl::IsNotFound(missing.status()));
+  CHECK(std::string(missing.status().message()).find("definitely-not-a-program-xyz") != std::string::npos);
+  CHECK(absl::IsNotFound(ResolveProgram("/no/such/file").status()));
+  std::string plain = std::string(MESHRUN_BINARY_DIR) + "/CMakeCache.txt";
+  CHECK_FALSE(ResolveProgram(plain).ok());  // Not executable.
+}
+
+TEST_CASE("spawned children run in their own process group and report exec failure", "[process]") {
+  auto child = Spawn({"/bin/sh", "-c", "exit 7"}, {"PATH=/bin"});
+  REQUIRE(child.ok());
+  REQUIRE(CheckExec(*child, "/bin/sh").ok());
+  pid_t pgid = getpgid(child->pid);
+  CHECK((pgid == child->pid || pgid == -1));
+  int status = 0;
+  REQUIRE(waitpid(child->pid, &status, 0) == child->pid);
+  CHECK(ExitCodeOf(status) == 7);
+
+  auto bad = Spawn({"/no/such/binary"}, {});
+  REQUIRE(bad.ok());
+  absl::Status s = CheckExec(*bad, "/no/such/binary");
+  CHECK(absl::IsNotFound(s));
+  waitpid(bad->pid, &status, 0);
+}

@@ -1,0 +1,37 @@
+#include <catch2/catch.hpp>
+
+#include "common/endpoint.h"
+#include "common/store.h"
+
+using meshrun::ParseEndpoint;
+
+TEST_CASE("endpoints parse in torchrun's forms", "[common]") {
+  auto a = ParseEndpoint("node1:29500", 29400);
+  REQUIRE(a.ok());
+  CHECK(a->host == "node1");
+  CHECK(a->port == 29500);
+  auto b = ParseEndpoint("10.1.2.3", 29400);
+  REQUIRE(b.ok());
+  CHECK(b->port == 29400);
+  auto c = ParseEndpoint("[fe80::1]:1234", 29400);
+  REQUIRE(c.ok());
+  CHECK(c->host == "fe80::1");
+  CHECK(c->port == 1234);
+  CHECK(c->ToString() == "[fe80::1]:1234");
+  auto d = ParseEndpoint("[::1]", 29400);
+  REQUIRE(d.ok());
+  CHECK(d->port == 29400);
+}
+
+TEST_CASE("bad endpoints are refused with the value named", "[common]") {
+  auto v6 = ParseEndpoint("fe80::1:29400", 29400);
+  REQUIRE_FALSE(v6.ok());
+  CHECK(std::string(v6.status().message()).find("ambiguous") != std::string::npos);
+  CHECK(std::string(v6.status().message()).find("fe80::1:29400") != std::string::npos);
+  CHECK_FALSE(ParseEndpoint("", 1).ok());
+  CHECK_FALSE(ParseEndpoint("host:", 1).ok());
+  CHECK_FALSE(ParseEndpoint("host:70000", 1).ok());
+  CHECK_FALSE(ParseEndpoint("host:abc", 1).ok());
+  CHECK_FALSE(ParseEndpoint(":29400", 1).ok());
+  CHECK_FALSE(ParseEndpoint("[::1", 1).ok());
+}

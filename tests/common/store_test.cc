@@ -1,0 +1,115 @@
+// The Store client against a real in-process gRPC server on loopback.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_store.h"
+#include "rendezvous/server.h"
+
+using namespace meshrun;
+
+namespace {
+
+std::unique_ptr<rendezvous::RendezvousServer> StartServer(const std::string& token = "") {
+  rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.token = token;
+  auto s = rendezvous::RendezvousServer::Start(o);
+  REQUIRE(s.ok());
+  return std::move(*s);
+}
+
+std::shared_ptr<Store> Connect(const rendezvous::RendezvousServer& server, const std::string& run,
+                               int64_t round = 0, const std::string& token = "") {
+  GrpcStoreOptions o;
+  o.endpoint = server.endpoint();
+  o.run_id = run;
+  o.round = round;
+  o.token = token;
+  o.connect_timeout = absl::Seconds(5);
+  auto s = ConnectGrpcStore(o);
+  REQUIRE(s.ok());
+  return *s;
+}
+
+}  // namespace
+
+TEST_CASE("store operations round-trip through the server", "[store]") {
+  auto server = StartServer();
+  auto store = Connect(*server, "job");
+  REQUIRE(store->Set("a", std::string("x\0y", 3)).ok());
+  auto a = store->Get("a", absl::Seconds(1));
+  REQUIRE(a.ok());
+  CHECK(*a == std::string("x\0y", 3));
+  CHECK(*store->Add("counter", 5) == 5);
+  CHECK(*store->Add("counter", -2) == 3);
+  CHECK(*store->CompareSet("cas", "", "v1") == "v1");
+  CHECK(*store->CompareSet("cas", "wrong", "v2") == "v1");
+  CHECK(*store->CompareSet("cas", "v1", "v2") == "v2");
+  std::vector<std::string> keys = {"k1", "k2"};
+  CHECK_FALSE(*store->Check(keys));
+  REQUIRE(store->MultiSet(keys, std::vector<std::string>{"1", "2"}).ok());
+  CHECK(*store->Check(keys));
+  auto values = store->MultiGet(keys, absl::Seconds(1));
+  REQUIRE(values.ok());
+  CHECK(*values == std::vector<std::string>{"1", "2"});
+  CHECK(*store->Delete("k1"));
+  CHECK_FALSE(*store->Delete("k1"));
+  CHECK(absl::IsNotFound(store->Get("k1", absl::ZeroDuration()).status()));
+}
+
+TEST_CASE("a waiting get wakes when another client sets the key", "[store]") {
+  auto server = StartServer();
+  auto reader = Connect(*server, "job");
+  auto writer = Connect(*server, "job");
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    REQUIRE(writer->Set("late", "here").ok());
+  });
+  auto start = absl::Now();
+  auto v = reader->Get("late", absl::Seconds(10));
+  t.join();
+  REQUIRE(v.ok());
+  CHECK(*v == "here");
+  CHECK(absl::Now() - start < absl::Seconds(5));
+}
+
+TEST_CASE("a waiting get times out naming the key", "[store]") {
+  auto server = StartServer();
+  auto store = Connect(*server, "job");
+  auto start = absl::Now();
+  auto v = store->Get("never", absl::Milliseconds(200));
+  REQUIRE(absl::IsDeadlineExceeded(v.status()));
+  CHECK(std::string(v.status().message()).find("never") != std::string::npos);
+  CHECK(absl::Now() - start < absl::Seconds(3));
+  auto w = store->Wait(std::vector<std::string>{"x", "y"}, absl::Milliseconds(100));
+  CHECK(absl::IsDeadlineExceeded(w));
+}
+
+TEST_CASE("runs and rounds are isolated scopes", "[store]") {
+  auto server = StartServer();
+  auto a = Connect(*server, "job-a", 0);
+  auto b = Connect(*server, "job-b", 0);
+  auto a1 = Connect(*server, "job-a", 1);
+  REQUIRE(a->Set("k", "a0").ok());
+  CHECK(absl::IsNotFound(b->Get("k", absl::ZeroDuration()).status()));
+  CHECK(absl::IsNotFound(a1->Get("k", absl::ZeroDuration()).status()));
+  PrefixStore prefixed("mesh", a);
+  REQUIRE(prefixed.Set("k", "p").ok());
+  CHECK(*a->Get("mesh/k", absl::ZeroDuration()) == "p");
+}
+
+TEST_CASE("a wrong or missing token gets nothing", "[store][auth]") {
+  auto server = StartServer("s3cret");
+  auto good = Connect(*server, "job", 0, "s3cret");
+  REQUIRE(good->Set("k", "v").ok());
+  for (const std::string token : {"", "wrong"}) {
+    auto bad = Connect(*server, "job", 0, token);
+    auto v = bad->Get("k", absl::ZeroDuration());
+    REQUIRE(v.status().code() == absl::StatusCode::kUnauthenticated);
+    CHECK(bad->Set("k", "evil").code() == absl::StatusCode::kUnauthenticated);
+  }
+  CHECK(*good->Get("k", absl::ZeroDuration()) == "v");
+}

@@ -1,0 +1,195 @@
+// End-to-end: the real meshrun binary runs real worker processes.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+
+#include "tests/e2e/e2e_util.h"
+
+using namespace meshrun::testing;
+
+TEST_CASE("standalone: every worker gets contiguous ranks and one world", "[e2e]") {
+  std::string dir = TempDir();
+  std::string script = WriteScript(dir, "env.sh",
+      "echo \"W $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT "
+      "$TORCHELASTIC_RUN_ID $MESHRUN_ROUND $1\"");
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc-per-node=4", script, "arg-${local_rank}"}, {}, 60);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(CountLines(r.out, "W ") == 4);
+  std::set<std::string> masters;
+  for (int i = 0; i < 4; ++i) {
+    std::string prefix = "W " + std::to_string(i) + " " + std::to_string(i) + " 4 4 0 ";
+    CHECK(Contains(r.out, prefix));
+    CHECK(Contains(r.out, "arg-" + std::to_string(i)));
+  }
+  CHECK(Contains(r.out, " 127.0.0.1:"));
+}
+
+TEST_CASE("a failing worker stops the job with its exit code and a summary", "[e2e]") {
+  std::string dir = TempDir();
+  std::string script = WriteScript(dir, "fail.sh", "[ \"$LOCAL_RANK\" = 2 ] && exit 3\nexec sleep 30");
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4", script}, {}, 60);
+  CHECK(r.exit_code == 3);
+  CHECK(r.seconds < 10);
+  CHECK(Contains(r.err, "rank      : 2 (local_rank: 2)"));
+  CHECK(Contains(r.err, "exitcode  : 3"));
+}
+
+TEST_CASE("a worker killed by SIGSEGV gives exit 139 and names the signal", "[e2e]") {
+  std::string dir = TempDir();
+  std::string script = WriteScript(dir, "segv.sh", "[ \"$LOCAL_RANK\" = 1 ] && kill -SEGV $$\nexec sleep 30");
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", script}, {}, 60);
+  CHECK(r.exit_code == 139);
+  CHECK(Contains(r.err, "SIGSEGV"));
+  CHECK(Contains(r.err, "exitcode  : 139 (signal SIGSEGV)"));
+  CHECK_FALSE(Contains(r.err, "exitcode  : -11"));
+}
+
+TEST_CASE("a program that does not exist is a clear error at once", "[e2e]") {
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", "no-such-program-xyz"}, {}, 30);
+  CHECK(r.exit_code == 127);
+  CHECK(r.seconds < 5);
+  CHECK(CountLines(r.err, "no-such-program-xyz") == 1);
+  RunResult py = RunCommand({MeshrunBinary(), "--standalone", "missing_script.py"}, {}, 30);
+  CHECK(py.exit_code == 127);
+  CHECK(Contains(py.err, "missing_script.py"));
+}
+
+TEST_CASE("bad flag values give one line naming flag and value, exit 2", "[e2e]") {
+  struct Case { std::vector<std::string> args; std::string needle; };
+  std::vector<Case> cases = {
+      {{"--nproc_per_node=zero", "/bin/true"}, "--nproc_per_node=zero"},
+      {{"--nnodes=3:1", "/bin/true"}, "--nnodes=3:1"},
+      {{"--max_restarts=-1", "/bin/true"}, "--max_restarts=-1"},
+      {{"--rdzv_backend=etcd", "/bin/true"}, "--rdzv_backend=etcd"},
+      {{"--rdzv_conf=bogus=1", "--nnodes=2", "--rdzv_endpoint=127.0.0.1:1", "/bin/true"}, "bogus"},
+      {{"--rdzv_endpoint=fe80::1:29400", "--nnodes=2", "/bin/true"}, "ambiguous"},
+      {{"--signals_to_handle=SIGNOPE", "/bin/true"}, "SIGNOPE"},
+      {{"--nproc_per_nod=4", "/bin/true"}, "--nproc_per_nod=4"},
+      {{"--max_restarts=abc", "/bin/true"}, "abc"},
+      {{}, "no program"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {MeshrunBinary()};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    RunResult r = RunCommand(argv, {}, 30);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(CountLines(r.err, "") == 1);
+    CHECK(Contains(r.err, c.needle));
+  }
+}
+
+TEST_CASE("flags take PET_ environment defaults, explicit flags win", "[e2e]") {
+  std::string dir = TempDir();
+  std::string script = WriteScript(dir, "ws.sh", "echo \"WS $WORLD_SIZE\"");
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", script}, {{"PET_NPROC_PER_NODE", "3"}}, 60);
+  REQUIRE(r.exit_code == 0);
+  CHECK(CountLines(r.out, "WS 3") == 3);
+  RunResult r2 = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", script},
+                            {{"PET_NPROC_PER_NODE", "3"}}, 60);
+  REQUIRE(r2.exit_code == 0);
+  CHECK(CountLines(r2.out, "WS 2") == 2);
+}
+
+TEST_CASE("--max_restarts restarts every worker through the server (round 1)", "[e2e]") {
+  std::string dir = TempDir();
+  std::string script = WriteScript(dir, "flaky.sh",
+      "echo \"R $RANK restart=$TORCHELASTIC_RESTART_COUNT round=$MESHRUN_ROUND\"\n"
+      "[ \"$LOCAL_RANK\" = 1 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && exit 4\nexit 0");
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4", "--max_restarts=1", script}, {}, 60);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(CountLines(r.out, "restart=1 round=1") == 4);
+  RunResult spent = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", "--max_restarts=0", script}, {}, 60);
+  CHECK(spent.exit_code == 4);
+}
+
+TEST_CASE("two standalone jobs started together both succeed on different ports", "[e2e]") {
+  std::string dir = TempDir();
+  std::string script = WriteScript(dir, "port.sh", "echo \"P $MASTER_PORT $MESHRUN_STORE_ENDPOINT\"; sleep 0.3");
+  RunResult a, b;
+  std::thread ta([&] { a = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", script}, {}, 60); });
+  std::thread tb([&] { b = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", script}, {}, 60); });
+  ta.join();
+  tb.join();
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  std::string la = a.out.substr(0, a.out.find('\n'));
+  std::string lb = b.out.substr(0, b.out.find('\n'));
+  CHECK(la != lb);
+}
+
+TEST_CASE("SIGTERM to meshrun reaches every worker's process group; exit 143", "[e2e]") {
+  std::string dir = TempDir();
+  std::string marker = dir + "/children";
+  // Each worker leaves a grandchild behind in its process group.
+  std::string script = WriteScript(dir, "tree.sh",
+      "sleep 300 &\necho $! >> " + marker + "\ntrap 'exit 0' TERM\nwhile :; do sleep 0.1; done");
+  pid_t pid = StartCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=3", "--shutdown_timeout=2", script},
+                           {}, dir + "/out", dir + "/err");
+  for (int i = 0; i < 200 && CountLines(ReadFile(marker), "") < 3; ++i) usleep(20000);
+  REQUIRE(CountLines(ReadFile(marker), "") == 3);
+  kill(pid, SIGTERM);
+  CHECK(WaitCommand(pid, 20) == 143);
+  usleep(100000);
+  std::string pids = ReadFile(marker);
+  size_t pos = 0;
+  while (pos < pids.size()) {
+    size_t nl = pids.find('\n', pos);
+    int grandchild = std::stoi(pids.substr(pos, nl - pos));
+    // Gone, or a zombie waiting for init to reap it.
+    std::string stat = ReadFile("/proc/" + std::to_string(grandchild) + "/stat");
+    INFO("grandchild " << grandchild << " stat: " << stat);
+    CHECK((stat.empty() || stat.find(") Z ") != std::string::npos));
+    pos = nl + 1;
+  }
+}
+
+TEST_CASE("4 processes build a Gloo full mesh through the store and allreduce", "[e2e][gloo]") {
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4", GLOO_WORKER_BINARY}, {}, 120);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(CountLines(r.out, "sum=10 OK") == 4);
+}
+
+TEST_CASE("a worker's store requests need the job's token", "[e2e][auth]") {
+  RunResult ok = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=1", STORE_WORKER_BINARY},
+                            {{"MESHRUN_TOKEN", "t0ken"}}, 60);
+  INFO(ok.out << ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(Contains(ok.out, "set=OK get=OK"));
+  std::string dir = TempDir();
+  std::string wrong = WriteScript(dir, "wrong.sh", std::string("MESHRUN_TOKEN=wrong exec ") + STORE_WORKER_BINARY);
+  RunResult bad = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=1", wrong},
+                             {{"MESHRUN_TOKEN", "t0ken"}}, 60);
+  CHECK(bad.exit_code == 1);
+  CHECK(Contains(bad.out, "set=UNAUTHENTICATED get=UNAUTHENTICATED"));
+}
+
+TEST_CASE("--help groups flags and --help-env lists every variable", "[e2e]") {
+  RunResult h = RunCommand({MeshrunBinary(), "--help"}, {}, 10);
+  CHECK(h.exit_code == 0);
+  CHECK(Contains(h.out, "Rendezvous"));
+  CHECK(Contains(h.out, "--nproc_per_node"));
+  RunResult e = RunCommand({MeshrunBinary(), "--help-env"}, {}, 10);
+  CHECK(e.exit_code == 0);
+  for (const char* v : {"RANK", "LOCAL_RANK", "MASTER_ADDR", "TORCHELASTIC_ERROR_FILE", "MESHRUN_TOKEN",
+                        "MESHRUN_STORE_ENDPOINT", "PET_"}) {
+    CHECK(Contains(e.out, v));
+  }
+  RunResult v = RunCommand({MeshrunBinary(), "--version"}, {}, 10);
+  CHECK(v.exit_code == 0);
+  CHECK(Contains(v.out, "meshrun "));
+}
+
+TEST_CASE("--monitor_interval and --start_method are accepted with a note", "[e2e]") {
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--monitor-interval=0.05", "--start_method=spawn",
+                            "/bin/true"}, {}, 30);
+  CHECK(r.exit_code == 0);
+  CHECK(CountLines(r.err, "note:") == 2);
+}

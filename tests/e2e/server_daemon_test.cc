@@ -1,0 +1,90 @@
+// `meshrun server` as a daemon shared by two jobs with different run ids.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "tests/e2e/e2e_util.h"
+
+using namespace meshrun::testing;
+
+namespace {
+
+struct Daemon {
+  pid_t pid = -1;
+  int port = 0;
+  ~Daemon() {
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      WaitCommand(pid, 10);
+    }
+  }
+};
+
+void StartDaemon(Daemon& d, const std::string& dir, const std::map<std::string, std::string>& env = {}) {
+  std::string port_file = dir + "/port";
+  d.pid = StartCommand({MeshrunBinary(), "server", "--host", "127.0.0.1", "--port", "0", "--port_file", port_file},
+                       env, dir + "/server.out", dir + "/server.err");
+  for (int i = 0; i < 250 && ReadFile(port_file).empty(); ++i) usleep(20000);
+  std::string p = ReadFile(port_file);
+  REQUIRE_FALSE(p.empty());
+  d.port = std::stoi(p);
+  REQUIRE(d.port > 0);
+}
+
+}  // namespace
+
+TEST_CASE("two run ids on one server daemon are separate worlds", "[e2e][daemon]") {
+  std::string dir = TempDir();
+  Daemon d;
+  StartDaemon(d, dir);
+  std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port);
+  std::string ok = WriteScript(dir, "ok.sh", "echo \"J $TORCHELASTIC_RUN_ID $WORLD_SIZE $RANK\"; sleep 0.5");
+  std::string bad = WriteScript(dir, "bad.sh", "[ \"$RANK\" = 1 ] && exit 7\nexec sleep 30");
+  RunResult a, b;
+  std::thread ta([&] {
+    a = RunCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=jobA", "--nproc_per_node=2", bad}, {}, 60);
+  });
+  std::thread tb([&] {
+    b = RunCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=jobB", "--nproc_per_node=3", ok}, {}, 60);
+  });
+  ta.join();
+  tb.join();
+  INFO(a.err << b.err);
+  CHECK(a.exit_code == 7);
+  CHECK(b.exit_code == 0);
+  CHECK(CountLines(b.out, "J jobB 3 ") == 3);
+  // The failed run id starts afresh.
+  RunResult again = RunCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=jobA",
+                                "--nproc_per_node=2", "--rdzv_conf=is_host=0", ok}, {}, 60);
+  INFO(again.err);
+  CHECK(again.exit_code == 0);
+  CHECK(CountLines(again.out, "J jobA 2 ") == 2);
+}
+
+TEST_CASE("an agent with the wrong token gets no assignment from the daemon", "[e2e][daemon][auth]") {
+  std::string dir = TempDir();
+  Daemon d;
+  StartDaemon(d, dir, {{"MESHRUN_TOKEN", "right"}});
+  std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port);
+  std::string script = WriteScript(dir, "ran.sh", "echo RAN");
+  RunResult bad = RunCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=j", "--rdzv_conf=is_host=0", script},
+                             {{"MESHRUN_TOKEN", "wrong"}}, 30);
+  CHECK(bad.exit_code == 1);
+  CHECK_FALSE(Contains(bad.out, "RAN"));
+  CHECK(Contains(bad.err, "token"));
+  RunResult good = RunCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=j", "--rdzv_conf=is_host=0", script},
+                              {{"MESHRUN_TOKEN", "right"}}, 30);
+  CHECK(good.exit_code == 0);
+  CHECK(Contains(good.out, "RAN"));
+}
+
+TEST_CASE("is_host=0 on an endpoint nobody serves fails as unreachable", "[e2e]") {
+  RunResult r = RunCommand({MeshrunBinary(), "--nnodes=1", "--rdzv_endpoint=127.0.0.1:1", "--rdzv_id=x",
+                            "--rdzv_conf=is_host=0,read_timeout=2", "/bin/true"}, {}, 30);
+  CHECK(r.exit_code == 1);
+  CHECK(Contains(r.err, "unreachable"));
+  CHECK(r.seconds < 10);
+}

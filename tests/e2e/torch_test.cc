@@ -1,0 +1,109 @@
+// PyTorch programs run under meshrun unchanged, as under torchrun. Skipped
+// (not passed) when no interpreter with torch is installed.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "tests/e2e/e2e_util.h"
+
+using namespace meshrun::testing;
+
+namespace {
+
+std::map<std::string, std::map<std::string, std::string>> ParseEnvDump(const std::string& out) {
+  std::map<std::string, std::map<std::string, std::string>> by_rank;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("ENV ", 0) != 0) continue;
+    size_t sp = line.find(' ', 4);
+    std::string rank = line.substr(4, sp - 4);
+    std::string kv = line.substr(sp + 1);
+    size_t eq = kv.find('=');
+    by_rank[rank][kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return by_rank;
+}
+
+}  // namespace
+
+TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2e][torch]") {
+  std::string py = TorchPython();
+  if (py.empty()) {
+    WARN("SKIPPED: no python3 with torch (install python3-torch)");
+    return;
+  }
+  std::string script = SourceDir() + "/tests/py/print_env.py";
+  std::map<std::string, std::string> env = {{"PYTHON_EXEC", py}, {"OMP_NUM_THREADS", "<unset>"}};
+  RunResult m = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4", script}, env, 120);
+  REQUIRE(m.exit_code == 0);
+  RunResult t = RunCommand({py, SourceDir() + "/tools/torchrun_shim.py", "--standalone", "--nproc_per_node=4", script},
+                           {{"OMP_NUM_THREADS", "<unset>"}}, 180);
+  INFO(t.err);
+  REQUIRE(t.exit_code == 0);
+  auto mine = ParseEnvDump(m.out);
+  auto theirs = ParseEnvDump(t.out);
+  REQUIRE(mine.size() == 4);
+  REQUIRE(theirs.size() == 4);
+  // Allowed to differ: a fresh port and run id per launch, the per-attempt
+  // error-file path, meshrun's MESHRUN_* extras, MASTER_ADDR (meshrun gives
+  // a numeric address, torchrun 1.13 the host's FQDN), and
+  // TORCH_NCCL_ASYNC_ERROR_HANDLING, which newer torchrun sets and 1.13
+  // does not (it sets only the older NCCL_ASYNC_ERROR_HANDLING).
+  const std::set<std::string> may_differ = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
+                                            "MASTER_ADDR"};
+  for (const auto& [rank, vars] : theirs) {
+    const auto& ours = mine.at(rank);
+    for (const auto& [k, v] : vars) {
+      if (may_differ.count(k) || k.rfind("MESHRUN_", 0) == 0) continue;
+      INFO("rank " << rank << " variable " << k);
+      REQUIRE(ours.count(k) == 1);
+      CHECK(ours.at(k) == v);
+    }
+    for (const auto& [k, v] : ours) {
+      if (k.rfind("MESHRUN_", 0) == 0 || k == "PYTHON_EXEC" || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING") continue;
+      INFO("rank " << rank << " meshrun-only variable " << k);
+      CHECK(vars.count(k) == 1);
+    }
+    CHECK(ours.at("MASTER_PORT") != "");
+    CHECK(ours.at("TORCHELASTIC_ERROR_FILE") != "");
+  }
+}
+
+TEST_CASE("the seed's 2-D gloo setup runs on 8 workers", "[e2e][torch]") {
+  std::string py = TorchPython();
+  std::string shared = SharedDir();
+  if (py.empty() || shared.empty()) {
+    WARN("SKIPPED: needs python3-torch and ../shared/cases");
+    return;
+  }
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=8",
+                            shared + "/cases/seed_2d_setup_gloo.py"}, {{"PYTHON_EXEC", py}}, 240);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(CountOccurrences(r.out, " OK") == 8);
+}
+
+TEST_CASE("DistributedDataParallel on gloo via env:// runs unchanged", "[e2e][torch]") {
+  std::string py = TorchPython();
+  if (py.empty()) {
+    WARN("SKIPPED: no python3 with torch");
+    return;
+  }
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4",
+                            SourceDir() + "/tests/py/ddp_gloo.py"}, {{"PYTHON_EXEC", py}}, 240);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(CountOccurrences(r.out, "DDP OK") == 4);
+}
+
+TEST_CASE("-m runs a module with python -u -m", "[e2e][torch]") {
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", "-m", "hello_module", "x"},
+                           {{"PYTHONPATH", SourceDir() + "/tests/py"}}, 60);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(CountOccurrences(r.out, "module rank=") == 2);
+  CHECK(Contains(r.out, "args=['x']"));
+}

@@ -1,0 +1,192 @@
+// The run's round, restart and barrier logic, with no network.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+
+#include "rendezvous/run.h"
+
+using namespace meshrun::rendezvous;
+
+namespace {
+
+struct Recorder : EventSink {
+  std::vector<RunEvent> events;
+  void Push(const RunEvent& e) override { events.push_back(e); }
+};
+
+NodeDesc Node(const std::string& id, int nproc, const std::string& addr) {
+  NodeDesc d;
+  d.node_id = id;
+  d.hostname = id;
+  d.addr = addr;
+  d.nproc = nproc;
+  d.master_port = 1000 + nproc;
+  return d;
+}
+
+RunConfig Config(int min, int max, int restarts = 0) {
+  RunConfig c;
+  c.min_nodes = min;
+  c.max_nodes = max;
+  c.max_restarts = restarts;
+  c.last_call_timeout = absl::Milliseconds(100);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a round closes at max nodes with prefix-sum ranks", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  std::map<std::string, Assignment> got;
+  auto join = [&](const std::string& id, int nproc, const std::string& addr) {
+    run->Join(Node(id, nproc, addr), Config(3, 3), -1, [&, id](absl::StatusOr<Assignment> a) {
+      REQUIRE(a.ok());
+      got[id] = *a;
+    });
+  };
+  join("c", 3, "10.0.0.3");
+  join("a", 1, "10.0.0.1");
+  CHECK(got.empty());
+  join("b", 2, "10.0.0.2");
+  REQUIRE(got.size() == 3);
+  CHECK(got["a"].node_rank == 0);
+  CHECK(got["b"].rank_base == 1);
+  CHECK(got["c"].rank_base == 3);
+  CHECK(got["c"].world_size == 6);
+  CHECK(got["b"].master_addr == "10.0.0.1");
+  CHECK(got["b"].master_port == got["a"].master_port);
+}
+
+TEST_CASE("a round closes after the last call once MIN nodes joined", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  std::atomic<int> done{0};
+  run->Join(Node("a", 1, "1"), Config(1, 2), -1, [&](absl::StatusOr<Assignment> a) {
+    REQUIRE(a.ok());
+    CHECK(a->node_count == 1);
+    ++done;
+  });
+  CHECK(done == 0);
+  for (int i = 0; i < 300 && done == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  CHECK(done == 1);
+}
+
+TEST_CASE("conflicting --nnodes is refused naming the field", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  run->Join(Node("a", 1, "1"), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
+  absl::Status refused;
+  run->Join(Node("b", 1, "2"), Config(3, 3), -1, [&](absl::StatusOr<Assignment> a) { refused = a.status(); });
+  CHECK(absl::IsFailedPrecondition(refused));
+  CHECK(std::string(refused.message()).find("--nnodes") != std::string::npos);
+}
+
+TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  auto sink = std::make_shared<Recorder>();
+  int closed = 0;
+  for (const char* id : {"a", "b"}) {
+    run->Join(Node(id, 2, id), Config(2, 2, /*restarts=*/1), -1, [&](absl::StatusOr<Assignment> a) {
+      REQUIRE(a.ok());
+      ++closed;
+    });
+  }
+  REQUIRE(closed == 2);
+  run->Watch("b", sink, 0);
+  WorkerFailure f1;
+  f1.node_id = "a";
+  f1.rank = 1;
+  f1.exit_code = 3;
+  f1.round = 0;
+  auto v1 = run->ReportFailure(f1);
+  REQUIRE(v1.ok());
+  CHECK(v1->decision == Decision::kRestart);
+  CHECK(v1->is_root_cause);
+  CHECK(v1->next_round == 1);
+  WorkerFailure f2 = f1;
+  f2.node_id = "b";
+  f2.rank = 2;
+  auto v2 = run->ReportFailure(f2);  // Same incident, reported late.
+  REQUIRE(v2.ok());
+  CHECK_FALSE(v2->is_root_cause);
+  CHECK(v2->root_cause.rank == 1);
+  REQUIRE(sink->events.size() == 1);
+  CHECK(sink->events[0].kind == RunEvent::Kind::kRestart);
+  CHECK(sink->events[0].restart_count == 1);
+
+  int restart_count = -1;
+  for (const char* id : {"a", "b"}) {
+    run->Join(Node(id, 2, id), Config(2, 2, 1), 0, [&](absl::StatusOr<Assignment> a) {
+      REQUIRE(a.ok());
+      CHECK(a->round == 1);
+      restart_count = a->restart_count;
+    });
+  }
+  CHECK(restart_count == 1);
+  WorkerFailure f3 = f1;
+  f3.round = 1;
+  auto v3 = run->ReportFailure(f3);
+  REQUIRE(v3.ok());
+  CHECK(v3->decision == Decision::kStop);
+  CHECK(sink->events.back().kind == RunEvent::Kind::kRunFailed);
+}
+
+TEST_CASE("the exit barrier waits for every node, and the id can be reused", "[run]") {
+  DeadlineTimer timer;
+  RunRegistry registry(&timer);
+  auto run = registry.ForJoin("job", -1);
+  for (const char* id : {"a", "b"}) {
+    run->Join(Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment> a) { REQUIRE(a.ok()); });
+  }
+  std::optional<BarrierResult> first;
+  run->ReportFinished("a", 0, absl::Seconds(10), [&](absl::StatusOr<BarrierResult> r) { first = *r; });
+  CHECK_FALSE(first.has_value());
+  std::optional<BarrierResult> second;
+  run->ReportFinished("b", 0, absl::Seconds(10), [&](absl::StatusOr<BarrierResult> r) { second = *r; });
+  REQUIRE(first.has_value());
+  CHECK(first->all_finished);
+  CHECK(second->all_finished);
+  CHECK(run->terminal());
+  auto fresh = registry.ForJoin("job", -1);
+  CHECK(fresh != run);
+  CHECK(registry.ForJoin("job", 0) == fresh);
+}
+
+TEST_CASE("the exit barrier times out when a node never finishes", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  for (const char* id : {"a", "b"}) {
+    run->Join(Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
+  }
+  std::atomic<bool> done{false};
+  BarrierResult result;
+  run->ReportFinished("a", 0, absl::Milliseconds(50), [&](absl::StatusOr<BarrierResult> r) {
+    result = *r;
+    done = true;
+  });
+  for (int i = 0; i < 300 && !done; ++i) absl::SleepFor(absl::Milliseconds(10));
+  REQUIRE(done);
+  CHECK_FALSE(result.all_finished);
+  CHECK(result.finished_nodes == 1);
+  CHECK(result.node_count == 2);
+}
+
+TEST_CASE("a lost agent is treated as a failure of its node", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  for (const char* id : {"a", "b"}) {
+    run->Join(Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
+  }
+  auto sink_a = std::make_shared<Recorder>();
+  auto sink_b = std::make_shared<Recorder>();
+  run->Watch("a", sink_a, 0);
+  run->Watch("b", sink_b, 0);
+  run->Unwatch("b", sink_b.get());
+  REQUIRE(sink_a->events.size() == 2);
+  CHECK(sink_a->events[0].kind == RunEvent::Kind::kNodeLost);
+  CHECK(sink_a->events[1].kind == RunEvent::Kind::kRunFailed);
+  REQUIRE(sink_a->events[1].root_cause.has_value());
+  CHECK(sink_a->events[1].root_cause->node_id == "b");
+}

@@ -1,0 +1,124 @@
+// The gRPC server end to end in-process: join, status counters, auth, and a
+// waiting call cancelled by its client.
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+
+#include "meshrun/proto/rendezvous.grpc.pb.h"
+#include "rendezvous/server.h"
+
+using namespace meshrun;
+namespace pb = meshrun::v1;
+
+namespace {
+
+std::unique_ptr<pb::Rendezvous::Stub> Stub(const rendezvous::RendezvousServer& s) {
+  return pb::Rendezvous::NewStub(grpc::CreateChannel(s.endpoint(), grpc::InsecureChannelCredentials()));
+}
+
+pb::JoinRequest JoinReq(const std::string& run, const std::string& token) {
+  pb::JoinRequest req;
+  req.mutable_run()->set_run_id(run);
+  req.mutable_run()->set_token(token);
+  req.mutable_node()->set_node_id("n1");
+  req.mutable_node()->set_addr("127.0.0.1");
+  req.mutable_node()->set_nproc(4);
+  req.mutable_node()->set_master_port(1234);
+  req.mutable_config()->set_min_nodes(1);
+  req.mutable_config()->set_max_nodes(1);
+  req.set_last_round(-1);
+  return req;
+}
+
+}  // namespace
+
+TEST_CASE("join over gRPC returns the assignment; status counts requests", "[server]") {
+  rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  auto server = rendezvous::RendezvousServer::Start(o);
+  REQUIRE(server.ok());
+  CHECK((*server)->port() > 0);
+  auto stub = Stub(**server);
+  grpc::ClientContext ctx;
+  pb::JoinResponse resp;
+  REQUIRE(stub->Join(&ctx, JoinReq("job", ""), &resp).ok());
+  CHECK(resp.assignment().world_size() == 4);
+  CHECK(resp.assignment().master_addr() == "127.0.0.1");
+  CHECK(resp.assignment().master_port() == 1234);
+
+  grpc::ClientContext sctx;
+  pb::StatusRequest sreq;
+  pb::StatusResponse sresp;
+  REQUIRE(stub->Status(&sctx, sreq, &sresp).ok());
+  CHECK(sresp.request_counts().at("Join") == 1);
+  CHECK(sresp.port() == (*server)->port());
+  REQUIRE(sresp.runs_size() == 1);
+  CHECK(sresp.runs(0).state() == "running");
+}
+
+TEST_CASE("a second server cannot bind the same port", "[server]") {
+  rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  auto first = rendezvous::RendezvousServer::Start(o);
+  REQUIRE(first.ok());
+  o.port = (*first)->port();
+  auto second = rendezvous::RendezvousServer::Start(o);
+  CHECK(absl::IsAlreadyExists(second.status()));
+}
+
+TEST_CASE("with a token, a wrong one gets no assignment", "[server][auth]") {
+  rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.token = "tok";
+  auto server = rendezvous::RendezvousServer::Start(o);
+  REQUIRE(server.ok());
+  auto stub = Stub(**server);
+  grpc::ClientContext bad;
+  pb::JoinResponse resp;
+  grpc::Status s = stub->Join(&bad, JoinReq("job", "nope"), &resp);
+  CHECK(s.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK_FALSE(resp.has_assignment());
+  grpc::ClientContext sctx;
+  pb::StatusResponse sresp;
+  CHECK(stub->Status(&sctx, pb::StatusRequest(), &sresp).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(sresp.runs_size() == 0);
+  grpc::ClientContext good;
+  REQUIRE(stub->Join(&good, JoinReq("job", "tok"), &resp).ok());
+  CHECK(resp.assignment().world_size() == 4);
+}
+
+TEST_CASE("a parked get is released when its client gives up; shutdown does not hang", "[server]") {
+  rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  auto server = rendezvous::RendezvousServer::Start(o);
+  REQUIRE(server.ok());
+  auto stub = Stub(**server);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  pb::KvGetRequest req;
+  req.mutable_run()->set_run_id("job");
+  req.set_key("never");
+  req.set_wait_ms(60000);
+  pb::KvGetResponse resp;
+  auto start = absl::Now();
+  grpc::Status s = stub->KvGet(&ctx, req, &resp);
+  CHECK(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(absl::Now() - start < absl::Seconds(5));
+
+  // A get parked at shutdown is answered, and shutdown returns promptly.
+  grpc::ClientContext ctx2;
+  pb::KvGetResponse resp2;
+  std::atomic<bool> answered{false};
+  grpc::Status s2;
+  stub->async()->KvGet(&ctx2, &req, &resp2, [&](grpc::Status st) {
+    s2 = st;
+    answered = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  start = absl::Now();
+  (*server)->Shutdown(absl::Seconds(2));
+  CHECK(absl::Now() - start < absl::Seconds(4));
+  for (int i = 0; i < 300 && !answered; ++i) absl::SleepFor(absl::Milliseconds(10));
+  CHECK(answered);
+  CHECK_FALSE(s2.ok());
+}
