@@ -36,8 +36,13 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   set(env::kRunId, in.run_id);
   set(env::kUseAgentStore, "False");
   set(env::kErrorFile, in.error_file);
-  set_default(env::kTorchNcclAsyncErrorHandling, "1");
-  set_default(env::kNcclAsyncErrorHandling, "1");
+  // Either name set by the user wins for both (newer PyTorch reads the
+  // TORCH_ name first, so a lone NCCL_ASYNC_ERROR_HANDLING=0 must carry over).
+  auto torch_name = std::string(env::kTorchNcclAsyncErrorHandling.name);
+  auto old_name = std::string(env::kNcclAsyncErrorHandling.name);
+  std::string async = env.count(torch_name) ? env[torch_name] : env.count(old_name) ? env[old_name] : "1";
+  set_default(env::kTorchNcclAsyncErrorHandling, async);
+  set_default(env::kNcclAsyncErrorHandling, async);
   if (in.nproc > 1) set_default(env::kOmpNumThreads, "1");
   set(env::kStoreEndpoint, in.store_endpoint);
   set(env::kMeshrunRunId, in.run_id);

@@ -30,8 +30,13 @@ int UsageError(const std::string& msg) {
 std::string RandomRunId() {
   std::random_device rd;
   std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()));
+  // A version-4 UUID, as torchrun's --standalone uses.
   uint64_t a = gen(), b = gen();
-  return absl::StrCat(absl::Hex(a, absl::kZeroPad16), absl::Hex(b, absl::kZeroPad16));
+  a = (a & ~0xF000ULL) | 0x4000ULL;
+  b = (b & ~(0x3ULL << 62)) | (0x2ULL << 62);
+  std::string hex = absl::StrCat(absl::Hex(a, absl::kZeroPad16), absl::Hex(b, absl::kZeroPad16));
+  return absl::StrCat(hex.substr(0, 8), "-", hex.substr(8, 4), "-", hex.substr(12, 4), "-", hex.substr(16, 4), "-",
+                      hex.substr(20));
 }
 
 absl::StatusOr<absl::Duration> ParseSeconds(const std::string& key, const std::string& value) {

@@ -50,10 +50,20 @@ TEST_CASE("worker environment follows torchrun's contract", "[env]") {
   CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/e.json");
   CHECK(env["OMP_NUM_THREADS"] == "1");
   CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3");  // Kept when set.
-  CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "3");  // Follows the user's TORCH_ value.
   CHECK(env["MESHRUN_ROUND"] == "2");
   CHECK(env["MESHRUN_STORE_ENDPOINT"] == "10.0.0.1:29400");
   CHECK(env.count("MESHRUN_TOKEN") == 0);
+}
+
+TEST_CASE("a lone NCCL_ASYNC_ERROR_HANDLING carries over to the TORCH_ name", "[env]") {
+  WorkerEnvInput in;
+  auto env = AsMap(BuildWorkerEnv({"NCCL_ASYNC_ERROR_HANDLING=0"}, in));
+  CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0");
+  CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "0");
+  auto unset = AsMap(BuildWorkerEnv({}, in));
+  CHECK(unset["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK(unset["NCCL_ASYNC_ERROR_HANDLING"] == "1");
 }
 
 TEST_CASE("OMP_NUM_THREADS is left alone for one worker or when set", "[env]") {

@@ -96,7 +96,7 @@ TEST_CASE("flags take PET_ environment defaults, explicit flags win", "[e2e]") {
   CHECK(CountLines(r2.out, "WS 2") == 2);
 }
 
-TEST_CASE("--max_restarts restarts every worker through the server (round 1)", "[e2e]") {
+TEST_CASE("max_restarts restarts every worker through the server (round 1)", "[e2e]") {
   std::string dir = TempDir();
   std::string script = WriteScript(dir, "flaky.sh",
       "echo \"R $RANK restart=$TORCHELASTIC_RESTART_COUNT round=$MESHRUN_ROUND\"\n"
@@ -171,7 +171,7 @@ TEST_CASE("a worker's store requests need the job's token", "[e2e][auth]") {
   CHECK(Contains(bad.out, "set=UNAUTHENTICATED get=UNAUTHENTICATED"));
 }
 
-TEST_CASE("--help groups flags and --help-env lists every variable", "[e2e]") {
+TEST_CASE("help groups flags and help-env lists every variable", "[e2e]") {
   RunResult h = RunCommand({MeshrunBinary(), "--help"}, {}, 10);
   CHECK(h.exit_code == 0);
   CHECK(Contains(h.out, "Rendezvous"));
@@ -187,7 +187,7 @@ TEST_CASE("--help groups flags and --help-env lists every variable", "[e2e]") {
   CHECK(Contains(v.out, "meshrun "));
 }
 
-TEST_CASE("--monitor_interval and --start_method are accepted with a note", "[e2e]") {
+TEST_CASE("monitor_interval and start_method are accepted with a note", "[e2e]") {
   RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--monitor-interval=0.05", "--start_method=spawn",
                             "/bin/true"}, {}, 30);
   CHECK(r.exit_code == 0);

@@ -99,7 +99,7 @@ TEST_CASE("DistributedDataParallel on gloo via env:// runs unchanged", "[e2e][to
   CHECK(CountOccurrences(r.out, "DDP OK") == 4);
 }
 
-TEST_CASE("-m runs a module with python -u -m", "[e2e][torch]") {
+TEST_CASE("module mode runs python -u -m", "[e2e][torch]") {
   RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", "-m", "hello_module", "x"},
                            {{"PYTHONPATH", SourceDir() + "/tests/py"}}, 60);
   INFO(r.err);

@@ -4,7 +4,7 @@
 
 using namespace meshrun::launcher;
 
-TEST_CASE("--nnodes takes N or MIN:MAX", "[flags]") {
+TEST_CASE("nnodes takes N or MIN:MAX", "[flags]") {
   CHECK(*ParseNnodes("4") == std::make_pair(4, 4));
   CHECK(*ParseNnodes("1:3") == std::make_pair(1, 3));
   for (const char* bad : {"0", "3:2", "a", "1:2:3", "", "-1"}) {
@@ -14,7 +14,7 @@ TEST_CASE("--nnodes takes N or MIN:MAX", "[flags]") {
   }
 }
 
-TEST_CASE("--nproc_per_node resolves numbers, cpu, auto; gpu needs a GPU", "[flags]") {
+TEST_CASE("nproc_per_node resolves numbers, cpu, auto; gpu needs a GPU", "[flags]") {
   CHECK(*ResolveNprocPerNode("8") == 8);
   CHECK(*ResolveNprocPerNode("cpu") >= 1);
   CHECK(*ResolveNprocPerNode("auto") >= 1);
@@ -23,7 +23,7 @@ TEST_CASE("--nproc_per_node resolves numbers, cpu, auto; gpu needs a GPU", "[fla
   if (CountVisibleGpus() == 0) CHECK_FALSE(ResolveNprocPerNode("gpu").ok());
 }
 
-TEST_CASE("--rdzv_conf takes torchrun's keys and names unknown ones", "[flags]") {
+TEST_CASE("rdzv_conf takes torchrun's keys and names unknown ones", "[flags]") {
   LaunchConfig c;
   REQUIRE(ApplyRdzvConf("join_timeout=5,last_call_timeout=0.5,is_host=0,read_timeout=7", &c).ok());
   CHECK(c.agent.join_timeout == absl::Seconds(5));

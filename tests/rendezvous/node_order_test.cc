@@ -23,7 +23,7 @@ TEST_CASE("endpoint host first, then by address", "[order]") {
   CHECK(o.warning.empty());
 }
 
-TEST_CASE("--node_rank is honoured when exactly 0..n-1", "[order]") {
+TEST_CASE("node_rank is honoured when exactly 0..n-1", "[order]") {
   auto o = OrderNodes({Node("a", "1", 1, 1), Node("b", "2", 1, 0)});
   CHECK(o.order == std::vector<int>{1, 0});
   auto dup = OrderNodes({Node("a", "1", 1, 0), Node("b", "2", 1, 0)});
