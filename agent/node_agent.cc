@@ -113,7 +113,7 @@ class Session {
     config_.max_nodes = o_.max_nodes;
     config_.last_call_timeout = o_.last_call_timeout;
     config_.max_restarts = o_.max_restarts;
-    config_.close_timeout = o_.close_timeout;
+    config_.exit_barrier_timeout = o_.exit_barrier_timeout;
 
     signals_ = std::make_unique<SignalThread>(
         o_.forwarded_signals, [this](int s) { q_.Push(SignalReceived{s}); },
@@ -130,6 +130,12 @@ class Session {
       absl::StatusOr<std::string> addr = LocalAddressFor(*ep);
       if (!addr.ok()) return Fatal(absl::StrCat("cannot reach ", o_.endpoint, ": ", addr.status().message()));
       node_.addr = *addr;
+      // The endpoint's own host may reach it over loopback (its name can
+      // resolve to 127.0.1.1) while other hosts cannot use that address: a
+      // non-loopback endpoint gets this host's first routable address.
+      if (IsLoopback(node_.addr) && !IsLoopbackName(ep->host)) {
+        if (absl::StatusOr<std::string> routable = FirstRoutableAddress(); routable.ok()) node_.addr = *routable;
+      }
     }
     auto client = RendezvousClient::Connect(ep->ToString(), o_.run_id, o_.token, o_.read_timeout);
     if (!client.ok()) return Fatal(std::string(client.status().message()));
@@ -169,17 +175,16 @@ class Session {
   // The whole job: join, run, and on failure restart through the server.
   int Loop() {
     int64_t last_round = -1;
+    // The event stream opens before the first join, so that join progress,
+    // a failure elsewhere and the loss of the server reach this node at once.
+    client_->StartWatch(
+        node_.node_id, last_round, [this](const RunEvent& e) { q_.Push(ServerEvent{e}); },
+        [this](const absl::Status& s) { q_.Push(StreamClosed{s}); });
     for (;;) {
       std::optional<int> done;
       Assignment a;
       if (!Join(last_round, &a, &done)) return *done;
       last_round = a.round;
-      if (!watching_) {
-        watching_ = true;
-        client_->StartWatch(
-            node_.node_id, a.round, [this](const RunEvent& e) { q_.Push(ServerEvent{e}); },
-            [this](const absl::Status& s) { q_.Push(StreamClosed{s}); });
-      }
       std::optional<int> result = RunRound(a);
       if (result) return *result;
     }
@@ -189,6 +194,7 @@ class Session {
   bool Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code) {
     absl::StatusOr<int> port = FindFreePort(node_.addr);
     node_.master_port = port.ok() ? *port : 0;
+    const absl::Time join_deadline = absl::Now() + o_.join_timeout;
     client_->JoinAsync(node_, config_, last_round, o_.join_timeout,
                        [this](absl::StatusOr<Assignment> r) { q_.Push(JoinDone{std::move(r)}); });
     for (;;) {
@@ -203,8 +209,9 @@ class Session {
         const absl::Status& s = j->result.status();
         if (absl::IsDeadlineExceeded(s)) {
           *exit_code = Fatal(absl::StrCat("timed out after ", absl::FormatDuration(o_.join_timeout),
-                                          " waiting for ", NnodesText(), " nodes to join run '", o_.run_id,
-                                          "' at ", o_.endpoint));
+                                          " waiting for nodes to join run '", o_.run_id, "' at ", o_.endpoint,
+                                          ": ", std::max(joined_seen_, 1), " of ", NnodesText(),
+                                          " nodes joined"));
         } else {
           *exit_code = Fatal(absl::StrCat("could not join run '", o_.run_id, "' at ", o_.endpoint, ": ",
                                           s.message()));
@@ -218,10 +225,19 @@ class Session {
         return false;
       }
       if (auto* se = std::get_if<ServerEvent>(&*ev)) {
-        if (se->event.kind == RunEvent::Kind::kRunFailed) {
+        const RunEvent& e = se->event;
+        if (e.kind == RunEvent::Kind::kRunFailed) {
           client_->CancelJoin();
-          *exit_code = Summary(se->event.root_cause);
+          *exit_code = Summary(e.root_cause);
           return false;
+        }
+        if (e.kind == RunEvent::Kind::kJoinProgress && e.joined != joined_seen_) {
+          joined_seen_ = e.joined;
+          if (e.joined < e.max_nodes) {
+            absl::Duration left = std::max(absl::ZeroDuration(), join_deadline - absl::Now());
+            std::fprintf(stderr, "meshrun: %d/%s nodes joined run '%s', waiting up to %.0f s\n", e.joined,
+                         NnodesText().c_str(), o_.run_id.c_str(), absl::ToDoubleSeconds(left));
+          }
         }
         continue;
       }
@@ -273,7 +289,8 @@ class Session {
       absl::Status s = CheckExec(children[i], o_.command[0]);
       if (!s.ok()) {
         StopWorkers(SIGKILL, absl::ZeroDuration());
-        return Fatal(absl::StrCat("cannot start local rank ", i, ": ", s.message()));
+        Fatal(absl::StrCat("cannot start local rank ", i, ": ", s.message()));
+        return 127;
       }
     }
     log_->info("round {}: started {} workers (ranks {}..{})", a.round, o_.nproc, a.rank_base,
@@ -366,8 +383,13 @@ class Session {
     f.message = ReadErrorFileMessage(w.error_file);
     f.round = round_.round;
     failed_error_file_ = std::filesystem::exists(w.error_file) ? w.error_file : "";
-    StopWorkers(SIGTERM, o_.shutdown_timeout);
+    // Report first, so the other nodes stop or restart while this one is
+    // still stopping its own workers.
+    for (const auto& other : workers_) {
+      if (other.running) SignalGroup(other.pid, SIGTERM);
+    }
     absl::StatusOr<rendezvous::FailureVerdict> v = client_->ReportFailure(f, o_.read_timeout);
+    StopWorkers(SIGTERM, o_.shutdown_timeout);
     if (!v.ok()) {
       log_->warn("could not report the failure: {}", v.status().ToString());
       f.time = absl::Now();
@@ -455,7 +477,7 @@ class Session {
 
   // All of this node's workers exited 0: the exit barrier.
   std::optional<int> Finish() {
-    client_->ReportFinishedAsync(node_.node_id, round_.round, o_.close_timeout,
+    client_->ReportFinishedAsync(node_.node_id, round_.round, o_.exit_barrier_timeout,
                                  [this](absl::StatusOr<rendezvous::BarrierResult> r) {
                                    q_.Push(BarrierDone{std::move(r)});
                                  });
@@ -466,7 +488,7 @@ class Session {
           log_->warn("exit barrier: {}", b->result.status().ToString());
         } else if (!b->result->all_finished) {
           std::fprintf(stderr, "meshrun: warning: exit barrier timed out after %s: %d of %d nodes finished\n",
-                       absl::FormatDuration(o_.close_timeout).c_str(), b->result->finished_nodes,
+                       absl::FormatDuration(o_.exit_barrier_timeout).c_str(), b->result->finished_nodes,
                        b->result->node_count);
         }
         return 0;
@@ -492,7 +514,7 @@ class Session {
   rendezvous::RunConfig config_;
   Assignment round_;
   std::vector<Worker> workers_;
-  bool watching_ = false;
+  int joined_seen_ = 0;
   std::filesystem::path run_dir_;
   bool temp_run_dir_ = true;
   std::string failed_error_file_;

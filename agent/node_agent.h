@@ -31,7 +31,10 @@ struct AgentOptions {
   absl::Duration shutdown_timeout = absl::Seconds(30);   // --shutdown_timeout.
   absl::Duration join_timeout = absl::Seconds(600);      // rdzv_conf join_timeout.
   absl::Duration last_call_timeout = absl::Seconds(30);  // rdzv_conf last_call_timeout.
-  absl::Duration close_timeout = absl::Seconds(30);      // rdzv_conf close_timeout (exit barrier).
+  // rdzv_conf exit_barrier_timeout (meshrun's key; torchrun hard-wires 300 s):
+  // how long a finished node waits for the others, and how long the meshrun
+  // hosting the server keeps serving after its own workers are done.
+  absl::Duration exit_barrier_timeout = absl::Seconds(300);
   absl::Duration read_timeout = absl::Seconds(60);       // rdzv_conf read_timeout (connect, reports).
   // Where per-attempt folders with the error files go; empty: a temporary
   // folder removed at exit when no worker wrote an error file.

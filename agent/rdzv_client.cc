@@ -71,12 +71,16 @@ RunEvent FromProto(const pb::RunEvent& e) {
     case pb::RunEvent::NODE_WAITING: out.kind = RunEvent::Kind::kNodeWaiting; break;
     case pb::RunEvent::RUN_FINISHED: out.kind = RunEvent::Kind::kRunFinished; break;
     case pb::RunEvent::RUN_FAILED: out.kind = RunEvent::Kind::kRunFailed; break;
+    case pb::RunEvent::JOIN_PROGRESS: out.kind = RunEvent::Kind::kJoinProgress; break;
     default: out.kind = RunEvent::Kind::kRoundClosed; break;
   }
   out.round = e.round();
   out.node_id = e.node_id();
   if (e.has_root_cause()) out.root_cause = FromProto(e.root_cause());
   out.restart_count = e.restart_count();
+  out.joined = e.joined();
+  out.min_nodes = e.min_nodes();
+  out.max_nodes = e.max_nodes();
   return out;
 }
 
@@ -142,7 +146,7 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   c->set_max_nodes(config.max_nodes);
   c->set_last_call_timeout_ms(absl::ToInt64Milliseconds(config.last_call_timeout));
   c->set_max_restarts(config.max_restarts);
-  c->set_close_timeout_ms(absl::ToInt64Milliseconds(config.close_timeout));
+  c->set_exit_barrier_timeout_ms(absl::ToInt64Milliseconds(config.exit_barrier_timeout));
   req->set_last_round(last_round);
   auto resp = std::make_shared<pb::JoinResponse>();
   auto ctx = std::make_shared<grpc::ClientContext>();

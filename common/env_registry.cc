@@ -14,7 +14,7 @@ constexpr Var kAll[] = {
     kRestartCount, kMaxRestarts, kUseAgentStore, kErrorFile, kOmpNumThreads,
     kTorchNcclAsyncErrorHandling, kNcclAsyncErrorHandling, kStoreEndpoint,
     kMeshrunRunId, kRound, kNodeRank, kToken, kPythonExec, kLogLevel,
-    kShutdownTimeoutEnv, kCudaVisibleDevices, kStoreTimeout,
+    kShutdownTimeoutEnv, kCudaVisibleDevices,
 };
 
 }  // namespace

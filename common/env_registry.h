@@ -45,8 +45,8 @@ inline constexpr Var kMaxRestarts{"TORCHELASTIC_MAX_RESTARTS", Type::kInt, Use::
 inline constexpr Var kUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", Type::kBool, Use::kSetForWorkers, "Always 'False': worker rank 0 hosts PyTorch's store at MASTER_ADDR:MASTER_PORT."};
 inline constexpr Var kErrorFile{"TORCHELASTIC_ERROR_FILE", Type::kString, Use::kSetForWorkers, "Where a worker writes its error JSON (torchrun's @record format)."};
 inline constexpr Var kOmpNumThreads{"OMP_NUM_THREADS", Type::kInt, Use::kSetForWorkers, "Set to 1 when unset and nproc_per_node > 1, as torchrun does."};
-inline constexpr Var kTorchNcclAsyncErrorHandling{"TORCH_NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "Set to 1 when unset."};
-inline constexpr Var kNcclAsyncErrorHandling{"NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "Older PyTorch's name of the above; set to 1 when unset."};
+inline constexpr Var kTorchNcclAsyncErrorHandling{"TORCH_NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "1 unless the user set it or NCCL_ASYNC_ERROR_HANDLING (then that value)."};
+inline constexpr Var kNcclAsyncErrorHandling{"NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "Older PyTorch's name of the above; same value."};
 
 // meshrun's own worker variables.
 inline constexpr Var kStoreEndpoint{"MESHRUN_STORE_ENDPOINT", Type::kString, Use::kSetForWorkers, "host:port of the rendezvous server's key-value store."};
@@ -60,7 +60,6 @@ inline constexpr Var kPythonExec{"PYTHON_EXEC", Type::kString, Use::kReadByLaunc
 inline constexpr Var kLogLevel{"MESHRUN_LOG_LEVEL", Type::kString, Use::kReadEverywhere, "meshrun's log level: trace, debug, info, warn (default), error, off."};
 inline constexpr Var kShutdownTimeoutEnv{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", Type::kDuration, Use::kReadByLauncher, "Default of --shutdown_timeout, in seconds (torchrun's)."};
 inline constexpr Var kCudaVisibleDevices{"CUDA_VISIBLE_DEVICES", Type::kString, Use::kReadByLauncher, "Honoured when counting GPUs for --nproc_per_node=gpu|auto; passed to workers."};
-inline constexpr Var kStoreTimeout{"MESHRUN_STORE_TIMEOUT_MS", Type::kInt, Use::kReadByWorkers, "Default wait of the store client's get/wait, in ms (default 300000)."};
 
 // Returns every variable above, in the order of this file.
 std::span<const Var> AllVars();

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -131,6 +132,26 @@ bool IsLoopback(const std::string& addr) {
   return absl::StartsWith(addr, "127.") || addr == "::1";
 }
 
+bool IsLoopbackName(const std::string& host) {
+  return host == "localhost" || host == "localhost.localdomain" || IsLoopback(host);
+}
+
+absl::StatusOr<std::string> FirstRoutableAddress() {
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) return PosixError(errno, "getifaddrs");
+  std::string v4, v6;
+  for (ifaddrs* it = ifa; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || !(it->ifa_flags & IFF_UP) || (it->ifa_flags & IFF_LOOPBACK)) continue;
+    std::string a = SockaddrToString(it->ifa_addr);
+    if (it->ifa_addr->sa_family == AF_INET && v4.empty()) v4 = a;
+    if (it->ifa_addr->sa_family == AF_INET6 && v6.empty() && !absl::StartsWith(a, "fe80")) v6 = a;
+  }
+  freeifaddrs(ifa);
+  if (!v4.empty()) return v4;
+  if (!v6.empty()) return v6;
+  return absl::NotFoundError("no routable network address on this machine");
+}
+
 std::string Hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
@@ -138,14 +159,22 @@ std::string Hostname() {
 }
 
 bool IsLocalHost(const std::string& host) {
-  if (host == "localhost" || IsLoopback(host) || host == Hostname()) return true;
+  if (IsLoopbackName(host) || host == Hostname()) return true;
+  // A forward lookup (never a reverse one): any of the name's addresses that
+  // is loopback or assigned to an interface here makes it this machine.
+  absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(host);
+  if (!addrs.ok()) return false;
+  for (const auto& a : *addrs) {
+    if (IsLoopback(a)) return true;
+  }
   ifaddrs* ifa = nullptr;
   if (getifaddrs(&ifa) != 0) return false;
   bool found = false;
   for (ifaddrs* it = ifa; it != nullptr && !found; it = it->ifa_next) {
     if (it->ifa_addr == nullptr) continue;
     if (it->ifa_addr->sa_family != AF_INET && it->ifa_addr->sa_family != AF_INET6) continue;
-    found = SockaddrToString(it->ifa_addr) == host;
+    std::string local = SockaddrToString(it->ifa_addr);
+    found = std::find(addrs->begin(), addrs->end(), local) != addrs->end();
   }
   freeifaddrs(ifa);
   return found;

@@ -29,6 +29,13 @@ bool IsLoopback(const std::string& addr);
 // hostname, or an address assigned to one of its interfaces.
 bool IsLocalHost(const std::string& host);
 
+// True for "localhost", "localhost.localdomain" and loopback literals.
+bool IsLoopbackName(const std::string& host);
+
+// The first non-loopback address of an interface that is up (IPv4 before
+// IPv6, link-local excluded). NOT_FOUND when the machine has none.
+absl::StatusOr<std::string> FirstRoutableAddress();
+
 // The machine's hostname (gethostname).
 std::string Hostname();
 

@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout"};
+    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout"};
 
 int UsageError(const std::string& msg) {
   std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
@@ -102,9 +102,14 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       if (!d.ok()) return d.status();
       a.last_call_timeout = *d;
     } else if (key == "close_timeout") {
+      // torchrun: time to mark a round closed. meshrun closes a round in one
+      // step on the server, so the value is checked and has no effect.
       auto d = ParseSeconds(key, value);
       if (!d.ok()) return d.status();
-      a.close_timeout = *d;
+    } else if (key == "exit_barrier_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      a.exit_barrier_timeout = *d;
     } else if (key == "read_timeout") {
       auto d = ParseSeconds(key, value);
       if (!d.ok()) return d.status();

@@ -30,9 +30,14 @@ int Launch(LaunchConfig config) {
     // endpoint's address when it is numeric, else every address.
     if (config.standalone) {
       so.host = "127.0.0.1";
-    } else {
+    } else if (IsLoopbackName(config.endpoint_host)) {
+      // Every node is on this host: stay on loopback.
       absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(config.endpoint_host);
-      so.host = (addrs.ok() && IsLoopback(addrs->front())) ? addrs->front() : "::";
+      so.host = addrs.ok() ? addrs->front() : "127.0.0.1";
+    } else {
+      // A name may resolve to 127.0.1.1 here while other hosts reach this
+      // one by its real address: listen on every address.
+      so.host = "::";
     }
     so.port = config.endpoint_port;
     so.token = a.token;
@@ -57,7 +62,15 @@ int Launch(LaunchConfig config) {
 
   agent::NodeAgent node_agent(a);
   int code = node_agent.Run();
-  if (server) server->Shutdown(absl::Seconds(1));
+  if (server) {
+    // The other nodes may still be stopping their workers or reading the
+    // run's last event: keep serving until they are gone (bounded).
+    if (!server->WaitForAgents(a.exit_barrier_timeout)) {
+      Logger("launcher")->warn("other agents still connected after {}; shutting the server down",
+                               absl::FormatDuration(a.exit_barrier_timeout));
+    }
+    server->Shutdown(absl::Seconds(1));
+  }
   return code;
 }
 

@@ -79,7 +79,11 @@ pb::RunEvent ToProto(const RunEvent& e) {
     case RunEvent::Kind::kNodeWaiting: out.set_kind(pb::RunEvent::NODE_WAITING); break;
     case RunEvent::Kind::kRunFinished: out.set_kind(pb::RunEvent::RUN_FINISHED); break;
     case RunEvent::Kind::kRunFailed: out.set_kind(pb::RunEvent::RUN_FAILED); break;
+    case RunEvent::Kind::kJoinProgress: out.set_kind(pb::RunEvent::JOIN_PROGRESS); break;
   }
+  out.set_joined(e.joined);
+  out.set_min_nodes(e.min_nodes);
+  out.set_max_nodes(e.max_nodes);
   out.set_round(e.round);
   out.set_node_id(e.node_id);
   if (e.root_cause) ToProto(*e.root_cause, out.mutable_root_cause());
@@ -121,8 +125,10 @@ class ParkedReactor : public grpc::ServerUnaryReactor {
 // Streams a run's events; owned jointly by gRPC (until OnDone) and the run.
 class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public EventSink {
  public:
-  WatchReactor(std::shared_ptr<Run> run, std::string node_id)
-      : run_(std::move(run)), node_id_(std::move(node_id)) {}
+  WatchReactor(std::shared_ptr<Run> run, std::string node_id, RendezvousService* service)
+      : run_(std::move(run)), node_id_(std::move(node_id)), service_(service) {
+    service_->WatchStarted();
+  }
 
   void Begin(std::shared_ptr<WatchReactor> self, int64_t known_round) {
     self_ = std::move(self);
@@ -166,6 +172,7 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
 
   void OnDone() override {
     run_->Unwatch(node_id_, this);
+    service_->WatchEnded();
     std::shared_ptr<WatchReactor> self;
     {
       absl::MutexLock lock(&mu_);
@@ -177,6 +184,7 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
  private:
   const std::shared_ptr<Run> run_;
   const std::string node_id_;
+  RendezvousService* const service_;
   absl::Mutex mu_;
   std::deque<pb::RunEvent> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -195,6 +203,22 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::S
 
 RendezvousService::RendezvousService(RunRegistry* registry, std::string token)
     : registry_(registry), token_(std::move(token)) {}
+
+void RendezvousService::WatchStarted() {
+  absl::MutexLock lock(&watch_mu_);
+  ++open_watches_;
+}
+
+void RendezvousService::WatchEnded() {
+  absl::MutexLock lock(&watch_mu_);
+  --open_watches_;
+}
+
+bool RendezvousService::WaitForNoWatchers(absl::Duration timeout) {
+  absl::MutexLock lock(&watch_mu_);
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) { return open_watches_ == 0; };
+  return watch_mu_.AwaitWithTimeout(absl::Condition(&none), timeout);
+}
 
 grpc::Status RendezvousService::Admit(Method m, const pb::RunRef& run, bool need_run_id) {
   counts_[m].fetch_add(1, std::memory_order_relaxed);
@@ -221,7 +245,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   NodeDesc node{n.node_id(), n.hostname(), n.addr(), n.pid(), n.nproc(), n.node_rank_hint(),
                 n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role()};
   RunConfig config{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
-                   FromMs(c.close_timeout_ms())};
+                   FromMs(c.exit_barrier_timeout_ms())};
   std::shared_ptr<Run> run = registry_->ForJoin(req->run().run_id(), req->last_round());
   auto* reactor = new ParkedReactor();
   reactor->SetOnCancel([run, id = n.node_id()] { run->CancelJoin(id); });
@@ -256,16 +280,8 @@ grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackS
     };
     return new Refused(s);
   }
-  std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
-  if (!run) {
-    class Refused : public grpc::ServerWriteReactor<pb::RunEvent> {
-     public:
-      Refused() { Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run")); }
-      void OnDone() override { delete this; }
-    };
-    return new Refused();
-  }
-  auto reactor = std::make_shared<WatchReactor>(run, req->node_id());
+  std::shared_ptr<Run> run = registry_->ForJoin(req->run().run_id(), req->known_round());
+  auto reactor = std::make_shared<WatchReactor>(run, req->node_id(), this);
   reactor->Begin(reactor, req->known_round());
   return reactor.get();
 }

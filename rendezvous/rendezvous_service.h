@@ -9,6 +9,7 @@
 #include <string>
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
+#include "absl/synchronization/mutex.h"
 #include "rendezvous/run.h"
 
 namespace meshrun::rendezvous {
@@ -25,6 +26,13 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   RendezvousService(RunRegistry* registry, std::string token);
 
   void set_port(int port) { port_ = port; }
+
+  // Waits until no Watch stream is open (every agent has gone) or `timeout`
+  // passes; true when none is open. Thread-safe.
+  bool WaitForNoWatchers(absl::Duration timeout);
+  // Called by watch reactors as they start and end.
+  void WatchStarted();
+  void WatchEnded();
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinResponse* resp) override;
@@ -70,6 +78,8 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   const std::string token_;
   int port_ = 0;
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
+  absl::Mutex watch_mu_;
+  int open_watches_ ABSL_GUARDED_BY(watch_mu_) = 0;
 };
 
 }  // namespace meshrun::rendezvous

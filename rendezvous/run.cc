@@ -66,6 +66,11 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       for (const auto& j : pending_) {
         if (j.node.node_id == node.node_id) {
           refused = absl::AlreadyExistsError(absl::StrCat("node ", node.node_id, " is already joining"));
+        } else if (node.node_rank_hint >= 0 && j.node.node_rank_hint == node.node_rank_hint) {
+          refused = absl::FailedPreconditionError(absl::StrCat(
+              "--node_rank=", node.node_rank_hint, " is already taken in run '", run_id_, "' by ",
+              j.node.hostname, " (pid ", j.node.pid, ", ", j.node.addr, "); refused for ", node.hostname,
+              " (pid ", node.pid, ", ", node.addr, ")"));
         }
       }
     }
@@ -88,6 +93,7 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
         PushLocked(ev);
       } else {
         MaybeCloseLocked(later);
+        if (state_ == State::kJoining) ProgressLocked();
       }
     }
   }
@@ -96,6 +102,40 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     return;
   }
   RunAll(later);
+}
+
+namespace {
+constexpr absl::Duration kProgressInterval = absl::Seconds(1);
+}  // namespace
+
+void Run::ProgressLocked() {
+  if (progress_armed_) return;
+  const absl::Time now = absl::Now();
+  if (now - last_progress_ >= kProgressInterval) {
+    const int joined = static_cast<int>(pending_.size());
+    if (joined == last_progress_joined_) return;
+    RunEvent ev;
+    ev.kind = RunEvent::Kind::kJoinProgress;
+    ev.round = round_;
+    ev.joined = joined;
+    ev.min_nodes = config_.min_nodes;
+    ev.max_nodes = config_.max_nodes;
+    PushLocked(ev);
+    last_progress_ = now;
+    last_progress_joined_ = joined;
+    return;
+  }
+  progress_armed_ = true;
+  std::weak_ptr<Run> weak = weak_from_this();
+  timer_->Schedule(last_progress_ + kProgressInterval, [weak] {
+    if (auto self = weak.lock()) self->OnProgressTimer();
+  });
+}
+
+void Run::OnProgressTimer() {
+  absl::MutexLock lock(&mu_);
+  progress_armed_ = false;
+  if (state_ == State::kJoining) ProgressLocked();
 }
 
 void Run::CancelJoin(const std::string& node_id) {
@@ -107,6 +147,7 @@ void Run::CancelJoin(const std::string& node_id) {
     if (it == pending_.end()) return;
     cb = std::move(it->done);
     pending_.erase(it);
+    if (state_ == State::kJoining) ProgressLocked();
   }
   cb(absl::CancelledError("join cancelled by the client"));
 }
@@ -190,6 +231,7 @@ void Run::CloseRoundLocked(Deferred& later) {
   }
   state_ = State::kRunning;
   reform_target_ = 0;
+  last_progress_joined_ = -1;
   kv_->DropRoundsBelow(round_);
   RunEvent ev;
   ev.kind = RunEvent::Kind::kRoundClosed;
@@ -212,7 +254,19 @@ void Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int
   catch_up.round = round_;
   catch_up.restart_count = restart_count_;
   if (has_root_cause_) catch_up.root_cause = root_cause_;
-  if (state_ == State::kFailed) {
+  if (known_round < 0) {
+    // A node before its first round learns its round from Join; the
+    // progress of the open round is all it needs now.
+    if (state_ == State::kJoining && !pending_.empty()) {
+      RunEvent progress;
+      progress.kind = RunEvent::Kind::kJoinProgress;
+      progress.round = round_;
+      progress.joined = static_cast<int>(pending_.size());
+      progress.min_nodes = config_.min_nodes;
+      progress.max_nodes = config_.max_nodes;
+      sink->Push(progress);
+    }
+  } else if (state_ == State::kFailed) {
     catch_up.kind = RunEvent::Kind::kRunFailed;
     sink->Push(catch_up);
   } else if (state_ == State::kFinished) {

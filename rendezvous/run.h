@@ -96,6 +96,10 @@ class Run : public std::enable_shared_from_this<Run> {
   FailureVerdict VerdictLocked(bool is_root) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void PushLocked(const RunEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnBarrierTimeout(uint64_t id);
+  // Pushes JOIN_PROGRESS now, or arms a timer so that at most one goes out
+  // per kProgressInterval (N joins must not cost N broadcasts).
+  void ProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnProgressTimer();
   static void RunAll(Deferred& later);
 
   const std::string run_id_;
@@ -123,6 +127,9 @@ class Run : public std::enable_shared_from_this<Run> {
   WorkerFailure root_cause_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<EventSink>> watchers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int last_progress_joined_ ABSL_GUARDED_BY(mu_) = -1;
+  bool progress_armed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 const char* StateName(Run::State state);

@@ -11,10 +11,18 @@
 namespace meshrun::rendezvous {
 namespace {
 
-// gRPC's own log lines go to the "grpc" logger at debug level: a failed bind
-// is an expected event (another agent hosts) and must not spam the console.
+// gRPC's own log lines go to the "grpc" logger. A failed bind is expected
+// (another agent on this host hosts the server) and is logged at debug;
+// other errors stay visible as warnings.
 void RouteGrpcLogs(gpr_log_func_args* args) {
-  Logger("grpc")->debug("{}:{}: {}", args->file, args->line, args->message);
+  auto log = Logger("grpc");
+  const std::string file = args->file ? args->file : "";
+  const bool bind_noise = absl::StrContains(file, "chttp2_server") || absl::StrContains(file, "tcp_server");
+  if (args->severity == GPR_LOG_SEVERITY_ERROR && !bind_noise) {
+    log->warn("{}:{}: {}", file, args->line, args->message);
+  } else {
+    log->debug("{}:{}: {}", file, args->line, args->message);
+  }
 }
 
 }  // namespace
@@ -72,6 +80,10 @@ void RendezvousServer::Shutdown(absl::Duration grace) {
   impl_->registry->CloseAll("the rendezvous server is shutting down");
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   impl_->server->Wait();
+}
+
+bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
+  return impl_->service->WaitForNoWatchers(timeout);
 }
 
 int RendezvousServer::port() const { return impl_->port; }

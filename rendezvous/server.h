@@ -37,6 +37,10 @@ class RendezvousServer {
   ~RendezvousServer();
   void Shutdown(absl::Duration grace);
 
+  // Waits until every agent's event stream has closed, or `timeout` passes
+  // (the hosting meshrun outlives its clients). True when none is open.
+  bool WaitForAgents(absl::Duration timeout);
+
   // The bound port (the OS's choice when options.port was 0).
   int port() const;
   // "host:port" to reach this server, with the host as given in options

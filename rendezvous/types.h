@@ -30,7 +30,7 @@ struct RunConfig {
   int max_nodes = 1;
   absl::Duration last_call_timeout = absl::Seconds(30);
   int max_restarts = 0;
-  absl::Duration close_timeout = absl::Seconds(30);
+  absl::Duration exit_barrier_timeout = absl::Seconds(300);
 };
 
 // One node's place in a closed round.
@@ -62,12 +62,15 @@ struct WorkerFailure {
 };
 
 struct RunEvent {
-  enum class Kind { kRoundClosed, kRestart, kNodeLost, kNodeWaiting, kRunFinished, kRunFailed };
+  enum class Kind { kRoundClosed, kRestart, kNodeLost, kNodeWaiting, kRunFinished, kRunFailed, kJoinProgress };
   Kind kind = Kind::kRoundClosed;
   int64_t round = 0;
   std::string node_id;
   std::optional<WorkerFailure> root_cause;
   int restart_count = 0;
+  int joined = 0;     // kJoinProgress: nodes joined so far.
+  int min_nodes = 0;
+  int max_nodes = 0;
 };
 
 enum class Decision { kRestart, kStop };

@@ -32,3 +32,46 @@ inline int CountOccurrences(const std::string& text, const std::string& needle) 
 }
 
 }  // namespace meshrun::testing
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
+
+namespace meshrun::testing {
+
+// A TCP port free on 127.0.0.1 right now, for a multi-node test to hand to
+// every node.
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One meshrun process standing for a node, with its output in files.
+struct NodeProc {
+  pid_t pid = -1;
+  std::string out_path, err_path;
+  int code = -2;
+  std::string out() const { return ReadFile(out_path); }
+  std::string err() const { return ReadFile(err_path); }
+};
+
+inline NodeProc StartNode(const std::string& dir, const std::string& name, std::vector<std::string> args,
+                          const std::map<std::string, std::string>& env = {}) {
+  NodeProc n;
+  n.out_path = dir + "/" + name + ".out";
+  n.err_path = dir + "/" + name + ".err";
+  args.insert(args.begin(), MeshrunBinary());
+  n.pid = StartCommand(args, env, n.out_path, n.err_path);
+  return n;
+}
+
+}  // namespace meshrun::testing

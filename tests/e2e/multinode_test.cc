@@ -1,0 +1,271 @@
+// Several nodes on loopback: each node is a real meshrun process; the first
+// to bind the endpoint's port hosts the server, the others join as clients.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <regex>
+#include <set>
+
+#include "absl/time/clock.h"
+#include "tests/e2e/e2e_util.h"
+
+using namespace meshrun::testing;
+
+namespace {
+
+// Each worker prints one line: "W rank local world group master round".
+std::string EnvScript(const std::string& dir) {
+  return WriteScript(dir, "w.sh",
+                     "printf 'W %s %s %s %s %s:%s %s\\n' $RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK "
+                     "$MASTER_ADDR $MASTER_PORT $MESHRUN_ROUND");
+}
+
+struct Line {
+  int rank, local, world, group;
+  std::string master, round;
+};
+
+std::vector<Line> Lines(const std::string& out) {
+  std::vector<Line> v;
+  std::regex re("W (\\d+) (\\d+) (\\d+) (\\d+) (\\S+) (\\d+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it) {
+    v.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stoi((*it)[3]), std::stoi((*it)[4]), (*it)[5],
+                 (*it)[6]});
+  }
+  return v;
+}
+
+std::vector<std::string> Common(int port, const std::string& run, int nnodes) {
+  return {"--nnodes=" + std::to_string(nnodes), "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+          "--rdzv_id=" + run};
+}
+
+std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Node `name` must have run workers with ranks [first, first+n) on node rank
+// `group`, in one world of `world`, sharing `master` and `round`.
+void CheckNode(const NodeProc& node, int first, int n, int group, int world, std::string* master) {
+  INFO(node.err());
+  REQUIRE(node.code == 0);
+  auto lines = Lines(node.out());
+  REQUIRE(static_cast<int>(lines.size()) == n);
+  std::set<int> ranks;
+  for (const auto& l : lines) {
+    ranks.insert(l.rank);
+    CHECK(l.rank == first + l.local);
+    CHECK(l.world == world);
+    CHECK(l.group == group);
+    CHECK(l.round == "0");
+    if (master->empty()) *master = l.master;
+    CHECK(l.master == *master);
+  }
+  CHECK(static_cast<int>(ranks.size()) == n);
+}
+
+}  // namespace
+
+TEST_CASE("two nodes, the second 2 s late: contiguous ranks, one master; the late one is a client",
+          "[e2e][multinode]") {
+  std::string dir = TempDir();
+  std::string script = EnvScript(dir);
+  int port = FreePort();
+  // Node A advertises 127.0.0.1, node B 127.0.0.2: the order is by address,
+  // whoever starts first (and so hosts the server).
+  for (bool a_first : {true, false}) {
+    DYNAMIC_SECTION((a_first ? "A first" : "B first")) {
+      std::string run = a_first ? "late-a" : "late-b";
+      auto a_args = Plus(Common(port, run, 2), {"--nproc_per_node=2", "--local_addr=127.0.0.1", script});
+      auto b_args = Plus(Common(port, run, 2), {"--nproc_per_node=2", "--local_addr=127.0.0.2", script});
+      NodeProc first = StartNode(dir, run + "1", a_first ? a_args : b_args);
+      usleep(a_first ? 2000000 : 500000);
+      NodeProc second = StartNode(dir, run + "2", a_first ? b_args : a_args);
+      first.code = WaitCommand(first.pid, 60);
+      second.code = WaitCommand(second.pid, 60);
+      const NodeProc& a = a_first ? first : second;
+      const NodeProc& b = a_first ? second : first;
+      std::string master;
+      CheckNode(a, 0, 2, 0, 4, &master);
+      CheckNode(b, 2, 2, 1, 4, &master);
+      CHECK(master.rfind("127.0.0.1:", 0) == 0);
+      CHECK(Contains(first.err(), "1/2 nodes joined"));
+      CHECK_FALSE(Contains(second.err(), "error"));
+    }
+  }
+}
+
+TEST_CASE("node_rank decides the order when the nodes give exactly 0..n-1", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  std::string script = EnvScript(dir);
+  int port = FreePort();
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "nr", 2), {"--nproc_per_node=2", "--node_rank=1", script}));
+  usleep(300000);
+  NodeProc b = StartNode(dir, "b", Plus(Common(port, "nr", 2), {"--nproc_per_node=2", "--node_rank=0", script}));
+  a.code = WaitCommand(a.pid, 60);
+  b.code = WaitCommand(b.pid, 60);
+  std::string master;
+  CheckNode(b, 0, 2, 0, 4, &master);
+  CheckNode(a, 2, 2, 1, 4, &master);
+}
+
+TEST_CASE("a duplicate --node_rank is refused naming both nodes", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  auto args = Plus(Common(port, "dup", 2), {"--node_rank=0", "--rdzv_conf=join_timeout=5", "/bin/true"});
+  NodeProc a = StartNode(dir, "a", args);
+  usleep(300000);
+  NodeProc b = StartNode(dir, "b", args);
+  b.code = WaitCommand(b.pid, 30);
+  kill(a.pid, SIGTERM);
+  a.code = WaitCommand(a.pid, 30);
+  CHECK(b.code == 1);
+  CHECK(Contains(b.err(), "--node_rank=0 is already taken"));
+  CHECK(CountOccurrences(b.err(), "(pid ") == 2);
+}
+
+TEST_CASE("three nodes with 1, 2 and 3 workers: WORLD_SIZE 6, prefix-sum ranks", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  std::string script = EnvScript(dir);
+  int port = FreePort();
+  std::vector<NodeProc> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(StartNode(dir, "n" + std::to_string(i),
+                              Plus(Common(port, "hetero", 3), {"--nproc_per_node=" + std::to_string(i + 1),
+                                                               "--local_addr=127.0.0." + std::to_string(i + 1),
+                                                               script})));
+    usleep(200000);
+  }
+  for (auto& n : nodes) n.code = WaitCommand(n.pid, 60);
+  std::string master;
+  CheckNode(nodes[0], 0, 1, 0, 6, &master);
+  CheckNode(nodes[1], 1, 2, 1, 6, &master);
+  CheckNode(nodes[2], 3, 3, 2, 6, &master);
+}
+
+TEST_CASE("a node alone past join_timeout exits naming endpoint, run and count", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  auto start = absl::Now();
+  RunResult r = RunCommand({MeshrunBinary(), "--nnodes=2", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                            "--rdzv_id=lonely", "--rdzv_conf=join_timeout=3", "/bin/true"}, {}, 30);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 5.5);
+  CHECK(Contains(r.err, "127.0.0.1:" + std::to_string(port)));
+  CHECK(Contains(r.err, "'lonely'"));
+  CHECK(Contains(r.err, "1 of 2 nodes joined"));
+  (void)start;
+}
+
+TEST_CASE("nodes that disagree on nnodes are refused naming the field", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "conf", 2), {"--rdzv_conf=join_timeout=10", "/bin/true"}));
+  usleep(300000);
+  RunResult b = RunCommand({MeshrunBinary(), "--nnodes=3", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                            "--rdzv_id=conf", "/bin/true"}, {}, 30);
+  kill(a.pid, SIGTERM);
+  WaitCommand(a.pid, 30);
+  CHECK(b.exit_code == 1);
+  CHECK(Contains(b.err, "--nnodes"));
+  CHECK(Contains(b.err, "--nnodes=3"));
+  CHECK(Contains(b.err, "--nnodes=2"));
+}
+
+TEST_CASE("a worker failing on node B stops both nodes; A's summary names B's rank", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string script = WriteScript(dir, "f.sh", "[ \"$RANK\" = 3 ] && exit 9\nexec sleep 60");
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "fail", 2), {"--nproc_per_node=2", "--local_addr=127.0.0.1",
+                                                                   "--shutdown_timeout=2", script}));
+  usleep(300000);
+  NodeProc b = StartNode(dir, "b", Plus(Common(port, "fail", 2), {"--nproc_per_node=2", "--local_addr=127.0.0.2",
+                                                                   "--shutdown_timeout=2", script}));
+  a.code = WaitCommand(a.pid, 60);
+  b.code = WaitCommand(b.pid, 60);
+  INFO(a.err() << "\n----\n" << b.err());
+  CHECK(a.code == 9);
+  CHECK(b.code == 9);
+  CHECK(Contains(a.err(), "rank      : 3 (local_rank: 1)"));
+  CHECK(Contains(a.err(), "(node rank 1)"));
+  CHECK(Contains(b.err(), "rank      : 3 (local_rank: 1)"));
+}
+
+TEST_CASE("static backend: --master_addr, --master_port and --node_rank", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  std::string script = EnvScript(dir);
+  int port = FreePort();
+  auto common = std::vector<std::string>{"--rdzv_backend=static", "--nnodes=2", "--nproc_per_node=2",
+                                         "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port)};
+  NodeProc b = StartNode(dir, "b", Plus(common, {"--node_rank=1", script}));
+  usleep(300000);
+  NodeProc a = StartNode(dir, "a", Plus(common, {"--node_rank=0", script}));
+  a.code = WaitCommand(a.pid, 60);
+  b.code = WaitCommand(b.pid, 60);
+  std::string master;
+  CheckNode(a, 0, 2, 0, 4, &master);
+  CheckNode(b, 2, 2, 1, 4, &master);
+}
+
+TEST_CASE("a node that finishes early waits at the exit barrier; both exit 0", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string script = WriteScript(dir, "e.sh", "[ \"$GROUP_RANK\" = 1 ] && sleep 3\nexit 0");
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "early", 2), {"--nproc_per_node=2", "--local_addr=127.0.0.1",
+                                                                    script}));
+  usleep(200000);
+  NodeProc b = StartNode(dir, "b", Plus(Common(port, "early", 2), {"--nproc_per_node=2", "--local_addr=127.0.0.2",
+                                                                    script}));
+  a.code = WaitCommand(a.pid, 60);
+  b.code = WaitCommand(b.pid, 60);
+  INFO(a.err() << "\n----\n" << b.err());
+  CHECK(a.code == 0);
+  CHECK(b.code == 0);
+  CHECK_FALSE(Contains(a.err(), "lost"));
+  CHECK_FALSE(Contains(b.err(), "lost"));
+}
+
+TEST_CASE("the seed's 2-D gloo setup over 2 nodes x 4 workers", "[e2e][multinode][torch]") {
+  std::string py = TorchPython();
+  std::string shared = SharedDir();
+  if (py.empty() || shared.empty()) {
+    WARN("SKIPPED: needs python3-torch and ../shared/cases");
+    return;
+  }
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string prog = shared + "/cases/seed_2d_setup_gloo.py";
+  std::map<std::string, std::string> env = {{"PYTHON_EXEC", py}};
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "seed2", 2), {"--nproc_per_node=4", prog}), env);
+  usleep(200000);
+  NodeProc b = StartNode(dir, "b", Plus(Common(port, "seed2", 2), {"--nproc_per_node=4", prog}), env);
+  a.code = WaitCommand(a.pid, 240);
+  b.code = WaitCommand(b.pid, 240);
+  INFO(a.err() << "\n----\n" << b.err());
+  CHECK(a.code == 0);
+  CHECK(b.code == 0);
+  CHECK(CountOccurrences(a.out() + b.out(), " OK") == 8);
+}
+
+TEST_CASE("killing the meshrun that hosts the server stops the other node, naming the endpoint",
+          "[e2e][multinode]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "hostdies", 2), {"--nproc_per_node=1", "sleep", "60"}));
+  usleep(300000);
+  NodeProc b = StartNode(dir, "b", Plus(Common(port, "hostdies", 2), {"--nproc_per_node=1", "--shutdown_timeout=1",
+                                                                       "sleep", "60"}));
+  for (int i = 0; i < 100 && !Contains(ReadFile(b.err_path), "") ; ++i) usleep(10000);
+  usleep(700000);
+  kill(a.pid, SIGKILL);
+  auto start = absl::Now();
+  b.code = WaitCommand(b.pid, 30);
+  WaitCommand(a.pid, 5);
+  INFO(b.err());
+  CHECK(b.code == 1);
+  CHECK(absl::Now() - start < absl::Seconds(5));
+  CHECK(Contains(b.err(), "127.0.0.1:" + std::to_string(port)));
+}
