@@ -148,6 +148,8 @@ class Session {
     return code;
   }
 
+  int received_signal() const { return received_signal_; }
+
  private:
   int Fatal(const std::string& msg) {
     std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
@@ -221,6 +223,7 @@ class Session {
       if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
         client_->CancelJoin();
         std::fprintf(stderr, "meshrun: received %s while joining; exiting\n", SignalName(sig->signo).c_str());
+        received_signal_ = sig->signo;
         *exit_code = 128 + sig->signo;
         return false;
       }
@@ -325,6 +328,7 @@ class Session {
       }
       if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
         std::fprintf(stderr, "meshrun: received %s; stopping workers\n", SignalName(sig->signo).c_str());
+        received_signal_ = sig->signo;
         StopWorkers(sig->signo, o_.shutdown_timeout);
         return 128 + sig->signo;
       }
@@ -497,7 +501,10 @@ class Session {
         if (se->event.kind == RunEvent::Kind::kRunFailed) return Summary(se->event.root_cause);
         continue;
       }
-      if (auto* sig = std::get_if<SignalReceived>(&*ev)) return 128 + sig->signo;
+      if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
+        received_signal_ = sig->signo;
+        return 128 + sig->signo;
+      }
       if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
         if (!sc->status.ok()) return Fatal(std::string(sc->status.message()));
       }
@@ -515,6 +522,7 @@ class Session {
   Assignment round_;
   std::vector<Worker> workers_;
   int joined_seen_ = 0;
+  int received_signal_ = 0;
   std::filesystem::path run_dir_;
   bool temp_run_dir_ = true;
   std::string failed_error_file_;
@@ -526,7 +534,9 @@ NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}
 
 int NodeAgent::Run() {
   Session session(options_);
-  return session.Run();
+  int code = session.Run();
+  received_signal_ = session.received_signal();
+  return code;
 }
 
 }  // namespace meshrun::agent

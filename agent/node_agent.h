@@ -53,8 +53,13 @@ class NodeAgent {
   // not thread-safe; call once.
   int Run();
 
+  // The signal that made meshrun itself stop (0 when none): a hosting
+  // meshrun that was told to stop does not keep serving for the others.
+  int received_signal() const { return received_signal_; }
+
  private:
   AgentOptions options_;
+  int received_signal_ = 0;
 };
 
 }  // namespace meshrun::agent

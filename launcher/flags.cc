@@ -179,7 +179,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   app.add_option("--rdzv_id,--rdzv-id", run_id, "Run id shared by every node of the job")
       ->envname("PET_RDZV_ID")->group(g_rdzv)->default_str("none");
   app.add_option("--rdzv_conf,--rdzv-conf", rdzv_conf,
-                 "key=value,... : join_timeout, last_call_timeout, close_timeout, read_timeout, is_host, ...")
+                 "key=value,... : join_timeout, last_call_timeout, read_timeout, exit_barrier_timeout, is_host, ...")
       ->envname("PET_RDZV_CONF")->group(g_rdzv);
   app.add_flag("--standalone", standalone, "One node: an embedded server on a free loopback port")
       ->envname("PET_STANDALONE")->group(g_rdzv);

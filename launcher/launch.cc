@@ -65,7 +65,9 @@ int Launch(LaunchConfig config) {
   if (server) {
     // The other nodes may still be stopping their workers or reading the
     // run's last event: keep serving until they are gone (bounded).
-    if (!server->WaitForAgents(a.exit_barrier_timeout)) {
+    // A meshrun told to stop (a signal) stops serving at once: the others
+    // notice the lost server and stop too.
+    if (node_agent.received_signal() == 0 && !server->WaitForAgents(a.exit_barrier_timeout)) {
       Logger("launcher")->warn("other agents still connected after {}; shutting the server down",
                                absl::FormatDuration(a.exit_barrier_timeout));
     }
