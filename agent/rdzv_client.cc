@@ -105,6 +105,21 @@ RendezvousClient::~RendezvousClient() {
     if (finish_ctx_) finish_ctx_->TryCancel();
   }
   StopWatch();
+  // gRPC may still be running a callback of ours: wait until every one has
+  // returned, so nothing of this client is used after it is gone.
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+  mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(10));
+}
+
+void RendezvousClient::CallStarted() {
+  absl::MutexLock lock(&mu_);
+  ++in_flight_;
+}
+
+void RendezvousClient::CallDone() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
@@ -155,13 +170,18 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
     absl::MutexLock lock(&mu_);
     join_ctx_ = ctx;
   }
+  CallStarted();
   stubs_->stub->async()->Join(ctx.get(), req.get(), resp.get(),
-                              [req, resp, ctx, done = std::move(done)](grpc::Status s) {
+                              [this, req, resp, ctx, done = std::move(done)](grpc::Status s) mutable {
                                 if (!s.ok()) {
                                   done(FromGrpc(s, "join"));
                                 } else {
                                   done(FromProto(resp->assignment()));
                                 }
+                                done = nullptr;
+                                req.reset();
+                                resp.reset();
+                                CallDone();
                               });
 }
 
@@ -245,17 +265,22 @@ void RendezvousClient::ReportFinishedAsync(
     absl::MutexLock lock(&mu_);
     finish_ctx_ = ctx;
   }
+  CallStarted();
   stubs_->stub->async()->ReportFinished(
-      ctx.get(), req.get(), resp.get(), [req, resp, ctx, done = std::move(done)](grpc::Status s) {
+      ctx.get(), req.get(), resp.get(), [this, req, resp, ctx, done = std::move(done)](grpc::Status s) mutable {
         if (!s.ok()) {
           done(FromGrpc(s, "exit barrier"));
-          return;
+        } else {
+          rendezvous::BarrierResult r;
+          r.all_finished = resp->all_finished();
+          r.finished_nodes = resp->finished_nodes();
+          r.node_count = resp->node_count();
+          done(r);
         }
-        rendezvous::BarrierResult r;
-        r.all_finished = resp->all_finished();
-        r.finished_nodes = resp->finished_nodes();
-        r.node_count = resp->node_count();
-        done(r);
+        done = nullptr;
+        req.reset();
+        resp.reset();
+        CallDone();
       });
 }
 

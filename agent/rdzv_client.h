@@ -61,6 +61,8 @@ class RendezvousClient {
  private:
   RendezvousClient(std::string endpoint, std::string run_id, std::string token,
                    std::shared_ptr<grpc::Channel> channel);
+  void CallStarted();
+  void CallDone();
   struct Stubs;
 
   const std::string endpoint_;
@@ -73,6 +75,7 @@ class RendezvousClient {
   std::shared_ptr<grpc::ClientContext> join_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> watch_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> finish_ctx_ ABSL_GUARDED_BY(mu_);
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread watch_thread_;
 };
 

@@ -128,6 +128,30 @@ absl::StatusOr<int> FindFreePort(const std::string& addr) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
 }
 
+bool PortInUse(const std::string& addr, int port) {
+  int family = absl::StrContains(addr, ':') ? AF_INET6 : AF_INET;
+  Fd fd(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return false;
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET, addr.c_str(), &sin->sin_addr) != 1) return false;
+    len = sizeof(sockaddr_in);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET6, addr.c_str(), &sin6->sin6_addr) != 1) return false;
+    len = sizeof(sockaddr_in6);
+  }
+  return ::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno == EADDRINUSE;
+}
+
 bool IsLoopback(const std::string& addr) {
   return absl::StartsWith(addr, "127.") || addr == "::1";
 }

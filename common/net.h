@@ -22,6 +22,10 @@ absl::StatusOr<std::string> LocalAddressFor(const Endpoint& ep);
 // the port, close). Racy by nature, as torchrun's get_free_port.
 absl::StatusOr<int> FindFreePort(const std::string& addr);
 
+// True when a TCP socket is listening on `addr`:`port` here (a bind with
+// SO_REUSEADDR fails with EADDRINUSE). `addr` numeric, "::" or "0.0.0.0".
+bool PortInUse(const std::string& addr, int port);
+
 // True when `addr` (numeric) is a loopback address (127.0.0.0/8 or ::1).
 bool IsLoopback(const std::string& addr);
 

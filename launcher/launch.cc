@@ -1,9 +1,12 @@
 #include "launcher/launch.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "CLI/CLI.hpp"
@@ -15,6 +18,26 @@
 #include "rendezvous/server.h"
 
 namespace meshrun::launcher {
+
+namespace {
+
+// Meshruns on one host take turns at hosting an endpoint's port through a
+// lock file, so that only one of them ever tries to start the server there.
+// Returns the held lock's descriptor (kept open for the process's life), or
+// -1 when another meshrun holds it. An unusable lock file (e.g. another
+// user's) is no reason not to try: then 0 is returned and the bind decides.
+int TakeHostLock(int port) {
+  std::string path = absl::StrCat(std::filesystem::temp_directory_path().string(), "/meshrun-host-", port, ".lock");
+  int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+  if (fd < 0) return 0;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return errno == EWOULDBLOCK ? -1 : 0;
+  }
+  return fd;
+}
+
+}  // namespace
 
 int Launch(LaunchConfig config) {
   agent::AgentOptions& a = config.agent;
@@ -41,7 +64,10 @@ int Launch(LaunchConfig config) {
     }
     so.port = config.endpoint_port;
     so.token = a.token;
-    auto started = rendezvous::RendezvousServer::Start(so);
+    const bool turn = config.standalone || TakeHostLock(config.endpoint_port) >= 0;
+    auto started = turn ? rendezvous::RendezvousServer::Start(so)
+                        : absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>>(
+                              absl::AlreadyExistsError("another meshrun on this host hosts the port"));
     if (started.ok()) {
       server = std::move(*started);
       a.endpoint = config.standalone ? server->endpoint()

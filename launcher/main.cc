@@ -1,7 +1,9 @@
 // meshrun: the launcher's entry point. Dispatches `meshrun server ...` to the
 // daemon; everything else is torchrun's command line.
 #include <signal.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "agent/process.h"
@@ -18,5 +20,10 @@ int main(int argc, char** argv) {
   // Before any thread (gRPC's included) starts: every thread inherits the
   // mask and only the agent's signal thread receives these signals.
   meshrun::agent::BlockSignals(parsed.config->agent.forwarded_signals);
-  return meshrun::launcher::Launch(std::move(*parsed.config));
+  int code = meshrun::launcher::Launch(std::move(*parsed.config));
+  // Leave without running static destructors: gRPC's background threads may
+  // still be winding down, and tearing down its globals under them can abort.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(code);
 }

@@ -135,9 +135,11 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
     run_->Watch(node_id_, self_, known_round);
   }
 
+  // gRPC's rules, kept under mu_: one write in flight at a time; Finish
+  // once, and only when no write is in flight; nothing after Finish.
   void Push(const RunEvent& event) override {
     absl::MutexLock lock(&mu_);
-    if (done_) return;
+    if (finish_requested_ || done_) return;
     queue_.push_back(ToProto(event));
     if (!writing_) {
       writing_ = true;
@@ -148,26 +150,21 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     queue_.pop_front();
-    if (!ok || done_) {
-      writing_ = false;
+    writing_ = false;
+    if (!ok) finish_requested_ = true;  // The stream broke.
+    if (!finish_requested_ && !queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front());
       return;
     }
-    if (!queue_.empty()) {
-      StartWrite(&queue_.front());
-    } else {
-      writing_ = false;
-    }
+    MaybeFinishLocked();
   }
 
   void OnCancel() override {
     run_->Unwatch(node_id_, this);
-    bool finish = false;
-    {
-      absl::MutexLock lock(&mu_);
-      finish = !finishing_;
-      finishing_ = true;
-    }
-    if (finish) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    absl::MutexLock lock(&mu_);
+    finish_requested_ = true;
+    MaybeFinishLocked();
   }
 
   void OnDone() override {
@@ -182,13 +179,21 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
   }
 
  private:
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finish_requested_ && !writing_ && !finished_) {
+      finished_ = true;
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    }
+  }
+
   const std::shared_ptr<Run> run_;
   const std::string node_id_;
   RendezvousService* const service_;
   absl::Mutex mu_;
   std::deque<pb::RunEvent> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<WatchReactor> self_;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "rendezvous/rendezvous_service.h"
 
 namespace meshrun::rendezvous {
@@ -47,6 +48,13 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   }
   static const bool routed = (gpr_set_log_function(&RouteGrpcLogs), true);
   (void)routed;
+  // A port that is already listening is refused before gRPC tries to bind:
+  // a failed gRPC server start leaves gRPC's state such that the process can
+  // abort at exit.
+  if (options.port != 0 && PortInUse(options.host, options.port)) {
+    return absl::AlreadyExistsError(absl::StrCat("cannot bind the rendezvous server to ", options.host, ":",
+                                                 options.port, ": address in use"));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer);
