@@ -1,5 +1,7 @@
 #include "common/gloo_store.h"
 
+#include <algorithm>
+
 #include "gloo/common/error.h"
 
 namespace meshrun {
@@ -13,19 +15,34 @@ void GlooStoreAdapter::set(const std::string& key, const std::vector<char>& data
   if (!s.ok()) throw ::gloo::IoException(std::string(s.message()));
 }
 
+void GlooStoreAdapter::Prefetch(std::vector<std::string> keys) { prefetch_ = std::move(keys); }
+
+void GlooStoreAdapter::MaybePrefetch(const std::string& key, absl::Duration timeout) {
+  if (cache_.count(key) || std::find(prefetch_.begin(), prefetch_.end(), key) == prefetch_.end()) return;
+  absl::StatusOr<std::vector<std::string>> values = store_->MultiGet(prefetch_, timeout);
+  if (!values.ok()) throw ::gloo::IoException(std::string(values.status().message()));
+  for (size_t i = 0; i < prefetch_.size(); ++i) cache_[prefetch_[i]] = std::move((*values)[i]);
+}
+
 std::vector<char> GlooStoreAdapter::get(const std::string& key) {
+  MaybePrefetch(key, default_timeout_);
+  if (auto it = cache_.find(key); it != cache_.end()) return std::vector<char>(it->second.begin(), it->second.end());
   absl::StatusOr<std::string> v = store_->Get(key, default_timeout_);
   if (!v.ok()) throw ::gloo::IoException(std::string(v.status().message()));
   return std::vector<char>(v->begin(), v->end());
 }
 
 void GlooStoreAdapter::wait(const std::vector<std::string>& keys) {
+  if (keys.size() == 1) MaybePrefetch(keys[0], default_timeout_);
+  if (keys.size() == 1 && cache_.count(keys[0])) return;
   absl::Status s = store_->Wait(keys, default_timeout_);
   if (!s.ok()) throw ::gloo::IoException(std::string(s.message()));
 }
 
 void GlooStoreAdapter::wait(const std::vector<std::string>& keys,
                             const std::chrono::milliseconds& timeout) {
+  if (keys.size() == 1) MaybePrefetch(keys[0], absl::FromChrono(timeout));
+  if (keys.size() == 1 && cache_.count(keys[0])) return;
   absl::Status s = store_->Wait(keys, absl::FromChrono(timeout));
   if (!s.ok()) throw ::gloo::IoException(std::string(s.message()));
 }

@@ -2,7 +2,10 @@
 // node should, then runs the node agent.
 #pragma once
 
+#include <string>
+
 #include "launcher/launch_config.h"
+#include "meshrun/mesh_layout.h"
 
 namespace meshrun::launcher {
 
@@ -13,5 +16,14 @@ int Launch(LaunchConfig config);
 // `meshrun server [flags]`: the rendezvous server as a daemon. Runs until
 // SIGTERM or SIGINT, then shuts down within --shutdown_grace seconds.
 int ServerMain(int argc, char** argv);
+
+// The text `meshrun mesh` prints for `layout` on `nnodes` x `nproc` ranks.
+std::string DescribeMesh(const mesh::MeshLayout& layout, int nnodes, int nproc);
+
+// `meshrun mesh --nnodes N --nproc_per_node P --shape 2,4 --names a,b`:
+// prints the mesh as a grid of ranks with node and local rank, the groups of
+// every dimension, and which dimensions stay inside a node. No network.
+// Exit 2 on a bad shape.
+int MeshMain(int argc, char** argv);
 
 }  // namespace meshrun::launcher

@@ -11,6 +11,7 @@
 #include "launcher/launch_config.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "mesh") == 0) return meshrun::launcher::MeshMain(argc - 1, argv + 1);
   if (argc > 1 && std::strcmp(argv[1], "server") == 0) {
     meshrun::agent::BlockSignals({SIGTERM, SIGINT, SIGHUP});
     return meshrun::launcher::ServerMain(argc - 1, argv + 1);

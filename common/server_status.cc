@@ -1,0 +1,27 @@
+#include "common/server_status.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
+
+namespace meshrun {
+
+absl::StatusOr<std::map<std::string, int64_t>> QueryRequestCounts(const std::string& endpoint,
+                                                                  const std::string& token) {
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::StatusRequest req;
+  req.mutable_run()->set_token(token);
+  v1::StatusResponse resp;
+  grpc::Status s = stub->Status(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("status of ", endpoint, ": ", s.error_message()));
+  }
+  return std::map<std::string, int64_t>(resp.request_counts().begin(), resp.request_counts().end());
+}
+
+}  // namespace meshrun

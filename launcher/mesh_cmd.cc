@@ -1,0 +1,121 @@
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "launcher/launch.h"
+#include "meshrun/mesh_layout.h"
+
+namespace meshrun::launcher {
+namespace {
+
+// "{0-3}" for a run of 3 or more consecutive ranks, else "{0, 4}".
+std::string GroupText(const std::vector<int>& g) {
+  bool consecutive = g.size() >= 3;
+  for (size_t i = 1; i < g.size() && consecutive; ++i) consecutive = g[i] == g[i - 1] + 1;
+  if (consecutive) return absl::StrCat("{", g.front(), "-", g.back(), "}");
+  return absl::StrCat("{", absl::StrJoin(g, ", "), "}");
+}
+
+int Usage(const std::string& msg) {
+  std::fprintf(stderr, "meshrun mesh: error: %s\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+std::string DescribeMesh(const mesh::MeshLayout& layout, int nnodes, int nproc) {
+  auto node_of = [nproc](int rank) { return rank / nproc; };
+  std::string out = absl::StrCat("mesh ", layout.ShapeString(), " named ", layout.NamesString(), " over ",
+                                 layout.size(), " ranks (", nnodes, " nodes x ", nproc, " workers)\n");
+  // The rank grid: rows are the second-to-last dimension, columns the last;
+  // one grid per index of the leading dimensions.
+  const int nd = layout.ndim();
+  const std::vector<int>& shape = layout.shape();
+  const int cols = shape[nd - 1];
+  const int rows = nd >= 2 ? shape[nd - 2] : 1;
+  const int grids = layout.size() / (rows * cols);
+  const std::string& col_name = layout.dim_names()[nd - 1];
+  const std::string row_name = nd >= 2 ? layout.dim_names()[nd - 2] : "";
+  auto cell = [&](int r) { return absl::StrCat(r, " (n", node_of(r), ":l", r % nproc, ")"); };
+  size_t width = 0;
+  for (int r : layout.ranks()) width = std::max(width, cell(r).size());
+  size_t label_width = row_name.size() + 4;
+  for (int g = 0; g < grids; ++g) {
+    std::vector<int> coord(nd, 0);
+    int rest = g;
+    std::vector<std::string> lead;
+    for (int d = nd - 3; d >= 0; --d) {
+      coord[d] = rest % shape[d];
+      rest /= shape[d];
+    }
+    for (int d = 0; d + 2 < nd; ++d) lead.push_back(absl::StrCat(layout.dim_names()[d], "=", coord[d]));
+    absl::StrAppend(&out, "\n");
+    if (!lead.empty()) absl::StrAppend(&out, absl::StrJoin(lead, ", "), ":\n");
+    std::string line(label_width, ' ');
+    for (int c = 0; c < cols; ++c) {
+      std::string h = absl::StrCat(col_name, "=", c);
+      absl::StrAppend(&line, "  ", h, std::string(width > h.size() ? width - h.size() : 0, ' '));
+    }
+    absl::StrAppend(&out, line.substr(0, line.find_last_not_of(' ') + 1), "\n");
+    for (int r = 0; r < rows; ++r) {
+      std::string label = nd >= 2 ? absl::StrCat(row_name, "=", r) : "";
+      std::string row = label + std::string(label_width - label.size(), ' ');
+      for (int c = 0; c < cols; ++c) {
+        if (nd >= 2) coord[nd - 2] = r;
+        coord[nd - 1] = c;
+        std::string text = cell(layout.RankAt(coord));
+        std::string h = absl::StrCat(col_name, "=", c);
+        size_t w = std::max(width, h.size());
+        absl::StrAppend(&row, "  ", text, std::string(w - text.size(), ' '));
+      }
+      absl::StrAppend(&out, row.substr(0, row.find_last_not_of(' ') + 1), "\n");
+    }
+  }
+  absl::StrAppend(&out, "\n");
+  for (int d = 0; d < nd; ++d) {
+    std::vector<std::vector<int>> groups = layout.Groups(d);
+    bool within = true;
+    for (const auto& grp : groups) {
+      for (int r : grp) within = within && node_of(r) == node_of(grp[0]);
+    }
+    std::vector<std::string> texts;
+    for (const auto& grp : groups) texts.push_back(GroupText(grp));
+    absl::StrAppend(&out, "dimension '", layout.dim_names()[d], "' (size ", shape[d], ", ", groups.size(),
+                    groups.size() == 1 ? " group, " : " groups, ",
+                    within ? "stays inside a node" : "crosses nodes", "): ", absl::StrJoin(texts, " "), "\n");
+  }
+  return out;
+}
+
+int MeshMain(int argc, char** argv) {
+  CLI::App app{"meshrun mesh: print a mesh layout (ranks, nodes, groups) without running anything",
+               "meshrun mesh"};
+  int nnodes = 1, nproc = 1;
+  std::vector<int> shape;
+  std::vector<std::string> names;
+  app.add_option("--nnodes", nnodes, "Number of nodes")->default_str("1");
+  app.add_option("--nproc_per_node,--nproc-per-node", nproc, "Workers per node")->default_str("1");
+  app.add_option("--shape", shape, "Mesh shape, e.g. 2,4 (one entry may be -1)")->delimiter(',')->required();
+  app.add_option("--names", names, "Dimension names, e.g. replicate,shard")->delimiter(',');
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    return Usage(msg);
+  }
+  if (nnodes <= 0 || nproc <= 0) {
+    return Usage(absl::StrCat("--nnodes=", nnodes, " --nproc_per_node=", nproc, ": both must be >= 1"));
+  }
+  absl::StatusOr<mesh::MeshLayout> layout = mesh::MeshLayout::Create(shape, names, nnodes * nproc);
+  if (!layout.ok()) return Usage(std::string(layout.status().message()));
+  std::fputs(DescribeMesh(*layout, nnodes, nproc).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace meshrun::launcher

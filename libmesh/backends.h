@@ -1,0 +1,69 @@
+// The two backends behind DeviceMesh, behind one small interface.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/store.h"
+#include "mesh_internal.h"
+
+namespace meshrun::mesh::internal {
+
+// Polls a health check of every watched group every `interval`; when one
+// reports an error, aborts every watched group (the mesh) once.
+class Watchdog {
+ public:
+  // `check` returns a non-OK status for a group with an asynchronous error.
+  Watchdog(absl::Duration interval, std::function<absl::Status(ProcessGroup*)> check);
+  ~Watchdog();
+  void Watch(ProcessGroup* group);
+
+ private:
+  void Loop();
+  absl::Duration interval_;
+  std::function<absl::Status(ProcessGroup*)> check_;
+  absl::Mutex mu_;
+  std::vector<ProcessGroup*> groups_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+struct Backend {
+  std::string name;  // "gloo" | "nccl"
+  // Creates the communicators of `rows` after checking that the members
+  // agree on `desc`.
+  std::function<absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>>(const std::vector<GroupSpec>&,
+                                                                           const Description&)>
+      create_groups;
+  // NCCL: polls async errors. Gloo: none.
+  std::function<absl::Status(ProcessGroup*)> health_check;
+  absl::Duration watchdog_interval = absl::Milliseconds(100);
+  std::shared_ptr<Watchdog> watchdog;
+
+  void StartWatchdog(const std::vector<ProcessGroup*>& groups);
+  void WatchGroup(ProcessGroup* group);
+  void StopWatchdog() { watchdog.reset(); }
+};
+
+absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options);
+// UNIMPLEMENTED when libmesh was built without NCCL.
+absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options);
+
+// The NCCL unique-id exchange, without creating communicators (it needs no
+// GPU): per row, the coordinate-0 member calls `make_id` and publishes its
+// description and the id under "<row key>/id"; the others publish their
+// description under "<row key>/desc/<coordinate>" and read the id. All sets
+// come first, then all reads: one set and one read per member per row. The
+// leader checks every member's description, the others the leader's.
+// Rows of one member need no store traffic. Returns one id per row.
+absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
+                                                           const Description& desc, absl::Duration timeout,
+                                                           const std::function<absl::StatusOr<std::string>()>& make_id);
+
+}  // namespace meshrun::mesh::internal

@@ -1,0 +1,402 @@
+#include "meshrun/device_mesh.h"
+
+#include <atomic>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "backends.h"
+#include "common/endpoint.h"
+#include "common/env_registry.h"
+#include "common/grpc_store.h"
+#include "common/net.h"
+#include "mesh_internal.h"
+
+namespace meshrun::mesh {
+
+using internal::Description;
+using internal::GroupSpec;
+
+size_t SizeOf(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return 4;
+    case DataType::kFloat64: return 8;
+    case DataType::kInt32: return 4;
+    case DataType::kInt64: return 8;
+  }
+  return 0;
+}
+
+absl::StatusOr<DeviceType> ParseDeviceType(absl::string_view text) {
+  if (text == "cpu") return DeviceType::kCpu;
+  if (text == "cuda") return DeviceType::kCuda;
+  if (absl::StartsWith(text, "cuda:") || absl::StartsWith(text, "cpu:")) {
+    return absl::InvalidArgumentError(absl::StrCat("Device type with index is not supported but got ", text,
+                                                   "; use \"cuda\" (the device comes from LOCAL_RANK)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("device type '", text, "': allowed: cpu (Gloo), cuda (NCCL)"));
+}
+
+const char* DeviceTypeName(DeviceType type) { return type == DeviceType::kCpu ? "cpu" : "cuda"; }
+
+absl::StatusOr<World> WorldFromEnv() {
+  World w;
+  auto need_int = [](const env::Var& var, auto* out) -> absl::Status {
+    absl::StatusOr<std::optional<long long>> v = env::GetInt(var);
+    if (!v.ok()) return v.status();
+    if (!v->has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(var.name, " is not set: start this program with meshrun"));
+    }
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(**v);
+    return absl::OkStatus();
+  };
+  for (auto s : {need_int(env::kRank, &w.rank), need_int(env::kWorldSize, &w.world_size),
+                 need_int(env::kLocalRank, &w.local_rank), need_int(env::kLocalWorldSize, &w.local_world_size),
+                 need_int(env::kGroupRank, &w.node_rank), need_int(env::kRound, &w.round)}) {
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<GrpcStoreOptions> store = GrpcStoreOptionsFromEnv();
+  if (!store.ok()) return store.status();
+  w.store_endpoint = store->endpoint;
+  w.run_id = store->run_id;
+  w.token = store->token;
+  return w;
+}
+
+// Per dimension of a mesh: the root dimensions it covers and its group.
+struct DimRef {
+  int first = 0;
+  int last = 0;
+  ProcessGroup* group = nullptr;
+};
+
+struct FlatEntry {
+  int first = 0;
+  int last = 0;
+  std::unique_ptr<ProcessGroup> group;
+};
+
+struct MeshState {
+  DeviceType device = DeviceType::kCpu;
+  World world;
+  MeshOptions options;
+  MeshLayout root;
+  std::string mesh_id;
+  std::optional<std::vector<int>> coordinate;
+  std::shared_ptr<Store> store;
+  internal::Backend backend;
+  std::vector<std::unique_ptr<ProcessGroup>> groups;  // One per root dimension.
+  absl::Mutex mu;
+  // Flattened dimensions, in creation order (indices never move), by name.
+  std::vector<FlatEntry> flattened ABSL_GUARDED_BY(mu);
+  std::map<std::string, int> flat_index ABSL_GUARDED_BY(mu);
+
+  ~MeshState() {
+    backend.StopWatchdog();
+    absl::MutexLock lock(&mu);
+    flattened.clear();
+    groups.clear();
+  }
+
+  std::vector<ProcessGroup*> AllGroups() {
+    std::vector<ProcessGroup*> out;
+    for (auto& g : groups) out.push_back(g.get());
+    absl::MutexLock lock(&mu);
+    for (auto& f : flattened) out.push_back(f.group.get());
+    return out;
+  }
+};
+
+DeviceMesh::DeviceMesh(std::shared_ptr<MeshState> state, std::vector<int> dims, MeshLayout layout)
+    : state_(std::move(state)), dims_(std::move(dims)), layout_(std::move(layout)) {}
+
+namespace {
+
+std::atomic<int> g_mesh_counter{0};
+
+std::string Joined(const std::vector<int>& v) { return absl::StrJoin(v, ","); }
+
+GroupSpec RowSpec(const std::string& mesh_id, const MeshLayout& layout, int dim, const std::vector<int>& coord,
+                  const std::string& key_dim) {
+  GroupSpec spec;
+  int row = layout.RowOf(dim, coord);
+  spec.dim_name = layout.dim_names()[dim];
+  spec.key = absl::StrCat("mesh/", mesh_id, "/", key_dim, "/row", row);
+  spec.name = absl::StrCat(mesh_id, "/", spec.dim_name, "/row", row);
+  spec.ranks = layout.RowRanks(dim, row);
+  spec.group_rank = coord[dim];
+  return spec;
+}
+
+// Encodes how DimRefs are packed in DeviceMesh::dims_: root dimension d is
+// d; a flattened dimension is kFlatBase + index into the state's map order.
+constexpr int kFlatBase = 1 << 20;
+
+}  // namespace
+
+absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layout, const World& world,
+                                              const MeshOptions& options) {
+  auto state = std::make_shared<MeshState>();
+  state->device = device;
+  state->world = world;
+  state->options = options;
+  state->root = layout;
+  state->mesh_id = options.mesh_id.empty() ? absl::StrCat("m", g_mesh_counter.fetch_add(1)) : options.mesh_id;
+  state->coordinate = layout.CoordinateOf(world.rank);
+  std::vector<int> dims;
+  for (int d = 0; d < layout.ndim(); ++d) dims.push_back(d);
+  if (!state->coordinate) {
+    // Not a member: no store traffic, no communicators.
+    return DeviceMesh(state, dims, layout);
+  }
+  GrpcStoreOptions so;
+  so.endpoint = world.store_endpoint;
+  so.run_id = world.run_id;
+  so.round = world.round;
+  so.token = world.token;
+  so.connect_timeout = options.timeout;
+  absl::StatusOr<std::shared_ptr<Store>> store = ConnectGrpcStore(so);
+  if (!store.ok()) return store.status();
+  state->store = *store;
+
+  absl::StatusOr<internal::Backend> backend =
+      device == DeviceType::kCpu ? internal::MakeGlooBackend(state->store, world, options)
+                                 : internal::MakeNcclBackend(state->store, world, options);
+  if (!backend.ok()) return backend.status();
+  state->backend = std::move(*backend);
+
+  std::vector<GroupSpec> rows;
+  for (int d = 0; d < layout.ndim(); ++d) {
+    rows.push_back(RowSpec(state->mesh_id, layout, d, *state->coordinate, layout.dim_names()[d]));
+  }
+  Description desc{DeviceTypeName(device), state->backend.name, Joined(layout.shape()),
+                   absl::StrJoin(layout.dim_names(), ","), world.rank};
+  absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups =
+      state->backend.create_groups(rows, desc);
+  if (!groups.ok()) {
+    return absl::Status(groups.status().code(),
+                        absl::StrCat("rank ", world.rank, ": init_device_mesh(", DeviceTypeName(device), ", ",
+                                     layout.ShapeString(), ", ", layout.NamesString(), "): ",
+                                     groups.status().message()));
+  }
+  state->groups = std::move(*groups);
+  state->backend.StartWatchdog(state->AllGroups());
+  return DeviceMesh(state, dims, layout);
+}
+
+absl::StatusOr<DeviceMesh> InitDeviceMesh(absl::string_view device_type, std::vector<int> shape,
+                                          std::vector<std::string> dim_names, const World& world,
+                                          const MeshOptions& options) {
+  absl::StatusOr<DeviceType> device = ParseDeviceType(device_type);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<MeshLayout> layout = MeshLayout::Create(std::move(shape), std::move(dim_names), world.world_size);
+  if (!layout.ok()) return layout.status();
+  return InitDeviceMeshImpl(*device, std::move(*layout), world, options);
+}
+
+absl::StatusOr<DeviceMesh> InitDeviceMesh(absl::string_view device_type, std::vector<int> shape,
+                                          std::vector<std::string> dim_names, const MeshOptions& options) {
+  absl::StatusOr<World> world = WorldFromEnv();
+  if (!world.ok()) return world.status();
+  return InitDeviceMesh(device_type, std::move(shape), std::move(dim_names), *world, options);
+}
+
+absl::StatusOr<DeviceMesh> InitDeviceMeshFromRanks(absl::string_view device_type, std::vector<int> ranks,
+                                                   std::vector<int> shape, std::vector<std::string> dim_names,
+                                                   const World& world, const MeshOptions& options) {
+  absl::StatusOr<DeviceType> device = ParseDeviceType(device_type);
+  if (!device.ok()) return device.status();
+  if (ranks.empty()) return absl::InvalidArgumentError("the rank array of a mesh must not be empty");
+  absl::StatusOr<MeshLayout> layout =
+      MeshLayout::Create(std::move(shape), std::move(dim_names), world.world_size, std::move(ranks));
+  if (!layout.ok()) return layout.status();
+  return InitDeviceMeshImpl(*device, std::move(*layout), world, options);
+}
+
+int DeviceMesh::ndim() const { return layout_.ndim(); }
+std::vector<int> DeviceMesh::shape() const { return layout_.shape(); }
+int DeviceMesh::size(int dim) const {
+  if (dim < 0) return layout_.size();
+  return dim < ndim() ? layout_.shape()[dim] : 0;
+}
+const std::vector<std::string>& DeviceMesh::dim_names() const { return layout_.dim_names(); }
+DeviceType DeviceMesh::device_type() const { return state_->device; }
+int DeviceMesh::rank() const { return state_->world.rank; }
+bool DeviceMesh::is_member() const { return state_->coordinate.has_value(); }
+std::optional<std::vector<int>> DeviceMesh::coordinate() const {
+  if (!is_member()) return std::nullopt;
+  return layout_.CoordinateOf(state_->world.rank);
+}
+std::vector<int> DeviceMesh::ranks() const { return layout_.ranks(); }
+const MeshLayout& DeviceMesh::layout() const { return layout_; }
+
+namespace {
+
+absl::Status NotMember(int rank) {
+  return absl::FailedPreconditionError(absl::StrCat("rank ", rank, " is not a member of this mesh"));
+}
+
+absl::Status UnknownDim(const std::string& name, const std::vector<std::string>& valid) {
+  return absl::NotFoundError(absl::StrCat("Mesh dimension '", name, "' does not exist. Valid mesh_dim_names are [",
+                                          absl::StrJoin(valid, ", "), "]"));
+}
+
+}  // namespace
+
+absl::StatusOr<int> DeviceMesh::local_rank(int dim) const {
+  if (!is_member()) return NotMember(rank());
+  if (dim < 0 || dim >= ndim()) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh dimension ", dim, " outside 0..", ndim() - 1));
+  }
+  return (*coordinate())[dim];
+}
+
+absl::StatusOr<int> DeviceMesh::local_rank(const std::string& dim_name) const {
+  int d = layout_.DimIndex(dim_name);
+  if (d < 0) return UnknownDim(dim_name, dim_names());
+  return local_rank(d);
+}
+
+absl::StatusOr<DeviceMesh> DeviceMesh::operator[](const std::string& dim_name) const {
+  return (*this)[std::vector<std::string>{dim_name}];
+}
+
+absl::StatusOr<DeviceMesh> DeviceMesh::operator[](const std::vector<std::string>& names) const {
+  if (!is_member()) return NotMember(rank());
+  if (names.empty()) return absl::InvalidArgumentError("slicing needs at least one mesh dimension name");
+  std::vector<int> picked;
+  for (const auto& n : names) {
+    int d = layout_.DimIndex(n);
+    if (d < 0) {
+      return absl::NotFoundError(absl::StrCat("Invalid mesh_dim_names (", absl::StrJoin(names, ", "),
+                                              ") specified. Valid mesh_dim_names are [",
+                                              absl::StrJoin(dim_names(), ", "), "]."));
+    }
+    if (!picked.empty() && d <= picked.back()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Invalid mesh_dim_names (", absl::StrJoin(names, ", "),
+          ") specified. Mesh dim indices should be in ascending order (the parent's order is (",
+          absl::StrJoin(dim_names(), ", "), ")), without repeats."));
+    }
+    picked.push_back(d);
+  }
+  if (picked.size() == static_cast<size_t>(ndim())) return *this;
+  // The sub-mesh containing this rank: the other coordinates stay fixed.
+  std::vector<int> coord = *coordinate();
+  std::vector<int> sub_shape;
+  std::vector<std::string> sub_names;
+  for (int d : picked) {
+    sub_shape.push_back(layout_.shape()[d]);
+    sub_names.push_back(layout_.dim_names()[d]);
+  }
+  std::vector<int> sub_ranks;
+  int total = 1;
+  for (int s : sub_shape) total *= s;
+  std::vector<int> c = coord;
+  for (int flat = 0; flat < total; ++flat) {
+    int rest = flat;
+    for (int i = static_cast<int>(picked.size()) - 1; i >= 0; --i) {
+      c[picked[i]] = rest % sub_shape[i];
+      rest /= sub_shape[i];
+    }
+    sub_ranks.push_back(layout_.RankAt(c));
+  }
+  absl::StatusOr<MeshLayout> sub =
+      MeshLayout::Create(sub_shape, sub_names, state_->world.world_size, std::move(sub_ranks));
+  if (!sub.ok()) return sub.status();
+  std::vector<int> sub_dims;
+  for (int d : picked) sub_dims.push_back(dims_[d]);
+  return DeviceMesh(state_, std::move(sub_dims), std::move(*sub));
+}
+
+absl::StatusOr<ProcessGroup*> DeviceMesh::GetGroup(int dim) const {
+  if (!is_member()) return NotMember(rank());
+  if (dim < 0 || dim >= ndim()) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh dimension ", dim, " outside 0..", ndim() - 1));
+  }
+  int ref = dims_[dim];
+  if (ref < kFlatBase) return state_->groups[ref].get();
+  absl::MutexLock lock(&state_->mu);
+  return state_->flattened[ref - kFlatBase].group.get();
+}
+
+absl::StatusOr<ProcessGroup*> DeviceMesh::GetGroup(const std::string& dim_name) const {
+  int d = layout_.DimIndex(dim_name);
+  if (d < 0) return UnknownDim(dim_name, dim_names());
+  return GetGroup(d);
+}
+
+absl::StatusOr<ProcessGroup*> DeviceMesh::GetGroup() const {
+  if (ndim() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Found the DeviceMesh have ", ndim(),
+        " dimensions. Optional kwarg `mesh_dim` needs to be specified when device_mesh.ndim > 1."));
+  }
+  return GetGroup(0);
+}
+
+absl::StatusOr<std::vector<ProcessGroup*>> DeviceMesh::GetAllGroups() const {
+  std::vector<ProcessGroup*> out;
+  for (int d = 0; d < ndim(); ++d) {
+    absl::StatusOr<ProcessGroup*> g = GetGroup(d);
+    if (!g.ok()) return g.status();
+    out.push_back(*g);
+  }
+  return out;
+}
+
+absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const {
+  if (!is_member()) return NotMember(rank());
+  for (int ref : dims_) {
+    if (ref >= kFlatBase) return absl::InvalidArgumentError("cannot flatten a mesh that has a flattened dimension");
+  }
+  for (size_t i = 1; i < dims_.size(); ++i) {
+    if (dims_[i] != dims_[i - 1] + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("only adjacent mesh dimensions can be flattened; (",
+                                                     absl::StrJoin(dim_names(), ", "), ") are not adjacent"));
+    }
+  }
+  const std::string name = name_in.empty() ? absl::StrJoin(dim_names(), "_") : name_in;
+  const int first = dims_.front();
+  const int last = dims_.back();
+  const MeshLayout& root = state_->root;
+  if (root.DimIndex(name) >= 0 && !(first == last && root.dim_names()[first] == name)) {
+    return absl::InvalidArgumentError(absl::StrCat("flattened name '", name, "' is already a mesh dimension name"));
+  }
+  absl::StatusOr<MeshLayout> flat_layout =
+      MeshLayout::Create({size()}, {name}, state_->world.world_size, layout_.ranks());
+  if (!flat_layout.ok()) return flat_layout.status();
+  absl::MutexLock lock(&state_->mu);
+  auto it = state_->flat_index.find(name);
+  if (it != state_->flat_index.end()) {
+    const FlatEntry& existing = state_->flattened[it->second];
+    if (existing.first != first || existing.last != last) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' already names a different flattened mesh"));
+    }
+  } else {
+    // Collective among the members of this flattened row only.
+    MeshLayout merged = root.Flattened(first, last, name);
+    std::vector<int> coord = *merged.CoordinateOf(rank());
+    GroupSpec spec = RowSpec(state_->mesh_id, merged, first, coord, absl::StrCat("flat/", name));
+    Description desc{DeviceTypeName(state_->device), state_->backend.name, Joined(merged.shape()),
+                     absl::StrJoin(merged.dim_names(), ","), state_->world.rank};
+    absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups = state_->backend.create_groups({spec}, desc);
+    if (!groups.ok()) return groups.status();
+    FlatEntry entry{first, last, std::move((*groups)[0])};
+    state_->backend.WatchGroup(entry.group.get());
+    state_->flattened.push_back(std::move(entry));
+    it = state_->flat_index.emplace(name, static_cast<int>(state_->flattened.size()) - 1).first;
+  }
+  return DeviceMesh(state_, {kFlatBase + it->second}, std::move(*flat_layout));
+}
+
+void DeviceMesh::Abort() const {
+  for (ProcessGroup* g : state_->AllGroups()) {
+    if (g != nullptr) g->Abort();
+  }
+}
+
+}  // namespace meshrun::mesh

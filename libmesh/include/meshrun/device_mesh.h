@@ -1,0 +1,156 @@
+// libmesh: PyTorch's DeviceMesh for C++ workers launched by meshrun.
+//
+//   auto mesh = meshrun::mesh::InitDeviceMesh("cuda", {2, 4}, {"replicate", "shard"});
+//   ProcessGroup* shard = *mesh->GetGroup("shard");
+//
+// builds an N-d mesh over the job's ranks and one communicator per mesh
+// dimension (per row: the members that differ only along that dimension),
+// over NCCL ("cuda") or Gloo ("cpu"), with NCCL unique ids and Gloo addresses
+// exchanged through meshrun's rendezvous store.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "meshrun/mesh_layout.h"
+#include "meshrun/process_group.h"
+
+namespace meshrun::mesh {
+
+enum class DeviceType { kCpu, kCuda };
+
+// "cpu" -> kCpu (Gloo), "cuda" -> kCuda (NCCL). INVALID_ARGUMENT otherwise,
+// also for "cuda:0" ("Device type with index is not supported", as PyTorch).
+absl::StatusOr<DeviceType> ParseDeviceType(absl::string_view text);
+const char* DeviceTypeName(DeviceType type);
+
+// The world a mesh is built over. Filled from meshrun's environment by
+// WorldFromEnv(), or by hand for other launchers.
+struct World {
+  int rank = 0;                // RANK
+  int world_size = 1;          // WORLD_SIZE
+  int local_rank = 0;          // LOCAL_RANK: picks the GPU
+  int local_world_size = 1;    // LOCAL_WORLD_SIZE
+  int node_rank = 0;           // GROUP_RANK
+  std::string store_endpoint;  // MESHRUN_STORE_ENDPOINT, "host:port" of a meshrun server
+  std::string run_id;          // MESHRUN_RUN_ID (any string for a standalone `meshrun server`)
+  int64_t round = 0;           // MESHRUN_ROUND: scopes every store key
+  std::string token;           // MESHRUN_TOKEN
+};
+
+// Reads the world from the variables meshrun sets. FAILED_PRECONDITION
+// naming the first missing variable when not started by meshrun.
+absl::StatusOr<World> WorldFromEnv();
+
+struct MeshOptions {
+  // Bounds every wait of mesh creation (store reads, peers' arrival, NCCL
+  // init) and every Gloo collective. A member that never arrives fails the
+  // others after this long, naming it and the dimension.
+  absl::Duration timeout = absl::Minutes(5);
+  // Store key namespace of this mesh. Empty: "m<k>", k counting the meshes
+  // this process created; every member must create its meshes in the same
+  // order (as with PyTorch's new_group), or name them.
+  std::string mesh_id;
+  // NCCL only: build one world communicator and ncclCommSplit it per
+  // dimension (colour = row, key = coordinate) instead of one unique id per
+  // row.
+  bool nccl_split = false;
+  // NCCL only: how often the watchdog polls ncclCommGetAsyncError; on an
+  // error it aborts every communicator of the mesh.
+  absl::Duration watchdog_interval = absl::Milliseconds(100);
+};
+
+struct MeshState;  // Shared by a mesh and the sub-meshes sliced from it.
+
+// An N-d mesh (or a sub-mesh sliced from one). Copies share communicators.
+// Destroying the last copy of a root mesh destroys its communicators.
+// Thread-safety: const methods are thread-safe; Flatten and Abort may be
+// called from any thread.
+class DeviceMesh {
+ public:
+  int ndim() const;
+  std::vector<int> shape() const;
+  // Size of dimension `dim` (0 <= dim < ndim()); the total size for -1.
+  int size(int dim = -1) const;
+  const std::vector<std::string>& dim_names() const;
+  DeviceType device_type() const;
+  // This process's global rank.
+  int rank() const;
+  // False when this rank is outside the mesh (a mesh built over a subset of
+  // the world); then coordinate() is nullopt and groups are unavailable.
+  bool is_member() const;
+  // This rank's coordinate, one entry per dimension.
+  std::optional<std::vector<int>> coordinate() const;
+  // The coordinate along `dim` (PyTorch's get_local_rank). FAILED_PRECONDITION
+  // for a non-member, NOT_FOUND for an unknown name.
+  absl::StatusOr<int> local_rank(int dim) const;
+  absl::StatusOr<int> local_rank(const std::string& dim_name) const;
+  // The global ranks of this mesh, row-major.
+  std::vector<int> ranks() const;
+
+  // Slices the sub-mesh of the named dimensions (in the parent's order) that
+  // contains this rank; it shares the parent's communicators (no
+  // communication). NOT_FOUND listing the valid names for an unknown name;
+  // INVALID_ARGUMENT for names out of the parent's order or repeated.
+  absl::StatusOr<DeviceMesh> operator[](const std::string& dim_name) const;
+  absl::StatusOr<DeviceMesh> operator[](const std::vector<std::string>& dim_names) const;
+
+  // Merges every dimension of this (sub-)mesh, which must be adjacent in the
+  // root, into one dimension `name` (default: the names joined by "_") with
+  // its own communicator, created collectively by the members of each
+  // flattened row. Cached per root by name: a second call returns the same
+  // communicator without communication.
+  absl::StatusOr<DeviceMesh> Flatten(const std::string& name = "") const;
+
+  // The communicator of dimension `dim` (index or name) for this rank's row.
+  // A 1-D mesh may omit the dimension. FAILED_PRECONDITION for a non-member
+  // or an n-d mesh without a dimension.
+  absl::StatusOr<ProcessGroup*> GetGroup(int dim) const;
+  absl::StatusOr<ProcessGroup*> GetGroup(const std::string& dim_name) const;
+  absl::StatusOr<ProcessGroup*> GetGroup() const;
+  absl::StatusOr<std::vector<ProcessGroup*>> GetAllGroups() const;
+
+  // Aborts every communicator of the root mesh (ncclCommAbort for NCCL).
+  void Abort() const;
+
+  // The layout of this mesh (shape, names, rank table, rows).
+  const MeshLayout& layout() const;
+
+ private:
+  friend absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType, MeshLayout, const World&, const MeshOptions&);
+  DeviceMesh(std::shared_ptr<MeshState> state, std::vector<int> dims, MeshLayout layout);
+
+  std::shared_ptr<MeshState> state_;
+  std::vector<int> dims_;  // Root dimension (or flattened entry) behind each of this mesh's dimensions.
+  MeshLayout layout_;
+};
+
+// Builds a mesh of `shape` named `dim_names` over the whole world of
+// meshrun's environment, on `device_type` ("cpu" or "cuda"), and creates one
+// communicator per dimension; returns only when every communicator is ready.
+// One dimension may be -1 (inferred from the world size). Checks, before any
+// NCCL call, each with one line naming the values: shape vs world size,
+// names, "cuda" with no GPU, more local ranks than visible GPUs, two local
+// ranks on one GPU (by PCI bus id, naming both). Members check that they
+// agree on (shape, names, device type, backend) and fail naming the
+// differing rank and field. Mirrors torch.distributed.device_mesh.init_device_mesh.
+absl::StatusOr<DeviceMesh> InitDeviceMesh(absl::string_view device_type, std::vector<int> shape,
+                                          std::vector<std::string> dim_names = {},
+                                          const MeshOptions& options = {});
+// The same over an explicit world (other launchers).
+absl::StatusOr<DeviceMesh> InitDeviceMesh(absl::string_view device_type, std::vector<int> shape,
+                                          std::vector<std::string> dim_names, const World& world,
+                                          const MeshOptions& options = {});
+// A mesh over an explicit rank array (row-major, a subset of the world in
+// any order), like DeviceMesh(device, mesh=tensor). Ranks outside it get a
+// mesh with is_member() == false and do no communication.
+absl::StatusOr<DeviceMesh> InitDeviceMeshFromRanks(absl::string_view device_type, std::vector<int> ranks,
+                                                   std::vector<int> shape, std::vector<std::string> dim_names,
+                                                   const World& world, const MeshOptions& options = {});
+
+}  // namespace meshrun::mesh

@@ -1,0 +1,261 @@
+// The NCCL backend of libmesh (built when CUDA and NCCL are found).
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "backends.h"
+
+namespace meshrun::mesh::internal {
+namespace {
+
+absl::Status NcclError(ncclResult_t r, const std::string& call, const std::string& where) {
+  return absl::InternalError(absl::StrCat(call, " failed on ", where, ": ", ncclGetErrorString(r),
+                                          r == ncclSystemError || r == ncclRemoteError ? " (see NCCL_DEBUG=WARN)" : ""));
+}
+
+absl::Status CudaError(cudaError_t e, const std::string& call) {
+  return absl::InternalError(absl::StrCat(call, " failed: ", cudaGetErrorString(e)));
+}
+
+ncclDataType_t NcclType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+    default: return ncclSum;
+  }
+}
+
+class NcclGroup : public ProcessGroup {
+ public:
+  NcclGroup(GroupSpec spec, ncclComm_t comm) : spec_(std::move(spec)), comm_(comm) {}
+  ~NcclGroup() override {
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (comm_ != nullptr) {
+      if (aborted_) {
+        // Already aborted: nothing left to free.
+      } else {
+        ncclCommDestroy(comm_);
+      }
+    }
+  }
+
+  int rank() const override { return spec_.group_rank; }
+  int size() const override { return static_cast<int>(spec_.ranks.size()); }
+  const std::vector<int>& ranks() const override { return spec_.ranks; }
+  std::string backend() const override { return "nccl"; }
+  const std::string& name() const override { return spec_.name; }
+  void* native_handle() override { return comm_; }
+
+  void Abort() override {
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+  }
+
+  absl::Status AsyncError() {
+    if (aborted_) return absl::OkStatus();
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
+    if (r != ncclSuccess) return NcclError(r, "ncclCommGetAsyncError", spec_.name);
+    if (async != ncclSuccess && async != ncclInProgress) return NcclError(async, "asynchronous NCCL error", spec_.name);
+    return absl::OkStatus();
+  }
+
+  absl::Status AllReduce(void* buffer, size_t count, DataType type, ReduceOp op, void* stream) override {
+    return Call("ncclAllReduce", ncclAllReduce(buffer, buffer, count, NcclType(type), NcclOp(op), comm_,
+                                               static_cast<cudaStream_t>(stream)));
+  }
+  absl::Status AllGather(const void* send, void* recv, size_t count, DataType type, void* stream) override {
+    return Call("ncclAllGather",
+                ncclAllGather(send, recv, count, NcclType(type), comm_, static_cast<cudaStream_t>(stream)));
+  }
+  absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                             void* stream) override {
+    return Call("ncclReduceScatter", ncclReduceScatter(send, recv, count, NcclType(type), NcclOp(op), comm_,
+                                                       static_cast<cudaStream_t>(stream)));
+  }
+  absl::Status Broadcast(void* buffer, size_t count, DataType type, int root, void* stream) override {
+    if (root < 0 || root >= size()) {
+      return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " outside 0..", size() - 1));
+    }
+    return Call("ncclBroadcast", ncclBroadcast(buffer, buffer, count, NcclType(type), root, comm_,
+                                               static_cast<cudaStream_t>(stream)));
+  }
+  absl::Status Barrier() override {
+    if (scratch_ == nullptr) {
+      if (cudaError_t e = cudaMalloc(&scratch_, sizeof(int)); e != cudaSuccess) return CudaError(e, "cudaMalloc");
+    }
+    if (absl::Status s = Call("ncclAllReduce", ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, nullptr));
+        !s.ok()) {
+      return s;
+    }
+    if (cudaError_t e = cudaStreamSynchronize(nullptr); e != cudaSuccess) return CudaError(e, "cudaStreamSynchronize");
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Call(const char* what, ncclResult_t r) {
+    if (aborted_) return absl::AbortedError(absl::StrCat(what, " on ", spec_.name, ": the mesh was aborted"));
+    if (r != ncclSuccess) return NcclError(r, what, spec_.name);
+    return absl::OkStatus();
+  }
+
+  GroupSpec spec_;
+  ncclComm_t comm_;
+  std::atomic<bool> aborted_{false};
+  void* scratch_ = nullptr;
+};
+
+absl::StatusOr<std::string> NewUniqueId() {
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) return NcclError(r, "ncclGetUniqueId", "this rank");
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+// Picks this process's GPU and checks the node's layout before any NCCL
+// call: a GPU exists, local ranks do not outnumber visible devices, and no
+// two local ranks of this node share a device (by PCI bus id).
+absl::StatusOr<int> SelectDevice(Store& store, const World& world, const MeshOptions& options) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (e != cudaSuccess || count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device type 'cuda' but no CUDA device is visible (CUDA_VISIBLE_DEVICES=", visible ? visible : "<unset>",
+        e != cudaSuccess ? absl::StrCat("; ", cudaGetErrorString(e)) : "", "); use \"cpu\" for Gloo"));
+  }
+  int device = count == 1 ? 0 : world.local_rank;
+  if (count > 1 && world.local_rank >= count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "LOCAL_RANK ", world.local_rank, " but only ", count, " CUDA devices are visible: more local ranks (",
+        world.local_world_size, ") than devices"));
+  }
+  if (count > 1 && world.local_world_size > count) {
+    return absl::FailedPreconditionError(absl::StrCat("more local ranks (", world.local_world_size,
+                                                      ") than visible CUDA devices (", count, ")"));
+  }
+  char bus[64] = {0};
+  if (cudaError_t b = cudaDeviceGetPCIBusId(bus, sizeof(bus), device); b != cudaSuccess) {
+    return CudaError(b, "cudaDeviceGetPCIBusId");
+  }
+  if (world.local_world_size > 1) {
+    const std::string base = absl::StrCat("mesh/pci/node", world.node_rank, "/");
+    if (absl::Status s = store.Set(absl::StrCat(base, world.local_rank), bus); !s.ok()) return s;
+    std::vector<std::string> keys;
+    for (int lr = 0; lr < world.local_world_size; ++lr) keys.push_back(absl::StrCat(base, lr));
+    absl::StatusOr<std::vector<std::string>> buses = store.MultiGet(keys, options.timeout);
+    if (!buses.ok()) return buses.status();
+    for (int lr = 0; lr < world.local_world_size; ++lr) {
+      if (lr != world.local_rank && (*buses)[lr] == bus) {
+        int a = std::min(lr, world.local_rank), b = std::max(lr, world.local_rank);
+        return absl::FailedPreconditionError(absl::StrCat("local ranks ", a, " and ", b, " of node ", world.node_rank,
+                                                          " share one GPU (PCI bus ", bus,
+                                                          "); give each process its own device"));
+      }
+    }
+  }
+  if (cudaError_t s = cudaSetDevice(device); s != cudaSuccess) return CudaError(s, "cudaSetDevice");
+  return device;
+}
+
+// Creates the communicators of `rows` from their unique ids: non-blocking
+// initialisation of every row in one NCCL group (dimensions concurrently),
+// bounded by `timeout`; then each is split into a blocking communicator, so
+// the raw handles behave as blocking ones.
+absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> InitComms(const std::vector<GroupSpec>& rows,
+                                                                     const std::vector<std::string>& ids,
+                                                                     absl::Duration timeout) {
+  std::vector<ncclComm_t> nb(rows.size(), nullptr);
+  std::vector<std::string> names;
+  for (const auto& r : rows) names.push_back(r.name);
+  ncclGroupStart();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    config.commName = names[i].c_str();
+    ncclUniqueId id;
+    std::memcpy(id.internal, ids[i].data(), sizeof(id.internal));
+    ncclResult_t r = ncclCommInitRankConfig(&nb[i], static_cast<int>(rows[i].ranks.size()), id, rows[i].group_rank,
+                                            &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      ncclGroupEnd();
+      return NcclError(r, "ncclCommInitRankConfig", rows[i].name);
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (end != ncclSuccess && end != ncclInProgress) return NcclError(end, "ncclGroupEnd", "mesh init");
+  const absl::Time deadline = absl::Now() + timeout;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(nb[i], &state);
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress || absl::Now() > deadline) {
+        for (ncclComm_t c : nb) {
+          if (c != nullptr) ncclCommAbort(c);
+        }
+        if (state == ncclInProgress) {
+          return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", rows[i].dim_name, "': ", rows[i].name,
+                                                          " did not initialise within ",
+                                                          absl::FormatDuration(timeout)));
+        }
+        return NcclError(state, "ncclCommInitRankConfig", rows[i].name);
+      }
+      absl::SleepFor(absl::Milliseconds(1));  // NCCL offers no wait: poll, as its docs show.
+    }
+  }
+  std::vector<std::unique_ptr<ProcessGroup>> out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    config.commName = names[i].c_str();
+    ncclComm_t blocking = nullptr;
+    ncclResult_t r = ncclCommSplit(nb[i], 0, rows[i].group_rank, &blocking, &config);
+    while (r == ncclInProgress && absl::Now() < deadline) {
+      ncclCommGetAsyncError(blocking != nullptr ? blocking : nb[i], &r);
+    }
+    ncclCommDestroy(nb[i]);
+    if (r != ncclSuccess) return NcclError(r, "ncclCommSplit", rows[i].name);
+    out.push_back(std::make_unique<NcclGroup>(rows[i], blocking));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options) {
+  absl::StatusOr<int> device = SelectDevice(*store, world, options);
+  if (!device.ok()) return device.status();
+  Backend b;
+  b.name = "nccl";
+  b.watchdog_interval = options.watchdog_interval;
+  absl::Duration timeout = options.timeout;
+  b.create_groups = [store, timeout](const std::vector<GroupSpec>& rows, const Description& desc)
+      -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
+    absl::StatusOr<std::vector<std::string>> ids = ExchangeUniqueIds(*store, rows, desc, timeout, NewUniqueId);
+    if (!ids.ok()) return ids.status();
+    return InitComms(rows, *ids, timeout);
+  };
+  b.health_check = [](ProcessGroup* g) { return static_cast<NcclGroup*>(g)->AsyncError(); };
+  return b;
+}
+
+}  // namespace meshrun::mesh::internal
+
+namespace meshrun::mesh::internal {
+absl::StatusOr<std::string> NcclUniqueIdForTest() { return NewUniqueId(); }
+}  // namespace meshrun::mesh::internal

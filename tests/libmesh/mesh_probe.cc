@@ -1,0 +1,169 @@
+// A worker for libmesh's failure and protocol tests. Modes (argv[1]):
+//   mismatch R   : rank R builds (4, 2) while the others build (2, 4)
+//   absent R T   : rank R never builds the mesh; the others time out after T ms
+//   subset       : a (2, 2) mesh over ranks {7, 5, 3, 1}; others are not members
+//   ncclids      : the NCCL unique-id exchange for a (2, 4) mesh, checked over
+//                  Gloo rows, with the server's request counters
+// Exit 0 when the mode's expectation holds; messages on stderr/stdout.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "meshrun/device_mesh.h"
+
+using namespace meshrun::mesh;
+
+namespace {
+
+int Fail(int rank, const std::string& msg) {
+  std::fprintf(stderr, "rank %d: %s\n", rank, msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+#ifdef MESHRUN_WITH_NCCL
+#include "backends.h"
+#include "common/grpc_store.h"
+#include "common/server_status.h"
+#include "nccl/unique_id.h"
+
+static int NcclIds(const World& world) {
+  const int rank = world.rank;
+  auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"});
+  if (!mesh.ok()) return Fail(rank, mesh.status().ToString());
+  auto counts = [&]() { return meshrun::QueryRequestCounts(world.store_endpoint, world.token); };
+  // A barrier over both dimensions: every rank has finished what came before.
+  auto barrier = [&]() {
+    for (int d = 0; d < 2; ++d) (void)(*mesh->GetGroup(d))->Barrier();
+  };
+  barrier();
+  std::map<std::string, int64_t> before;
+  if (rank == 0) before = *counts();
+  barrier();
+  meshrun::GrpcStoreOptions so;
+  so.endpoint = world.store_endpoint;
+  so.run_id = world.run_id;
+  so.round = world.round;
+  so.token = world.token;
+  auto store = meshrun::ConnectGrpcStore(so);
+  if (!store.ok()) return Fail(rank, store.status().ToString());
+  std::vector<internal::GroupSpec> rows;
+  std::vector<int> coord = *mesh->coordinate();
+  for (int d = 0; d < 2; ++d) {
+    ProcessGroup* g = *mesh->GetGroup(d);
+    internal::GroupSpec spec;
+    spec.dim_name = mesh->dim_names()[d];
+    int row = mesh->layout().RowOf(d, coord);
+    spec.key = absl::StrCat("ncclids/", spec.dim_name, "/row", row);
+    spec.name = spec.key;
+    spec.ranks = g->ranks();
+    spec.group_rank = g->rank();
+    rows.push_back(spec);
+  }
+  internal::Description desc{"cuda", "nccl", "2,4", "replicate,shard", rank};
+  auto ids = internal::ExchangeUniqueIds(**store, rows, desc, absl::Seconds(60), internal::NcclUniqueIdForTest);
+  if (!ids.ok()) return Fail(rank, ids.status().ToString());
+  barrier();
+  if (rank == 0) {
+    std::map<std::string, int64_t> after = *counts();
+    auto delta = [&](const char* m) { return after[m] - before[m]; };
+    int64_t requests = delta("KvSet") + delta("KvGet") + delta("KvMultiGet") + delta("KvWait") + delta("KvCheck");
+    std::printf("ncclids: KvSet=%lld KvGet=%lld KvMultiGet=%lld requests_per_rank_per_dim=%.2f\n",
+                static_cast<long long>(delta("KvSet")), static_cast<long long>(delta("KvGet")),
+                static_cast<long long>(delta("KvMultiGet")), requests / 16.0);
+    // One id per row: the 2 + 4 rows' leaders each read their members once.
+    if (delta("KvMultiGet") != 6) return Fail(rank, "expected one id (one leader read) per row: 6 rows");
+    if (requests > 2 * 8 * 2) return Fail(rank, "more than 2 KV requests per rank per dimension");
+  }
+  // Each row compares its id across its members over its own Gloo row.
+  for (int d = 0; d < 2; ++d) {
+    ProcessGroup* g = *mesh->GetGroup(d);
+    const std::string& id = (*ids)[d];
+    if (id.size() != 128) return Fail(rank, "an NCCL unique id is 128 bytes");
+    std::vector<int64_t> mine(16), all(16 * g->size());
+    std::memcpy(mine.data(), id.data(), 128);
+    if (!g->AllGather(mine.data(), all.data(), 16).ok()) return Fail(rank, "allgather");
+    for (int m = 0; m < g->size(); ++m) {
+      if (std::memcmp(all.data() + 16 * m, mine.data(), 128) != 0) {
+        return Fail(rank, absl::StrCat("dimension ", d, ": member ", m, " holds another id"));
+      }
+    }
+  }
+  if ((*ids)[0] == (*ids)[1]) return Fail(rank, "the two dimensions got the same id");
+  // Ids differ across rows: gather every rank's shard-row id over replicate.
+  ProcessGroup* rep = *mesh->GetGroup(0);
+  std::vector<int64_t> mine(16), all(32);
+  std::memcpy(mine.data(), (*ids)[1].data(), 128);
+  (void)rep->AllGather(mine.data(), all.data(), 16);
+  if (std::memcmp(all.data(), all.data() + 16, 128) == 0) return Fail(rank, "two shard rows got the same id");
+  std::string hex;
+  for (int i = 0; i < 8; ++i) absl::StrAppend(&hex, absl::Hex(static_cast<unsigned char>((*ids)[1][i]), absl::kZeroPad2));
+  std::printf("rank=%d round=%lld shard_id=%s ncclids OK\n", rank, static_cast<long long>(world.round), hex.c_str());
+  std::fflush(stdout);
+  return 0;
+}
+#endif
+
+int main(int argc, char** argv) {
+  auto world = WorldFromEnv();
+  if (!world.ok()) return Fail(-1, world.status().ToString());
+  const int rank = world->rank;
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "mismatch" && argc > 2) {
+    int bad = std::atoi(argv[2]);
+    MeshOptions o;
+    o.timeout = absl::Seconds(20);
+    std::vector<int> shape = rank == bad ? std::vector<int>{4, 2} : std::vector<int>{2, 4};
+    auto mesh = InitDeviceMesh("cpu", shape, {"replicate", "shard"}, o);
+    if (mesh.ok()) return Fail(rank, "mismatched meshes were built");
+    std::printf("rank=%d error=%s\n", rank, std::string(mesh.status().message()).c_str());
+    std::fflush(stdout);
+    return 3;
+  }
+  if (mode == "absent" && argc > 3) {
+    int absent = std::atoi(argv[2]);
+    MeshOptions o;
+    o.timeout = absl::Milliseconds(std::atoi(argv[3]));
+    if (rank == absent) {
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+      return 0;
+    }
+    auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, o);
+    if (mesh.ok()) return Fail(rank, "built a mesh without rank " + std::to_string(absent));
+    std::printf("rank=%d error=%s\n", rank, std::string(mesh.status().message()).c_str());
+    std::fflush(stdout);
+    return 3;
+  }
+  if (mode == "subset") {
+    auto mesh = InitDeviceMeshFromRanks("cpu", {7, 5, 3, 1}, {2, 2}, {"a", "b"}, *world);
+    if (!mesh.ok()) return Fail(rank, mesh.status().ToString());
+    if (rank % 2 == 0) {
+      if (mesh->is_member() || mesh->coordinate().has_value()) return Fail(rank, "an outsider is a member");
+      auto g = mesh->GetGroup("a");
+      if (g.ok() || !absl::IsFailedPrecondition(g.status())) return Fail(rank, "an outsider got a group");
+      std::printf("rank=%d not a member: %s\n", rank, std::string(g.status().message()).c_str());
+      return 0;
+    }
+    std::vector<int64_t> v = {rank};
+    ProcessGroup* g = *mesh->GetGroup("b");
+    if (!g->AllReduce(v.data(), 1).ok()) return Fail(rank, "allreduce");
+    int64_t want = 0;
+    for (int r : g->ranks()) want += r;
+    if (v[0] != want) return Fail(rank, "subset allreduce");
+    std::printf("rank=%d coordinate=(%d,%d) subset OK\n", rank, (*mesh->coordinate())[0], (*mesh->coordinate())[1]);
+    return 0;
+  }
+#ifdef MESHRUN_WITH_NCCL
+  if (mode == "ncclids") return NcclIds(*world);
+#else
+  if (mode == "ncclids") {
+    std::printf("SKIPPED: built without NCCL\n");
+    return 77;
+  }
+#endif
+  return Fail(rank, "usage: mesh_probe mismatch R | absent R T | subset | ncclids");
+}
