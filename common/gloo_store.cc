@@ -15,13 +15,17 @@ void GlooStoreAdapter::set(const std::string& key, const std::vector<char>& data
   if (!s.ok()) throw ::gloo::IoException(std::string(s.message()));
 }
 
-void GlooStoreAdapter::Prefetch(std::vector<std::string> keys) { prefetch_ = std::move(keys); }
+void GlooStoreAdapter::Prefetch(std::vector<std::string> keys) { prefetch_.push_back(std::move(keys)); }
 
 void GlooStoreAdapter::MaybePrefetch(const std::string& key, absl::Duration timeout) {
-  if (cache_.count(key) || std::find(prefetch_.begin(), prefetch_.end(), key) == prefetch_.end()) return;
-  absl::StatusOr<std::vector<std::string>> values = store_->MultiGet(prefetch_, timeout);
-  if (!values.ok()) throw ::gloo::IoException(std::string(values.status().message()));
-  for (size_t i = 0; i < prefetch_.size(); ++i) cache_[prefetch_[i]] = std::move((*values)[i]);
+  if (cache_.count(key)) return;
+  for (const auto& group : prefetch_) {
+    if (std::find(group.begin(), group.end(), key) == group.end()) continue;
+    absl::StatusOr<std::vector<std::string>> values = store_->MultiGet(group, timeout);
+    if (!values.ok()) throw ::gloo::IoException(std::string(values.status().message()));
+    for (size_t i = 0; i < group.size(); ++i) cache_[group[i]] = std::move((*values)[i]);
+    return;
+  }
 }
 
 std::vector<char> GlooStoreAdapter::get(const std::string& key) {

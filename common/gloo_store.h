@@ -29,11 +29,14 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
-  // Declares keys that will all be read (e.g. "0".."n-1" for
-  // connectFullMesh): the first get or wait of any of them fetches every one
-  // in a single multi-get and answers later reads from that copy, so a full
-  // mesh of n members costs each member one set and one multi-get instead
-  // of n-1 waits and n-1 gets. Call before handing the adapter to Gloo.
+  // Declares a group of keys that will all be read (e.g. the peers' "0".."n-1"
+  // address keys of connectFullMesh): the first get or wait of any of them
+  // fetches the whole group in a single multi-get and answers later reads
+  // from that copy, so a full mesh of n members costs each member one set
+  // and one multi-get per group instead of n-1 waits and n-1 gets. Only
+  // group keys that every member sets before reading any key may be
+  // declared. Call before handing the adapter to Gloo; may be called again
+  // for further groups.
   void Prefetch(std::vector<std::string> keys);
 
  private:
@@ -42,7 +45,7 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
 
   std::shared_ptr<meshrun::Store> store_;
   absl::Duration default_timeout_;
-  std::vector<std::string> prefetch_;
+  std::vector<std::vector<std::string>> prefetch_;
   std::map<std::string, std::string> cache_;
 };
 

@@ -184,11 +184,16 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectRow(const std::shared_ptr<S
   if (n > 1) {
     auto prefixed = std::make_shared<PrefixStore>(absl::StrCat(spec.key, "/gloo"), store);
     GlooStoreAdapter adapter(prefixed, timeout);
-    std::vector<std::string> peers;
+    // Gloo sets "rank_<r>" (its host) and "<r>" (its pair addresses), each
+    // before reading any peer's: both groups can be fetched in one go.
+    std::vector<std::string> peers, hosts;
     for (int c = 0; c < n; ++c) {
-      if (c != spec.group_rank) peers.push_back(absl::StrCat(c));
+      if (c == spec.group_rank) continue;
+      peers.push_back(absl::StrCat(c));
+      hosts.push_back(absl::StrCat("rank_", c));
     }
     adapter.Prefetch(peers);
+    adapter.Prefetch(hosts);
     try {
       context->connectFullMesh(adapter, const_cast<std::shared_ptr<gloo::transport::Device>&>(device));
     } catch (const std::exception& e) {

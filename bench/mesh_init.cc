@@ -1,0 +1,70 @@
+// bench/mesh_init worker: the time from just before InitDeviceMesh until one
+// allreduce has completed on every dimension, on this rank. Rank 0 prints
+// the maximum over ranks and the store requests per rank per dimension:
+//   MESH_INIT shape=2,4 max_ms=12.3 kv_per_rank_per_dim=4.00
+// Run under meshrun: meshrun --standalone --nproc_per_node=8 mesh_init_bench 2,4
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/server_status.h"
+#include "meshrun/device_mesh.h"
+
+using namespace meshrun::mesh;
+
+int main(int argc, char** argv) {
+  std::string shape_text = argc > 1 ? argv[1] : "2,4";
+  std::vector<int> shape;
+  for (absl::string_view s : absl::StrSplit(shape_text, ',')) {
+    int v = 0;
+    if (!absl::SimpleAtoi(s, &v)) {
+      std::fprintf(stderr, "mesh_init_bench: bad shape '%s'\n", shape_text.c_str());
+      return 2;
+    }
+    shape.push_back(v);
+  }
+  auto world = WorldFromEnv();
+  if (!world.ok()) {
+    std::fprintf(stderr, "%s\n", world.status().ToString().c_str());
+    return 1;
+  }
+  std::map<std::string, int64_t> before;
+  if (world->rank == 0) before = *meshrun::QueryRequestCounts(world->store_endpoint, world->token);
+  const auto start = std::chrono::steady_clock::now();
+  auto mesh = InitDeviceMesh("cpu", shape, {}, *world);
+  if (!mesh.ok()) {
+    std::fprintf(stderr, "%s\n", mesh.status().ToString().c_str());
+    return 1;
+  }
+  for (int d = 0; d < mesh->ndim(); ++d) {
+    float v = 1;
+    if (!(*mesh->GetGroup(d))->AllReduce(&v, 1).ok()) return 1;
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  // The maximum over ranks: a max over every dimension reaches every rank.
+  double worst = ms;
+  for (int d = 0; d < mesh->ndim(); ++d) {
+    if (!(*mesh->GetGroup(d))->AllReduce(&worst, 1, ReduceOp::kMax).ok()) return 1;
+  }
+  if (world->rank == 0) {
+    auto after = *meshrun::QueryRequestCounts(world->store_endpoint, world->token);
+    int64_t kv = 0;
+    for (const char* m : {"KvSet", "KvGet", "KvAdd", "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet",
+                          "KvMultiSet", "KvWait"}) {
+      kv += after[m] - before[m];
+    }
+    // Rank 0 read the counters before the others started (they may already
+    // have begun): the count covers the whole mesh build either way.
+    std::string by_method;
+    for (const auto& [m, n] : after) {
+      if (n - before[m] > 0 && m.rfind("Kv", 0) == 0) by_method += " " + m + "=" + std::to_string(n - before[m]);
+    }
+    std::printf("MESH_INIT shape=%s max_ms=%.2f kv_per_rank_per_dim=%.2f%s\n", shape_text.c_str(), worst,
+                static_cast<double>(kv) / (world->world_size * mesh->ndim()), by_method.c_str());
+  }
+  return 0;
+}
