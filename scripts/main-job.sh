@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds meshrun and runs a real 8-worker job on this host: every worker
-# builds a Gloo full mesh through meshrun's rendezvous store and allreduces.
+# Builds meshrun and runs the main job on this host: the DeviceMesh
+# tutorial's 2-D setup with libmesh, 8 workers on a (2, 4) mesh named
+# (replicate, shard) over Gloo, one checked allreduce per mesh dimension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-exec build/launcher/meshrun --standalone --nproc_per_node=8 build/tests/gloo_allreduce_worker
+build/launcher/meshrun mesh --nproc_per_node=8 --shape 2,4 --names replicate,shard
+exec build/launcher/meshrun --standalone --nproc_per_node=8 build/examples/two_d_setup --device cpu
