@@ -12,6 +12,11 @@
 #include <optional>
 #include <random>
 #include <variant>
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -35,9 +40,17 @@ struct ChildExit { pid_t pid; int status; };
 struct SignalReceived { int signo; };
 struct JoinDone { absl::StatusOr<Assignment> result; };
 struct BarrierDone { absl::StatusOr<rendezvous::BarrierResult> result; };
-struct ServerEvent { RunEvent event; };
-struct StreamClosed { absl::Status status; };
-using Event = std::variant<ChildExit, SignalReceived, JoinDone, BarrierDone, ServerEvent, StreamClosed>;
+// Events from the server carry the membership generation they belong to:
+// after this node rejoins as a new member, the old stream's are ignored.
+struct ServerEvent { RunEvent event; int gen; };
+struct StreamClosed { absl::Status status; int gen; };
+struct Stale { std::string why; int gen; };
+using Event = std::variant<ChildExit, SignalReceived, JoinDone, BarrierDone, ServerEvent, StreamClosed, Stale>;
+
+bool IsStale(const absl::Status& s) { return absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "stale"); }
+
+// Signals that are only passed on to the workers; the job keeps running.
+bool PassThrough(int signo) { return signo == SIGUSR1 || signo == SIGUSR2 || signo == SIGWINCH || signo == SIGCONT; }
 
 // Every source (signal thread, gRPC callbacks, the watch thread) pushes here;
 // the agent's one thread pops. Waiting is a condition wait, never a sleep.
@@ -95,6 +108,20 @@ std::string ReadErrorFileMessage(const std::string& path) {
   return "";
 }
 
+// meshrun-worker-shim next to the running meshrun binary, or "" (then
+// workers run directly: a SIGKILLed agent can leave grandchildren behind).
+std::string FindShim() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  std::filesystem::path shim = self.parent_path() / "meshrun-worker-shim";
+  if (::access(shim.c_str(), X_OK) != 0) {
+    Logger("agent")->warn("{} not found: workers run without it", shim.string());
+    return "";
+  }
+  return shim.string();
+}
+
 int CodeOfFailure(const WorkerFailure& f) { return f.signal > 0 ? 128 + f.signal : f.exit_code; }
 
 class Session {
@@ -104,7 +131,6 @@ class Session {
   int Run() {
     node_.hostname = Hostname();
     node_.pid = ::getpid();
-    node_.node_id = absl::StrCat(node_.hostname, ":", node_.pid, ":", RandomSuffix());
     node_.nproc = o_.nproc;
     node_.node_rank_hint = o_.node_rank;
     node_.is_endpoint_host = o_.is_endpoint_host;
@@ -114,6 +140,8 @@ class Session {
     config_.last_call_timeout = o_.last_call_timeout;
     config_.max_restarts = o_.max_restarts;
     config_.exit_barrier_timeout = o_.exit_barrier_timeout;
+    config_.keep_alive_interval = o_.keep_alive_interval;
+    config_.keep_alive_max_attempt = o_.keep_alive_max_attempt;
 
     signals_ = std::make_unique<SignalThread>(
         o_.forwarded_signals, [this](int s) { q_.Push(SignalReceived{s}); },
@@ -137,13 +165,12 @@ class Session {
         if (absl::StatusOr<std::string> routable = FirstRoutableAddress(); routable.ok()) node_.addr = *routable;
       }
     }
-    auto client = RendezvousClient::Connect(ep->ToString(), o_.run_id, o_.token, o_.read_timeout);
-    if (!client.ok()) return Fatal(std::string(client.status().message()));
-    client_ = std::move(*client);
-
+    endpoint_ = ep->ToString();
+    shim_ = FindShim();
     if (absl::Status s = PrepareLogDir(); !s.ok()) return Fatal(s.ToString());
+    if (absl::Status s = NewMembership(); !s.ok()) return Fatal(std::string(s.message()));
     int code = Loop();
-    client_.reset();  // Stops the watch thread before the queue goes away.
+    EndMembership();  // Stops the watch and heartbeat threads before the queue goes away.
     CleanLogDir(code);
     return code;
   }
@@ -168,6 +195,39 @@ class Session {
     return absl::OkStatus();
   }
 
+  // Connects as a new member (a fresh node id), opens the event stream
+  // before the first join (so join progress, a failure elsewhere and the
+  // loss of the server reach this node at once) and starts heartbeats.
+  absl::Status NewMembership() {
+    EndMembership();
+    ++gen_;
+    node_.node_id = absl::StrCat(node_.hostname, ":", node_.pid, ":", RandomSuffix());
+    auto client = RendezvousClient::Connect(endpoint_, o_.run_id, o_.token, o_.read_timeout);
+    if (!client.ok()) return client.status();
+    client_ = std::move(*client);
+    const int gen = gen_;
+    client_->StartWatch(
+        node_.node_id, -1, [this, gen](const RunEvent& e) { q_.Push(ServerEvent{e, gen}); },
+        [this, gen](const absl::Status& s) { q_.Push(StreamClosed{s, gen}); });
+    hb_stop_ = std::make_shared<absl::Notification>();
+    hb_thread_ = std::thread([this, gen, stop = hb_stop_, client = client_.get(), id = node_.node_id] {
+      while (!stop->WaitForNotificationWithTimeout(o_.keep_alive_interval)) {
+        absl::StatusOr<int64_t> r = client->Heartbeat(id, hb_round_.load(), o_.keep_alive_interval + absl::Seconds(2));
+        if (IsStale(r.status())) {
+          q_.Push(Stale{std::string(r.status().message()), gen});
+          return;
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  void EndMembership() {
+    if (hb_stop_) hb_stop_->Notify();
+    if (hb_thread_.joinable()) hb_thread_.join();
+    client_.reset();
+  }
+
   void CleanLogDir(int code) {
     if (!temp_run_dir_ || code != 0) return;
     std::error_code ec;
@@ -177,19 +237,34 @@ class Session {
   // The whole job: join, run, and on failure restart through the server.
   int Loop() {
     int64_t last_round = -1;
-    // The event stream opens before the first join, so that join progress,
-    // a failure elsewhere and the loss of the server reach this node at once.
-    client_->StartWatch(
-        node_.node_id, last_round, [this](const RunEvent& e) { q_.Push(ServerEvent{e}); },
-        [this](const absl::Status& s) { q_.Push(StreamClosed{s}); });
-    for (;;) {
+    for (int attempt = 0;; ++attempt) {
+      if (stale_) {
+        // Declared lost while silent: this node's round is gone; its workers
+        // were stopped. Rejoin as a new member.
+        stale_ = false;
+        last_round = -1;
+        if (absl::Status s = NewMembership(); !s.ok()) return Fatal(std::string(s.message()));
+      }
       std::optional<int> done;
       Assignment a;
-      if (!Join(last_round, &a, &done)) return *done;
+      if (!Join(last_round, &a, &done)) {
+        if (stale_) continue;
+        return *done;
+      }
       last_round = a.round;
+      hb_round_ = a.round;
       std::optional<int> result = RunRound(a);
       if (result) return *result;
     }
+  }
+
+  // Handles a sign that this node is stale; true when it was one (of the
+  // current membership).
+  bool OnStale(const std::string& why) {
+    std::fprintf(stderr, "meshrun: this node was declared lost (%s); stopping its workers and rejoining\n",
+                 why.c_str());
+    stale_ = true;
+    return true;
   }
 
   // Joins the next round; false with `*exit_code` set when the agent must stop.
@@ -209,6 +284,10 @@ class Session {
           return true;
         }
         const absl::Status& s = j->result.status();
+        if (IsStale(s)) {
+          OnStale(std::string(s.message()));
+          return false;
+        }
         if (absl::IsDeadlineExceeded(s)) {
           *exit_code = Fatal(absl::StrCat("timed out after ", absl::FormatDuration(o_.join_timeout),
                                           " waiting for nodes to join run '", o_.run_id, "' at ", o_.endpoint,
@@ -221,13 +300,21 @@ class Session {
         return false;
       }
       if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
+        if (PassThrough(sig->signo)) continue;  // No workers to pass it to.
         client_->CancelJoin();
         std::fprintf(stderr, "meshrun: received %s while joining; exiting\n", SignalName(sig->signo).c_str());
         received_signal_ = sig->signo;
         *exit_code = 128 + sig->signo;
         return false;
       }
+      if (auto* st = std::get_if<Stale>(&*ev)) {
+        if (st->gen != gen_) continue;
+        client_->CancelJoin();
+        OnStale(st->why);
+        return false;
+      }
       if (auto* se = std::get_if<ServerEvent>(&*ev)) {
+        if (se->gen != gen_) continue;
         const RunEvent& e = se->event;
         if (e.kind == RunEvent::Kind::kRunFailed) {
           client_->CancelJoin();
@@ -245,11 +332,14 @@ class Session {
         continue;
       }
       if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
-        if (!sc->status.ok()) {
-          client_->CancelJoin();
-          *exit_code = Fatal(std::string(sc->status.message()));
+        if (sc->gen != gen_ || sc->status.ok()) continue;
+        client_->CancelJoin();
+        if (IsStale(sc->status)) {
+          OnStale(std::string(sc->status.message()));
           return false;
         }
+        *exit_code = Fatal(std::string(sc->status.message()));
+        return false;
       }
       // Child exits of a previous attempt were handled already; ignore.
     }
@@ -277,8 +367,7 @@ class Session {
       std::filesystem::create_directories(dir, ec);
       w.error_file = (dir / "error.json").string();
       WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file};
-      absl::StatusOr<Child> child =
-          Spawn(SubstituteLocalRank(o_.command, lr), BuildWorkerEnv(base_env, in));
+      absl::StatusOr<Child> child = Spawn(WorkerArgv(lr), BuildWorkerEnv(base_env, in));
       if (!child.ok()) {
         StopWorkers(SIGKILL, absl::ZeroDuration());
         return Fatal(absl::StrCat("cannot start local rank ", lr, ": ", child.status().message()));
@@ -299,6 +388,16 @@ class Session {
     log_->info("round {}: started {} workers (ranks {}..{})", a.round, o_.nproc, a.rank_base,
                a.rank_base + o_.nproc - 1);
     return Supervise();
+  }
+
+  // The worker's command line, behind the shim when it is installed next
+  // to meshrun (it keeps a SIGKILLed agent from leaving grandchildren).
+  std::vector<std::string> WorkerArgv(int local_rank) const {
+    std::vector<std::string> cmd = SubstituteLocalRank(o_.command, local_rank);
+    if (shim_.empty()) return cmd;
+    std::vector<std::string> argv = {shim_, absl::StrCat(absl::ToInt64Milliseconds(o_.shutdown_timeout)), "--"};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    return argv;
   }
 
   int Running() const {
@@ -327,17 +426,36 @@ class Session {
         continue;
       }
       if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
+        if (PassThrough(sig->signo)) {
+          for (const auto& w : workers_) {
+            if (w.running) SignalGroup(w.pid, sig->signo);
+          }
+          continue;
+        }
         std::fprintf(stderr, "meshrun: received %s; stopping workers\n", SignalName(sig->signo).c_str());
         received_signal_ = sig->signo;
         StopWorkers(sig->signo, o_.shutdown_timeout);
         return 128 + sig->signo;
       }
+      if (auto* st = std::get_if<Stale>(&*ev)) {
+        if (st->gen != gen_) continue;
+        OnStale(st->why);
+        StopWorkers(SIGTERM, o_.shutdown_timeout);
+        return std::nullopt;
+      }
       if (auto* se = std::get_if<ServerEvent>(&*ev)) {
+        if (se->gen != gen_) continue;
         const RunEvent& e = se->event;
         if (e.kind == RunEvent::Kind::kRestart && e.round > round_.round) {
-          std::fprintf(stderr, "meshrun: %s; restarting workers (round %lld)\n",
-                       e.root_cause ? DescribeFailure(*e.root_cause).c_str() : "restart requested",
-                       static_cast<long long>(e.round));
+          if (e.membership_change) {
+            std::fprintf(stderr, "meshrun: %s; re-forming (round %lld)\n",
+                         e.root_cause ? e.root_cause->message.c_str() : "membership changed",
+                         static_cast<long long>(e.round));
+          } else {
+            std::fprintf(stderr, "meshrun: %s; restarting workers (round %lld, restart %d of %d)\n",
+                         e.root_cause ? DescribeFailure(*e.root_cause).c_str() : "restart requested",
+                         static_cast<long long>(e.round), e.restart_count, o_.max_restarts);
+          }
           StopWorkers(SIGTERM, o_.shutdown_timeout);
           return std::nullopt;
         }
@@ -348,7 +466,12 @@ class Session {
         continue;
       }
       if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
-        if (sc->status.ok()) continue;
+        if (sc->gen != gen_ || sc->status.ok()) continue;
+        if (IsStale(sc->status)) {
+          OnStale(std::string(sc->status.message()));
+          StopWorkers(SIGTERM, o_.shutdown_timeout);
+          return std::nullopt;
+        }
         StopWorkers(SIGTERM, o_.shutdown_timeout);
         return Fatal(absl::StrCat(sc->status.message(), "; stopped this node's workers"));
       }
@@ -498,7 +621,7 @@ class Session {
         return 0;
       }
       if (auto* se = std::get_if<ServerEvent>(&*ev)) {
-        if (se->event.kind == RunEvent::Kind::kRunFailed) return Summary(se->event.root_cause);
+        if (se->gen == gen_ && se->event.kind == RunEvent::Kind::kRunFailed) return Summary(se->event.root_cause);
         continue;
       }
       if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
@@ -506,7 +629,7 @@ class Session {
         return 128 + sig->signo;
       }
       if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
-        if (!sc->status.ok()) return Fatal(std::string(sc->status.message()));
+        if (sc->gen == gen_ && !sc->status.ok()) return Fatal(std::string(sc->status.message()));
       }
     }
   }
@@ -516,12 +639,19 @@ class Session {
   EventQueue q_;
   std::deque<Event> deferred_;
   std::unique_ptr<SignalThread> signals_;
-  std::unique_ptr<RendezvousClient> client_;
+  std::unique_ptr<RendezvousClient> client_;  // Declared before the heartbeat thread that uses it.
   rendezvous::NodeDesc node_;
   rendezvous::RunConfig config_;
   Assignment round_;
   std::vector<Worker> workers_;
   int joined_seen_ = 0;
+  std::string endpoint_;
+  std::string shim_;
+  int gen_ = 0;            // Membership generation (new node id after a stale rejoin).
+  bool stale_ = false;
+  std::atomic<int64_t> hb_round_{-1};
+  std::shared_ptr<absl::Notification> hb_stop_;
+  std::thread hb_thread_;
   int received_signal_ = 0;
   std::filesystem::path run_dir_;
   bool temp_run_dir_ = true;

@@ -36,6 +36,11 @@ struct AgentOptions {
   // hosting the server keeps serving after its own workers are done.
   absl::Duration exit_barrier_timeout = absl::Seconds(300);
   absl::Duration read_timeout = absl::Seconds(60);       // rdzv_conf read_timeout (connect, reports).
+  // rdzv_conf keep_alive_interval / keep_alive_max_attempt (torchrun's): the
+  // agent heartbeats every interval; the server declares a node silent for
+  // interval x attempts lost (a dead process is noticed at once anyway).
+  absl::Duration keep_alive_interval = absl::Seconds(5);
+  int keep_alive_max_attempt = 3;
   // Where per-attempt folders with the error files go; empty: a temporary
   // folder removed at exit when no worker wrote an error file.
   std::string log_dir;

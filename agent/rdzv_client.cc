@@ -78,6 +78,7 @@ RunEvent FromProto(const pb::RunEvent& e) {
   out.node_id = e.node_id();
   if (e.has_root_cause()) out.root_cause = FromProto(e.root_cause());
   out.restart_count = e.restart_count();
+  out.membership_change = e.membership_change();
   out.joined = e.joined();
   out.min_nodes = e.min_nodes();
   out.max_nodes = e.max_nodes();
@@ -130,6 +131,12 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   // Fail fast on a dead server rather than retrying for minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // HTTP/2 keepalive, so a vanished (not just closed) server breaks the
+  // event stream within seconds rather than at the TCP timeout.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 4000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   auto channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout))) {
     return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint,
@@ -162,6 +169,8 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   c->set_last_call_timeout_ms(absl::ToInt64Milliseconds(config.last_call_timeout));
   c->set_max_restarts(config.max_restarts);
   c->set_exit_barrier_timeout_ms(absl::ToInt64Milliseconds(config.exit_barrier_timeout));
+  c->set_keep_alive_interval_ms(absl::ToInt64Milliseconds(config.keep_alive_interval));
+  c->set_keep_alive_max_attempt(config.keep_alive_max_attempt);
   req->set_last_round(last_round);
   auto resp = std::make_shared<pb::JoinResponse>();
   auto ctx = std::make_shared<grpc::ClientContext>();
@@ -214,6 +223,8 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
     } else if (s.ok()) {
       on_closed(absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint_,
                                                     " closed the event stream")));
+    } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      on_closed(absl::FailedPreconditionError(s.error_message()));
     } else {
       on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_,
                                                     ": ", s.error_message())));
@@ -227,6 +238,21 @@ void RendezvousClient::StopWatch() {
     if (watch_ctx_) watch_ctx_->TryCancel();
   }
   if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, int64_t round,
+                                                  absl::Duration timeout) {
+  pb::HeartbeatRequest req;
+  req.mutable_run()->set_run_id(run_id_);
+  req.mutable_run()->set_token(token_);
+  req.set_node_id(node_id);
+  req.set_round(round);
+  pb::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::Status s = stubs_->stub->Heartbeat(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpc(s, "heartbeat");
+  return resp.current_round();
 }
 
 absl::StatusOr<rendezvous::FailureVerdict> RendezvousClient::ReportFailure(

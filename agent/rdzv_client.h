@@ -46,6 +46,10 @@ class RendezvousClient {
                   std::function<void(const absl::Status&)> on_closed);
   void StopWatch();
 
+  // Records this node's heartbeat; returns the run's current round, or
+  // FAILED_PRECONDITION when the node was declared lost (stale). Blocking.
+  absl::StatusOr<int64_t> Heartbeat(const std::string& node_id, int64_t round, absl::Duration timeout);
+
   // Reports a worker failure; the verdict says restart or stop. Blocking,
   // bounded by `timeout`.
   absl::StatusOr<rendezvous::FailureVerdict> ReportFailure(const rendezvous::WorkerFailure& failure,

@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
   const int shard_len = (kParams + shards - 1) / shards;  // 42: 168 padded
   const int padded = shard_len * shards;
   const Batch batch = GlobalBatch();
+  if (kGlobalBatch % world != 0) {
+    std::fprintf(stderr, "hsdp: the global batch of %d samples cannot be split over %d ranks\n", kGlobalBatch, world);
+    return 2;
+  }
   const int per_rank = kGlobalBatch / world;
   const int begin = rank * per_rank, end = begin + per_rank;
 

@@ -115,7 +115,12 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       if (!d.ok()) return d.status();
       if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("read_timeout must be > 0");
       a.read_timeout = *d;
-    } else if (key == "keep_alive_interval" || key == "heartbeat_timeout") {
+    } else if (key == "keep_alive_interval") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("keep_alive_interval must be > 0");
+      a.keep_alive_interval = *d;
+    } else if (key == "heartbeat_timeout") {
       auto d = ParseSeconds(key, value);
       if (!d.ok()) return d.status();
     } else if (key == "keep_alive_max_attempt") {
@@ -123,6 +128,7 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       if (!absl::SimpleAtoi(value, &n) || n <= 0) {
         return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a positive integer"));
       }
+      a.keep_alive_max_attempt = n;
     } else if (key == "is_host") {
       auto b = ParseBool(key, value);
       if (!b.ok()) return b.status();

@@ -29,7 +29,8 @@ int Usage(const std::string& msg) {
 std::string DescribeMesh(const mesh::MeshLayout& layout, int nnodes, int nproc) {
   auto node_of = [nproc](int rank) { return rank / nproc; };
   std::string out = absl::StrCat("mesh ", layout.ShapeString(), " named ", layout.NamesString(), " over ",
-                                 layout.size(), " ranks (", nnodes, " nodes x ", nproc, " workers)\n");
+                                 layout.size(), " ranks (", nnodes, nnodes == 1 ? " node x " : " nodes x ", nproc,
+                                 nproc == 1 ? " worker)\n" : " workers)\n");
   // The rank grid: rows are the second-to-last dimension, columns the last;
   // one grid per index of the leading dimensions.
   const int nd = layout.ndim();

@@ -62,9 +62,10 @@ absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const Worl
   Backend b;
   b.name = "gloo";
   absl::Duration timeout = options.timeout;
-  b.create_groups = [store, factory = *factory, timeout](const std::vector<GroupSpec>& rows, const Description& desc)
+  b.create_groups = [store, factory = *factory, timeout](const std::vector<GroupSpec>& rows, const Description& desc,
+                                                         const std::string& check_key, int first)
       -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
-    if (absl::Status s = CheckDescriptions(*store, rows, desc, timeout); !s.ok()) return s;
+    if (absl::Status s = CheckDescriptions(*store, check_key, first, desc, timeout); !s.ok()) return s;
     return factory(rows);
   };
   return b;
@@ -75,7 +76,9 @@ absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const s
                                                            const std::function<absl::StatusOr<std::string>()>& make_id) {
   const std::string encoded = desc.Encode();
   std::vector<std::string> ids(rows.size());
-  auto desc_key = [](const GroupSpec& row, int c) { return absl::StrCat(row.key, "/desc/", c); };
+  // Keyed by the writer's global rank: a member with another view of the
+  // mesh cannot overwrite a peer's description.
+  auto desc_key = [](const GroupSpec& row, int c) { return absl::StrCat(row.key, "/desc/r", row.ranks[c]); };
   // Phase 1: every set, so that no member waits on one still setting.
   for (size_t i = 0; i < rows.size(); ++i) {
     const GroupSpec& row = rows[i];
@@ -143,7 +146,7 @@ absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const s
 }
 
 #ifndef MESHRUN_WITH_NCCL
-absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store>, const World&, const MeshOptions&) {
+absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store>, const World&, const MeshOptions&, bool) {
   return absl::UnimplementedError("device type 'cuda' needs libmesh built with NCCL (CUDA toolkit not found at build time)");
 }
 #endif

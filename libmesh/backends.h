@@ -37,9 +37,9 @@ class Watchdog {
 struct Backend {
   std::string name;  // "gloo" | "nccl"
   // Creates the communicators of `rows` after checking that the members
-  // agree on `desc`.
-  std::function<absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>>(const std::vector<GroupSpec>&,
-                                                                           const Description&)>
+  // agree on `desc` (checked against rank `first` under `check_key`).
+  std::function<absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>>(
+      const std::vector<GroupSpec>&, const Description&, const std::string& check_key, int first)>
       create_groups;
   // NCCL: polls async errors. Gloo: none.
   std::function<absl::Status(ProcessGroup*)> health_check;
@@ -53,7 +53,10 @@ struct Backend {
 
 absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options);
 // UNIMPLEMENTED when libmesh was built without NCCL.
-absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options);
+// `whole_world`: the mesh covers every rank, so the shared-GPU check can
+// wait for every local rank of the node.
+absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options,
+                                        bool whole_world);
 
 // The NCCL unique-id exchange, without creating communicators (it needs no
 // GPU): per row, the coordinate-0 member calls `make_id` and publishes its

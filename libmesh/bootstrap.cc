@@ -7,7 +7,8 @@
 namespace meshrun::mesh::internal {
 
 std::string Description::Encode() const {
-  return absl::StrCat("device=", device, ";backend=", backend, ";shape=", shape, ";names=", names, ";rank=", rank);
+  return absl::StrCat("device=", device, ";backend=", backend, ";shape=", shape, ";names=", names, ";ranks=", ranks,
+                      ";rank=", rank);
 }
 
 Description Description::Decode(const std::string& text) {
@@ -18,6 +19,7 @@ Description Description::Decode(const std::string& text) {
     if (kv.first == "backend") d.backend = kv.second;
     if (kv.first == "shape") d.shape = kv.second;
     if (kv.first == "names") d.names = kv.second;
+    if (kv.first == "ranks") d.ranks = kv.second;
     if (kv.first == "rank") (void)absl::SimpleAtoi(kv.second, &d.rank);
   }
   return d;
@@ -28,6 +30,7 @@ std::string Description::Diff(const Description& o) const {
   if (names != o.names) return absl::StrCat("dim names: (", names, ") vs (", o.names, ")");
   if (device != o.device) return absl::StrCat("device type: ", device, " vs ", o.device);
   if (backend != o.backend) return absl::StrCat("backend: ", backend, " vs ", o.backend);
+  if (ranks != o.ranks) return absl::StrCat("rank array: ", ranks, " vs ", o.ranks);
   return "";
 }
 
@@ -43,40 +46,21 @@ std::string MissingMembers(Store& store, const GroupSpec& spec, const std::funct
   return missing.empty() ? std::string("a member") : absl::StrJoin(missing, ", ");
 }
 
-absl::Status CheckDescriptions(Store& store, const std::vector<GroupSpec>& rows, const Description& mine,
+absl::Status CheckDescriptions(Store& store, const std::string& key, int first, const Description& mine,
                                absl::Duration timeout) {
-  const std::string encoded = mine.Encode();
-  auto desc_key = [](const GroupSpec& row, int c) { return absl::StrCat(row.key, "/desc/", c); };
-  for (const auto& row : rows) {
-    if (row.ranks.size() <= 1) continue;
-    if (absl::Status s = store.Set(desc_key(row, row.group_rank), encoded); !s.ok()) return s;
+  const std::string first_key = absl::StrCat(key, "/desc/r", first);
+  if (mine.rank == first) return store.Set(first_key, mine.Encode());
+  absl::StatusOr<std::string> theirs = store.Get(first_key, timeout);
+  if (absl::IsDeadlineExceeded(theirs.status())) {
+    return absl::DeadlineExceededError(absl::StrCat("rank ", first, " (the mesh's first rank) did not arrive within ",
+                                                    absl::FormatDuration(timeout)));
   }
-  for (const auto& row : rows) {
-    if (row.ranks.size() <= 1) continue;
-    std::vector<std::string> keys;
-    std::vector<int> coords;
-    for (int c = 0; c < static_cast<int>(row.ranks.size()); ++c) {
-      if (c == row.group_rank) continue;
-      keys.push_back(desc_key(row, c));
-      coords.push_back(c);
-    }
-    absl::StatusOr<std::vector<std::string>> peers = store.MultiGet(keys, timeout);
-    if (absl::IsDeadlineExceeded(peers.status())) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "mesh dimension '", row.dim_name, "': ",
-          MissingMembers(store, row, [&](int c) { return desc_key(row, c); }), " did not arrive within ",
-          absl::FormatDuration(timeout)));
-    }
-    if (!peers.ok()) return peers.status();
-    for (size_t i = 0; i < peers->size(); ++i) {
-      Description theirs = Description::Decode((*peers)[i]);
-      std::string diff = mine.Diff(theirs);
-      if (!diff.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "mesh mismatch in dimension '", row.dim_name, "' with rank ",
-            theirs.rank >= 0 ? theirs.rank : row.ranks[coords[i]], ": ", diff, " (this rank vs that rank)"));
-      }
-    }
+  if (!theirs.ok()) return theirs.status();
+  std::string diff = mine.Diff(Description::Decode(*theirs));
+  if (!diff.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("mesh mismatch: rank ", mine.rank, " and rank ", first,
+                                                      " disagree on the ", diff, " (rank ", mine.rank, " vs rank ",
+                                                      first, ")"));
   }
   return absl::OkStatus();
 }

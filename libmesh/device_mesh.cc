@@ -119,6 +119,18 @@ std::atomic<int> g_mesh_counter{0};
 
 std::string Joined(const std::vector<int>& v) { return absl::StrJoin(v, ","); }
 
+// A short digest of the rank array (FNV-1a), so that members built over
+// different rank arrays disagree; "world" for the identity array.
+std::string RanksDigest(const MeshLayout& layout) {
+  bool identity = true;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < layout.ranks().size(); ++i) {
+    identity = identity && layout.ranks()[i] == static_cast<int>(i);
+    h = (h ^ static_cast<uint64_t>(layout.ranks()[i])) * 1099511628211ULL;
+  }
+  return identity ? std::string("world") : absl::StrCat(absl::Hex(h));
+}
+
 GroupSpec RowSpec(const std::string& mesh_id, const MeshLayout& layout, int dim, const std::vector<int>& coord,
                   const std::string& key_dim) {
   GroupSpec spec;
@@ -164,18 +176,21 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
 
   absl::StatusOr<internal::Backend> backend =
       device == DeviceType::kCpu ? internal::MakeGlooBackend(state->store, world, options)
-                                 : internal::MakeNcclBackend(state->store, world, options);
+                                 : internal::MakeNcclBackend(state->store, world, options,
+                                                             layout.size() == world.world_size);
   if (!backend.ok()) return backend.status();
   state->backend = std::move(*backend);
 
   std::vector<GroupSpec> rows;
   for (int d = 0; d < layout.ndim(); ++d) {
-    rows.push_back(RowSpec(state->mesh_id, layout, d, *state->coordinate, layout.dim_names()[d]));
+    // Keys use the dimension's index, not its name: members that disagree on
+    // the names still meet, and the agreement check reports the difference.
+    rows.push_back(RowSpec(state->mesh_id, layout, d, *state->coordinate, absl::StrCat("d", d)));
   }
   Description desc{DeviceTypeName(device), state->backend.name, Joined(layout.shape()),
-                   absl::StrJoin(layout.dim_names(), ","), world.rank};
+                   absl::StrJoin(layout.dim_names(), ","), world.rank, RanksDigest(layout)};
   absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups =
-      state->backend.create_groups(rows, desc);
+      state->backend.create_groups(rows, desc, absl::StrCat("mesh/", state->mesh_id), layout.ranks().front());
   if (!groups.ok()) {
     return absl::Status(groups.status().code(),
                         absl::StrCat("rank ", world.rank, ": init_device_mesh(", DeviceTypeName(device), ", ",
@@ -360,6 +375,7 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const
     }
   }
   const std::string name = name_in.empty() ? absl::StrJoin(dim_names(), "_") : name_in;
+  if (ndim() == 1 && name == dim_names()[0]) return *this;  // Already flat, as PyTorch.
   const int first = dims_.front();
   const int last = dims_.back();
   const MeshLayout& root = state_->root;
@@ -369,28 +385,36 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const
   absl::StatusOr<MeshLayout> flat_layout =
       MeshLayout::Create({size()}, {name}, state_->world.world_size, layout_.ranks());
   if (!flat_layout.ok()) return flat_layout.status();
-  absl::MutexLock lock(&state_->mu);
-  auto it = state_->flat_index.find(name);
-  if (it != state_->flat_index.end()) {
-    const FlatEntry& existing = state_->flattened[it->second];
-    if (existing.first != first || existing.last != last) {
-      return absl::InvalidArgumentError(absl::StrCat("'", name, "' already names a different flattened mesh"));
+  {
+    absl::MutexLock lock(&state_->mu);
+    auto it = state_->flat_index.find(name);
+    if (it != state_->flat_index.end()) {
+      const FlatEntry& existing = state_->flattened[it->second];
+      if (existing.first != first || existing.last != last) {
+        return absl::InvalidArgumentError(absl::StrCat("'", name, "' already names a different flattened mesh"));
+      }
+      return DeviceMesh(state_, {kFlatBase + it->second}, std::move(*flat_layout));
     }
-  } else {
-    // Collective among the members of this flattened row only.
+  }
+  {
+    // Collective among the members of this flattened row only; the mesh's
+    // lock is not held meanwhile (Abort and GetGroup stay responsive).
     MeshLayout merged = root.Flattened(first, last, name);
     std::vector<int> coord = *merged.CoordinateOf(rank());
     GroupSpec spec = RowSpec(state_->mesh_id, merged, first, coord, absl::StrCat("flat/", name));
     Description desc{DeviceTypeName(state_->device), state_->backend.name, Joined(merged.shape()),
-                     absl::StrJoin(merged.dim_names(), ","), state_->world.rank};
-    absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups = state_->backend.create_groups({spec}, desc);
+                     absl::StrJoin(merged.dim_names(), ","), state_->world.rank, RanksDigest(merged)};
+    absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups =
+        state_->backend.create_groups({spec}, desc, spec.key, spec.ranks.front());
     if (!groups.ok()) return groups.status();
     FlatEntry entry{first, last, std::move((*groups)[0])};
     state_->backend.WatchGroup(entry.group.get());
+    absl::MutexLock lock(&state_->mu);
     state_->flattened.push_back(std::move(entry));
-    it = state_->flat_index.emplace(name, static_cast<int>(state_->flattened.size()) - 1).first;
+    int index = static_cast<int>(state_->flattened.size()) - 1;
+    state_->flat_index.emplace(name, index);
+    return DeviceMesh(state_, {kFlatBase + index}, std::move(*flat_layout));
   }
-  return DeviceMesh(state_, {kFlatBase + it->second}, std::move(*flat_layout));
 }
 
 void DeviceMesh::Abort() const {

@@ -64,6 +64,10 @@ absl::StatusOr<MeshLayout> MeshLayout::Create(std::vector<int> shape, std::vecto
     std::set<std::string> seen;
     for (const auto& n : dim_names) {
       if (n.empty()) return absl::InvalidArgumentError("mesh dimension names must not be empty");
+      if (n.find_first_of(";=,/ ") != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("mesh dimension name '", n,
+                                                       "' may not contain ';', '=', ',', '/' or spaces"));
+      }
       if (!seen.insert(n).second) {
         return absl::InvalidArgumentError(absl::StrCat(
             "Each mesh_dim_name must be unique. Found repeated mesh_dim_name '", n, "' in mesh_dim_names (",

@@ -20,6 +20,7 @@ struct Description {
   std::string shape;    // "2,4"
   std::string names;    // "replicate,shard"
   int rank = -1;        // Who wrote it (named in messages; not compared).
+  std::string ranks;    // Digest of the rank array ("world" for all ranks in order).
   std::string Encode() const;
   static Description Decode(const std::string& text);
   // The first field that differs ("shape: (2, 4) vs (4, 2)"), or "".
@@ -35,12 +36,14 @@ struct GroupSpec {
   int group_rank = 0;       // This member's coordinate along the dimension.
 };
 
-// Every member posts its description for its rows, then reads its peers'
-// (one set and one multi-get per row) and checks them. A member that never
-// arrives fails with DEADLINE_EXCEEDED naming its rank and the dimension; a
-// mismatch fails with FAILED_PRECONDITION naming the rank and the field.
-// Rows are handled together: all sets first, then all reads.
-absl::Status CheckDescriptions(Store& store, const std::vector<GroupSpec>& rows, const Description& mine,
+// The agreement check of a mesh (or a flattened row): the first member
+// (`first`, a global rank) publishes its description under
+// "<key>/desc/r<first>"; every other member reads it (one request each) and
+// compares. A member that disagrees fails at once with FAILED_PRECONDITION
+// naming both ranks and the field; when the first member never arrives,
+// DEADLINE_EXCEEDED names it. Keys are per writer rank, so a member with
+// another view of the mesh can never overwrite a peer's.
+absl::Status CheckDescriptions(Store& store, const std::string& key, int first, const Description& mine,
                                absl::Duration timeout);
 
 // Names the members of `spec` whose key `key_of(group_rank)` is missing,

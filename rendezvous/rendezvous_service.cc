@@ -88,6 +88,7 @@ pb::RunEvent ToProto(const RunEvent& e) {
   out.set_node_id(e.node_id);
   if (e.root_cause) ToProto(*e.root_cause, out.mutable_root_cause());
   out.set_restart_count(e.restart_count);
+  out.set_membership_change(e.membership_change);
   return out;
 }
 
@@ -147,6 +148,14 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
     }
   }
 
+  void CloseStale(const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    if (finish_requested_ || done_) return;
+    finish_requested_ = true;
+    final_status_ = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, absl::StrCat("stale: ", why));
+    MaybeFinishLocked();
+  }
+
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     queue_.pop_front();
@@ -182,7 +191,7 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finish_requested_ && !writing_ && !finished_) {
       finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+      Finish(final_status_);
     }
   }
 
@@ -193,6 +202,7 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
   std::deque<pb::RunEvent> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_){grpc::StatusCode::CANCELLED, "watch cancelled"};
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<WatchReactor> self_;
@@ -251,6 +261,8 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
                 n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role()};
   RunConfig config{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
                    FromMs(c.exit_barrier_timeout_ms())};
+  if (c.keep_alive_interval_ms() > 0) config.keep_alive_interval = FromMs(c.keep_alive_interval_ms());
+  if (c.keep_alive_max_attempt() > 0) config.keep_alive_max_attempt = c.keep_alive_max_attempt();
   std::shared_ptr<Run> run = registry_->ForJoin(req->run().run_id(), req->last_round());
   auto* reactor = new ParkedReactor();
   reactor->SetOnCancel([run, id = n.node_id()] { run->CancelJoin(id); });
@@ -267,7 +279,9 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
   if (auto s = Admit(kHeartbeat, req->run()); !s.ok()) return Answer(ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
   if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
-  resp->set_current_round(run->Heartbeat(req->node_id()));
+  absl::StatusOr<int64_t> round = run->Heartbeat(req->node_id());
+  if (!round.ok()) return Answer(ctx, ToGrpc(round.status()));
+  resp->set_current_round(*round);
   return Answer(ctx, grpc::Status::OK);
 }
 

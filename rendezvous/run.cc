@@ -58,6 +58,10 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       configured_ = true;
     }
     refused = CheckConfigLocked(config);
+    if (refused.ok() && lost_.contains(node.node_id)) {
+      refused = absl::FailedPreconditionError(absl::StrCat(
+          "stale: node ", node.hostname, " was declared lost in run '", run_id_, "'; rejoin as a new member"));
+    }
     if (refused.ok() && (state_ == State::kFinished || state_ == State::kFailed)) {
       refused = absl::FailedPreconditionError(absl::StrCat(
           "run '", run_id_, "' has already ", StateName(state_), " at round ", round_));
@@ -91,6 +95,15 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
         ev.round = round_;
         ev.node_id = node.node_id;
         PushLocked(ev);
+        // Below MAX the job grows: re-form with the newcomer. At MAX it
+        // stands by until a node is lost.
+        if (static_cast<int>(members_.size()) < config_.max_nodes) {
+          WorkerFailure cause;
+          cause.node_id = node.node_id;
+          cause.hostname = node.hostname;
+          cause.message = absl::StrCat("node ", node.hostname, " joined");
+          ReformLocked(std::move(cause), later);
+        }
       } else {
         MaybeCloseLocked(later);
         if (state_ == State::kJoining) ProgressLocked();
@@ -232,6 +245,9 @@ void Run::CloseRoundLocked(Deferred& later) {
   state_ = State::kRunning;
   reform_target_ = 0;
   last_progress_joined_ = -1;
+  const absl::Time now = absl::Now();
+  for (const auto& m : members_) last_seen_[m.node.node_id] = now;
+  ArmLivenessLocked();
   kv_->DropRoundsBelow(round_);
   RunEvent ev;
   ev.kind = RunEvent::Kind::kRoundClosed;
@@ -242,10 +258,91 @@ void Run::CloseRoundLocked(Deferred& later) {
                        members_.size(), world);
 }
 
-int64_t Run::Heartbeat(const std::string& node_id) {
+absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id) {
   absl::MutexLock lock(&mu_);
+  if (lost_.contains(node_id)) {
+    return absl::FailedPreconditionError(absl::StrCat("stale: this node was declared lost in run '", run_id_,
+                                                      "' (now at round ", round_, "); rejoin as a new member"));
+  }
   last_seen_[node_id] = absl::Now();
   return round_;
+}
+
+void Run::ArmLivenessLocked() {
+  if (liveness_armed_) return;
+  liveness_armed_ = true;
+  std::weak_ptr<Run> weak = weak_from_this();
+  timer_->Schedule(absl::Now() + config_.keep_alive_interval, [weak] {
+    if (auto self = weak.lock()) self->OnLivenessTimer();
+  });
+}
+
+void Run::OnLivenessTimer() {
+  Deferred later;
+  {
+    absl::MutexLock lock(&mu_);
+    liveness_armed_ = false;
+    if (state_ == State::kFinished || state_ == State::kFailed) return;
+    const absl::Time now = absl::Now();
+    const absl::Duration limit = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+    std::vector<std::string> silent;
+    for (const auto& m : members_) {
+      if (finished_.contains(m.node.node_id)) continue;
+      auto seen = last_seen_.find(m.node.node_id);
+      if (seen != last_seen_.end() && now - seen->second > limit) silent.push_back(m.node.node_id);
+    }
+    for (const auto& id : silent) {
+      LoseNodeLocked(id, absl::StrCat("no keep-alive for ", absl::FormatDuration(now - last_seen_[id]), " (limit ",
+                                      absl::FormatDuration(limit), ")"),
+                     later);
+    }
+    if (!members_.empty() || !pending_.empty()) ArmLivenessLocked();
+  }
+  RunAll(later);
+}
+
+void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later) {
+  auto m = std::find_if(members_.begin(), members_.end(),
+                        [&](const Member& mem) { return mem.node.node_id == node_id; });
+  if (m == members_.end()) return;
+  lost_.insert(node_id);
+  WorkerFailure cause;
+  cause.node_id = node_id;
+  cause.hostname = m->node.hostname;
+  cause.node_rank = m->assignment.node_rank;
+  cause.round = round_;
+  cause.message = absl::StrCat("node ", m->node.hostname, " (node rank ", cause.node_rank, ") was lost: ", why);
+  Logger("rdzv")->warn("run '{}': {}", run_id_, cause.message);
+  members_.erase(m);
+  RunEvent lost;
+  lost.kind = RunEvent::Kind::kNodeLost;
+  lost.round = round_;
+  lost.node_id = node_id;
+  lost.root_cause = cause;
+  PushLocked(lost);
+  if (auto w = watchers_.find(node_id); w != watchers_.end()) {
+    w->second->CloseStale(cause.message);
+    watchers_.erase(w);
+  }
+  ReformLocked(std::move(cause), later);
+}
+
+void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
+  cause.time = absl::Now();
+  const int survivors = static_cast<int>(members_.size());
+  reform_target_ = std::max(1, std::min(config_.max_nodes, survivors + static_cast<int>(pending_.size())));
+  ++round_;
+  state_ = State::kJoining;
+  members_.clear();
+  finished_.clear();
+  RunEvent ev;
+  ev.kind = RunEvent::Kind::kRestart;
+  ev.round = round_;
+  ev.restart_count = restart_count_;
+  ev.membership_change = true;
+  ev.root_cause = std::move(cause);
+  PushLocked(ev);
+  MaybeCloseLocked(later);
 }
 
 void Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round) {
@@ -296,24 +393,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
       pending_.erase(p);
     }
     if (state_ == State::kRunning && !finished_.contains(node_id)) {
-      auto m = std::find_if(members_.begin(), members_.end(),
-                            [&](const Member& mem) { return mem.node.node_id == node_id; });
-      if (m != members_.end()) {
-        WorkerFailure f;
-        f.node_id = node_id;
-        f.hostname = m->node.hostname;
-        f.node_rank = m->assignment.node_rank;
-        f.exit_code = 1;
-        f.round = round_;
-        f.message = absl::StrCat("node ", m->node.hostname, " (node rank ", f.node_rank,
-                                 ") was lost: its agent disconnected");
-        RunEvent lost;
-        lost.kind = RunEvent::Kind::kNodeLost;
-        lost.round = round_;
-        lost.node_id = node_id;
-        PushLocked(lost);
-        AcceptFailureLocked(std::move(f), later);
-      }
+      LoseNodeLocked(node_id, "its agent disconnected", later);
     }
   }
   RunAll(later);
@@ -336,11 +416,8 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
   ev.root_cause = root_cause_;
   if (restart_count_ < config_.max_restarts) {
     ++restart_count_;
-    // Survivors re-form: every member except a lost node, plus nodes waiting.
-    int survivors = 0;
-    for (const auto& m : members_) {
-      if (m.node.node_id != root_cause_.node_id || root_cause_.rank >= 0) ++survivors;
-    }
+    // Every member re-forms, plus nodes waiting.
+    const int survivors = static_cast<int>(members_.size());
     reform_target_ = std::max(1, std::min(config_.max_nodes,
                                           survivors + static_cast<int>(pending_.size())));
     ++round_;

@@ -37,15 +37,17 @@ class Run : public std::enable_shared_from_this<Run> {
   void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, JoinCallback done);
   void CancelJoin(const std::string& node_id);
 
-  // Records a heartbeat; returns the current round. Thread-safe.
-  int64_t Heartbeat(const std::string& node_id);
+  // Records a heartbeat; returns the current round. FAILED_PRECONDITION
+  // ("stale") for a node that was declared lost. Thread-safe.
+  absl::StatusOr<int64_t> Heartbeat(const std::string& node_id);
 
   // Subscribes `sink` to this run's events for `node_id` (replacing an older
   // sink of that node). When the run moved past `known_round` (or ended), the
   // sink first gets the event that says so. Thread-safe.
   void Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round);
   // Drops the sink. When the node is a member of the running round and has
-  // not finished, its agent is gone: the node is lost (restart or fail).
+  // not finished, its agent is gone: the node is lost and the survivors
+  // re-form (a membership change: no restart of the budget is used).
   void Unwatch(const std::string& node_id, const EventSink* sink);
 
   // Accepts a worker failure of round `failure.round`. The first report of a
@@ -100,6 +102,16 @@ class Run : public std::enable_shared_from_this<Run> {
   // per kProgressInterval (N joins must not cost N broadcasts).
   void ProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnProgressTimer();
+  // Declares `node_id` lost: NODE_LOST to all, its stream closed as stale,
+  // and the survivors (plus waiting nodes) re-form in the next round.
+  void LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens round+1 for the current members and waiting nodes, without using
+  // the restart budget, and pushes RESTART(membership_change) with `cause`.
+  void ReformLocked(WorkerFailure cause, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks every member's last heartbeat once per keep-alive interval.
+  void ArmLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnLivenessTimer();
   static void RunAll(Deferred& later);
 
   const std::string run_id_;
@@ -130,6 +142,9 @@ class Run : public std::enable_shared_from_this<Run> {
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int last_progress_joined_ ABSL_GUARDED_BY(mu_) = -1;
   bool progress_armed_ ABSL_GUARDED_BY(mu_) = false;
+  bool liveness_armed_ ABSL_GUARDED_BY(mu_) = false;
+  // Nodes declared lost: their later requests are refused as stale.
+  absl::flat_hash_set<std::string> lost_ ABSL_GUARDED_BY(mu_);
 };
 
 const char* StateName(Run::State state);

@@ -31,6 +31,8 @@ struct RunConfig {
   absl::Duration last_call_timeout = absl::Seconds(30);
   int max_restarts = 0;
   absl::Duration exit_barrier_timeout = absl::Seconds(300);
+  absl::Duration keep_alive_interval = absl::Seconds(5);
+  int keep_alive_max_attempt = 3;
 };
 
 // One node's place in a closed round.
@@ -68,6 +70,7 @@ struct RunEvent {
   std::string node_id;
   std::optional<WorkerFailure> root_cause;
   int restart_count = 0;
+  bool membership_change = false;  // kRestart after a node was lost or added.
   int joined = 0;     // kJoinProgress: nodes joined so far.
   int min_nodes = 0;
   int max_nodes = 0;
@@ -104,6 +107,8 @@ class EventSink {
  public:
   virtual ~EventSink() = default;
   virtual void Push(const RunEvent& event) = 0;
+  // Ends the stream: the node was declared lost and is now stale.
+  virtual void CloseStale(const std::string& why) = 0;
 };
 
 }  // namespace meshrun::rendezvous

@@ -184,8 +184,9 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectRow(const std::shared_ptr<S
   if (n > 1) {
     auto prefixed = std::make_shared<PrefixStore>(absl::StrCat(spec.key, "/gloo"), store);
     GlooStoreAdapter adapter(prefixed, timeout);
-    // Gloo sets "rank_<r>" (its host) and "<r>" (its pair addresses), each
-    // before reading any peer's: both groups can be fetched in one go.
+    // Gloo sets "rank_<r>" (its host) before reading any peer's, and "<r>"
+    // (its pair addresses) before reading any peer's addresses: each group
+    // can be fetched in one go when it is first read.
     std::vector<std::string> peers, hosts;
     for (int c = 0; c < n; ++c) {
       if (c == spec.group_rank) continue;
@@ -202,7 +203,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectRow(const std::shared_ptr<S
         return absl::DeadlineExceededError(absl::StrCat(
             "mesh dimension '", spec.dim_name, "': ",
             MissingMembers(*prefixed, spec, [](int c) { return absl::StrCat(c); }),
-            " did not connect within ", absl::FormatDuration(timeout)));
+            " did not arrive within ", absl::FormatDuration(timeout)));
       }
       return absl::UnavailableError(absl::StrCat("connecting ", spec.name, ": ", msg));
     }

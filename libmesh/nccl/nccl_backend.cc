@@ -70,35 +70,41 @@ class NcclGroup : public ProcessGroup {
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
     if (r != ncclSuccess) return NcclError(r, "ncclCommGetAsyncError", spec_.name);
-    if (async != ncclSuccess && async != ncclInProgress) return NcclError(async, "asynchronous NCCL error", spec_.name);
+    if (async != ncclSuccess && async != ncclInProgress) return NcclError(async, "communicator", spec_.name);
     return absl::OkStatus();
   }
 
   absl::Status AllReduce(void* buffer, size_t count, DataType type, ReduceOp op, void* stream) override {
-    return Call("ncclAllReduce", ncclAllReduce(buffer, buffer, count, NcclType(type), NcclOp(op), comm_,
-                                               static_cast<cudaStream_t>(stream)));
+    return Call("ncclAllReduce", [&] {
+      return ncclAllReduce(buffer, buffer, count, NcclType(type), NcclOp(op), comm_, static_cast<cudaStream_t>(stream));
+    });
   }
   absl::Status AllGather(const void* send, void* recv, size_t count, DataType type, void* stream) override {
-    return Call("ncclAllGather",
-                ncclAllGather(send, recv, count, NcclType(type), comm_, static_cast<cudaStream_t>(stream)));
+    return Call("ncclAllGather", [&] {
+      return ncclAllGather(send, recv, count, NcclType(type), comm_, static_cast<cudaStream_t>(stream));
+    });
   }
   absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                              void* stream) override {
-    return Call("ncclReduceScatter", ncclReduceScatter(send, recv, count, NcclType(type), NcclOp(op), comm_,
-                                                       static_cast<cudaStream_t>(stream)));
+    return Call("ncclReduceScatter", [&] {
+      return ncclReduceScatter(send, recv, count, NcclType(type), NcclOp(op), comm_, static_cast<cudaStream_t>(stream));
+    });
   }
   absl::Status Broadcast(void* buffer, size_t count, DataType type, int root, void* stream) override {
     if (root < 0 || root >= size()) {
       return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " outside 0..", size() - 1));
     }
-    return Call("ncclBroadcast", ncclBroadcast(buffer, buffer, count, NcclType(type), root, comm_,
-                                               static_cast<cudaStream_t>(stream)));
+    return Call("ncclBroadcast", [&] {
+      return ncclBroadcast(buffer, buffer, count, NcclType(type), root, comm_, static_cast<cudaStream_t>(stream));
+    });
   }
   absl::Status Barrier() override {
     if (scratch_ == nullptr) {
       if (cudaError_t e = cudaMalloc(&scratch_, sizeof(int)); e != cudaSuccess) return CudaError(e, "cudaMalloc");
     }
-    if (absl::Status s = Call("ncclAllReduce", ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, nullptr));
+    if (absl::Status s = Call("ncclAllReduce", [&] {
+          return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, nullptr);
+        });
         !s.ok()) {
       return s;
     }
@@ -107,8 +113,14 @@ class NcclGroup : public ProcessGroup {
   }
 
  private:
-  absl::Status Call(const char* what, ncclResult_t r) {
+  // Checks for an abort before touching the communicator.
+  template <typename F>
+  absl::Status Call(const char* what, F&& call) {
     if (aborted_) return absl::AbortedError(absl::StrCat(what, " on ", spec_.name, ": the mesh was aborted"));
+    ncclResult_t r = call();
+    if (r == ncclInvalidArgument || r == ncclInvalidUsage) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " on ", spec_.name, ": ", ncclGetErrorString(r)));
+    }
     if (r != ncclSuccess) return NcclError(r, what, spec_.name);
     return absl::OkStatus();
   }
@@ -129,7 +141,7 @@ absl::StatusOr<std::string> NewUniqueId() {
 // Picks this process's GPU and checks the node's layout before any NCCL
 // call: a GPU exists, local ranks do not outnumber visible devices, and no
 // two local ranks of this node share a device (by PCI bus id).
-absl::StatusOr<int> SelectDevice(Store& store, const World& world, const MeshOptions& options) {
+absl::StatusOr<int> SelectDevice(Store& store, const World& world, const MeshOptions& options, bool whole_world) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -152,7 +164,8 @@ absl::StatusOr<int> SelectDevice(Store& store, const World& world, const MeshOpt
   if (cudaError_t b = cudaDeviceGetPCIBusId(bus, sizeof(bus), device); b != cudaSuccess) {
     return CudaError(b, "cudaDeviceGetPCIBusId");
   }
-  if (world.local_world_size > 1) {
+  // Only a mesh over the whole world knows every local rank takes part.
+  if (whole_world && world.local_world_size > 1) {
     const std::string base = absl::StrCat("mesh/pci/node", world.node_rank, "/");
     if (absl::Status s = store.Set(absl::StrCat(base, world.local_rank), bus); !s.ok()) return s;
     std::vector<std::string> keys;
@@ -226,10 +239,20 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> InitComms(const std::
     ncclComm_t blocking = nullptr;
     ncclResult_t r = ncclCommSplit(nb[i], 0, rows[i].group_rank, &blocking, &config);
     while (r == ncclInProgress && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
       ncclCommGetAsyncError(blocking != nullptr ? blocking : nb[i], &r);
     }
+    if (r != ncclSuccess) {
+      for (size_t k = i; k < rows.size(); ++k) ncclCommAbort(nb[k]);
+      if (blocking != nullptr) ncclCommAbort(blocking);
+      if (r == ncclInProgress) {
+        return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", rows[i].dim_name, "': splitting ",
+                                                        rows[i].name, " did not finish within ",
+                                                        absl::FormatDuration(timeout)));
+      }
+      return NcclError(r, "ncclCommSplit", rows[i].name);
+    }
     ncclCommDestroy(nb[i]);
-    if (r != ncclSuccess) return NcclError(r, "ncclCommSplit", rows[i].name);
     out.push_back(std::make_unique<NcclGroup>(rows[i], blocking));
   }
   return out;
@@ -237,15 +260,18 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> InitComms(const std::
 
 }  // namespace
 
-absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options) {
-  absl::StatusOr<int> device = SelectDevice(*store, world, options);
+absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options,
+                                        bool whole_world) {
+  absl::StatusOr<int> device = SelectDevice(*store, world, options, whole_world);
   if (!device.ok()) return device.status();
   Backend b;
   b.name = "nccl";
   b.watchdog_interval = options.watchdog_interval;
   absl::Duration timeout = options.timeout;
-  b.create_groups = [store, timeout](const std::vector<GroupSpec>& rows, const Description& desc)
-      -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
+  // The agreement check is part of the id exchange (2 requests per rank per
+  // dimension in all): each row's leader checks its members, they check it.
+  b.create_groups = [store, timeout](const std::vector<GroupSpec>& rows, const Description& desc, const std::string&,
+                                     int) -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
     absl::StatusOr<std::vector<std::string>> ids = ExchangeUniqueIds(*store, rows, desc, timeout, NewUniqueId);
     if (!ids.ok()) return ids.status();
     return InitComms(rows, *ids, timeout);

@@ -11,7 +11,9 @@ namespace {
 
 struct Recorder : EventSink {
   std::vector<RunEvent> events;
+  std::string closed;
   void Push(const RunEvent& e) override { events.push_back(e); }
+  void CloseStale(const std::string& why) override { closed = why; }
 };
 
 NodeDesc Node(const std::string& id, int nproc, const std::string& addr) {
@@ -173,11 +175,11 @@ TEST_CASE("the exit barrier times out when a node never finishes", "[run]") {
   CHECK(result.node_count == 2);
 }
 
-TEST_CASE("a lost agent is treated as a failure of its node", "[run]") {
+TEST_CASE("a lost agent makes the survivors re-form without using the budget", "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
   for (const char* id : {"a", "b"}) {
-    run->Join(Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
+    run->Join(Node(id, 1, id), Config(1, 2), -1, [](absl::StatusOr<Assignment>) {});
   }
   auto sink_a = std::make_shared<Recorder>();
   auto sink_b = std::make_shared<Recorder>();
@@ -186,7 +188,57 @@ TEST_CASE("a lost agent is treated as a failure of its node", "[run]") {
   run->Unwatch("b", sink_b.get());
   REQUIRE(sink_a->events.size() == 2);
   CHECK(sink_a->events[0].kind == RunEvent::Kind::kNodeLost);
-  CHECK(sink_a->events[1].kind == RunEvent::Kind::kRunFailed);
-  REQUIRE(sink_a->events[1].root_cause.has_value());
-  CHECK(sink_a->events[1].root_cause->node_id == "b");
+  CHECK(sink_a->events[1].kind == RunEvent::Kind::kRestart);
+  CHECK(sink_a->events[1].membership_change);
+  CHECK(sink_a->events[1].restart_count == 0);
+  CHECK(sink_a->events[1].round == 1);
+  // The survivor re-forms alone (MIN is 1) at once.
+  std::optional<Assignment> got;
+  run->Join(Node("a", 1, "a"), Config(1, 2), 0, [&](absl::StatusOr<Assignment> r) { got = *r; });
+  REQUIRE(got.has_value());
+  CHECK(got->world_size == 1);
+  CHECK(got->restart_count == 0);
+  // The lost node is stale from now on.
+  CHECK(absl::IsFailedPrecondition(run->Heartbeat("b").status()));
+  absl::Status refused;
+  run->Join(Node("b", 1, "b"), Config(1, 2), 0, [&](absl::StatusOr<Assignment> r) { refused = r.status(); });
+  CHECK(absl::IsFailedPrecondition(refused));
+}
+
+TEST_CASE("a silent node is lost after keep-alive interval x attempts", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  RunConfig c = Config(1, 2);
+  c.keep_alive_interval = absl::Milliseconds(50);
+  c.keep_alive_max_attempt = 2;
+  for (const char* id : {"a", "b"}) run->Join(Node(id, 1, id), c, -1, [](absl::StatusOr<Assignment>) {});
+  auto sink_a = std::make_shared<Recorder>();
+  run->Watch("a", sink_a, 0);
+  // Only "a" keeps beating.
+  for (int i = 0; i < 40 && sink_a->events.empty(); ++i) {
+    (void)run->Heartbeat("a");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  REQUIRE_FALSE(sink_a->events.empty());
+  CHECK(sink_a->events[0].kind == RunEvent::Kind::kNodeLost);
+  CHECK(sink_a->events[0].node_id == "b");
+}
+
+TEST_CASE("a node joining below MAX makes the running job re-form with it", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  run->Join(Node("a", 2, "a"), Config(1, 2), -1, [](absl::StatusOr<Assignment>) {});
+  for (int i = 0; i < 300 && run->Status().state != "running"; ++i) absl::SleepFor(absl::Milliseconds(10));
+  REQUIRE(run->Status().state == "running");
+  auto sink_a = std::make_shared<Recorder>();
+  run->Watch("a", sink_a, 0);
+  std::optional<Assignment> b;
+  run->Join(Node("b", 2, "b"), Config(1, 2), -1, [&](absl::StatusOr<Assignment> r) { b = *r; });
+  REQUIRE(sink_a->events.size() >= 2);
+  CHECK(sink_a->events[1].kind == RunEvent::Kind::kRestart);
+  CHECK(sink_a->events[1].membership_change);
+  run->Join(Node("a", 2, "a"), Config(1, 2), 0, [](absl::StatusOr<Assignment>) {});
+  REQUIRE(b.has_value());
+  CHECK(b->world_size == 4);
+  CHECK(b->round == 1);
 }

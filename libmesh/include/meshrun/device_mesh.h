@@ -67,15 +67,17 @@ struct MeshOptions {
 
 struct MeshState;  // Shared by a mesh and the sub-meshes sliced from it.
 
-// An N-d mesh (or a sub-mesh sliced from one). Copies share communicators.
-// Destroying the last copy of a root mesh destroys its communicators.
+// An N-d mesh (or a sub-mesh sliced from one). Copies, slices and flattened
+// meshes share the root's communicators, which are destroyed with the last
+// of them.
 // Thread-safety: const methods are thread-safe; Flatten and Abort may be
 // called from any thread.
 class DeviceMesh {
  public:
   int ndim() const;
   std::vector<int> shape() const;
-  // Size of dimension `dim` (0 <= dim < ndim()); the total size for -1.
+  // Size of dimension `dim` (0 <= dim < ndim()); the total size for -1; 0 for
+  // a dimension out of range.
   int size(int dim = -1) const;
   const std::vector<std::string>& dim_names() const;
   DeviceType device_type() const;
@@ -99,6 +101,10 @@ class DeviceMesh {
   // INVALID_ARGUMENT for names out of the parent's order or repeated.
   absl::StatusOr<DeviceMesh> operator[](const std::string& dim_name) const;
   absl::StatusOr<DeviceMesh> operator[](const std::vector<std::string>& dim_names) const;
+  // mesh[{"replicate", "shard"}].
+  absl::StatusOr<DeviceMesh> operator[](std::initializer_list<std::string> dim_names) const {
+    return (*this)[std::vector<std::string>(dim_names)];
+  }
 
   // Merges every dimension of this (sub-)mesh, which must be adjacent in the
   // root, into one dimension `name` (default: the names joined by "_") with

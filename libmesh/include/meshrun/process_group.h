@@ -31,7 +31,8 @@ template <> constexpr DataType DataTypeOf<int64_t>() { return DataType::kInt64; 
 // return once enqueued, as ncclAllReduce does. Counts are in elements.
 // Buffers: host memory for Gloo, device memory for NCCL. Every member must
 // call the same collectives in the same order (as with any communicator).
-// Errors: INVALID_ARGUMENT for bad arguments, DEADLINE_EXCEEDED when a Gloo
+// Errors: INVALID_ARGUMENT for bad arguments (a broadcast root out of range;
+// NCCL's invalid-argument/usage errors), DEADLINE_EXCEEDED when a Gloo
 // peer does not answer within the mesh timeout, INTERNAL carrying the
 // backend's message otherwise; after Abort(), every call fails ABORTED.
 // Thread-safety: one thread at a time per group (as a communicator).
@@ -72,8 +73,10 @@ class ProcessGroup {
   // directly.
   virtual void* native_handle() = 0;
 
-  // Aborts the communicator (ncclCommAbort); later calls fail ABORTED.
-  // Thread-safe; may be called while another thread is inside a collective.
+  // Aborts the communicator; later calls fail ABORTED. Thread-safe. NCCL:
+  // ncclCommAbort, which also ends a collective running in another thread.
+  // Gloo: marks the group aborted; a collective already running finishes or
+  // fails at the mesh timeout.
   virtual void Abort() = 0;
 
   // Typed conveniences.
