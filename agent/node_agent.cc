@@ -21,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/str_split.h"
+#include "agent/output.h"
 #include "agent/process.h"
 #include "agent/rdzv_client.h"
 #include "agent/worker_env.h"
@@ -183,16 +185,55 @@ class Session {
     return 1;
   }
 
+  // The run's log folder: --log_dir/<run id>_<start time>_<pid> (the pid
+  // keeps nodes sharing one folder, or one host, apart), else a temporary
+  // folder that holds the error files (and redirected streams).
   absl::Status PrepareLogDir() {
     std::error_code ec;
     std::filesystem::path base = o_.log_dir.empty()
                                      ? std::filesystem::temp_directory_path(ec) / absl::StrCat("meshrun-", ::getuid())
                                      : std::filesystem::path(o_.log_dir);
-    run_dir_ = base / absl::StrCat(o_.run_id, "_", node_.pid, "_", RandomSuffix());
+    run_dir_ = base / absl::StrCat(o_.run_id, "_", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
+                                   "_", node_.pid);
     std::filesystem::create_directories(run_dir_, ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot create ", run_dir_.string(), ": ", ec.message()));
     temp_run_dir_ = o_.log_dir.empty();
-    return absl::OkStatus();
+    auto redirects = ParseStd(o_.redirects, o_.nproc, "--redirects");
+    if (!redirects.ok()) return redirects.status();
+    auto tee = ParseStd(o_.tee, o_.nproc, "--tee");
+    if (!tee.ok()) return tee.status();
+    auto filter = ParseLocalRanksFilter(o_.local_ranks_filter, o_.nproc);
+    if (!filter.ok()) return filter.status();
+    redirects_ = *redirects;
+    tee_ = *tee;
+    console_ranks_ = *filter;
+    bool any_file = !o_.log_dir.empty();
+    for (int lr = 0; lr < o_.nproc; ++lr) any_file = any_file || redirects_[lr] != 0 || tee_[lr] != 0;
+    if (any_file && o_.log_dir.empty()) {
+      std::fprintf(stderr, "meshrun: worker logs go to %s\n", run_dir_.c_str());
+      keep_run_dir_ = true;
+    }
+    return pump_.Start();
+  }
+
+  // Where worker `lr` (global rank `rank`) writes, for this attempt.
+  WorkerRoutes Routes(int lr, int rank, const std::filesystem::path& attempt) const {
+    WorkerRoutes r;
+    r.prefix = absl::StrCat("[n", round_.node_rank, ":r", rank, "] ");
+    const bool all_files = !o_.log_dir.empty();
+    auto route = [&](int bit) {
+      StreamRoute s;
+      const bool redirected = (redirects_[lr] & bit) != 0;
+      const bool teed = (tee_[lr] & bit) != 0;
+      s.console = console_ranks_[lr] && !redirected;
+      if (all_files || redirected || teed) {
+        s.file = (attempt / absl::StrCat("rank_", rank, bit == 1 ? ".stdout" : ".stderr")).string();
+      }
+      return s;
+    };
+    r.out = route(1);
+    r.err = route(2);
+    return r;
   }
 
   // Connects as a new member (a fresh node id), opens the event stream
@@ -229,7 +270,7 @@ class Session {
   }
 
   void CleanLogDir(int code) {
-    if (!temp_run_dir_ || code != 0) return;
+    if (!temp_run_dir_ || keep_run_dir_ || code != 0) return;
     std::error_code ec;
     std::filesystem::remove_all(run_dir_, ec);
   }
@@ -355,19 +396,28 @@ class Session {
   std::optional<int> RunRound(const Assignment& a) {
     round_ = a;
     workers_.clear();
+    pump_.Clear(absl::Now() + absl::Milliseconds(200));  // The previous attempt's leftovers.
     std::filesystem::path attempt = run_dir_ / absl::StrCat("attempt_", a.round);
+    std::error_code ec;
+    std::filesystem::create_directories(attempt, ec);
+    if (ec) return Fatal(absl::StrCat("cannot create ", attempt.string(), ": ", ec.message()));
     const std::vector<std::string> base_env = CurrentEnvironment();
     const std::string store_endpoint = o_.endpoint;
     std::vector<Child> children;
     for (int lr = 0; lr < o_.nproc; ++lr) {
       Worker w;
       w.local_rank = lr;
-      std::filesystem::path dir = attempt / absl::StrCat(lr);
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      w.error_file = (dir / "error.json").string();
+      const int rank = a.rank_base + lr;
+      w.error_file = (attempt / absl::StrCat("rank_", rank, ".error.json")).string();
       WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file};
-      absl::StatusOr<Child> child = Spawn(WorkerArgv(lr), BuildWorkerEnv(base_env, in));
+      absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
+      if (!pipes.ok()) {
+        StopWorkers(SIGKILL, absl::ZeroDuration());
+        return Fatal(absl::StrCat("worker output of local rank ", lr, ": ", pipes.status().message()));
+      }
+      absl::StatusOr<Child> child = Spawn(WorkerArgv(lr), BuildWorkerEnv(base_env, in), pipes->first, pipes->second);
+      ::close(pipes->first);
+      ::close(pipes->second);
       if (!child.ok()) {
         StopWorkers(SIGKILL, absl::ZeroDuration());
         return Fatal(absl::StrCat("cannot start local rank ", lr, ": ", child.status().message()));
@@ -508,6 +558,11 @@ class Session {
       f.exit_code = WEXITSTATUS(w.status);
     }
     f.message = ReadErrorFileMessage(w.error_file);
+    if (f.message.empty()) {
+      // No error file: the last lines the worker wrote to stderr.
+      f.message = pump_.StderrTail(w.local_rank, absl::Now() + absl::Milliseconds(300));
+    }
+    if (f.message.size() > 4096) f.message = "..." + f.message.substr(f.message.size() - 4096);
     f.round = round_.round;
     failed_error_file_ = std::filesystem::exists(w.error_file) ? w.error_file : "";
     // Report first, so the other nodes stop or restart while this one is
@@ -555,7 +610,10 @@ class Session {
       if (f.node_id == node_.node_id) {
         absl::StrAppend(&out, "  error_file: ", failed_error_file_.empty() ? "<N/A>" : failed_error_file_, "\n");
       }
-      if (!f.message.empty()) absl::StrAppend(&out, "  message   : ", f.message, "\n");
+      if (!f.message.empty()) {
+        std::vector<absl::string_view> lines = absl::StrSplit(f.message, '\n');
+        absl::StrAppend(&out, "  message   : ", absl::StrJoin(lines, "\n              "), "\n");
+      }
     } else {
       absl::StrAppend(&out, "Root cause: unknown\n");
     }
@@ -655,6 +713,10 @@ class Session {
   int received_signal_ = 0;
   std::filesystem::path run_dir_;
   bool temp_run_dir_ = true;
+  bool keep_run_dir_ = false;
+  std::vector<int> redirects_, tee_;
+  std::vector<bool> console_ranks_;
+  OutputPump pump_;
   std::string failed_error_file_;
 };
 

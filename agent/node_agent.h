@@ -41,9 +41,16 @@ struct AgentOptions {
   // interval x attempts lost (a dead process is noticed at once anyway).
   absl::Duration keep_alive_interval = absl::Seconds(5);
   int keep_alive_max_attempt = 3;
-  // Where per-attempt folders with the error files go; empty: a temporary
-  // folder removed at exit when no worker wrote an error file.
+  // Where per-attempt folders go: <log_dir>/<run id>_<start time>_<pid>/
+  // attempt_<round>/rank_<r>.{stdout,stderr,error.json}, every stream of
+  // every worker kept. Empty: a temporary folder holding the error files
+  // (and redirected streams), removed when meshrun exits 0.
   std::string log_dir;
+  // torchrun's --redirects / --tee ("0".."3" or "0:1,1:2") and
+  // --local_ranks_filter ("0,1": only these local ranks reach the console).
+  std::string redirects;
+  std::string tee;
+  std::string local_ranks_filter;
 };
 
 class NodeAgent {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/output.h"
 #include "agent/process.h"
 #include "common/endpoint.h"
 #include "common/env_registry.h"
@@ -153,7 +154,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
 
   std::string nnodes = "1:1", nproc = "1", backend = "meshrun", endpoint, run_id = "none", rdzv_conf;
   std::string role = "default", master_addr = "127.0.0.1", local_addr, log_dir, start_method, signals;
-  std::string shutdown_timeout;
+  std::string shutdown_timeout, redirects, tee, local_ranks_filter;
   int node_rank = -1, master_port = 29500, max_restarts = 0;
   double monitor_interval = 0;
   bool standalone = false, module = false, no_python = false, help_env = false;
@@ -197,8 +198,17 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       ->envname("PET_MODULE")->group(g_workers);
   app.add_flag("--no_python,--no-python", no_python, "Run prog directly, even a .py file")
       ->envname("PET_NO_PYTHON")->group(g_workers);
-  app.add_option("--log_dir,--log-dir", log_dir, "Folder for per-attempt error files")
+  app.add_option("--log_dir,--log-dir", log_dir,
+                 "Keep every worker's stdout/stderr/error file per attempt under this folder")
       ->envname("PET_LOG_DIR")->group(g_workers);
+  app.add_option("-r,--redirects", redirects,
+                 "Streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2")
+      ->envname("PET_REDIRECTS")->group(g_workers)->default_str("0");
+  app.add_option("-t,--tee", tee, "Streams to files and the console (same values as --redirects)")
+      ->envname("PET_TEE")->group(g_workers)->default_str("0");
+  app.add_option("--local_ranks_filter,--local-ranks-filter", local_ranks_filter,
+                 "Only these local ranks (e.g. 0,1) reach the console; files keep everything")
+      ->envname("PET_LOCAL_RANKS_FILTER")->group(g_workers);
 
   app.add_option("--max_restarts,--max-restarts", max_restarts,
                  "Job-wide restarts allowed after worker failures")
@@ -270,7 +280,17 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   a.max_restarts = max_restarts;
   a.role = role;
   a.local_addr = local_addr;
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--redirects", redirects}, {"--tee", tee}}) {
+    auto std_masks = agent::ParseStd(value, a.nproc, flag);
+    if (!std_masks.ok()) return {std::nullopt, UsageError(std::string(std_masks.status().message()))};
+  }
+  if (auto f = agent::ParseLocalRanksFilter(local_ranks_filter, a.nproc); !f.ok()) {
+    return {std::nullopt, UsageError(std::string(f.status().message()))};
+  }
   a.log_dir = log_dir;
+  a.redirects = redirects;
+  a.tee = tee;
+  a.local_ranks_filter = local_ranks_filter;
   a.node_rank = node_rank;
   if (module && no_python) {
     return {std::nullopt, UsageError("--module and --no_python cannot be used together")};

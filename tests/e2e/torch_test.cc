@@ -17,7 +17,10 @@ std::map<std::string, std::map<std::string, std::string>> ParseEnvDump(const std
   std::istringstream in(out);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("ENV ", 0) != 0) continue;
+    // meshrun prefixes each worker line with "[n<node>:r<rank>] ".
+    size_t at = line.find("ENV ");
+    if (at == std::string::npos) continue;
+    line = line.substr(at);
     size_t sp = line.find(' ', 4);
     std::string rank = line.substr(4, sp - 4);
     std::string kv = line.substr(sp + 1);

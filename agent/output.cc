@@ -1,0 +1,254 @@
+#include "agent/output.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/checks.h"
+
+namespace meshrun::agent {
+namespace {
+
+constexpr size_t kMaxLine = 64 * 1024;  // A longer "line" is written out in pieces.
+
+void WriteAll(int fd, const std::string& data) {
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> ParseStd(const std::string& text, int nproc, const std::string& flag) {
+  auto bad = [&]() {
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", text,
+                                                   ": must be 0 (none), 1 (stdout), 2 (stderr), 3 (both), or a "
+                                                   "per-local-rank map like 0:1,1:2"));
+  };
+  std::vector<int> masks(nproc, 0);
+  if (text.empty()) return masks;
+  int v = 0;
+  if (absl::SimpleAtoi(text, &v)) {
+    if (v < 0 || v > 3) return bad();
+    masks.assign(nproc, v);
+    return masks;
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    std::vector<std::string> kv = absl::StrSplit(item, ':');
+    int lr = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[0], &lr) || !absl::SimpleAtoi(kv[1], &v) || v < 0 || v > 3) {
+      return bad();
+    }
+    if (lr < 0 || lr >= nproc) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, "=", text, ": local rank ", lr, " is outside 0..",
+                                                     nproc - 1));
+    }
+    masks[lr] = v;
+  }
+  return masks;
+}
+
+absl::StatusOr<std::vector<bool>> ParseLocalRanksFilter(const std::string& text, int nproc) {
+  if (text.empty()) return std::vector<bool>(nproc, true);
+  std::vector<bool> keep(nproc, false);
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int lr = -1;
+    if (!absl::SimpleAtoi(item, &lr) || lr < 0 || lr >= nproc) {
+      return absl::InvalidArgumentError(absl::StrCat("--local_ranks_filter=", text, ": '", item,
+                                                     "' is not a local rank in 0..", nproc - 1));
+    }
+    keep[lr] = true;
+  }
+  return keep;
+}
+
+OutputPump::OutputPump() = default;
+
+OutputPump::~OutputPump() {
+  if (thread_.joinable()) {
+    Clear(absl::Now() + absl::Milliseconds(500));
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    Wake();
+    thread_.join();
+  }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+absl::Status OutputPump::Start() {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return PosixError(errno, "eventfd");
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void OutputPump::Wake() {
+  uint64_t one = 1;
+  ssize_t unused = ::write(wake_fd_, &one, sizeof(one));
+  (void)unused;
+}
+
+absl::StatusOr<std::pair<int, int>> OutputPump::Add(int id, const WorkerRoutes& routes) {
+  auto w = std::make_unique<Worker>();
+  w->prefix = routes.prefix;
+  int pipes[2][2];
+  for (int i = 0; i < 2; ++i) {
+    if (::pipe2(pipes[i], O_CLOEXEC) != 0) return PosixError(errno, "pipe2");
+    ::fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
+  }
+  auto open_file = [](const std::string& path) -> absl::StatusOr<int> {
+    if (path.empty()) return -1;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return PosixError(errno, "open", path);
+    return fd;
+  };
+  absl::StatusOr<int> out_file = open_file(routes.out.file);
+  if (!out_file.ok()) return out_file.status();
+  absl::StatusOr<int> err_file = open_file(routes.err.file);
+  if (!err_file.ok()) return err_file.status();
+  w->out = Stream{pipes[0][0], false, *out_file, routes.out.console, ""};
+  w->err = Stream{pipes[1][0], true, *err_file, routes.err.console, ""};
+  {
+    absl::MutexLock lock(&mu_);
+    workers_[id] = std::move(w);
+  }
+  Wake();
+  return std::make_pair(pipes[0][1], pipes[1][1]);
+}
+
+void OutputPump::EmitLine(Worker& w, Stream& s, const std::string& line) {
+  if (s.file_fd >= 0) WriteAll(s.file_fd, line + "\n");
+  if (s.console) WriteAll(s.is_err ? 2 : 1, absl::StrCat(w.prefix, line, "\n"));
+  if (s.is_err) {
+    w.tail.push_back(line);
+    if (w.tail.size() > kTailLines) w.tail.pop_front();
+  }
+}
+
+void OutputPump::CloseStream(Worker& w, Stream& s) {
+  if (!s.partial.empty()) {
+    EmitLine(w, s, s.partial);
+    s.partial.clear();
+  }
+  if (s.fd >= 0) ::close(s.fd);
+  if (s.file_fd >= 0) ::close(s.file_fd);
+  s.fd = -1;
+  s.file_fd = -1;
+}
+
+bool OutputPump::Drain(Worker& w, Stream& s) {
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(s.fd, buf, sizeof(buf));
+    if (n > 0) {
+      s.partial.append(buf, static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl = s.partial.find('\n'); nl != std::string::npos; nl = s.partial.find('\n', start)) {
+        EmitLine(w, s, s.partial.substr(start, nl - start));
+        start = nl + 1;
+      }
+      s.partial.erase(0, start);
+      if (s.partial.size() > kMaxLine) {
+        EmitLine(w, s, s.partial);
+        s.partial.clear();
+      }
+      continue;
+    }
+    if (n == 0) return false;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN;  // Nothing more for now; an error ends the stream.
+  }
+}
+
+void OutputPump::Loop() {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<int, bool>> owners;  // (worker id, is_err) per fd after the wake fd.
+  for (;;) {
+    fds.clear();
+    owners.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      for (auto& [id, w] : workers_) {
+        if (w->out.fd >= 0) {
+          fds.push_back({w->out.fd, POLLIN, 0});
+          owners.emplace_back(id, false);
+        }
+        if (w->err.fd >= 0) {
+          fds.push_back({w->err.fd, POLLIN, 0});
+          owners.emplace_back(id, true);
+        }
+      }
+    }
+    int rc = ::poll(fds.data(), fds.size(), -1);
+    if (rc < 0 && errno != EINTR) return;
+    if (fds[0].revents != 0) {
+      uint64_t v;
+      ssize_t unused = ::read(wake_fd_, &v, sizeof(v));
+      (void)unused;
+    }
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = workers_.find(owners[i - 1].first);
+      if (it == workers_.end()) continue;
+      Worker& w = *it->second;
+      Stream& s = owners[i - 1].second ? w.err : w.out;
+      if (s.fd != fds[i].fd) continue;
+      if (!Drain(w, s)) CloseStream(w, s);
+    }
+  }
+}
+
+std::string OutputPump::StderrTail(int id, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = workers_.find(id);
+    return it == workers_.end() || !Open(*it->second);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return "";
+  std::string out;
+  for (const auto& line : it->second->tail) absl::StrAppend(&out, out.empty() ? "" : "\n", line);
+  return out;
+}
+
+void OutputPump::Clear(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto all_closed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [id, w] : workers_) {
+      if (Open(*w)) return false;
+    }
+    return true;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&all_closed), deadline);
+  for (auto& [id, w] : workers_) {
+    // Whatever is still buffered in a pipe held open by a leftover process.
+    if (w->out.fd >= 0) Drain(*w, w->out);
+    if (w->err.fd >= 0) Drain(*w, w->err);
+    CloseStream(*w, w->out);
+    CloseStream(*w, w->err);
+  }
+  workers_.clear();
+  Wake();
+}
+
+}  // namespace meshrun::agent

@@ -1,0 +1,96 @@
+// Worker output: every worker's stdout and stderr come through pipes to one
+// pump thread, which writes whole lines to the console (prefixed with node
+// and global rank) and/or to log files, and keeps each worker's last stderr
+// lines for the failure summary. No file tailing, no polling sleep.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace meshrun::agent {
+
+// Where one stream of one worker goes.
+struct StreamRoute {
+  bool console = true;  // To meshrun's own stdout/stderr, prefixed.
+  std::string file;     // Appended to this file when non-empty.
+};
+
+struct WorkerRoutes {
+  std::string prefix;  // E.g. "[n0/r3] ".
+  StreamRoute out, err;
+};
+
+// torchrun's Std values for --redirects/--tee: "0" none, "1" stdout,
+// "2" stderr, "3" both, or per local rank "0:1,1:2". Returns one mask per
+// local rank (bit 1 stdout, bit 2 stderr). INVALID_ARGUMENT naming the value.
+absl::StatusOr<std::vector<int>> ParseStd(const std::string& text, int nproc, const std::string& flag);
+
+// Parses --local_ranks_filter "0,2" into a mask per local rank (empty text:
+// all). INVALID_ARGUMENT for a rank outside 0..nproc-1.
+absl::StatusOr<std::vector<bool>> ParseLocalRanksFilter(const std::string& text, int nproc);
+
+class OutputPump {
+ public:
+  static constexpr size_t kTailLines = 20;
+
+  OutputPump();
+  // Drains what is left (bounded) and stops the thread.
+  ~OutputPump();
+  OutputPump(const OutputPump&) = delete;
+  OutputPump& operator=(const OutputPump&) = delete;
+
+  absl::Status Start();
+
+  // Creates the pipes of worker `id` and returns their write ends
+  // (stdout, stderr) for the child; the caller closes them after fork.
+  // Files are opened (created, appended) here: an error names the file.
+  absl::StatusOr<std::pair<int, int>> Add(int id, const WorkerRoutes& routes);
+
+  // Waits until worker `id`'s pipes reached end of file (every writer,
+  // grandchildren included, closed them) or `deadline`, then returns its
+  // last stderr lines (up to kTailLines), oldest first.
+  std::string StderrTail(int id, absl::Time deadline);
+
+  // Forgets every worker after draining them until `deadline`; partial
+  // last lines are written out. Call between attempts.
+  void Clear(absl::Time deadline);
+
+ private:
+  struct Stream {
+    int fd = -1;
+    bool is_err = false;
+    int file_fd = -1;
+    bool console = true;
+    std::string partial;
+  };
+  struct Worker {
+    std::string prefix;
+    Stream out, err;
+    std::deque<std::string> tail;
+  };
+
+  void Loop();
+  void Wake();
+  // Reads what is available on `s`; returns false at end of file.
+  bool Drain(Worker& w, Stream& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EmitLine(Worker& w, Stream& s, const std::string& line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseStream(Worker& w, Stream& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Open(const Worker& w) const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return w.out.fd >= 0 || w.err.fd >= 0; }
+
+  absl::Mutex mu_;
+  std::map<int, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int wake_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace meshrun::agent
