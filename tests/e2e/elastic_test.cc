@@ -208,7 +208,7 @@ TEST_CASE("SIGUSR1 reaches every worker's handler and the job goes on", "[e2e][e
   CHECK(CountOccurrences(n.out(), "USR1 at") == 3);
 }
 
-TEST_CASE("--log_dir keeps both attempts' files for every rank", "[e2e][elastic]") {
+TEST_CASE("log_dir keeps both attempts' files for every rank", "[e2e][elastic]") {
   std::string dir = TempDir();
   std::string logs = dir + "/logs";
   std::string script = WriteScript(dir, "l.sh",
