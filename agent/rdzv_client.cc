@@ -5,85 +5,20 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
+#include "rendezvous/wire.h"
 
 namespace meshrun::agent {
 namespace {
 
 namespace pb = ::meshrun::v1;
+namespace wire = ::meshrun::rendezvous::wire;
 using rendezvous::Assignment;
 using rendezvous::RunEvent;
 using rendezvous::WorkerFailure;
 
-absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
-}
-
-Assignment FromProto(const pb::Assignment& a) {
-  Assignment out;
-  out.round = a.round();
-  out.node_rank = a.node_rank();
-  out.node_count = a.node_count();
-  out.rank_base = a.rank_base();
-  out.world_size = a.world_size();
-  out.master_addr = a.master_addr();
-  out.master_port = a.master_port();
-  out.restart_count = a.restart_count();
-  out.max_restarts = a.max_restarts();
-  out.role_rank_base = a.role_rank_base();
-  out.role_world_size = a.role_world_size();
-  return out;
-}
-
-WorkerFailure FromProto(const pb::WorkerFailure& f) {
-  WorkerFailure out;
-  out.node_id = f.node_id();
-  out.hostname = f.hostname();
-  out.node_rank = f.node_rank();
-  out.rank = f.rank();
-  out.local_rank = f.local_rank();
-  out.exit_code = f.exit_code();
-  out.signal = f.signal();
-  out.message = f.message();
-  out.round = f.round();
-  out.time = absl::FromUnixMillis(f.timestamp_ms());
-  return out;
-}
-
-void ToProto(const WorkerFailure& f, pb::WorkerFailure* out) {
-  out->set_node_id(f.node_id);
-  out->set_hostname(f.hostname);
-  out->set_node_rank(f.node_rank);
-  out->set_rank(f.rank);
-  out->set_local_rank(f.local_rank);
-  out->set_exit_code(f.exit_code);
-  out->set_signal(f.signal);
-  out->set_message(f.message);
-  out->set_round(f.round);
-}
-
-RunEvent FromProto(const pb::RunEvent& e) {
-  RunEvent out;
-  switch (e.kind()) {
-    case pb::RunEvent::RESTART: out.kind = RunEvent::Kind::kRestart; break;
-    case pb::RunEvent::NODE_LOST: out.kind = RunEvent::Kind::kNodeLost; break;
-    case pb::RunEvent::NODE_WAITING: out.kind = RunEvent::Kind::kNodeWaiting; break;
-    case pb::RunEvent::RUN_FINISHED: out.kind = RunEvent::Kind::kRunFinished; break;
-    case pb::RunEvent::RUN_FAILED: out.kind = RunEvent::Kind::kRunFailed; break;
-    case pb::RunEvent::JOIN_PROGRESS: out.kind = RunEvent::Kind::kJoinProgress; break;
-    default: out.kind = RunEvent::Kind::kRoundClosed; break;
-  }
-  out.round = e.round();
-  out.node_id = e.node_id();
-  if (e.has_root_cause()) out.root_cause = FromProto(e.root_cause());
-  out.restart_count = e.restart_count();
-  out.membership_change = e.membership_change();
-  out.joined = e.joined();
-  out.min_nodes = e.min_nodes();
-  out.max_nodes = e.max_nodes();
-  return out;
-}
+using wire::FromGrpc;
+using wire::FromProto;
+using wire::ToProto;
 
 }  // namespace
 

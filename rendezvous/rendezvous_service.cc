@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "rendezvous/wire.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -14,11 +15,6 @@ constexpr const char* kMethodNames[] = {
     "Join", "Heartbeat", "Watch", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvAdd",
     "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "Status"};
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 // Constant-time comparison, so the token cannot be guessed byte by byte.
 bool TokenEquals(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
@@ -27,70 +23,9 @@ bool TokenEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-int64_t ToEpochMs(absl::Time t) { return t == absl::Time() ? 0 : absl::ToUnixMillis(t); }
-
-void ToProto(const WorkerFailure& f, pb::WorkerFailure* out) {
-  out->set_node_id(f.node_id);
-  out->set_hostname(f.hostname);
-  out->set_node_rank(f.node_rank);
-  out->set_rank(f.rank);
-  out->set_local_rank(f.local_rank);
-  out->set_exit_code(f.exit_code);
-  out->set_signal(f.signal);
-  out->set_message(f.message);
-  out->set_round(f.round);
-  out->set_timestamp_ms(ToEpochMs(f.time));
-}
-
-WorkerFailure FromProto(const pb::WorkerFailure& f) {
-  WorkerFailure out;
-  out.node_id = f.node_id();
-  out.hostname = f.hostname();
-  out.node_rank = f.node_rank();
-  out.rank = f.rank();
-  out.local_rank = f.local_rank();
-  out.exit_code = f.exit_code();
-  out.signal = f.signal();
-  out.message = f.message();
-  out.round = f.round();
-  return out;
-}
-
-void ToProto(const Assignment& a, pb::Assignment* out) {
-  out->set_round(a.round);
-  out->set_node_rank(a.node_rank);
-  out->set_node_count(a.node_count);
-  out->set_rank_base(a.rank_base);
-  out->set_world_size(a.world_size);
-  out->set_master_addr(a.master_addr);
-  out->set_master_port(a.master_port);
-  out->set_restart_count(a.restart_count);
-  out->set_max_restarts(a.max_restarts);
-  out->set_role_rank_base(a.role_rank_base);
-  out->set_role_world_size(a.role_world_size);
-}
-
-pb::RunEvent ToProto(const RunEvent& e) {
-  pb::RunEvent out;
-  switch (e.kind) {
-    case RunEvent::Kind::kRoundClosed: out.set_kind(pb::RunEvent::ROUND_CLOSED); break;
-    case RunEvent::Kind::kRestart: out.set_kind(pb::RunEvent::RESTART); break;
-    case RunEvent::Kind::kNodeLost: out.set_kind(pb::RunEvent::NODE_LOST); break;
-    case RunEvent::Kind::kNodeWaiting: out.set_kind(pb::RunEvent::NODE_WAITING); break;
-    case RunEvent::Kind::kRunFinished: out.set_kind(pb::RunEvent::RUN_FINISHED); break;
-    case RunEvent::Kind::kRunFailed: out.set_kind(pb::RunEvent::RUN_FAILED); break;
-    case RunEvent::Kind::kJoinProgress: out.set_kind(pb::RunEvent::JOIN_PROGRESS); break;
-  }
-  out.set_joined(e.joined);
-  out.set_min_nodes(e.min_nodes);
-  out.set_max_nodes(e.max_nodes);
-  out.set_round(e.round);
-  out.set_node_id(e.node_id);
-  if (e.root_cause) ToProto(*e.root_cause, out.mutable_root_cause());
-  out.set_restart_count(e.restart_count);
-  out.set_membership_change(e.membership_change);
-  return out;
-}
+using wire::FromProto;
+using wire::ToGrpc;
+using wire::ToProto;
 
 absl::Duration FromMs(int64_t ms) { return absl::Milliseconds(ms); }
 

@@ -1,0 +1,127 @@
+#include "rendezvous/wire.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace meshrun::rendezvous::wire {
+
+namespace pb = ::meshrun::v1;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(what, ": ", s.error_message()));
+}
+
+void ToProto(const WorkerFailure& f, pb::WorkerFailure* out) {
+  out->set_node_id(f.node_id);
+  out->set_hostname(f.hostname);
+  out->set_node_rank(f.node_rank);
+  out->set_rank(f.rank);
+  out->set_local_rank(f.local_rank);
+  out->set_exit_code(f.exit_code);
+  out->set_signal(f.signal);
+  out->set_message(f.message);
+  out->set_round(f.round);
+  out->set_timestamp_ms(f.time == absl::Time() ? 0 : absl::ToUnixMillis(f.time));
+}
+
+WorkerFailure FromProto(const pb::WorkerFailure& f) {
+  WorkerFailure out;
+  out.node_id = f.node_id();
+  out.hostname = f.hostname();
+  out.node_rank = f.node_rank();
+  out.rank = f.rank();
+  out.local_rank = f.local_rank();
+  out.exit_code = f.exit_code();
+  out.signal = f.signal();
+  out.message = f.message();
+  out.round = f.round();
+  if (f.timestamp_ms() != 0) out.time = absl::FromUnixMillis(f.timestamp_ms());
+  return out;
+}
+
+void ToProto(const Assignment& a, pb::Assignment* out) {
+  out->set_round(a.round);
+  out->set_node_rank(a.node_rank);
+  out->set_node_count(a.node_count);
+  out->set_rank_base(a.rank_base);
+  out->set_world_size(a.world_size);
+  out->set_master_addr(a.master_addr);
+  out->set_master_port(a.master_port);
+  out->set_restart_count(a.restart_count);
+  out->set_max_restarts(a.max_restarts);
+  out->set_role_rank_base(a.role_rank_base);
+  out->set_role_world_size(a.role_world_size);
+}
+
+Assignment FromProto(const pb::Assignment& a) {
+  Assignment out;
+  out.round = a.round();
+  out.node_rank = a.node_rank();
+  out.node_count = a.node_count();
+  out.rank_base = a.rank_base();
+  out.world_size = a.world_size();
+  out.master_addr = a.master_addr();
+  out.master_port = a.master_port();
+  out.restart_count = a.restart_count();
+  out.max_restarts = a.max_restarts();
+  out.role_rank_base = a.role_rank_base();
+  out.role_world_size = a.role_world_size();
+  return out;
+}
+
+namespace {
+
+struct KindPair {
+  RunEvent::Kind domain;
+  pb::RunEvent::Kind wire;
+};
+constexpr KindPair kKinds[] = {
+    {RunEvent::Kind::kRoundClosed, pb::RunEvent::ROUND_CLOSED},
+    {RunEvent::Kind::kRestart, pb::RunEvent::RESTART},
+    {RunEvent::Kind::kNodeLost, pb::RunEvent::NODE_LOST},
+    {RunEvent::Kind::kNodeWaiting, pb::RunEvent::NODE_WAITING},
+    {RunEvent::Kind::kRunFinished, pb::RunEvent::RUN_FINISHED},
+    {RunEvent::Kind::kRunFailed, pb::RunEvent::RUN_FAILED},
+    {RunEvent::Kind::kJoinProgress, pb::RunEvent::JOIN_PROGRESS},
+};
+
+}  // namespace
+
+pb::RunEvent ToProto(const RunEvent& e) {
+  pb::RunEvent out;
+  for (const auto& k : kKinds) {
+    if (k.domain == e.kind) out.set_kind(k.wire);
+  }
+  out.set_round(e.round);
+  out.set_node_id(e.node_id);
+  if (e.root_cause) ToProto(*e.root_cause, out.mutable_root_cause());
+  out.set_restart_count(e.restart_count);
+  out.set_membership_change(e.membership_change);
+  out.set_joined(e.joined);
+  out.set_min_nodes(e.min_nodes);
+  out.set_max_nodes(e.max_nodes);
+  return out;
+}
+
+RunEvent FromProto(const pb::RunEvent& e) {
+  RunEvent out;
+  for (const auto& k : kKinds) {
+    if (k.wire == e.kind()) out.kind = k.domain;
+  }
+  out.round = e.round();
+  out.node_id = e.node_id();
+  if (e.has_root_cause()) out.root_cause = FromProto(e.root_cause());
+  out.restart_count = e.restart_count();
+  out.membership_change = e.membership_change();
+  out.joined = e.joined();
+  out.min_nodes = e.min_nodes();
+  out.max_nodes = e.max_nodes();
+  return out;
+}
+
+}  // namespace meshrun::rendezvous::wire

@@ -1,0 +1,27 @@
+// Conversions between rendezvous.proto messages, gRPC statuses and the
+// domain types of types.h, shared by the server's adapter and the agent's
+// client (so both sides of the wire read it the same way).
+#pragma once
+
+#include <string>
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+#include "meshrun/proto/rendezvous.pb.h"
+#include "rendezvous/types.h"
+
+namespace meshrun::rendezvous::wire {
+
+grpc::Status ToGrpc(const absl::Status& s);
+// The gRPC status as an absl::Status whose message starts with `what`.
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what);
+
+void ToProto(const WorkerFailure& f, v1::WorkerFailure* out);
+WorkerFailure FromProto(const v1::WorkerFailure& f);
+void ToProto(const Assignment& a, v1::Assignment* out);
+Assignment FromProto(const v1::Assignment& a);
+v1::RunEvent ToProto(const RunEvent& e);
+RunEvent FromProto(const v1::RunEvent& e);
+
+}  // namespace meshrun::rendezvous::wire
