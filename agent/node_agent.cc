@@ -329,6 +329,12 @@ class Session {
           OnStale(std::string(s.message()));
           return false;
         }
+        if (absl::IsAborted(s) && absl::StartsWith(s.message(), "join: finished")) {
+          std::fprintf(stderr, "meshrun: run '%s' finished while this node stood by; nothing to do\n",
+                       o_.run_id.c_str());
+          *exit_code = 0;
+          return false;
+        }
         if (absl::IsDeadlineExceeded(s)) {
           *exit_code = Fatal(absl::StrCat("timed out after ", absl::FormatDuration(o_.join_timeout),
                                           " waiting for nodes to join run '", o_.run_id, "' at ", o_.endpoint,

@@ -25,7 +25,7 @@ struct StreamRoute {
 };
 
 struct WorkerRoutes {
-  std::string prefix;  // E.g. "[n0/r3] ".
+  std::string prefix;  // E.g. "[n0:r3] ".
   StreamRoute out, err;
 };
 

@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execvp(argv[3], argv + 3);
+    // The agent passes a resolved path: no PATH search, no /bin/sh fallback.
+    execv(argv[3], argv + 3);
     const char* msg = "meshrun-worker-shim: cannot execute ";
     ssize_t unused = write(2, msg, strlen(msg));
     unused = write(2, argv[3], strlen(argv[3]));

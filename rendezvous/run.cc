@@ -312,7 +312,7 @@ void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Def
   cause.node_rank = m->assignment.node_rank;
   cause.round = round_;
   cause.message = absl::StrCat("node ", m->node.hostname, " (node rank ", cause.node_rank, ") was lost: ", why);
-  Logger("rdzv")->warn("run '{}': {}", run_id_, cause.message);
+  Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
   members_.erase(m);
   RunEvent lost;
   lost.kind = RunEvent::Kind::kNodeLost;
@@ -324,7 +324,38 @@ void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Def
     w->second->CloseStale(cause.message);
     watchers_.erase(w);
   }
+  const int can_rejoin = static_cast<int>(members_.size() + pending_.size());
+  if (can_rejoin < config_.min_nodes && restart_count_ >= config_.max_restarts) {
+    // Too few nodes left and no restart to wait for a replacement with: the
+    // job fails now, on every node, naming the lost node.
+    cause.exit_code = 1;
+    cause.time = absl::Now();
+    root_cause_ = cause;
+    has_root_cause_ = true;
+    FailRunLocked(later);
+    return;
+  }
   ReformLocked(std::move(cause), later);
+}
+
+void Run::FailRunLocked(Deferred& later) {
+  state_ = State::kFailed;
+  RunEvent ev;
+  ev.kind = RunEvent::Kind::kRunFailed;
+  ev.round = round_;
+  ev.restart_count = restart_count_;
+  ev.root_cause = root_cause_;
+  PushLocked(ev);
+  // Nobody will finish: release the exit barrier and any node standing by.
+  for (auto& b : barriers_) {
+    timer_->Cancel(b.timer_id);
+    later.push_back([cb = std::move(b.done)]() mutable { cb(absl::AbortedError("the run failed on another node")); });
+  }
+  barriers_.clear();
+  for (auto& j : pending_) {
+    later.push_back([cb = std::move(j.done)]() mutable { cb(absl::AbortedError("the run failed")); });
+  }
+  pending_.clear();
 }
 
 void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
@@ -430,19 +461,7 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
     PushLocked(ev);
     MaybeCloseLocked(later);
   } else {
-    state_ = State::kFailed;
-    ev.kind = RunEvent::Kind::kRunFailed;
-    ev.round = round_;
-    ev.restart_count = restart_count_;
-    PushLocked(ev);
-    // Nobody will finish: release the exit barrier.
-    for (auto& b : barriers_) {
-      timer_->Cancel(b.timer_id);
-      later.push_back([cb = std::move(b.done)]() mutable {
-        cb(absl::AbortedError("the run failed on another node"));
-      });
-    }
-    barriers_.clear();
+    FailRunLocked(later);
   }
   return VerdictLocked(/*is_root=*/true);
 }
@@ -501,6 +520,13 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, absl::Du
         }
         barriers_.clear();
         later.push_back([cb = std::move(done), now]() mutable { cb(now); });
+        // Nodes standing by are not needed any more.
+        for (auto& j : pending_) {
+          later.push_back([cb = std::move(j.done)]() mutable {
+            cb(absl::AbortedError("finished: the job completed without this node"));
+          });
+        }
+        pending_.clear();
         RunEvent ev;
         ev.kind = RunEvent::Kind::kRunFinished;
         ev.round = round_;

@@ -96,6 +96,9 @@ class Run : public std::enable_shared_from_this<Run> {
   FailureVerdict AcceptFailureLocked(WorkerFailure failure, Deferred& later)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FailureVerdict VerdictLocked(bool is_root) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The run fails with root_cause_: RUN_FAILED to all; the exit barrier
+  // and nodes standing by are released.
+  void FailRunLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushLocked(const RunEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnBarrierTimeout(uint64_t id);
   // Pushes JOIN_PROGRESS now, or arms a timer so that at most one goes out

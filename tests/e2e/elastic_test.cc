@@ -261,3 +261,36 @@ TEST_CASE("libmesh across a restart: two_d_setup rebuilds its mesh in round 1", 
   CHECK(Contains(r.err, "restart 1 of 1 (round 1)"));
   CHECK(CountOccurrences(r.out, "replicate_sum=") >= 8);
 }
+
+TEST_CASE("fixed size, no restarts left: losing a node fails the others at once, naming it", "[e2e][elastic]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string script = WriteScript(dir, "w.sh", "echo \"S node=$GROUP_RANK\"\nexec sleep 300");
+  NodeProc a = StartNode(dir, "a", Node(port, "fixed", "2", {"--local_addr=127.0.0.1", "--shutdown_timeout=1", script}));
+  usleep(100000);
+  NodeProc b = StartNode(dir, "b", Node(port, "fixed", "2", {"--local_addr=127.0.0.2", "--shutdown_timeout=1", script}));
+  REQUIRE(WaitFor([&] { return CountOccurrences(a.out() + b.out(), "S node=") == 2; }, 20));
+  kill(b.pid, SIGKILL);
+  auto start = absl::Now();
+  a.code = WaitCommand(a.pid, 30);
+  WaitCommand(b.pid, 5);
+  INFO(a.err());
+  CHECK(a.code == 1);
+  CHECK(absl::Now() - start < absl::Seconds(5));
+  CHECK(Contains(a.err(), "was lost: its agent disconnected"));
+}
+
+TEST_CASE("a node standing by at MAX is released when the job finishes", "[e2e][elastic]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string script = WriteScript(dir, "w.sh", "sleep 1");
+  NodeProc a = StartNode(dir, "a", Node(port, "full", "1", {script}));
+  usleep(300000);
+  NodeProc b = StartNode(dir, "b", Node(port, "full", "1", {script}));
+  a.code = WaitCommand(a.pid, 30);
+  b.code = WaitCommand(b.pid, 30);
+  INFO(b.err());
+  CHECK(a.code == 0);
+  CHECK(b.code == 0);
+  CHECK(Contains(b.err(), "finished while this node stood by"));
+}
