@@ -41,21 +41,13 @@ RendezvousClient::~RendezvousClient() {
     if (finish_ctx_) finish_ctx_->TryCancel();
   }
   StopWatch();
-  // gRPC may still be running a callback of ours: wait until every one has
-  // returned, so nothing of this client is used after it is gone.
-  absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
-  mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(10));
-}
-
-void RendezvousClient::CallStarted() {
-  absl::MutexLock lock(&mu_);
-  ++in_flight_;
-}
-
-void RendezvousClient::CallDone() {
-  absl::MutexLock lock(&mu_);
-  --in_flight_;
+  // Every call was cancelled above; their threads return promptly.
+  std::vector<std::thread> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    calls.swap(calls_);
+  }
+  for (auto& t : calls) t.join();
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
@@ -114,19 +106,23 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
     absl::MutexLock lock(&mu_);
     join_ctx_ = ctx;
   }
-  CallStarted();
-  stubs_->stub->async()->Join(ctx.get(), req.get(), resp.get(),
-                              [this, req, resp, ctx, done = std::move(done)](grpc::Status s) mutable {
-                                if (!s.ok()) {
-                                  done(FromGrpc(s, "join"));
-                                } else {
-                                  done(FromProto(resp->assignment()));
-                                }
-                                done = nullptr;
-                                req.reset();
-                                resp.reset();
-                                CallDone();
-                              });
+  // A blocking call on a thread of its own rather than gRPC's client
+  // callback API: Debian's gRPC 1.51 can abort in its callback completion
+  // queue's reference counting when a client goes away (seen as
+  // "ref_counted.h: assertion failed: prior > 0" at exit).
+  StartCall([this, req, resp, ctx, done = std::move(done)]() mutable {
+    grpc::Status s = stubs_->stub->Join(ctx.get(), *req, resp.get());
+    if (!s.ok()) {
+      done(FromGrpc(s, "join"));
+    } else {
+      done(FromProto(resp->assignment()));
+    }
+  });
+}
+
+void RendezvousClient::StartCall(std::function<void()> call) {
+  absl::MutexLock lock(&mu_);
+  calls_.emplace_back(std::move(call));
 }
 
 void RendezvousClient::CancelJoin() {
@@ -226,23 +222,18 @@ void RendezvousClient::ReportFinishedAsync(
     absl::MutexLock lock(&mu_);
     finish_ctx_ = ctx;
   }
-  CallStarted();
-  stubs_->stub->async()->ReportFinished(
-      ctx.get(), req.get(), resp.get(), [this, req, resp, ctx, done = std::move(done)](grpc::Status s) mutable {
-        if (!s.ok()) {
-          done(FromGrpc(s, "exit barrier"));
-        } else {
-          rendezvous::BarrierResult r;
-          r.all_finished = resp->all_finished();
-          r.finished_nodes = resp->finished_nodes();
-          r.node_count = resp->node_count();
-          done(r);
-        }
-        done = nullptr;
-        req.reset();
-        resp.reset();
-        CallDone();
-      });
+  StartCall([this, req, resp, ctx, done = std::move(done)]() mutable {
+    grpc::Status s = stubs_->stub->ReportFinished(ctx.get(), *req, resp.get());
+    if (!s.ok()) {
+      done(FromGrpc(s, "exit barrier"));
+      return;
+    }
+    rendezvous::BarrierResult r;
+    r.all_finished = resp->all_finished();
+    r.finished_nodes = resp->finished_nodes();
+    r.node_count = resp->node_count();
+    done(r);
+  });
 }
 
 }  // namespace meshrun::agent

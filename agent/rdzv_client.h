@@ -31,6 +31,7 @@ class RendezvousClient {
 
   // Joins the run's open round; `done` runs on a gRPC thread with the
   // assignment, DEADLINE_EXCEEDED after `timeout`, or the server's refusal.
+  // (`done` runs on a thread of the client's, not on the caller's.)
   // One join at a time. Thread-safe.
   void JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
                  int64_t last_round, absl::Duration timeout,
@@ -65,8 +66,8 @@ class RendezvousClient {
  private:
   RendezvousClient(std::string endpoint, std::string run_id, std::string token,
                    std::shared_ptr<grpc::Channel> channel);
-  void CallStarted();
-  void CallDone();
+  // Runs a blocking call on a thread of its own, joined at destruction.
+  void StartCall(std::function<void()> call);
   struct Stubs;
 
   const std::string endpoint_;
@@ -79,7 +80,7 @@ class RendezvousClient {
   std::shared_ptr<grpc::ClientContext> join_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> watch_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> finish_ctx_ ABSL_GUARDED_BY(mu_);
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> calls_ ABSL_GUARDED_BY(mu_);
   std::thread watch_thread_;
 };
 
