@@ -2,6 +2,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
+
+#include "absl/synchronization/mutex.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checks.h"
@@ -165,11 +169,28 @@ class GrpcStore : public Store {
 
 }  // namespace
 
+namespace {
+
+// One channel per server endpoint for the whole process: every store (every
+// mesh a worker builds) shares its connection instead of opening a new one.
+std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target) {
+  static absl::Mutex mu;
+  static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
+  absl::MutexLock lock(&mu);
+  auto& slot = (*channels)[target];
+  if (!slot) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+    slot = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  }
+  return slot;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& options) {
   MESHRUN_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(options.endpoint, 29400));
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-  auto channel = grpc::CreateCustomChannel(ep.ToString(), grpc::InsecureChannelCredentials(), args);
+  auto channel = SharedChannel(ep.ToString());
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "rendezvous store at ", ep.ToString(), " is unreachable (waited ",
