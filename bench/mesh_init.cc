@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/grpc_store.h"
 #include "common/server_status.h"
 #include "meshrun/device_mesh.h"
 
@@ -32,8 +33,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", world.status().ToString().c_str());
     return 1;
   }
+  // Every rank meets at a store barrier before the clock starts, so that
+  // the process start-up skew of 8 ranks on a busy machine is not counted
+  // (bench/torch_mesh_init.py does the same for PyTorch). The request
+  // counters are read between the two halves of the barrier, when every rank
+  // has arrived and none has started building.
+  meshrun::GrpcStoreOptions so;
+  so.endpoint = world->store_endpoint;
+  so.run_id = world->run_id;
+  so.round = world->round;
+  so.token = world->token;
+  auto store = meshrun::ConnectGrpcStore(so);
+  if (!store.ok()) return 1;
   std::map<std::string, int64_t> before;
-  if (world->rank == 0) before = *meshrun::QueryRequestCounts(world->store_endpoint, world->token);
+  auto arrived = (*store)->Add("bench/arrived", 1);
+  if (!arrived.ok()) return 1;
+  if (*arrived == world->world_size) {
+    before = *meshrun::QueryRequestCounts(world->store_endpoint, world->token);
+    if (!(*store)->Set("bench/go", "1").ok()) return 1;
+  }
+  if (!(*store)->Get("bench/go", absl::Seconds(60)).ok()) return 1;
   const auto start = std::chrono::steady_clock::now();
   auto mesh = InitDeviceMesh("cpu", shape, {}, *world);
   if (!mesh.ok()) {
@@ -50,15 +69,16 @@ int main(int argc, char** argv) {
   for (int d = 0; d < mesh->ndim(); ++d) {
     if (!(*mesh->GetGroup(d))->AllReduce(&worst, 1, ReduceOp::kMax).ok()) return 1;
   }
-  if (world->rank == 0) {
+  // The rank that read the counters first reports (after everyone is done).
+  if (!before.empty()) {
     auto after = *meshrun::QueryRequestCounts(world->store_endpoint, world->token);
     int64_t kv = 0;
     for (const char* m : {"KvSet", "KvGet", "KvAdd", "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet",
                           "KvMultiSet", "KvWait"}) {
       kv += after[m] - before[m];
     }
-    // Rank 0 read the counters before the others started (they may already
-    // have begun): the count covers the whole mesh build either way.
+    // The counters include the others' reads of "bench/go" (one each).
+    before["KvGet"] += world->world_size - 1;
     std::string by_method;
     for (const auto& [m, n] : after) {
       if (n - before[m] > 0 && m.rfind("Kv", 0) == 0) by_method += " " + m + "=" + std::to_string(n - before[m]);
