@@ -2,6 +2,9 @@
 // (replicate, shard) on 8 ranks; one allreduce over each dimension, checked.
 //   meshrun --standalone --nproc_per_node=8 build/examples/two_d_setup --device cpu
 #include "example_util.h"
+#ifdef MESHRUN_WITH_CUDA
+#include "device_fill.h"
+#endif
 
 using namespace meshrun::mesh;
 
@@ -13,8 +16,22 @@ int main(int argc, char** argv) {
   bool ok = true;
   for (const std::string dim : {"shard", "replicate"}) {
     ProcessGroup* group = examples::Must("get_group", mesh.GetGroup(dim));
-    std::vector<double> value = {static_cast<double>(rank == args.corrupt_rank ? rank + 1000 : rank)};
-    examples::Must("allreduce", examples::AllReduce(mesh.device_type(), group, value));
+    const double contribution = rank == args.corrupt_rank ? rank + 1000 : rank;
+    std::vector<double> value = {contribution};
+    if (mesh.device_type() == DeviceType::kCuda) {
+#ifdef MESHRUN_WITH_CUDA
+      // The contribution is written on the GPU by a kernel, reduced there by
+      // NCCL, and copied back only to check it.
+      double* d = nullptr;
+      cudaMalloc(reinterpret_cast<void**>(&d), sizeof(double));
+      if (examples::DeviceFill(d, 1, contribution) != 0) examples::Die("fill", absl::InternalError("kernel launch"));
+      examples::Must("allreduce", group->AllReduce(d, 1, ReduceOp::kSum));
+      cudaMemcpy(value.data(), d, sizeof(double), cudaMemcpyDeviceToHost);
+      cudaFree(d);
+#endif
+    } else {
+      examples::Must("allreduce", examples::AllReduce(mesh.device_type(), group, value));
+    }
     double expected = 0;
     for (int r : group->ranks()) expected += r;
     if (value[0] != expected) {
