@@ -211,9 +211,14 @@ TEST_CASE("SIGUSR1 reaches every worker's handler and the job goes on", "[e2e][e
 TEST_CASE("log_dir keeps both attempts' files for every rank", "[e2e][elastic]") {
   std::string dir = TempDir();
   std::string logs = dir + "/logs";
+  // Rank 2 fails in round 0 only after every rank has written its lines
+  // (a marker each), so the stop cannot cut a rank short.
   std::string script = WriteScript(dir, "l.sh",
       "echo \"out of $RANK in round $MESHRUN_ROUND\"\necho \"err of $RANK\" >&2\n"
-      "[ \"$RANK\" = 2 ] && [ \"$MESHRUN_ROUND\" = 0 ] && exit 3\nexit 0");
+      "touch " + dir + "/wrote_${RANK}_$MESHRUN_ROUND\n"
+      "if [ \"$RANK\" = 2 ] && [ \"$MESHRUN_ROUND\" = 0 ]; then\n"
+      "  i=0; while [ $i -lt 200 ] && [ $(ls " + dir + " | grep -c '^wrote_._0$') -lt 3 ]; do sleep 0.05; i=$((i+1)); done\n"
+      "  exit 3\nfi\nexit 0");
   RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=3", "--max_restarts=1",
                             "--log_dir=" + logs, script}, {}, 60);
   REQUIRE(r.exit_code == 0);

@@ -64,7 +64,7 @@ static int NcclIds(const World& world) {
     spec.group_rank = g->rank();
     rows.push_back(spec);
   }
-  internal::Description desc{"cuda", "nccl", "2,4", "replicate,shard", rank};
+  internal::Description desc{"cuda", "nccl", "2,4", "replicate,shard", rank, "world"};
   auto ids = internal::ExchangeUniqueIds(**store, rows, desc, absl::Seconds(60), internal::NcclUniqueIdForTest);
   if (!ids.ok()) return Fail(rank, ids.status().ToString());
   barrier();
