@@ -169,7 +169,7 @@ class Session {
     }
     endpoint_ = ep->ToString();
     shim_ = FindShim();
-    if (absl::Status s = PrepareLogDir(); !s.ok()) return Fatal(s.ToString());
+    if (absl::Status s = PrepareLogDir(); !s.ok()) return Fatal(std::string(s.message()));
     if (absl::Status s = NewMembership(); !s.ok()) return Fatal(std::string(s.message()));
     int code = Loop();
     EndMembership();  // Stops the watch and heartbeat threads before the queue goes away.
@@ -196,7 +196,7 @@ class Session {
     run_dir_ = base / absl::StrCat(o_.run_id, "_", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
                                    "_", node_.pid);
     std::filesystem::create_directories(run_dir_, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot create ", run_dir_.string(), ": ", ec.message()));
+    if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", run_dir_.string(), ": ", ec.message()));
     temp_run_dir_ = o_.log_dir.empty();
     auto redirects = ParseStd(o_.redirects, o_.nproc, "--redirects");
     if (!redirects.ok()) return redirects.status();
@@ -330,9 +330,11 @@ class Session {
           return false;
         }
         if (absl::IsAborted(s) && absl::StartsWith(s.message(), "join: finished")) {
-          std::fprintf(stderr, "meshrun: run '%s' finished while this node stood by; nothing to do\n",
-                       o_.run_id.c_str());
-          *exit_code = 0;
+          // Not a success: this node ran nothing (a full job, or a run id
+          // that another job is using).
+          *exit_code = Fatal(absl::StrCat("run '", o_.run_id, "' at ", o_.endpoint,
+                                          " was full and finished while this node stood by; this node ran "
+                                          "nothing (is another job using this --rdzv_id?)"));
           return false;
         }
         if (absl::IsDeadlineExceeded(s)) {

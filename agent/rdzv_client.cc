@@ -156,6 +156,9 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
                                                     " closed the event stream")));
     } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       on_closed(absl::FailedPreconditionError(s.error_message()));
+    } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      on_closed(absl::UnauthenticatedError(absl::StrCat("the rendezvous server at ", endpoint_, " refused this node: ",
+                                                        s.error_message())));
     } else {
       on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_,
                                                     ": ", s.error_message())));

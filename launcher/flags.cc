@@ -146,7 +146,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   ParseOutcome out;
   CLI::App app{
       "meshrun: launch multi-process, multi-host jobs (torchrun's command line).\n"
-      "Usage: meshrun [flags] prog [args...]    |    meshrun server [flags]",
+      "Usage: meshrun [flags] prog [args...]\n"
+      "       meshrun server [flags]   (the rendezvous server as a daemon; see meshrun server --help)\n"
+      "       meshrun mesh [flags]     (print a mesh layout; see meshrun mesh --help)",
       "meshrun"};
   app.prefix_command();
   app.set_version_flag("--version", "meshrun " MESHRUN_VERSION);
@@ -234,6 +236,16 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   app.add_flag("--help-env,--help_env", help_env, "List every environment variable meshrun reads or sets")
       ->group("Help");
 
+  // "--flag=" with nothing after '=' would make CLI11 take the next argument
+  // (the program) as the value: refuse it before parsing.
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--" || !absl::StartsWith(arg, "-")) break;
+    if (absl::StartsWith(arg, "--") && absl::EndsWith(arg, "=")) {
+      out.exit_code = UsageError(absl::StrCat(arg, ": empty value; give a value or leave the flag out"));
+      return out;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -349,6 +361,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   } else {
     a.run_id = run_id;
     if (cfg.backend == Backend::kStatic) {
+      if (master_port <= 0 || master_port > 65535) {
+        return {std::nullopt, UsageError(absl::StrCat("--master_port=", master_port, ": must be in 1..65535"))};
+      }
       if (node_rank < 0) a.node_rank = 0;
       endpoint = absl::StrCat(absl::StrContains(master_addr, ':') ? absl::StrCat("[", master_addr, "]") : master_addr,
                               ":", master_port);

@@ -129,6 +129,10 @@ int ServerMain(int argc, char** argv) {
     std::fprintf(stderr, "meshrun server: error: --port=%d: must be in 0..65535\n", port);
     return 2;
   }
+  if (grace < 0) {
+    std::fprintf(stderr, "meshrun server: error: --shutdown_grace=%g: must be >= 0 seconds\n", grace);
+    return 2;
+  }
   rendezvous::ServerOptions so;
   so.host = host;
   so.port = port;
@@ -140,11 +144,17 @@ int ServerMain(int argc, char** argv) {
   }
   if (!port_file.empty()) {
     std::string tmp = port_file + ".tmp";
+    bool written = false;
     {
       std::ofstream f(tmp);
       f << (*server)->port() << "\n";
+      written = static_cast<bool>(f);
     }
-    std::rename(tmp.c_str(), port_file.c_str());
+    if (!written || std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      std::fprintf(stderr, "meshrun server: error: cannot write --port_file=%s\n", port_file.c_str());
+      (*server)->Shutdown(absl::ZeroDuration());
+      return 1;
+    }
   }
   std::printf("meshrun server listening on %s port %d%s\n", host.c_str(), (*server)->port(),
               so.token.empty() ? "" : " (token required)");

@@ -38,13 +38,16 @@ std::string DescribeMesh(const mesh::MeshLayout& layout, int nnodes, int nproc) 
   const int cols = shape[nd - 1];
   const int rows = nd >= 2 ? shape[nd - 2] : 1;
   const int grids = layout.size() / (rows * cols);
+  if (layout.size() > 4096) {
+    absl::StrAppend(&out, "\n(grid of ", layout.size(), " ranks not drawn)\n");
+  }
   const std::string& col_name = layout.dim_names()[nd - 1];
   const std::string row_name = nd >= 2 ? layout.dim_names()[nd - 2] : "";
   auto cell = [&](int r) { return absl::StrCat(r, " (n", node_of(r), ":l", r % nproc, ")"); };
   size_t width = 0;
   for (int r : layout.ranks()) width = std::max(width, cell(r).size());
   size_t label_width = row_name.size() + 4;
-  for (int g = 0; g < grids; ++g) {
+  for (int g = 0; g < grids && layout.size() <= 4096; ++g) {
     std::vector<int> coord(nd, 0);
     int rest = g;
     std::vector<std::string> lead;
@@ -83,7 +86,8 @@ std::string DescribeMesh(const mesh::MeshLayout& layout, int nnodes, int nproc) 
       for (int r : grp) within = within && node_of(r) == node_of(grp[0]);
     }
     std::vector<std::string> texts;
-    for (const auto& grp : groups) texts.push_back(GroupText(grp));
+    for (size_t i = 0; i < groups.size() && i < 16; ++i) texts.push_back(GroupText(groups[i]));
+    if (groups.size() > 16) texts.push_back(absl::StrCat("... (", groups.size() - 16, " more)"));
     absl::StrAppend(&out, "dimension '", layout.dim_names()[d], "' (size ", shape[d], ", ", groups.size(),
                     groups.size() == 1 ? " group, " : " groups, ",
                     within ? "stays inside a node" : "crosses nodes", "): ", absl::StrJoin(texts, " "), "\n");
@@ -112,6 +116,11 @@ int MeshMain(int argc, char** argv) {
   }
   if (nnodes <= 0 || nproc <= 0) {
     return Usage(absl::StrCat("--nnodes=", nnodes, " --nproc_per_node=", nproc, ": both must be >= 1"));
+  }
+  constexpr long long kMaxRanks = 1 << 20;
+  if (static_cast<long long>(nnodes) * nproc > kMaxRanks) {
+    return Usage(absl::StrCat("--nnodes=", nnodes, " x --nproc_per_node=", nproc, " is more than ", kMaxRanks,
+                              " ranks"));
   }
   absl::StatusOr<mesh::MeshLayout> layout = mesh::MeshLayout::Create(shape, names, nnodes * nproc);
   if (!layout.ok()) return Usage(std::string(layout.status().message()));

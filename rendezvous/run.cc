@@ -133,7 +133,10 @@ void Run::ProgressLocked() {
     ev.joined = joined;
     ev.min_nodes = config_.min_nodes;
     ev.max_nodes = config_.max_nodes;
-    PushLocked(ev);
+    // Only the nodes waiting in this round hear it (a refused node does not).
+    for (const auto& j : pending_) {
+      if (auto w = watchers_.find(j.node.node_id); w != watchers_.end()) w->second->Push(ev);
+    }
     last_progress_ = now;
     last_progress_joined_ = joined;
     return;
@@ -385,7 +388,9 @@ void Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int
   if (known_round < 0) {
     // A node before its first round learns its round from Join; the
     // progress of the open round is all it needs now.
-    if (state_ == State::kJoining && !pending_.empty()) {
+    const bool pending = std::any_of(pending_.begin(), pending_.end(),
+                                     [&](const Joiner& j) { return j.node.node_id == node_id; });
+    if (state_ == State::kJoining && pending) {
       RunEvent progress;
       progress.kind = RunEvent::Kind::kJoinProgress;
       progress.round = round_;

@@ -71,6 +71,8 @@ TEST_CASE("bad flag values give one line naming flag and value, exit 2", "[e2e]"
       {{"--signals_to_handle=SIGNOPE", "/bin/true"}, "SIGNOPE"},
       {{"--nproc_per_nod=4", "/bin/true"}, "--nproc_per_nod=4"},
       {{"--max_restarts=abc", "/bin/true"}, "abc"},
+      {{"--role=", "/bin/echo", "hi"}, "--role=: empty value"},
+      {{"--rdzv_backend=static", "--master_port=99999", "--nnodes=2", "/bin/true"}, "--master_port=99999"},
       {{}, "no program"},
   };
   for (const auto& c : cases) {

@@ -75,10 +75,20 @@ TEST_CASE("an agent with the wrong token gets no assignment from the daemon", "[
   CHECK(bad.exit_code == 1);
   CHECK_FALSE(Contains(bad.out, "RAN"));
   CHECK(Contains(bad.err, "token"));
+  CHECK_FALSE(Contains(bad.err, "lost the rendezvous server"));
   RunResult good = RunCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=j", "--rdzv_conf=is_host=0", script},
                               {{"MESHRUN_TOKEN", "right"}}, 30);
   CHECK(good.exit_code == 0);
   CHECK(Contains(good.out, "RAN"));
+}
+
+TEST_CASE("the daemon refuses a port file it cannot write and a negative grace", "[e2e][daemon]") {
+  RunResult r = RunCommand({MeshrunBinary(), "server", "--host", "127.0.0.1", "--port", "0", "--port_file",
+                            "/nonexistent-dir/port"}, {}, 20);
+  CHECK(r.exit_code == 1);
+  CHECK(Contains(r.err, "cannot write --port_file=/nonexistent-dir/port"));
+  RunResult g = RunCommand({MeshrunBinary(), "server", "--port", "0", "--shutdown_grace=-1"}, {}, 20);
+  CHECK(g.exit_code == 2);
 }
 
 TEST_CASE("is_host=0 on an endpoint nobody serves fails as unreachable", "[e2e]") {
