@@ -14,6 +14,7 @@
 #include "agent/process.h"
 #include "common/endpoint.h"
 #include "common/env_registry.h"
+#include "launcher/cli.h"
 #include "launcher/launch_config.h"
 
 namespace meshrun::launcher {
@@ -246,18 +247,8 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       return out;
     }
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    out.exit_code = app.exit(e);
-    return out;
-  } catch (const CLI::CallForVersion& e) {
-    out.exit_code = app.exit(e);
-    return out;
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    out.exit_code = UsageError(absl::StrCat(msg, " (see meshrun --help)"));
+  if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun")) {
+    out.exit_code = *done;
     return out;
   }
   if (help_env) {

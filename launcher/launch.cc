@@ -1,5 +1,7 @@
 #include "launcher/launch.h"
 
+#include "launcher/cli.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -115,16 +117,7 @@ int ServerMain(int argc, char** argv) {
   app.add_option("--port_file,--port-file", port_file, "Write the bound port to this file once listening");
   app.add_option("--shutdown_grace,--shutdown-grace", grace, "Seconds open calls get at shutdown")
       ->default_str("5");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    std::fprintf(stderr, "meshrun server: error: %s (see meshrun server --help)\n", msg.c_str());
-    return 2;
-  }
+  if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun server")) return *done;
   if (port < 0 || port > 65535) {
     std::fprintf(stderr, "meshrun server: error: --port=%d: must be in 0..65535\n", port);
     return 2;

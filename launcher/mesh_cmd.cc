@@ -5,6 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "launcher/cli.h"
 #include "launcher/launch.h"
 #include "meshrun/mesh_layout.h"
 
@@ -105,15 +106,7 @@ int MeshMain(int argc, char** argv) {
   app.add_option("--nproc_per_node,--nproc-per-node", nproc, "Workers per node")->default_str("1");
   app.add_option("--shape", shape, "Mesh shape, e.g. 2,4 (one entry may be -1)")->delimiter(',')->required();
   app.add_option("--names", names, "Dimension names, e.g. replicate,shard")->delimiter(',');
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    return Usage(msg);
-  }
+  if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun mesh")) return *done;
   if (nnodes <= 0 || nproc <= 0) {
     return Usage(absl::StrCat("--nnodes=", nnodes, " --nproc_per_node=", nproc, ": both must be >= 1"));
   }
