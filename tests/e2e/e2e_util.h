@@ -74,4 +74,26 @@ inline NodeProc StartNode(const std::string& dir, const std::string& name, std::
   return n;
 }
 
+// Starts node A (advertising 127.0.0.1, so it sorts first: node rank 0) and,
+// `gap_us` later, node B (127.0.0.2), both with `flags` then `prog`.
+inline std::pair<NodeProc, NodeProc> StartTwoNodes(const std::string& dir, const std::vector<std::string>& flags,
+                                                   const std::string& prog, useconds_t gap_us = 200000) {
+  auto args = [&](const std::string& addr) {
+    std::vector<std::string> a = flags;
+    a.push_back("--local_addr=" + addr);
+    a.push_back(prog);
+    return a;
+  };
+  NodeProc a = StartNode(dir, "a", args("127.0.0.1"));
+  usleep(gap_us);
+  NodeProc b = StartNode(dir, "b", args("127.0.0.2"));
+  return {a, b};
+}
+
+// Waits for both nodes (sets their exit codes).
+inline void WaitBoth(NodeProc& a, NodeProc& b, double timeout_s = 60) {
+  a.code = WaitCommand(a.pid, timeout_s);
+  b.code = WaitCommand(b.pid, timeout_s);
+}
+
 }  // namespace meshrun::testing

@@ -57,13 +57,9 @@ TEST_CASE("two nodes: a worker failing on node A restarts both nodes in the same
   std::string script = WriteScript(dir, "f.sh",
       "echo \"S rank=$RANK round=$MESHRUN_ROUND restarts=$TORCHELASTIC_RESTART_COUNT\"\n"
       "[ \"$RANK\" = 1 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && exit 5\nsleep 0.3");
-  NodeProc a = StartNode(dir, "a", Node(port, "r2", "2", {"--nproc_per_node=2", "--max_restarts=1",
-                                                          "--local_addr=127.0.0.1", "--shutdown_timeout=2", script}));
-  usleep(200000);
-  NodeProc b = StartNode(dir, "b", Node(port, "r2", "2", {"--nproc_per_node=2", "--max_restarts=1",
-                                                          "--local_addr=127.0.0.2", "--shutdown_timeout=2", script}));
-  a.code = WaitCommand(a.pid, 60);
-  b.code = WaitCommand(b.pid, 60);
+  auto [a, b] = StartTwoNodes(dir, Node(port, "r2", "2", {"--nproc_per_node=2", "--max_restarts=1",
+                                                          "--shutdown_timeout=2"}), script);
+  WaitBoth(a, b);
   INFO(a.err() << "\n---\n" << b.err());
   CHECK(a.code == 0);
   CHECK(b.code == 0);
@@ -74,13 +70,8 @@ TEST_CASE("two nodes, no restarts left: both exit with the code; both name node 
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "f.sh", "[ \"$RANK\" = 1 ] && exit 5\nexec sleep 30");
-  NodeProc a = StartNode(dir, "a", Node(port, "r0", "2", {"--nproc_per_node=2", "--local_addr=127.0.0.1",
-                                                          "--shutdown_timeout=2", script}));
-  usleep(200000);
-  NodeProc b = StartNode(dir, "b", Node(port, "r0", "2", {"--nproc_per_node=2", "--local_addr=127.0.0.2",
-                                                          "--shutdown_timeout=2", script}));
-  a.code = WaitCommand(a.pid, 60);
-  b.code = WaitCommand(b.pid, 60);
+  auto [a, b] = StartTwoNodes(dir, Node(port, "r0", "2", {"--nproc_per_node=2", "--shutdown_timeout=2"}), script);
+  WaitBoth(a, b);
   CHECK(a.code == 5);
   CHECK(b.code == 5);
   for (const NodeProc* n : {&a, &b}) {
@@ -96,13 +87,9 @@ TEST_CASE("two failures on two nodes in one round cost one restart", "[e2e][elas
   std::string script = WriteScript(dir, "f.sh",
       "echo \"S rank=$RANK restarts=$TORCHELASTIC_RESTART_COUNT\"\n"
       "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then case $RANK in 0|3) exit 4;; esac; exec sleep 30; fi\nexit 0");
-  NodeProc a = StartNode(dir, "a", Node(port, "two", "2", {"--nproc_per_node=2", "--max_restarts=1",
-                                                           "--local_addr=127.0.0.1", "--shutdown_timeout=2", script}));
-  usleep(200000);
-  NodeProc b = StartNode(dir, "b", Node(port, "two", "2", {"--nproc_per_node=2", "--max_restarts=1",
-                                                           "--local_addr=127.0.0.2", "--shutdown_timeout=2", script}));
-  a.code = WaitCommand(a.pid, 60);
-  b.code = WaitCommand(b.pid, 60);
+  auto [a, b] = StartTwoNodes(dir, Node(port, "two", "2", {"--nproc_per_node=2", "--max_restarts=1",
+                                                           "--shutdown_timeout=2"}), script);
+  WaitBoth(a, b);
   INFO(a.err() << "\n---\n" << b.err());
   CHECK(a.code == 0);
   CHECK(b.code == 0);
@@ -271,9 +258,7 @@ TEST_CASE("fixed size, no restarts left: losing a node fails the others at once,
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "w.sh", "echo \"S node=$GROUP_RANK\"\nexec sleep 300");
-  NodeProc a = StartNode(dir, "a", Node(port, "fixed", "2", {"--local_addr=127.0.0.1", "--shutdown_timeout=1", script}));
-  usleep(100000);
-  NodeProc b = StartNode(dir, "b", Node(port, "fixed", "2", {"--local_addr=127.0.0.2", "--shutdown_timeout=1", script}));
+  auto [a, b] = StartTwoNodes(dir, Node(port, "fixed", "2", {"--shutdown_timeout=1"}), script, 100000);
   REQUIRE(WaitFor([&] { return CountOccurrences(a.out() + b.out(), "S node=") == 2; }, 20));
   kill(b.pid, SIGKILL);
   auto start = absl::Now();

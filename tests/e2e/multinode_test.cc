@@ -179,13 +179,9 @@ TEST_CASE("a worker failing on node B stops both nodes; A's summary names B's ra
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "f.sh", "[ \"$RANK\" = 3 ] && exit 9\nexec sleep 60");
-  NodeProc a = StartNode(dir, "a", Plus(Common(port, "fail", 2), {"--nproc_per_node=2", "--local_addr=127.0.0.1",
-                                                                   "--shutdown_timeout=2", script}));
-  usleep(300000);
-  NodeProc b = StartNode(dir, "b", Plus(Common(port, "fail", 2), {"--nproc_per_node=2", "--local_addr=127.0.0.2",
-                                                                   "--shutdown_timeout=2", script}));
-  a.code = WaitCommand(a.pid, 60);
-  b.code = WaitCommand(b.pid, 60);
+  auto [a, b] = StartTwoNodes(dir, Plus(Common(port, "fail", 2), {"--nproc_per_node=2", "--shutdown_timeout=2"}),
+                              script, 300000);
+  WaitBoth(a, b);
   INFO(a.err() << "\n----\n" << b.err());
   CHECK(a.code == 9);
   CHECK(b.code == 9);
@@ -214,13 +210,8 @@ TEST_CASE("a node that finishes early waits at the exit barrier; both exit 0", "
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "e.sh", "[ \"$GROUP_RANK\" = 1 ] && sleep 3\nexit 0");
-  NodeProc a = StartNode(dir, "a", Plus(Common(port, "early", 2), {"--nproc_per_node=2", "--local_addr=127.0.0.1",
-                                                                    script}));
-  usleep(200000);
-  NodeProc b = StartNode(dir, "b", Plus(Common(port, "early", 2), {"--nproc_per_node=2", "--local_addr=127.0.0.2",
-                                                                    script}));
-  a.code = WaitCommand(a.pid, 60);
-  b.code = WaitCommand(b.pid, 60);
+  auto [a, b] = StartTwoNodes(dir, Plus(Common(port, "early", 2), {"--nproc_per_node=2"}), script);
+  WaitBoth(a, b);
   INFO(a.err() << "\n----\n" << b.err());
   CHECK(a.code == 0);
   CHECK(b.code == 0);
