@@ -131,6 +131,27 @@ class GrpcStore : public Store {
     return std::vector<std::string>(resp.values().begin(), resp.values().end());
   }
 
+  absl::StatusOr<std::vector<std::string>> SetThenMultiGet(absl::Span<const std::string> set_keys,
+                                                           absl::Span<const std::string> set_values,
+                                                           absl::Span<const std::string> keys,
+                                                           absl::Duration timeout) override {
+    if (set_keys.size() != set_values.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("store set_then_multi_get: ", set_keys.size(),
+                                                     " keys but ", set_values.size(), " values"));
+    }
+    pb::KvMultiGetRequest req;
+    Fill(req);
+    for (const auto& k : keys) req.add_keys(k);
+    for (const auto& k : set_keys) req.add_set_keys(k);
+    for (const auto& v : set_values) req.add_set_values(v);
+    req.set_wait_ms(ToMs(timeout));
+    pb::KvMultiGetResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, timeout);
+    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvMultiGet(&ctx, req, &resp), "store set_then_multi_get"));
+    return std::vector<std::string>(resp.values().begin(), resp.values().end());
+  }
+
   absl::Status MultiSet(absl::Span<const std::string> keys,
                         absl::Span<const std::string> values) override {
     if (keys.size() != values.size()) {

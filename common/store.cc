@@ -44,5 +44,11 @@ absl::Status PrefixStore::MultiSet(absl::Span<const std::string> keys,
                                    absl::Span<const std::string> values) {
   return base_->MultiSet(FullAll(keys), values);
 }
+absl::StatusOr<std::vector<std::string>> PrefixStore::SetThenMultiGet(absl::Span<const std::string> set_keys,
+                                                                      absl::Span<const std::string> set_values,
+                                                                      absl::Span<const std::string> keys,
+                                                                      absl::Duration timeout) {
+  return base_->SetThenMultiGet(FullAll(set_keys), set_values, FullAll(keys), timeout);
+}
 
 }  // namespace meshrun

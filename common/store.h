@@ -61,6 +61,19 @@ class Store {
   // INVALID_ARGUMENT when the sizes differ.
   virtual absl::Status MultiSet(absl::Span<const std::string> keys,
                                 absl::Span<const std::string> values) = 0;
+
+  // Sets every set_keys[i] to set_values[i] atomically, then returns the
+  // values of `keys` in order, waiting up to `timeout` for all of them: the
+  // MultiSet and MultiGet above in one call (meshrun's addition; c10d has
+  // none). The gRPC store makes it one round trip; this default makes two.
+  // INVALID_ARGUMENT when the set sizes differ.
+  virtual absl::StatusOr<std::vector<std::string>> SetThenMultiGet(absl::Span<const std::string> set_keys,
+                                                                   absl::Span<const std::string> set_values,
+                                                                   absl::Span<const std::string> keys,
+                                                                   absl::Duration timeout) {
+    if (absl::Status s = MultiSet(set_keys, set_values); !s.ok()) return s;
+    return MultiGet(keys, timeout);
+  }
 };
 
 // A Store that prepends `prefix` + "/" to every key of an underlying store
@@ -82,6 +95,10 @@ class PrefixStore : public Store {
                                                     absl::Duration timeout) override;
   absl::Status MultiSet(absl::Span<const std::string> keys,
                         absl::Span<const std::string> values) override;
+  absl::StatusOr<std::vector<std::string>> SetThenMultiGet(absl::Span<const std::string> set_keys,
+                                                           absl::Span<const std::string> set_values,
+                                                           absl::Span<const std::string> keys,
+                                                           absl::Duration timeout) override;
 
   const std::string& prefix() const { return prefix_; }
 

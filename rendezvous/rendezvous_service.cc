@@ -352,6 +352,14 @@ grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerCont
                                                         const pb::KvMultiGetRequest* req,
                                                         pb::KvMultiGetResponse* resp) {
   if (auto s = Admit(kKvMultiGet, req->run()); !s.ok()) return Answer(ctx, s);
+  if (!req->set_keys().empty()) {
+    absl::Status st = registry_->FindOrCreate(req->run().run_id())
+                          ->kv()
+                          .MultiSet(req->round(),
+                                    std::vector<std::string>(req->set_keys().begin(), req->set_keys().end()),
+                                    std::vector<std::string>(req->set_values().begin(), req->set_values().end()));
+    if (!st.ok()) return Answer(ctx, ToGrpc(st));
+  }
   return AwaitKeys(registry_->FindOrCreate(req->run().run_id()), req->round(),
                    std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
                    [resp](std::vector<std::string>& v) {

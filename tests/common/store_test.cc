@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_store.h"
+#include "common/server_status.h"
 #include "rendezvous/server.h"
 
 using namespace meshrun;
@@ -112,4 +113,32 @@ TEST_CASE("a wrong or missing token gets nothing", "[store][auth]") {
     CHECK(bad->Set("k", "evil").code() == absl::StatusCode::kUnauthenticated);
   }
   CHECK(*good->Get("k", absl::ZeroDuration()) == "v");
+}
+
+TEST_CASE("set-then-multi-get publishes and reads in one request", "[store]") {
+  auto server = StartServer();
+  auto a = Connect(*server, "exchange");
+  auto b = std::make_shared<PrefixStore>("p", Connect(*server, "exchange"));
+  auto c = std::make_shared<PrefixStore>("p", Connect(*server, "exchange"));
+  absl::StatusOr<std::vector<std::string>> got_b, got_c;
+  std::thread tb([&] {
+    got_b = b->SetThenMultiGet(std::vector<std::string>{"b"}, std::vector<std::string>{"2"},
+                               std::vector<std::string>{"c"}, absl::Seconds(10));
+  });
+  got_c = c->SetThenMultiGet(std::vector<std::string>{"c", "c2"}, std::vector<std::string>{"3", "4"},
+                             std::vector<std::string>{"b", "c2"}, absl::Seconds(10));
+  tb.join();
+  REQUIRE(got_b.ok());
+  REQUIRE(got_c.ok());
+  CHECK(*got_b == std::vector<std::string>{"3"});
+  CHECK(*got_c == std::vector<std::string>{"2", "4"});
+  CHECK(*a->Get("p/b", absl::ZeroDuration()) == "2");
+  auto counts = QueryRequestCounts(server->endpoint(), "");
+  REQUIRE(counts.ok());
+  CHECK((*counts)["KvMultiGet"] == 2);
+  CHECK((*counts)["KvMultiSet"] == 0);
+  auto bad = a->SetThenMultiGet(std::vector<std::string>{"x"}, std::vector<std::string>{}, {}, absl::Seconds(1));
+  CHECK(absl::IsInvalidArgument(bad.status()));
+  auto late = a->SetThenMultiGet({}, {}, std::vector<std::string>{"never"}, absl::Milliseconds(200));
+  CHECK(absl::IsDeadlineExceeded(late.status()));
 }
