@@ -35,9 +35,11 @@ int main(int argc, char** argv) {
   }
   // Every rank meets at a store barrier before the clock starts, so that
   // the process start-up skew of 8 ranks on a busy machine is not counted
-  // (bench/torch_mesh_init.py does the same for PyTorch). The request
-  // counters are read between the two halves of the barrier, when every rank
-  // has arrived and none has started building.
+  // (bench/torch_mesh_init.py does the same for PyTorch): one Add each, one
+  // Set by the last to arrive, one Get each. Under --standalone the
+  // rendezvous server is this job's own, and nothing else in the round uses
+  // its store, so the mesh's requests are the server's KV counts at the end
+  // less those of the barrier.
   meshrun::GrpcStoreOptions so;
   so.endpoint = world->store_endpoint;
   so.run_id = world->run_id;
@@ -45,16 +47,10 @@ int main(int argc, char** argv) {
   so.token = world->token;
   auto store = meshrun::ConnectGrpcStore(so);
   if (!store.ok()) return 1;
-  std::map<std::string, int64_t> before;
-  // Warm the status channel now, so reading the counters inside the barrier
-  // costs one round trip.
-  if (!meshrun::QueryRequestCounts(world->store_endpoint, world->token).ok()) return 1;
   auto arrived = (*store)->Add("bench/arrived", 1);
   if (!arrived.ok()) return 1;
-  if (*arrived == world->world_size) {
-    before = *meshrun::QueryRequestCounts(world->store_endpoint, world->token);
-    if (!(*store)->Set("bench/go", "1").ok()) return 1;
-  }
+  const bool reporter = *arrived == world->world_size;
+  if (reporter && !(*store)->Set("bench/go", "1").ok()) return 1;
   if (!(*store)->Get("bench/go", absl::Seconds(60)).ok()) return 1;
   const auto start = std::chrono::steady_clock::now();
   auto mesh = InitDeviceMesh("cpu", shape, {}, *world);
@@ -72,19 +68,22 @@ int main(int argc, char** argv) {
   for (int d = 0; d < mesh->ndim(); ++d) {
     if (!(*mesh->GetGroup(d))->AllReduce(&worst, 1, ReduceOp::kMax).ok()) return 1;
   }
-  // The rank that read the counters first reports (after everyone is done).
-  if (!before.empty()) {
-    auto after = *meshrun::QueryRequestCounts(world->store_endpoint, world->token);
-    int64_t kv = 0;
-    for (const char* m : {"KvSet", "KvGet", "KvAdd", "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet",
-                          "KvMultiSet", "KvWait"}) {
-      kv += after[m] - before[m];
+  // The last rank to reach the barrier reports, once every rank is done.
+  if (reporter) {
+    auto counts = meshrun::QueryRequestCounts(world->store_endpoint, world->token);
+    if (!counts.ok()) return 1;
+    std::map<std::string, int64_t> mesh_kv;
+    for (const auto& [m, n] : *counts) {
+      if (m.rfind("Kv", 0) == 0) mesh_kv[m] = n;
     }
-    // The counters include the others' reads of "bench/go" (one each).
-    before["KvGet"] += world->world_size - 1;
+    mesh_kv["KvAdd"] -= world->world_size;
+    mesh_kv["KvGet"] -= world->world_size;
+    mesh_kv["KvSet"] -= 1;
+    int64_t kv = 0;
     std::string by_method;
-    for (const auto& [m, n] : after) {
-      if (n - before[m] > 0 && m.rfind("Kv", 0) == 0) by_method += " " + m + "=" + std::to_string(n - before[m]);
+    for (const auto& [m, n] : mesh_kv) {
+      kv += n;
+      if (n != 0) by_method += " " + m + "=" + std::to_string(n);
     }
     std::printf("MESH_INIT shape=%s max_ms=%.2f kv_per_rank_per_dim=%.2f%s\n", shape_text.c_str(), worst,
                 static_cast<double>(kv) / (world->world_size * mesh->ndim()), by_method.c_str());
