@@ -57,17 +57,11 @@ absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const Worl
   if (!ep.ok()) return ep.status();
   absl::StatusOr<std::string> addr = LocalAddressFor(*ep);
   if (!addr.ok()) return addr.status();
-  absl::StatusOr<GroupFactory> factory = MakeGlooFactory(store, *addr, options.timeout);
-  if (!factory.ok()) return factory.status();
+  absl::StatusOr<Backend::CreateGroups> create = MakeGlooGroupCreator(store, *addr, options.timeout, options.gloo_loop_nice);
+  if (!create.ok()) return create.status();
   Backend b;
   b.name = "gloo";
-  absl::Duration timeout = options.timeout;
-  b.create_groups = [store, factory = *factory, timeout](const std::vector<GroupSpec>& rows, const Description& desc,
-                                                         const std::string& check_key, int first)
-      -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
-    if (absl::Status s = CheckDescriptions(*store, check_key, first, desc, timeout); !s.ok()) return s;
-    return factory(rows);
-  };
+  b.create_groups = std::move(*create);
   return b;
 }
 
@@ -79,67 +73,79 @@ absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const s
   // Keyed by the writer's global rank: a member with another view of the
   // mesh cannot overwrite a peer's description.
   auto desc_key = [](const GroupSpec& row, int c) { return absl::StrCat(row.key, "/desc/r", row.ranks[c]); };
-  // Phase 1: every set, so that no member waits on one still setting.
+  auto id_key = [](const GroupSpec& row) { return absl::StrCat(row.key, "/id"); };
+  // One request per rank for every dimension: all of this rank's sets (ids
+  // of the rows it leads, its description for the others), then all of its
+  // reads. Every set lands before any read waits, so no member waits on one
+  // that is still setting.
+  std::vector<std::string> set_keys, set_values, wanted;
+  std::vector<size_t> first_value(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const GroupSpec& row = rows[i];
+    first_value[i] = wanted.size();
+    if (row.ranks.size() <= 1) {
+      if (row.group_rank == 0) {
+        absl::StatusOr<std::string> id = make_id();
+        if (!id.ok()) return id.status();
+        ids[i] = *id;
+      }
+      continue;
+    }
     if (row.group_rank == 0) {
       absl::StatusOr<std::string> id = make_id();
       if (!id.ok()) return id.status();
       ids[i] = *id;
-      if (row.ranks.size() > 1) {
-        if (absl::Status s = store.Set(absl::StrCat(row.key, "/id"), absl::StrCat(encoded, "\n", *id)); !s.ok()) {
-          return s;
-        }
-      }
+      set_keys.push_back(id_key(row));
+      set_values.push_back(absl::StrCat(encoded, "\n", *id));
+      for (int c = 1; c < static_cast<int>(row.ranks.size()); ++c) wanted.push_back(desc_key(row, c));
     } else {
-      if (absl::Status s = store.Set(desc_key(row, row.group_rank), encoded); !s.ok()) return s;
+      set_keys.push_back(desc_key(row, row.group_rank));
+      set_values.push_back(encoded);
+      wanted.push_back(id_key(row));
     }
   }
-  // Phase 2: every read.
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const GroupSpec& row = rows[i];
-    if (row.ranks.size() <= 1) continue;
-    if (row.group_rank == 0) {
-      std::vector<std::string> keys;
-      for (int c = 1; c < static_cast<int>(row.ranks.size()); ++c) keys.push_back(desc_key(row, c));
-      absl::StatusOr<std::vector<std::string>> peers = store.MultiGet(keys, timeout);
-      if (absl::IsDeadlineExceeded(peers.status())) {
+  if (set_keys.empty() && wanted.empty()) return ids;
+  absl::StatusOr<std::vector<std::string>> got = store.SetThenMultiGet(set_keys, set_values, wanted, timeout);
+  if (absl::IsDeadlineExceeded(got.status())) {
+    // Name who is missing, row by row.
+    for (const GroupSpec& row : rows) {
+      if (row.ranks.size() <= 1) continue;
+      if (row.group_rank == 0) {
+        std::vector<std::string> keys;
+        for (int c = 1; c < static_cast<int>(row.ranks.size()); ++c) keys.push_back(desc_key(row, c));
+        absl::StatusOr<bool> all = store.Check(keys);
+        if (all.ok() && *all) continue;
         return absl::DeadlineExceededError(absl::StrCat(
             "mesh dimension '", row.dim_name, "': ",
             MissingMembers(store, row, [&](int c) { return desc_key(row, c); }), " did not arrive within ",
             absl::FormatDuration(timeout)));
       }
-      if (!peers.ok()) return peers.status();
-      for (size_t k = 0; k < peers->size(); ++k) {
-        Description theirs = Description::Decode((*peers)[k]);
-        std::string diff = desc.Diff(theirs);
-        if (!diff.empty()) {
-          return absl::FailedPreconditionError(absl::StrCat("mesh mismatch in dimension '", row.dim_name,
-                                                            "' with rank ",
-                                                            theirs.rank >= 0 ? theirs.rank : row.ranks[k + 1], ": ",
-                                                            diff,
-                                                            " (this rank vs that rank)"));
-        }
+      absl::StatusOr<bool> present = store.Check({id_key(row)});
+      if (present.ok() && *present) continue;
+      return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", row.dim_name, "': rank ", row.ranks[0],
+                                                      " (coordinate 0, which creates the unique id) did not "
+                                                      "arrive within ",
+                                                      absl::FormatDuration(timeout)));
+    }
+    return got.status();
+  }
+  if (!got.ok()) return got.status();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GroupSpec& row = rows[i];
+    if (row.ranks.size() <= 1) continue;
+    if (row.group_rank == 0) {
+      for (size_t k = 0; k + 1 < row.ranks.size(); ++k) {
+        Description theirs = Description::Decode((*got)[first_value[i] + k]);
+        if (theirs.rank < 0) theirs.rank = row.ranks[k + 1];
+        if (std::string diff = theirs.Diff(desc); !diff.empty()) return MismatchError(theirs, desc, diff);
       }
     } else {
-      absl::StatusOr<std::string> blob = store.Get(absl::StrCat(row.key, "/id"), timeout);
-      if (absl::IsDeadlineExceeded(blob.status())) {
-        return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", row.dim_name, "': rank ", row.ranks[0],
-                                                        " (coordinate 0, which creates the unique id) did not "
-                                                        "arrive within ",
-                                                        absl::FormatDuration(timeout)));
-      }
-      if (!blob.ok()) return blob.status();
-      size_t nl = blob->find('\n');
-      Description theirs = Description::Decode(blob->substr(0, nl));
-      std::string diff = desc.Diff(theirs);
-      if (!diff.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat("mesh mismatch in dimension '", row.dim_name,
-                                                          "' with rank ", theirs.rank >= 0 ? theirs.rank : row.ranks[0],
-                                                          ": ", diff,
-                                                          " (this rank vs that rank)"));
-      }
-      ids[i] = blob->substr(nl + 1);
+      const std::string& blob = (*got)[first_value[i]];
+      size_t nl = blob.find('\n');
+      Description theirs = Description::Decode(blob.substr(0, nl));
+      if (theirs.rank < 0) theirs.rank = row.ranks[0];
+      if (std::string diff = desc.Diff(theirs); !diff.empty()) return MismatchError(desc, theirs, diff);
+      ids[i] = nl == std::string::npos ? std::string() : blob.substr(nl + 1);
     }
   }
   return ids;

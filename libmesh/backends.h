@@ -34,13 +34,23 @@ class Watchdog {
   std::thread thread_;
 };
 
+// What the members of a mesh (or of a flattened row) must agree on before
+// any communicator is created, and who they are.
+struct Agreement {
+  Description desc;          // This member's view.
+  std::string key;           // Store prefix of the check: "mesh/<id>", or the flattened row's key.
+  std::vector<int> members;  // Every member's global rank; members.front() gives the verdict.
+  // Names a member in messages: "rank 5 (coordinate (1, 1))".
+  std::function<std::string(int rank)> describe;
+};
+
 struct Backend {
   std::string name;  // "gloo" | "nccl"
-  // Creates the communicators of `rows` after checking that the members
-  // agree on `desc` (checked against rank `first` under `check_key`).
-  std::function<absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>>(
-      const std::vector<GroupSpec>&, const Description&, const std::string& check_key, int first)>
-      create_groups;
+  // Creates the communicators of `rows` (one per row this rank belongs to)
+  // once the members agree.
+  using CreateGroups = std::function<absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>>(
+      const std::vector<GroupSpec>& rows, const Agreement& agreement)>;
+  CreateGroups create_groups;
   // NCCL: polls async errors. Gloo: none.
   std::function<absl::Status(ProcessGroup*)> health_check;
   absl::Duration watchdog_interval = absl::Milliseconds(100);
@@ -61,10 +71,13 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
 // The NCCL unique-id exchange, without creating communicators (it needs no
 // GPU): per row, the coordinate-0 member calls `make_id` and publishes its
 // description and the id under "<row key>/id"; the others publish their
-// description under "<row key>/desc/<coordinate>" and read the id. All sets
-// come first, then all reads: one set and one read per member per row. The
-// leader checks every member's description, the others the leader's.
-// Rows of one member need no store traffic. Returns one id per row.
+// description under "<row key>/desc/r<rank>" and read the id. One
+// SetThenMultiGet per member covers every row: all of its sets, then all of
+// its reads (one request per member for all dimensions). The leader checks
+// every member's description, the others the leader's (mismatch:
+// FAILED_PRECONDITION naming both ranks and the field; a member missing at
+// `timeout`: DEADLINE_EXCEEDED naming it and the dimension). Rows of one
+// member need no store traffic. Returns one id per row.
 absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
                                                            const Description& desc, absl::Duration timeout,
                                                            const std::function<absl::StatusOr<std::string>()>& make_id);

@@ -46,23 +46,10 @@ std::string MissingMembers(Store& store, const GroupSpec& spec, const std::funct
   return missing.empty() ? std::string("a member") : absl::StrJoin(missing, ", ");
 }
 
-absl::Status CheckDescriptions(Store& store, const std::string& key, int first, const Description& mine,
-                               absl::Duration timeout) {
-  const std::string first_key = absl::StrCat(key, "/desc/r", first);
-  if (mine.rank == first) return store.Set(first_key, mine.Encode());
-  absl::StatusOr<std::string> theirs = store.Get(first_key, timeout);
-  if (absl::IsDeadlineExceeded(theirs.status())) {
-    return absl::DeadlineExceededError(absl::StrCat("rank ", first, " (the mesh's first rank) did not arrive within ",
-                                                    absl::FormatDuration(timeout)));
-  }
-  if (!theirs.ok()) return theirs.status();
-  std::string diff = mine.Diff(Description::Decode(*theirs));
-  if (!diff.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("mesh mismatch: rank ", mine.rank, " and rank ", first,
-                                                      " disagree on the ", diff, " (rank ", mine.rank, " vs rank ",
-                                                      first, ")"));
-  }
-  return absl::OkStatus();
+absl::Status MismatchError(const Description& mine, const Description& theirs, const std::string& diff) {
+  return absl::FailedPreconditionError(absl::StrCat("mesh mismatch: rank ", mine.rank, " and rank ", theirs.rank,
+                                                    " disagree on the ", diff, " (rank ", mine.rank, " vs rank ",
+                                                    theirs.rank, ")"));
 }
 
 }  // namespace meshrun::mesh::internal

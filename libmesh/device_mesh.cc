@@ -1,5 +1,6 @@
 #include "meshrun/device_mesh.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 
@@ -151,6 +152,14 @@ constexpr int kFlatBase = 1 << 20;
 
 absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layout, const World& world,
                                               const MeshOptions& options) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mesh timeout ", absl::FormatDuration(options.timeout), ": must be positive"));
+  }
+  if (options.gloo_loop_nice < 0 || options.gloo_loop_nice > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo_loop_nice ", options.gloo_loop_nice, ": allowed 0 (unchanged) to 19"));
+  }
   auto state = std::make_shared<MeshState>();
   state->device = device;
   state->world = world;
@@ -189,8 +198,13 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   }
   Description desc{DeviceTypeName(device), state->backend.name, Joined(layout.shape()),
                    absl::StrJoin(layout.dim_names(), ","), world.rank, RanksDigest(layout)};
-  absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups =
-      state->backend.create_groups(rows, desc, absl::StrCat("mesh/", state->mesh_id), layout.ranks().front());
+  internal::Agreement agreement{desc, absl::StrCat("mesh/", state->mesh_id), layout.ranks(),
+                                [layout](int r) {
+                                  std::optional<std::vector<int>> c = layout.CoordinateOf(r);
+                                  return c ? absl::StrCat("rank ", r, " (coordinate (", absl::StrJoin(*c, ", "), "))")
+                                           : absl::StrCat("rank ", r);
+                                }};
+  absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups = state->backend.create_groups(rows, agreement);
   if (!groups.ok()) {
     return absl::Status(groups.status().code(),
                         absl::StrCat("rank ", world.rank, ": init_device_mesh(", DeviceTypeName(device), ", ",
@@ -404,8 +418,13 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const
     GroupSpec spec = RowSpec(state_->mesh_id, merged, first, coord, absl::StrCat("flat/", name));
     Description desc{DeviceTypeName(state_->device), state_->backend.name, Joined(merged.shape()),
                      absl::StrJoin(merged.dim_names(), ","), state_->world.rank, RanksDigest(merged)};
+    internal::Agreement agreement{desc, spec.key, spec.ranks, [spec](int r) {
+                                    auto it = std::find(spec.ranks.begin(), spec.ranks.end(), r);
+                                    return absl::StrCat("rank ", r, " (coordinate ", it - spec.ranks.begin(),
+                                                        " along '", spec.dim_name, "')");
+                                  }};
     absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups =
-        state_->backend.create_groups({spec}, desc, spec.key, spec.ranks.front());
+        state_->backend.create_groups({spec}, agreement);
     if (!groups.ok()) return groups.status();
     FlatEntry entry{first, last, std::move((*groups)[0])};
     state_->backend.WatchGroup(entry.group.get());

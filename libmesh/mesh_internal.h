@@ -36,23 +36,15 @@ struct GroupSpec {
   int group_rank = 0;       // This member's coordinate along the dimension.
 };
 
-// The agreement check of a mesh (or a flattened row): the first member
-// (`first`, a global rank) publishes its description under
-// "<key>/desc/r<first>"; every other member reads it (one request each) and
-// compares. A member that disagrees fails at once with FAILED_PRECONDITION
-// naming both ranks and the field; when the first member never arrives,
-// DEADLINE_EXCEEDED names it. Keys are per writer rank, so a member with
-// another view of the mesh can never overwrite a peer's.
-absl::Status CheckDescriptions(Store& store, const std::string& key, int first, const Description& mine,
-                               absl::Duration timeout);
+// The error of a member whose description (`mine`) differs from another
+// member's (`theirs`, written by rank theirs.rank) in `diff`, the first
+// differing field (Description::Diff): FAILED_PRECONDITION, "mesh mismatch:
+// rank 3 and rank 0 disagree on the shape: (4,2) vs (2,4) (rank 3 vs rank 0)".
+absl::Status MismatchError(const Description& mine, const Description& theirs, const std::string& diff);
 
 // Names the members of `spec` whose key `key_of(group_rank)` is missing,
 // after a timed-out wait: "rank 5 (coordinate 1 along 'shard')".
 std::string MissingMembers(Store& store, const GroupSpec& spec,
                            const std::function<std::string(int)>& key_of);
-
-// Creates the communicators of `rows` (one per row this rank belongs to).
-using GroupFactory = std::function<absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>>(
-    const std::vector<GroupSpec>& rows)>;
 
 }  // namespace meshrun::mesh::internal

@@ -270,9 +270,10 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
   absl::Duration timeout = options.timeout;
   // The agreement check is part of the id exchange (2 requests per rank per
   // dimension in all): each row's leader checks its members, they check it.
-  b.create_groups = [store, timeout](const std::vector<GroupSpec>& rows, const Description& desc, const std::string&,
-                                     int) -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
-    absl::StatusOr<std::vector<std::string>> ids = ExchangeUniqueIds(*store, rows, desc, timeout, NewUniqueId);
+  b.create_groups = [store, timeout](const std::vector<GroupSpec>& rows, const Agreement& agreement)
+      -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
+    absl::StatusOr<std::vector<std::string>> ids =
+        ExchangeUniqueIds(*store, rows, agreement.desc, timeout, NewUniqueId);
     if (!ids.ok()) return ids.status();
     return InitComms(rows, *ids, timeout);
   };

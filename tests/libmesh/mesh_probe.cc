@@ -71,13 +71,15 @@ static int NcclIds(const World& world) {
   if (rank == 0) {
     std::map<std::string, int64_t> after = *counts();
     auto delta = [&](const char* m) { return after[m] - before[m]; };
-    int64_t requests = delta("KvSet") + delta("KvGet") + delta("KvMultiGet") + delta("KvWait") + delta("KvCheck");
+    int64_t requests = delta("KvSet") + delta("KvGet") + delta("KvMultiGet") + delta("KvWait") + delta("KvCheck") +
+                       delta("KvMultiSet") + delta("KvAdd") + delta("KvCompareSet") + delta("KvDelete");
     std::printf("ncclids: KvSet=%lld KvGet=%lld KvMultiGet=%lld requests_per_rank_per_dim=%.2f\n",
                 static_cast<long long>(delta("KvSet")), static_cast<long long>(delta("KvGet")),
                 static_cast<long long>(delta("KvMultiGet")), requests / 16.0);
-    // One id per row: the 2 + 4 rows' leaders each read their members once.
-    if (delta("KvMultiGet") != 6) return Fail(rank, "expected one id (one leader read) per row: 6 rows");
-    if (requests > 2 * 8 * 2) return Fail(rank, "more than 2 KV requests per rank per dimension");
+    // One request per rank for both dimensions (its sets, then its reads).
+    if (delta("KvMultiGet") != 8 || requests != 8) {
+      return Fail(rank, "expected one KV request (SetThenMultiGet) per rank for both dimensions");
+    }
   }
   // Each row compares its id across its members over its own Gloo row.
   for (int d = 0; d < 2; ++d) {

@@ -63,6 +63,13 @@ struct MeshOptions {
   // NCCL only: how often the watchdog polls ncclCommGetAsyncError; on an
   // error it aborts every communicator of the mesh.
   absl::Duration watchdog_interval = absl::Milliseconds(100);
+  // Gloo only: the nice value (0..19; 0 leaves it) given to the Gloo
+  // device's I/O thread. Debian's Gloo busy-polls on that thread while a
+  // peer's data waits for this rank's receive; with more ranks than cores
+  // (8 ranks on 2 cores: allreduce 2-4 ms instead of 0.3 ms) the spinning
+  // threads starve the ones that would post it. A nice thread still gets
+  // any idle core at once; only under full CPU load does it yield.
+  int gloo_loop_nice = 19;
 };
 
 struct MeshState;  // Shared by a mesh and the sub-meshes sliced from it.
