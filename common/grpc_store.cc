@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <map>
 
 #include "absl/synchronization/mutex.h"
@@ -31,8 +32,12 @@ int64_t ToMs(absl::Duration d) {
 
 class GrpcStore : public Store {
  public:
-  GrpcStore(GrpcStoreOptions options, std::shared_ptr<grpc::Channel> channel)
-      : options_(std::move(options)), stub_(pb::Rendezvous::NewStub(channel)) {}
+  GrpcStore(GrpcStoreOptions options, std::shared_ptr<grpc::Channel> channel, std::string target)
+      : options_(std::move(options)),
+        channel_(channel),
+        stub_(pb::Rendezvous::NewStub(channel)),
+        target_(std::move(target)),
+        connected_(options_.wait_for_connection) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override {
     pb::KvSetRequest req;
@@ -42,7 +47,7 @@ class GrpcStore : public Store {
     pb::KvSetResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    return FromGrpc(stub_->KvSet(&ctx, req, &resp), absl::StrCat("store set '", key, "'"));
+    return Result(stub_->KvSet(&ctx, req, &resp), absl::StrCat("store set '", key, "'"));
   }
 
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override {
@@ -53,7 +58,7 @@ class GrpcStore : public Store {
     pb::KvGetResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, timeout);
-    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvGet(&ctx, req, &resp), absl::StrCat("store get '", key, "'")));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvGet(&ctx, req, &resp), absl::StrCat("store get '", key, "'")));
     return std::move(*resp.mutable_value());
   }
 
@@ -65,7 +70,7 @@ class GrpcStore : public Store {
     pb::KvAddResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvAdd(&ctx, req, &resp), absl::StrCat("store add '", key, "'")));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvAdd(&ctx, req, &resp), absl::StrCat("store add '", key, "'")));
     return resp.value();
   }
 
@@ -79,7 +84,7 @@ class GrpcStore : public Store {
     pb::KvCompareSetResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvCompareSet(&ctx, req, &resp),
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvCompareSet(&ctx, req, &resp),
                                      absl::StrCat("store compare_set '", key, "'")));
     return std::move(*resp.mutable_value());
   }
@@ -92,7 +97,7 @@ class GrpcStore : public Store {
     pb::KvWaitResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, timeout);
-    return FromGrpc(stub_->KvWait(&ctx, req, &resp),
+    return Result(stub_->KvWait(&ctx, req, &resp),
                     absl::StrCat("store wait [", absl::StrJoin(keys, ", "), "]"));
   }
 
@@ -103,7 +108,7 @@ class GrpcStore : public Store {
     pb::KvCheckResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvCheck(&ctx, req, &resp), "store check"));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvCheck(&ctx, req, &resp), "store check"));
     return resp.all_present();
   }
 
@@ -114,7 +119,7 @@ class GrpcStore : public Store {
     pb::KvDeleteResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvDelete(&ctx, req, &resp), absl::StrCat("store delete '", key, "'")));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvDelete(&ctx, req, &resp), absl::StrCat("store delete '", key, "'")));
     return resp.deleted();
   }
 
@@ -127,7 +132,7 @@ class GrpcStore : public Store {
     pb::KvMultiGetResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, timeout);
-    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvMultiGet(&ctx, req, &resp), "store multi_get"));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvMultiGet(&ctx, req, &resp), "store multi_get"));
     return std::vector<std::string>(resp.values().begin(), resp.values().end());
   }
 
@@ -148,7 +153,7 @@ class GrpcStore : public Store {
     pb::KvMultiGetResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, timeout);
-    MESHRUN_RETURN_IF_ERROR(FromGrpc(stub_->KvMultiGet(&ctx, req, &resp), "store set_then_multi_get"));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvMultiGet(&ctx, req, &resp), "store set_then_multi_get"));
     return std::vector<std::string>(resp.values().begin(), resp.values().end());
   }
 
@@ -165,7 +170,7 @@ class GrpcStore : public Store {
     pb::KvMultiSetResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    return FromGrpc(stub_->KvMultiSet(&ctx, req, &resp), "store multi_set");
+    return Result(stub_->KvMultiSet(&ctx, req, &resp), "store multi_set");
   }
 
  private:
@@ -176,7 +181,10 @@ class GrpcStore : public Store {
     req.set_round(options_.round);
   }
 
+  // Until the connection has answered once (wait_for_connection = false),
+  // calls wait for it to come up within their own deadlines.
   void Deadline(grpc::ClientContext& ctx, absl::Duration wait) const {
+    if (!connected_.load(std::memory_order_relaxed)) ctx.set_wait_for_ready(true);
     absl::Duration total = options_.rpc_slack;
     if (wait != absl::InfiniteDuration()) {
       total += wait;
@@ -184,8 +192,24 @@ class GrpcStore : public Store {
     }
   }
 
+  absl::Status Result(const grpc::Status& s, absl::string_view what) {
+    if (!connected_.load(std::memory_order_relaxed)) {
+      const bool down = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (down && channel_->GetState(false) != GRPC_CHANNEL_READY) {
+        return absl::UnavailableError(absl::StrCat("rendezvous store at ", target_, " is unreachable (", what, ": ",
+                                                   s.error_message(), ")"));
+      }
+      connected_.store(true, std::memory_order_relaxed);
+    }
+    return FromGrpc(s, what);
+  }
+
   const GrpcStoreOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<pb::Rendezvous::Stub> stub_;
+  const std::string target_;
+  std::atomic<bool> connected_;
 };
 
 }  // namespace
@@ -212,12 +236,16 @@ std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target) {
 absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& options) {
   MESHRUN_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(options.endpoint, 29400));
   auto channel = SharedChannel(ep.ToString());
+  if (!options.wait_for_connection) {
+    channel->GetState(/*try_to_connect=*/true);
+    return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep.ToString()));
+  }
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "rendezvous store at ", ep.ToString(), " is unreachable (waited ",
         absl::FormatDuration(options.connect_timeout), ")"));
   }
-  return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel)));
+  return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep.ToString()));
 }
 
 absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv() {

@@ -19,14 +19,21 @@ struct GrpcStoreOptions {
   int64_t round = 0;
   // Sent with every request; must match the server's MESHRUN_TOKEN.
   std::string token;
-  // How long to wait for the connection to the server to become ready.
+  // How long ConnectGrpcStore waits for the connection to the server to
+  // become ready.
   absl::Duration connect_timeout = absl::Seconds(30);
+  // false: ConnectGrpcStore returns at once and the connection comes up in
+  // the background, overlapping whatever the caller does next; until it has
+  // answered once, every call waits for it (gRPC wait_for_ready) within the
+  // call's own deadline, and one that cannot reach the server by then fails
+  // with UNAVAILABLE naming the endpoint. connect_timeout is then unused.
+  bool wait_for_connection = true;
   // Extra deadline on top of a call's own wait, for the round trip.
   absl::Duration rpc_slack = absl::Seconds(10);
 };
 
-// Connects to the server (waiting up to options.connect_timeout) and returns
-// the store. UNAVAILABLE naming the endpoint when it cannot be reached;
+// Connects to the server (waiting up to options.connect_timeout, unless
+// options.wait_for_connection is false) and returns the store. UNAVAILABLE naming the endpoint when it cannot be reached;
 // INVALID_ARGUMENT for a malformed endpoint. The returned store is
 // thread-safe; every call is one RPC (MultiGet/MultiSet/Wait are one RPC for
 // all their keys).

@@ -179,6 +179,9 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   so.round = world.round;
   so.token = world.token;
   so.connect_timeout = options.timeout;
+  // The connection comes up while the backend sets up locally (Gloo's
+  // listening pairs); the first store request waits for it.
+  so.wait_for_connection = false;
   absl::StatusOr<std::shared_ptr<Store>> store = ConnectGrpcStore(so);
   if (!store.ok()) return store.status();
   state->store = *store;

@@ -142,3 +142,31 @@ TEST_CASE("set-then-multi-get publishes and reads in one request", "[store]") {
   auto late = a->SetThenMultiGet({}, {}, std::vector<std::string>{"never"}, absl::Milliseconds(200));
   CHECK(absl::IsDeadlineExceeded(late.status()));
 }
+
+TEST_CASE("a store that does not wait for the connection reaches the server on its first call", "[store]") {
+  auto server = StartServer();
+  GrpcStoreOptions o;
+  o.endpoint = server->endpoint();
+  o.run_id = "lazy";
+  o.wait_for_connection = false;
+  auto store = ConnectGrpcStore(o);
+  REQUIRE(store.ok());
+  CHECK((*store)->Set("k", "v").ok());
+  CHECK(*(*store)->Get("k", absl::Seconds(1)) == "v");
+}
+
+TEST_CASE("a store that does not wait for the connection fails UNAVAILABLE naming an unreachable server",
+          "[store]") {
+  GrpcStoreOptions o;
+  o.endpoint = "127.0.0.1:1";  // nothing listens on port 1
+  o.run_id = "lazy";
+  o.wait_for_connection = false;
+  o.rpc_slack = absl::Milliseconds(300);
+  auto store = ConnectGrpcStore(o);
+  REQUIRE(store.ok());  // returns at once
+  const absl::Time start = absl::Now();
+  auto v = (*store)->Get("k", absl::Milliseconds(200));
+  CHECK(absl::Now() - start < absl::Seconds(5));
+  CHECK(absl::IsUnavailable(v.status()));
+  CHECK(v.status().message().find("rendezvous store at 127.0.0.1:1 is unreachable") != absl::string_view::npos);
+}
