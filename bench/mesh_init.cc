@@ -11,7 +11,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/grpc_store.h"
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/clock.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "common/server_status.h"
 #include "meshrun/device_mesh.h"
 
@@ -36,22 +39,44 @@ int main(int argc, char** argv) {
   // Every rank meets at a store barrier before the clock starts, so that
   // the process start-up skew of 8 ranks on a busy machine is not counted
   // (bench/torch_mesh_init.py does the same for PyTorch): one Add each, one
-  // Set by the last to arrive, one Get each. Under --standalone the
-  // rendezvous server is this job's own, and nothing else in the round uses
-  // its store, so the mesh's requests are the server's KV counts at the end
-  // less those of the barrier.
-  meshrun::GrpcStoreOptions so;
-  so.endpoint = world->store_endpoint;
-  so.run_id = world->run_id;
-  so.round = world->round;
-  so.token = world->token;
-  auto store = meshrun::ConnectGrpcStore(so);
-  if (!store.ok()) return 1;
-  auto arrived = (*store)->Add("bench/arrived", 1);
-  if (!arrived.ok()) return 1;
-  const bool reporter = *arrived == world->world_size;
-  if (reporter && !(*store)->Set("bench/go", "1").ok()) return 1;
-  if (!(*store)->Get("bench/go", absl::Seconds(60)).ok()) return 1;
+  // Set by the last to arrive, one Get each. The barrier talks to the server
+  // over a connection of its own (a local subchannel pool), as PyTorch's
+  // barrier uses a TCPStore of its own: InitDeviceMesh then opens the
+  // process's store channel inside the timed part, as PyTorch's
+  // init_process_group connects its store inside it. Under --standalone the
+  // rendezvous server is this job's own and nothing else uses its store, so
+  // the mesh's requests are the server's KV counts at the end less those of
+  // the barrier.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(world->store_endpoint, grpc::InsecureChannelCredentials(), args);
+  auto stub = meshrun::v1::Rendezvous::NewStub(channel);
+  auto call = [&](auto method, auto& req, auto& resp, absl::Duration limit) {
+    req.mutable_run()->set_run_id(world->run_id);
+    req.mutable_run()->set_token(world->token);
+    req.set_round(world->round);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + limit));
+    return ((*stub).*method)(&ctx, req, &resp).ok();
+  };
+  meshrun::v1::KvAddRequest add;
+  meshrun::v1::KvAddResponse added;
+  add.set_key("bench/arrived");
+  add.set_delta(1);
+  if (!call(&meshrun::v1::Rendezvous::Stub::KvAdd, add, added, absl::Seconds(60))) return 1;
+  const bool reporter = added.value() == world->world_size;
+  if (reporter) {
+    meshrun::v1::KvSetRequest set;
+    meshrun::v1::KvSetResponse set_resp;
+    set.set_key("bench/go");
+    set.set_value("1");
+    if (!call(&meshrun::v1::Rendezvous::Stub::KvSet, set, set_resp, absl::Seconds(60))) return 1;
+  }
+  meshrun::v1::KvGetRequest get;
+  meshrun::v1::KvGetResponse got;
+  get.set_key("bench/go");
+  get.set_wait_ms(60000);
+  if (!call(&meshrun::v1::Rendezvous::Stub::KvGet, get, got, absl::Seconds(70))) return 1;
   const auto start = std::chrono::steady_clock::now();
   auto mesh = InitDeviceMesh("cpu", shape, {}, *world);
   if (!mesh.ok()) {
