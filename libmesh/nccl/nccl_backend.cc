@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -167,10 +168,11 @@ absl::StatusOr<int> SelectDevice(Store& store, const World& world, const MeshOpt
   // Only a mesh over the whole world knows every local rank takes part.
   if (whole_world && world.local_world_size > 1) {
     const std::string base = absl::StrCat("mesh/pci/node", world.node_rank, "/");
-    if (absl::Status s = store.Set(absl::StrCat(base, world.local_rank), bus); !s.ok()) return s;
     std::vector<std::string> keys;
     for (int lr = 0; lr < world.local_world_size; ++lr) keys.push_back(absl::StrCat(base, lr));
-    absl::StatusOr<std::vector<std::string>> buses = store.MultiGet(keys, options.timeout);
+    absl::StatusOr<std::vector<std::string>> buses = store.SetThenMultiGet(
+        std::vector<std::string>{absl::StrCat(base, world.local_rank)}, std::vector<std::string>{bus}, keys,
+        options.timeout);
     if (!buses.ok()) return buses.status();
     for (int lr = 0; lr < world.local_world_size; ++lr) {
       if (lr != world.local_rank && (*buses)[lr] == bus) {
@@ -258,6 +260,45 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> InitComms(const std::
   return out;
 }
 
+// MeshOptions::nccl_split: one world communicator over every member of the
+// mesh (one unique id, bounded by `timeout` like InitComms), then one
+// ncclCommSplit of it per dimension, colour = the row's first global rank,
+// key = the coordinate (what PyTorch's DeviceMesh does with split_group).
+// Every member splits the dimensions in the same order, as NCCL requires;
+// the world communicator is destroyed once the rows exist.
+absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> SplitComms(Store& store,
+                                                                      const std::vector<GroupSpec>& rows,
+                                                                      const Agreement& agreement,
+                                                                      absl::Duration timeout) {
+  GroupSpec world;
+  world.key = absl::StrCat(agreement.key, "/world");
+  world.name = world.key;
+  world.dim_name = "(world of the mesh)";
+  world.ranks = agreement.members;
+  world.group_rank = static_cast<int>(
+      std::find(world.ranks.begin(), world.ranks.end(), agreement.desc.rank) - world.ranks.begin());
+  absl::StatusOr<std::vector<std::string>> ids = ExchangeUniqueIds(store, {world}, agreement.desc, timeout,
+                                                                   NewUniqueId);
+  if (!ids.ok()) return ids.status();
+  absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> parent = InitComms({world}, *ids, timeout);
+  if (!parent.ok()) return parent.status();
+  ncclComm_t world_comm = static_cast<ncclComm_t>((*parent)[0]->native_handle());
+  std::vector<std::unique_ptr<ProcessGroup>> out;
+  for (const GroupSpec& row : rows) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    config.commName = row.name.c_str();
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = ncclCommSplit(world_comm, row.ranks.front(), row.group_rank, &comm, &config);
+    if (r != ncclSuccess) {
+      if (comm != nullptr) ncclCommAbort(comm);
+      return NcclError(r, "ncclCommSplit", row.name);
+    }
+    out.push_back(std::make_unique<NcclGroup>(row, comm));
+  }
+  return out;  // `parent` (the world communicator) is destroyed here
+}
+
 }  // namespace
 
 absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options,
@@ -270,8 +311,11 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
   absl::Duration timeout = options.timeout;
   // The agreement check is part of the id exchange (2 requests per rank per
   // dimension in all): each row's leader checks its members, they check it.
-  b.create_groups = [store, timeout](const std::vector<GroupSpec>& rows, const Agreement& agreement)
+  const bool split = options.nccl_split;
+  b.create_groups = [store, timeout, split](const std::vector<GroupSpec>& rows, const Agreement& agreement)
       -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
+    // A flattened dimension (one row) gets its own id either way.
+    if (split && rows.size() > 1) return SplitComms(*store, rows, agreement, timeout);
     absl::StatusOr<std::vector<std::string>> ids =
         ExchangeUniqueIds(*store, rows, agreement.desc, timeout, NewUniqueId);
     if (!ids.ok()) return ids.status();

@@ -65,6 +65,31 @@ TEST_CASE("a (1, 1, 1) NCCL mesh: one communicator per dimension, collectives on
   CHECK(absl::IsAborted((*groups)[0]->Barrier()));
 }
 
+TEST_CASE("nccl_split: communicators split from one world communicator", "[gpu]") {
+  Fixture f;
+  MeshOptions o;
+  o.nccl_split = true;
+  auto mesh = InitDeviceMesh("cuda", {1, 1, 1}, {"replicate", "shard", "tp"}, f.world, o);
+  REQUIRE(mesh.ok());
+  auto groups = mesh->GetAllGroups();
+  REQUIRE(groups.ok());
+  REQUIRE(groups->size() == 3);
+  int* d = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(int)) == cudaSuccess);
+  int h = 5;
+  cudaMemcpy(d, &h, sizeof(int), cudaMemcpyHostToDevice);
+  for (ProcessGroup* g : *groups) {
+    int count = 0;
+    CHECK(ncclCommCount(static_cast<ncclComm_t>(g->native_handle()), &count) == ncclSuccess);
+    CHECK(count == 1);
+    CHECK(g->AllReduce(d, 1, DataType::kInt32, ReduceOp::kMax).ok());
+  }
+  cudaDeviceSynchronize();
+  cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
+  CHECK(h == 5);
+  cudaFree(d);
+}
+
 TEST_CASE("cuda meshes are validated before any NCCL call", "[gpu]") {
   Fixture f;
   World w = f.world;

@@ -56,9 +56,11 @@ struct MeshOptions {
   // this process created; every member must create its meshes in the same
   // order (as with PyTorch's new_group), or name them.
   std::string mesh_id;
-  // NCCL only: build one world communicator and ncclCommSplit it per
-  // dimension (colour = row, key = coordinate) instead of one unique id per
-  // row.
+  // NCCL only: build one communicator over every member of the mesh (one
+  // unique id) and ncclCommSplit it per dimension (colour = the row's first
+  // global rank, key = the coordinate), as PyTorch's DeviceMesh does with
+  // split_group, instead of one unique id and one ncclCommInitRankConfig per
+  // row. A flattened dimension still gets its own id.
   bool nccl_split = false;
   // NCCL only: how often the watchdog polls ncclCommGetAsyncError; on an
   // error it aborts every communicator of the mesh.
