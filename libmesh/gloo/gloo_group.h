@@ -13,10 +13,12 @@ namespace meshrun::mesh::internal {
 
 // Returns the group creator of a Gloo mesh whose tcp device listens on
 // `address` (numeric, the address that reaches the store's server). Per
-// call, every member publishes the pair addresses of all its rows in one
-// store request, checks the mesh description against the first member's
-// (one more), reads its peers' addresses in one request and connects the
-// rows concurrently; `timeout` bounds each wait and each pair's connect.
+// call, every member publishes its description and the pair addresses of
+// all its rows and reads its row peers' addresses plus the first member's
+// verdict on the descriptions in one SetThenMultiGet (the first member reads
+// every description and writes the verdict: one more request), connects
+// the rows concurrently and passes a barrier per row; `timeout` bounds each
+// wait, each pair's connect and each barrier.
 // `loop_nice` is the nice value of the device's loop thread (see
 // MeshOptions::gloo_loop_nice).
 absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store> store, const std::string& address,

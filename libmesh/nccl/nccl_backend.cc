@@ -309,8 +309,8 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
   b.name = "nccl";
   b.watchdog_interval = options.watchdog_interval;
   absl::Duration timeout = options.timeout;
-  // The agreement check is part of the id exchange (2 requests per rank per
-  // dimension in all): each row's leader checks its members, they check it.
+  // The agreement check is part of the id exchange (one request per rank
+  // for every dimension): each row's leader checks its members, they check it.
   const bool split = options.nccl_split;
   b.create_groups = [store, timeout, split](const std::vector<GroupSpec>& rows, const Agreement& agreement)
       -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
