@@ -1,6 +1,9 @@
 #include "backends.h"
 
+#include <csignal>
 #include <cstdio>
+
+#include <signal.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/endpoint.h"
@@ -51,6 +54,12 @@ void Backend::WatchGroup(ProcessGroup* group) {
 }
 
 absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options) {
+  // Gloo writes to its sockets without MSG_NOSIGNAL: a peer closing while a
+  // write is in flight would kill this process with SIGPIPE instead of
+  // failing the call. Like the Python interpreter every PyTorch worker runs
+  // in, ignore SIGPIPE, unless the program installed a handler of its own.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   // Gloo's tcp device gets a numeric address: the one this host uses to
   // reach the rendezvous server (a hostname may resolve to 127.0.1.1).
   absl::StatusOr<Endpoint> ep = ParseEndpoint(world.store_endpoint, 29400);

@@ -121,7 +121,7 @@ std::atomic<int> g_mesh_counter{0};
 std::string Joined(const std::vector<int>& v) { return absl::StrJoin(v, ","); }
 
 // A short digest of the rank array (FNV-1a), so that members built over
-// different rank arrays disagree; "world" for the identity array.
+// different rank arrays disagree; "0..n-1" for the identity array.
 std::string RanksDigest(const MeshLayout& layout) {
   bool identity = true;
   uint64_t h = 1469598103934665603ULL;
@@ -129,7 +129,7 @@ std::string RanksDigest(const MeshLayout& layout) {
     identity = identity && layout.ranks()[i] == static_cast<int>(i);
     h = (h ^ static_cast<uint64_t>(layout.ranks()[i])) * 1099511628211ULL;
   }
-  return identity ? std::string("world") : absl::StrCat(absl::Hex(h));
+  return identity ? absl::StrCat("0..", layout.ranks().size() - 1) : absl::StrCat(absl::Hex(h));
 }
 
 GroupSpec RowSpec(const std::string& mesh_id, const MeshLayout& layout, int dim, const std::vector<int>& coord,
@@ -152,9 +152,11 @@ constexpr int kFlatBase = 1 << 20;
 
 absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layout, const World& world,
                                               const MeshOptions& options) {
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mesh timeout ", absl::FormatDuration(options.timeout), ": must be positive"));
+  // Gloo counts in whole milliseconds and adds the timeout to "now" (an
+  // infinite one overflowed into an immediate timeout).
+  if (options.timeout < absl::Milliseconds(1) || options.timeout > absl::Hours(24 * 7)) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh timeout ", absl::FormatDuration(options.timeout),
+                                                   ": allowed 1ms to 168h"));
   }
   if (options.gloo_loop_nice < 0 || options.gloo_loop_nice > 19) {
     return absl::InvalidArgumentError(
@@ -179,6 +181,9 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   so.round = world.round;
   so.token = world.token;
   so.connect_timeout = options.timeout;
+  // A store request may take its own wait plus this much: at most the mesh
+  // timeout again, so an unreachable store fails within twice the timeout.
+  so.rpc_slack = std::min(so.rpc_slack, options.timeout);
   // The connection comes up while the backend sets up locally (Gloo's
   // listening pairs); the first store request waits for it.
   so.wait_for_connection = false;

@@ -20,7 +20,6 @@
 #include "gloo/broadcast.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
-#include "gloo/reduce_scatter.h"
 #include "gloo/context.h"
 #include "gloo/transport/tcp/device.h"
 
@@ -46,15 +45,6 @@ ReduceFn FnFor(DataType t, ReduceOp op) {
     case DataType::kInt64: return Fn<int64_t>(op);
   }
   return nullptr;
-}
-
-template <typename T>
-const gloo::ReductionFunction<T>* Legacy(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMax: return gloo::ReductionFunction<T>::max;
-    case ReduceOp::kMin: return gloo::ReductionFunction<T>::min;
-    default: return gloo::ReductionFunction<T>::sum;
-  }
 }
 
 // Turns the epoll loop of a Gloo tcp device while armed, and lowers the
@@ -195,6 +185,7 @@ class GlooGroup : public ProcessGroup {
   absl::Status AllGather(const void* send, void* recv, size_t count, DataType type, void*) override {
     return Guard("allgather", [&] {
       size_t bytes = count * SizeOf(type);
+      if (bytes == 0) return;
       if (size() == 1) {
         std::memmove(recv, send, bytes);
         return;
@@ -253,20 +244,25 @@ class GlooGroup : public ProcessGroup {
     }
   }
 
-  // Debian's Gloo offers reduce-scatter only as the legacy halving-doubling
-  // algorithm, which works in place on the whole buffer.
+  // Reduce-scatter as an allreduce of the whole input, keeping this
+  // member's block (what PyTorch's Gloo backend does for
+  // reduce_scatter_tensor). Debian's Gloo has reduce-scatter only as the
+  // legacy halving-doubling algorithm, which gave wrong blocks on groups of
+  // 3 and 6 (its sends are never awaited, and their buffer goes away with
+  // the algorithm), so it is not used. Costs twice the bytes of a true
+  // reduce-scatter.
   template <typename T>
   void RunReduceScatter(const void* send, void* recv, size_t count, ReduceOp op) {
     const size_t total = count * size();
     std::vector<T> work(static_cast<const T*>(send), static_cast<const T*>(send) + total);
-    if (size() > 1) {
-      std::vector<int> recv_elems(size(), static_cast<int>(count));
-      gloo::ReduceScatterHalvingDoubling<T> algo(context_, std::vector<T*>{work.data()}, static_cast<int>(total),
-                                                 recv_elems, Legacy<T>(op));
-      algo.run();
+    if (size() > 1 && count > 0) {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(work.data(), total);
+      opts.setReduceFunction(FnFor(DataTypeOf<T>(), op));
+      opts.setTimeout(timeout_);
+      gloo::allreduce(opts);
     }
-    // The algorithm leaves this member's reduced block at the start of the buffer.
-    std::memcpy(recv, work.data(), count * sizeof(T));
+    std::memcpy(recv, work.data() + count * rank(), count * sizeof(T));
   }
 
   template <typename F>
@@ -333,7 +329,7 @@ absl::Status ConnectPairs(const PendingRow& row, const std::vector<absl::string_
       row.transport->getPair(c)->connect(address);
     } catch (const std::exception& e) {
       std::string msg = e.what();
-      if (msg.find("imed out") != std::string::npos) {
+      if (msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos) {
         return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", spec.dim_name, "': connecting to rank ",
                                                         spec.ranks[c], " timed out: ", msg));
       }
@@ -373,10 +369,12 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
   // description ("<key>/desc/r<rank>") in one request. The first member
   // reads every description and writes the verdict ("<key>/verdict": "ok",
   // or the mismatch or the absent members, named); every other member reads
-  // the verdict and its row peers' addresses in one request. So every member
-  // fails, with the same message, when one disagrees or never arrives. Keys
-  // depend on global ranks only, so members with another view of the layout
-  // still meet. Requests: 1 per member (SetThenMultiGet), 2 for the first.
+  // the verdict and its row peers' addresses in one request. A member whose
+  // wait runs out proposes a "timeout" verdict; the first proposal to land
+  // (CompareSet) is the verdict. So every member fails, with the same
+  // message, when one disagrees or never arrives. Keys depend on global ranks
+  // only, so members with another view of the layout still meet. Requests: 1
+  // per member (SetThenMultiGet), 2 for the first (+ the CompareSet).
   return Backend::CreateGroups([store, dev, timeout](const std::vector<GroupSpec>& rows, const Agreement& agreement)
                                    -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
     const Description& desc = agreement.desc;
@@ -397,7 +395,8 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
         PendingRow& row = pending[i];
         row.spec = &spec;
         row.transport = dev->device->createContext(spec.group_rank, n);
-        row.transport->setTimeout(absl::ToChronoMilliseconds(timeout));
+        // Gloo waits 5x the pairs' timeout for a connect: a fifth of ours.
+        row.transport->setTimeout(std::max(std::chrono::milliseconds(1), absl::ToChronoMilliseconds(timeout / 5)));
         for (int c = 0; c < n; ++c) {
           if (c == spec.group_rank) continue;
           std::vector<char> bytes = row.transport->createPair(c)->address().bytes();
@@ -438,39 +437,53 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
     }
     const size_t blobs_at = wanted.size();
     for (int r : peers) wanted.push_back(blob_key(r));
+    // After a wait ran out: names who is missing (the first member from
+    // every description, the others from their row peers and the first
+    // member) and proposes that as the verdict; returns the verdict.
+    auto ProposeTimeout = [&]() -> absl::StatusOr<std::string> {
+      std::vector<int> expected = others;
+      if (me != first) {
+        expected = peers;
+        if (std::find(expected.begin(), expected.end(), first) == expected.end()) expected.insert(expected.begin(), first);
+      }
+      std::vector<std::string> late;
+      for (int r : expected) {
+        absl::StatusOr<bool> present = store->Check({me == first ? desc_key(r) : blob_key(r)});
+        if (present.ok() && !*present) late.push_back(agreement.describe(r));
+      }
+      const std::string msg =
+          late.empty() ? absl::StrCat("rank ", first, " (the mesh's first rank) did not confirm within ",
+                                      absl::FormatDuration(timeout), " that every member agrees")
+                       : absl::StrCat(absl::StrJoin(late, ", "), " did not arrive within ",
+                                      absl::FormatDuration(timeout));
+      return store->CompareSet(verdict_key, "", absl::StrCat("timeout\n", msg));
+    };
     absl::StatusOr<std::vector<std::string>> got =
         alone ? std::vector<std::string>() : store->SetThenMultiGet(keys, values, wanted, timeout);
+    // The verdict is decided once, by whoever sets it first (a CompareSet on
+    // the absent key): the first member's "ok" or "mismatch", or the
+    // "timeout" of whichever member's wait ran out first. Every member acts
+    // on that one verdict, so all go on or all fail with the same message.
     if (absl::IsDeadlineExceeded(got.status())) {
-      if (me == first) {
-        std::vector<std::string> late;
-        for (int r : others) {
-          absl::StatusOr<bool> present = store->Check({desc_key(r)});
-          if (present.ok() && !*present) late.push_back(agreement.describe(r));
-        }
-        std::string msg = absl::StrCat(late.empty() ? std::string("a member") : absl::StrJoin(late, ", "),
-                                       " did not arrive within ", absl::FormatDuration(timeout));
-        (void)store->Set(verdict_key, absl::StrCat("timeout\n", msg));
-        return absl::DeadlineExceededError(msg);
-      }
-      // The first member times out at about the same moment and names the
-      // absent members in its verdict: wait a little for it.
-      absl::StatusOr<std::string> verdict = store->Get(verdict_key, std::min(timeout, absl::Milliseconds(500)));
-      if (verdict.ok()) return VerdictError(*verdict);
-      std::vector<std::string> late;
-      for (const GroupSpec& spec : rows) {
-        if (spec.ranks.size() < 2) continue;
-        std::string missing = MissingMembers(*store, spec, [&](int c) { return blob_key(spec.ranks[c]); });
-        if (missing != "a member") late.push_back(absl::StrCat(missing, " in mesh dimension '", spec.dim_name, "'"));
-      }
-      if (late.empty()) {
-        late.push_back(absl::StrCat("rank ", first, " (the mesh's first rank, which checks that every member "
-                                    "agrees)"));
-      }
-      return absl::DeadlineExceededError(
-          absl::StrCat(absl::StrJoin(late, "; "), " did not arrive within ", absl::FormatDuration(timeout)));
-    }
-    if (!got.ok()) return got.status();
-    if (me == first) {
+      // The first member, which sees every description, times out at about
+      // the same moment and names every absent member: a member that is not
+      // the first waits a little for that verdict before proposing its own.
+      absl::StatusOr<std::string> verdict =
+          me == first ? absl::NotFoundError("") : store->Get(verdict_key, std::min(timeout, absl::Milliseconds(500)));
+      if (!verdict.ok()) verdict = ProposeTimeout();
+      if (!verdict.ok()) return verdict.status();
+      if (*verdict != "ok") return VerdictError(*verdict);
+      // The first member confirmed just before: every member has published,
+      // so the peers' addresses are there.
+      std::vector<std::string> peer_keys;
+      for (int r : peers) peer_keys.push_back(blob_key(r));
+      absl::StatusOr<std::vector<std::string>> blobs_now = store->MultiGet(peer_keys, timeout);
+      if (!blobs_now.ok()) return blobs_now.status();
+      got = std::vector<std::string>{"ok"};
+      for (std::string& b : *blobs_now) got->push_back(std::move(b));
+    } else if (!got.ok()) {
+      return got.status();
+    } else if (me == first && !alone) {
       std::string msg;
       int differ = 0;
       for (size_t k = 0; k < others.size(); ++k) {
@@ -483,13 +496,11 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
       if (differ > 1) {
         absl::StrAppend(&msg, "; ", differ, " of ", agreement.members.size(), " members differ from rank ", first);
       }
-      if (absl::Status s = alone ? absl::OkStatus()
-                                 : store->Set(verdict_key, differ ? absl::StrCat("mismatch\n", msg) : "ok");
-          !s.ok()) {
-        return s;
-      }
-      if (differ) return absl::FailedPreconditionError(msg);
-    } else if ((*got)[0] != "ok") {
+      absl::StatusOr<std::string> verdict =
+          store->CompareSet(verdict_key, "", differ ? absl::StrCat("mismatch\n", msg) : "ok");
+      if (!verdict.ok()) return verdict.status();
+      if (*verdict != "ok") return VerdictError(*verdict);
+    } else if (me != first && (*got)[0] != "ok") {
       return VerdictError((*got)[0]);
     }
 

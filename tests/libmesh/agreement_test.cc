@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/server_status.h"
 #include "meshrun/device_mesh.h"
 #include "rendezvous/server.h"
@@ -79,8 +81,8 @@ TEST_CASE("members that agree: one store request each, two for the first; collec
   }
   auto counts = QueryRequestCounts(server->endpoint(), "");
   REQUIRE(counts.ok());
-  CHECK((*counts)["KvMultiGet"] == 8);  // everyone's SetThenMultiGet
-  CHECK((*counts)["KvSet"] == 1);       // the first member's verdict
+  CHECK((*counts)["KvMultiGet"] == 8);    // everyone's SetThenMultiGet
+  CHECK((*counts)["KvCompareSet"] == 1);  // the first member's verdict
   CHECK(KvRequests(*counts) == 9);
 }
 
@@ -149,5 +151,84 @@ TEST_CASE("a bad gloo_loop_nice or timeout is refused before any store traffic",
   o.timeout = absl::ZeroDuration();
   mesh = InitDeviceMesh("cpu", {8}, {}, WorldOf(*server, "nice", 0), o);
   CHECK(absl::IsInvalidArgument(mesh.status()));
-  CHECK(mesh.status().message() == "mesh timeout 0: must be positive");
+  CHECK(mesh.status().message() == "mesh timeout 0: allowed 1ms to 168h");
+  o.timeout = absl::InfiniteDuration();
+  mesh = InitDeviceMesh("cpu", {8}, {}, WorldOf(*server, "nice", 0), o);
+  CHECK(mesh.status().message() == "mesh timeout inf: allowed 1ms to 168h");
+}
+
+TEST_CASE("a first member that arrives after the others gave up fails with their verdict, like everyone", "[mesh]") {
+  auto server = StartServer();
+  MeshOptions o;
+  o.mesh_id = "late-first";
+  o.timeout = absl::Seconds(1);
+  const absl::Time start = absl::Now();
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    if (rank == 0) absl::SleepFor(absl::Milliseconds(2500));  // past the timeout and the 0.5 s grace
+    return InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "late-first", rank), o).status();
+  });
+  CHECK(absl::Now() - start < absl::Seconds(6));
+  const std::string first_message(statuses[1].message().substr(statuses[1].message().find(": ") + 2));
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(absl::IsDeadlineExceeded(s));
+    CHECK(s.message().find("rank 0 (coordinate (0, 0)) did not arrive within 1s") != absl::string_view::npos);
+    // One verdict: the same message on every member (after its "rank R: ..." prefix).
+    CHECK(s.message().substr(s.message().find(": ") + 2) == first_message);
+  }
+}
+
+TEST_CASE("reduce-scatter gives every member its block on groups of 3 and 6, over and over", "[mesh]") {
+  auto server = StartServer();
+  for (std::vector<int> shape : {std::vector<int>{3}, std::vector<int>{6}, std::vector<int>{2, 3}}) {
+    int n = 1;
+    for (int d : shape) n *= d;
+    std::vector<int> ranks;
+    for (int r = 0; r < n; ++r) ranks.push_back(r);
+    MeshOptions o;
+    o.mesh_id = absl::StrCat("rs", n, "-", shape.size());
+    o.timeout = absl::Seconds(30);
+    auto statuses = OnThreads(ranks, [&](int rank) -> absl::Status {
+      World w = WorldOf(*server, "rs", rank);
+      w.world_size = n;
+      auto mesh = InitDeviceMesh("cpu", shape, {}, w, o);
+      if (!mesh.ok()) return mesh.status();
+      ProcessGroup* g = *mesh->GetGroup(mesh->ndim() - 1);
+      const int m = g->size();
+      for (size_t count : {1, 3, 1000}) {
+        for (int round = 0; round < 3; ++round) {
+          // Member i contributes (i + 1) * (block index + 1) to every element of each block.
+          std::vector<double> in(count * m), out(count, -1);
+          for (int b = 0; b < m; ++b) {
+            for (size_t k = 0; k < count; ++k) in[b * count + k] = (g->rank() + 1.0) * (b + 1);
+          }
+          if (absl::Status s = g->ReduceScatter(in.data(), out.data(), count, DataType::kFloat64, ReduceOp::kSum);
+              !s.ok()) {
+            return s;
+          }
+          const double want = m * (m + 1) / 2.0 * (g->rank() + 1);
+          for (double v : out) {
+            if (v != want) return absl::InternalError(absl::StrCat("sum block: got ", v, " want ", want));
+          }
+          std::vector<int64_t> in64(count * m), out64(count, -1);
+          for (int b = 0; b < m; ++b) {
+            for (size_t k = 0; k < count; ++k) in64[b * count + k] = g->rank() * 10 + b;
+          }
+          if (absl::Status s = g->ReduceScatter(in64.data(), out64.data(), count, DataType::kInt64, ReduceOp::kMax);
+              !s.ok()) {
+            return s;
+          }
+          for (int64_t v : out64) {
+            if (v != (m - 1) * 10 + g->rank()) return absl::InternalError(absl::StrCat("max block: got ", v));
+          }
+        }
+      }
+      std::vector<float> none;
+      return g->AllGather(none.data(), none.data(), 0, DataType::kFloat32);  // count 0: a no-op
+    });
+    for (const auto& [rank, s] : statuses) {
+      INFO("shape size " << n << " rank " << rank << ": " << s.ToString());
+      CHECK(s.ok());
+    }
+  }
 }

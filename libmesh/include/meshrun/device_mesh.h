@@ -48,9 +48,11 @@ struct World {
 absl::StatusOr<World> WorldFromEnv();
 
 struct MeshOptions {
-  // Bounds every wait of mesh creation (store reads, peers' arrival, NCCL
-  // init) and every Gloo collective. A member that never arrives fails the
-  // others after this long, naming it and the dimension.
+  // Bounds every wait of mesh creation (store reads, peers' arrival, each
+  // Gloo pair's connect, NCCL init) and every Gloo collective. A member that
+  // never arrives fails the others after this long, naming it. Allowed 1 ms
+  // to 168 h (INVALID_ARGUMENT otherwise). A store request may add up to the
+  // same again for its round trip.
   absl::Duration timeout = absl::Minutes(5);
   // Store key namespace of this mesh. Empty: "m<k>", k counting the meshes
   // this process created; every member must create its meshes in the same
