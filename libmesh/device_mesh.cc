@@ -387,6 +387,9 @@ absl::StatusOr<std::vector<ProcessGroup*>> DeviceMesh::GetAllGroups() const {
 
 absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const {
   if (!is_member()) return NotMember(rank());
+  // Already flat, as PyTorch: a 1-D mesh flattened under its own name (or
+  // none), a flattened one included.
+  if (ndim() == 1 && (name_in.empty() || name_in == dim_names()[0])) return *this;
   for (int ref : dims_) {
     if (ref >= kFlatBase) return absl::InvalidArgumentError("cannot flatten a mesh that has a flattened dimension");
   }
@@ -397,7 +400,6 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const
     }
   }
   const std::string name = name_in.empty() ? absl::StrJoin(dim_names(), "_") : name_in;
-  if (ndim() == 1 && name == dim_names()[0]) return *this;  // Already flat, as PyTorch.
   const int first = dims_.front();
   const int last = dims_.back();
   const MeshLayout& root = state_->root;

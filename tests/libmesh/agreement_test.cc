@@ -232,3 +232,28 @@ TEST_CASE("reduce-scatter gives every member its block on groups of 3 and 6, ove
     }
   }
 }
+
+TEST_CASE("flattening a flattened mesh under its own name returns it unchanged", "[mesh]") {
+  auto server = StartServer();
+  MeshOptions o;
+  o.mesh_id = "flat";
+  o.timeout = absl::Seconds(30);
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "flat", rank), o);
+    if (!mesh.ok()) return mesh.status();
+    auto flat = mesh->Flatten("all");
+    if (!flat.ok()) return flat.status();
+    for (const std::string& name : {std::string(), std::string("all")}) {
+      auto again = flat->Flatten(name);
+      if (!again.ok()) return again.status();
+      if (*again->GetGroup(0) != *flat->GetGroup(0)) return absl::InternalError("another group");
+    }
+    float v = 1;
+    if (absl::Status s = (*flat->GetGroup(0))->AllReduce(&v, 1); !s.ok()) return s;
+    return v == 8 ? absl::OkStatus() : absl::InternalError(absl::StrCat("sum ", v));
+  });
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(s.ok());
+  }
+}
