@@ -125,15 +125,7 @@ class GrpcStore : public Store {
 
   absl::StatusOr<std::vector<std::string>> MultiGet(absl::Span<const std::string> keys,
                                                     absl::Duration timeout) override {
-    pb::KvMultiGetRequest req;
-    Fill(req);
-    for (const auto& k : keys) req.add_keys(k);
-    req.set_wait_ms(ToMs(timeout));
-    pb::KvMultiGetResponse resp;
-    grpc::ClientContext ctx;
-    Deadline(ctx, timeout);
-    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvMultiGet(&ctx, req, &resp), "store multi_get"));
-    return std::vector<std::string>(resp.values().begin(), resp.values().end());
+    return SetThenGet({}, {}, keys, timeout, "store multi_get");
   }
 
   absl::StatusOr<std::vector<std::string>> SetThenMultiGet(absl::Span<const std::string> set_keys,
@@ -144,17 +136,7 @@ class GrpcStore : public Store {
       return absl::InvalidArgumentError(absl::StrCat("store set_then_multi_get: ", set_keys.size(),
                                                      " keys but ", set_values.size(), " values"));
     }
-    pb::KvMultiGetRequest req;
-    Fill(req);
-    for (const auto& k : keys) req.add_keys(k);
-    for (const auto& k : set_keys) req.add_set_keys(k);
-    for (const auto& v : set_values) req.add_set_values(v);
-    req.set_wait_ms(ToMs(timeout));
-    pb::KvMultiGetResponse resp;
-    grpc::ClientContext ctx;
-    Deadline(ctx, timeout);
-    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvMultiGet(&ctx, req, &resp), "store set_then_multi_get"));
-    return std::vector<std::string>(resp.values().begin(), resp.values().end());
+    return SetThenGet(set_keys, set_values, keys, timeout, "store set_then_multi_get");
   }
 
   absl::Status MultiSet(absl::Span<const std::string> keys,
@@ -174,6 +156,24 @@ class GrpcStore : public Store {
   }
 
  private:
+  // One KvMultiGet: the sets (if any), then the wait for `keys`.
+  absl::StatusOr<std::vector<std::string>> SetThenGet(absl::Span<const std::string> set_keys,
+                                                      absl::Span<const std::string> set_values,
+                                                      absl::Span<const std::string> keys, absl::Duration timeout,
+                                                      absl::string_view what) {
+    pb::KvMultiGetRequest req;
+    Fill(req);
+    for (const auto& k : keys) req.add_keys(k);
+    for (const auto& k : set_keys) req.add_set_keys(k);
+    for (const auto& v : set_values) req.add_set_values(v);
+    req.set_wait_ms(ToMs(timeout));
+    pb::KvMultiGetResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, timeout);
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvMultiGet(&ctx, req, &resp), what));
+    return std::vector<std::string>(resp.values().begin(), resp.values().end());
+  }
+
   template <typename Req>
   void Fill(Req& req) const {
     req.mutable_run()->set_run_id(options_.run_id);

@@ -50,6 +50,20 @@ World WorldOf(const rendezvous::RendezvousServer& server, const std::string& run
   return w;
 }
 
+// Builds a (2, 4) mesh named (replicate, shard) on ranks 0..7 of `run`,
+// one thread each, and runs `body` on each rank's mesh.
+std::map<int, absl::Status> OnEightRanks(const rendezvous::RendezvousServer& server, const std::string& run,
+                                         const std::function<absl::Status(DeviceMesh&)>& body) {
+  MeshOptions o;
+  o.mesh_id = run;
+  o.timeout = absl::Seconds(30);
+  return OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(server, run, rank), o);
+    if (!mesh.ok()) return mesh.status();
+    return body(*mesh);
+  });
+}
+
 int64_t KvRequests(const std::map<std::string, int64_t>& counts) {
   int64_t n = 0;
   for (const auto& [method, count] : counts) {
@@ -62,16 +76,11 @@ int64_t KvRequests(const std::map<std::string, int64_t>& counts) {
 
 TEST_CASE("members that agree: one store request each, two for the first; collectives work", "[mesh]") {
   auto server = StartServer();
-  MeshOptions o;
-  o.mesh_id = "agree";
-  o.timeout = absl::Seconds(30);
-  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "agree", rank), o);
-    if (!mesh.ok()) return mesh.status();
+  auto statuses = OnEightRanks(*server, "agree", [](DeviceMesh& mesh) -> absl::Status {
     for (int d = 0; d < 2; ++d) {
       float v = 1;
-      if (absl::Status s = (*mesh->GetGroup(d))->AllReduce(&v, 1); !s.ok()) return s;
-      if (v != mesh->size(d)) return absl::InternalError("wrong sum");
+      if (absl::Status s = (*mesh.GetGroup(d))->AllReduce(&v, 1); !s.ok()) return s;
+      if (v != mesh.size(d)) return absl::InternalError("wrong sum");
     }
     return absl::OkStatus();
   });
@@ -235,13 +244,8 @@ TEST_CASE("reduce-scatter gives every member its block on groups of 3 and 6, ove
 
 TEST_CASE("flattening a flattened mesh under its own name returns it unchanged", "[mesh]") {
   auto server = StartServer();
-  MeshOptions o;
-  o.mesh_id = "flat";
-  o.timeout = absl::Seconds(30);
-  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "flat", rank), o);
-    if (!mesh.ok()) return mesh.status();
-    auto flat = mesh->Flatten("all");
+  auto statuses = OnEightRanks(*server, "flat", [](DeviceMesh& mesh) -> absl::Status {
+    auto flat = mesh.Flatten("all");
     if (!flat.ok()) return flat.status();
     for (const std::string& name : {std::string(), std::string("all")}) {
       auto again = flat->Flatten(name);
