@@ -1,19 +1,14 @@
 #include "gloo/gloo_group.h"
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <thread>
 
-#include <sys/epoll.h>
-#include <sys/resource.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
@@ -21,6 +16,7 @@
 #include "gloo/common/error.h"
 #include "gloo/math.h"
 #include "gloo/context.h"
+#include "gloo/loop_ticker.h"
 #include "gloo/transport/tcp/device.h"
 
 namespace meshrun::mesh::internal {
@@ -46,111 +42,6 @@ ReduceFn FnFor(DataType t, ReduceOp op) {
   }
   return nullptr;
 }
-
-// Turns the epoll loop of a Gloo tcp device while armed, and lowers the
-// loop thread's priority.
-//
-// Debian's Gloo (2022) polls its loop with a fixed 10 ms timeout, and
-// unregisterDescriptor() blocks until the loop's next turn. Every pair that
-// connects (it closes its listening socket first), every pair's close and
-// the device's destruction go through that wait, so connecting a row of n
-// ranks took up to (n - 1) x 10 ms; collectives also waited for turns (an
-// allreduce over 4 of 8 ranks took 4.0 ms at the median, 0.3 ms with
-// turns). The ticker is a timerfd registered on the device's loop through
-// Gloo's public Device::registerDescriptor: while armed it expires every
-// kTickIntervalNs, so each of those waits ends within one interval.
-// Disarmed, it costs nothing. (Newer Gloo wakes its loop itself.)
-//
-// The same loop spins (epoll_wait returning at once, all system time) while
-// a peer's data waits for this rank to post its receive. With more ranks
-// than cores, the spinning loop threads took the CPU from the threads that
-// would post those receives. On its first turn the ticker sets the loop
-// thread's nice value to `loop_nice` (MeshOptions::gloo_loop_nice), so a
-// spinning loop yields to them; with spare cores it changes nothing.
-class LoopTicker : public gloo::transport::tcp::Handler {
- public:
-  static constexpr long kTickIntervalNs = 200'000;  // 0.2 ms
-
-  explicit LoopTicker(int loop_nice)
-      : fd_(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)), loop_nice_(loop_nice) {}
-  ~LoopTicker() override {
-    if (fd_ >= 0) close(fd_);
-  }
-  LoopTicker(const LoopTicker&) = delete;
-  LoopTicker& operator=(const LoopTicker&) = delete;
-
-  // Registers with `device`'s loop; false when no timerfd could be made
-  // (then the waits simply take Gloo's 10 ms).
-  bool Attach(gloo::transport::tcp::Device& device) {
-    if (fd_ < 0) return false;
-    device.registerDescriptor(fd_, EPOLLIN, this);
-    return true;
-  }
-
-  // Arm/Disarm nest: the loop turns while any holder has it armed.
-  void Arm() {
-    absl::MutexLock lock(&mu_);
-    if (armed_++ == 0) Set(kTickIntervalNs);
-  }
-  void Disarm() {
-    absl::MutexLock lock(&mu_);
-    if (--armed_ == 0) Set(0);
-  }
-
-  // Called on the loop thread: consume the expirations.
-  void handleEvents(int) override {
-    if (!niced_) {
-      niced_ = true;
-      if (loop_nice_ != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), loop_nice_);
-    }
-    uint64_t expirations = 0;
-    (void)!read(fd_, &expirations, sizeof expirations);
-  }
-
- private:
-  void Set(long interval_ns) {
-    itimerspec spec{};
-    spec.it_interval.tv_nsec = interval_ns;
-    spec.it_value.tv_nsec = interval_ns;
-    timerfd_settime(fd_, 0, &spec, nullptr);
-  }
-
-  const int fd_;
-  const int loop_nice_;
-  bool niced_ = false;  // loop thread only
-  absl::Mutex mu_;
-  int armed_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// Keeps the loop turning for the lifetime of the scope.
-class Ticking {
- public:
-  explicit Ticking(LoopTicker* ticker) : ticker_(ticker) {
-    if (ticker_) ticker_->Arm();
-  }
-  ~Ticking() {
-    if (ticker_) ticker_->Disarm();
-  }
-  Ticking(const Ticking&) = delete;
-  Ticking& operator=(const Ticking&) = delete;
-
- private:
-  LoopTicker* ticker_;
-};
-
-// One tcp device (one loop thread, one listening socket per pair) shared
-// by every row of a mesh, with its ticker. Destroyed after the last row:
-// the ticker stays registered until the loop thread has exited.
-struct GlooDevice {
-  std::shared_ptr<gloo::transport::tcp::Device> device;
-  std::unique_ptr<LoopTicker> ticker;
-
-  ~GlooDevice() {
-    Ticking ticking(ticker.get());  // ~Loop joins its thread at the next turn
-    device.reset();
-  }
-  LoopTicker* ticker_or_null() { return ticker.get(); }
-};
 
 class GlooGroup : public ProcessGroup {
  public:
