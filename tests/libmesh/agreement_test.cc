@@ -2,7 +2,11 @@
 // a real in-process rendezvous server: the agreement check and its requests.
 #include <catch2/catch.hpp>
 
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -64,6 +68,24 @@ std::map<int, absl::Status> OnEightRanks(const rendezvous::RendezvousServer& ser
   });
 }
 
+// How many of this process's threads run at nice value `nice`
+// (/proc/self/task/<tid>/stat, field 19).
+int ThreadsWithNice(int nice) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream f(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));  // field 3 onwards
+    std::string v;
+    for (int i = 3; i <= 19 && fields >> v; ++i) {
+      if (i == 19 && v == std::to_string(nice)) ++n;
+    }
+  }
+  return n;
+}
+
 int64_t KvRequests(const std::map<std::string, int64_t>& counts) {
   int64_t n = 0;
   for (const auto& [method, count] : counts) {
@@ -82,12 +104,19 @@ TEST_CASE("members that agree: one store request each, two for the first; collec
       if (absl::Status s = (*mesh.GetGroup(d))->AllReduce(&v, 1); !s.ok()) return s;
       if (v != mesh.size(d)) return absl::InternalError("wrong sum");
     }
+    // MeshOptions::gloo_loop_nice (19 by default) reached the Gloo loop
+    // thread, which has turned during the collectives.
+    if (ThreadsWithNice(19) < 1) return absl::InternalError("no Gloo loop thread at nice 19");
     return absl::OkStatus();
   });
   for (const auto& [rank, s] : statuses) {
     INFO("rank " << rank << ": " << s.ToString());
     CHECK(s.ok());
   }
+  // Gloo writes without MSG_NOSIGNAL: making a Gloo mesh ignores SIGPIPE.
+  struct sigaction pipe {};
+  REQUIRE(sigaction(SIGPIPE, nullptr, &pipe) == 0);
+  CHECK(pipe.sa_handler == SIG_IGN);
   auto counts = QueryRequestCounts(server->endpoint(), "");
   REQUIRE(counts.ok());
   CHECK((*counts)["KvMultiGet"] == 8);    // everyone's SetThenMultiGet
@@ -260,4 +289,18 @@ TEST_CASE("flattening a flattened mesh under its own name returns it unchanged",
     INFO("rank " << rank << ": " << s.ToString());
     CHECK(s.ok());
   }
+}
+
+TEST_CASE("an unreachable store fails mesh creation within twice the mesh timeout", "[mesh]") {
+  World w;
+  w.world_size = 2;
+  w.store_endpoint = "127.0.0.1:1";  // nothing listens on port 1
+  w.run_id = "unreachable";
+  MeshOptions o;
+  o.timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  auto mesh = InitDeviceMesh("cpu", {2}, {}, w, o);
+  CHECK(absl::Now() - start < absl::Seconds(3));  // not the gRPC client's usual 10 s slack
+  CHECK(absl::IsUnavailable(mesh.status()));
+  CHECK(mesh.status().message().find("rendezvous store at 127.0.0.1:1 is unreachable") != absl::string_view::npos);
 }
