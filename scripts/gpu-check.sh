@@ -1,23 +1,51 @@
 #!/usr/bin/env bash
 # The GPU checks, for a machine with one NVIDIA GPU (run whenever one is
-# lent): builds, runs the [gpu] tests, and runs every example with
-# --device cuda on one rank. Prints one PASS/FAIL line per check; exits
-# non-zero when any failed.
+# lent): runs the [gpu] tests, every example with --device cuda on one rank,
+# and the refusal of two local ranks on one GPU. Prints one PASS/FAIL line
+# per check; exits with the number that failed.
+#   bash scripts/gpu-check.sh                  builds here first (scripts/build.sh)
+#   GPU_BUNDLE=.gpubundle bash scripts/gpu-check.sh
+#                                              runs what scripts/gpu-bundle.sh packed,
+#                                              with the machine's own libnccl.so.2
+#                                              (or NCCL_LIB_DIR's)
+# Logs go to $OUT (or /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp}"
-bash scripts/build.sh > "$out/gpu-build.log" 2>&1 || { echo "FAIL build (see gpu-build.log)"; tail -30 "$out/gpu-build.log"; exit 1; }
+if [[ -n "${GPU_BUNDLE:-}" ]]; then
+  B="$GPU_BUNDLE/bin"
+  nccl="${NCCL_LIB_DIR:-}"
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
+    [[ -z "$nccl" && -e "$d/libnccl.so.2" ]] && nccl="$d"
+  done
+  [[ -n "$nccl" ]] || nccl="$(dirname "$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1)")"
+  export NCCL_LIB_DIR="$nccl"
+  echo "NCCL from: $nccl"
+  export LD_LIBRARY_PATH="$GPU_BUNDLE/lib:$nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  ldd "$B/gpu_tests" | grep -E "not found" && { echo "FAIL bundle: libraries missing"; exit 1; }
+else
+  bash scripts/build.sh > "$out/gpu-build.log" 2>&1 || { echo "FAIL build (see gpu-build.log)"; tail -30 "$out/gpu-build.log"; exit 1; }
+  # The same layout as a bundle: programs side by side (meshrun finds its
+  # worker shim beside itself).
+  B="$(mktemp -d)"
+  ln -s "$PWD"/build/tests/gpu_tests "$PWD"/build/launcher/meshrun "$PWD"/build/launcher/meshrun-worker-shim \
+    "$PWD"/build/examples/{two_d_setup,hsdp,three_d_slicing} "$B/"
+fi
 nvidia-smi -L || true
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 fails=0
 check() {
   local name="$1"; shift
-  if "$@" > "$out/$name.log" 2>&1; then echo "PASS $name"; else echo "FAIL $name"; tail -20 "$out/$name.log"; fails=$((fails + 1)); fi
+  if timeout 120 "$@" > "$out/$name.log" 2>&1; then echo "PASS $name"; else echo "FAIL $name"; tail -20 "$out/$name.log"; fails=$((fails + 1)); fi
 }
-check gpu_tests build/tests/gpu_tests --success
-M=build/launcher/meshrun
-check two_d_setup $M --standalone --nproc_per_node=1 build/examples/two_d_setup --device cuda --shape 1,1
-check hsdp $M --standalone --nproc_per_node=1 build/examples/hsdp --device cuda --shape 1,1
-check three_d_slicing $M --standalone --nproc_per_node=1 build/examples/three_d_slicing --device cuda --shape 1,1,1
-check corrupt_detected bash -c "! $M --standalone --nproc_per_node=1 build/examples/two_d_setup --device cuda --shape 1,1 --corrupt_rank=0"
+M="$B/meshrun"
+check gpu_tests "$B/gpu_tests" --success
+check two_d_setup "$M" --standalone --nproc_per_node=1 "$B/two_d_setup" --device cuda --shape 1,1
+check hsdp "$M" --standalone --nproc_per_node=1 "$B/hsdp" --device cuda --shape 1,1
+check three_d_slicing "$M" --standalone --nproc_per_node=1 "$B/three_d_slicing" --device cuda --shape 1,1,1
+check corrupt_detected bash -c "! '$M' --standalone --nproc_per_node=1 '$B/two_d_setup' --device cuda --shape 1,1 --corrupt_rank=0"
+# Two local ranks, one GPU: refused before any NCCL call, naming both ranks.
+check shared_gpu_refused bash -c "'$M' --standalone --nproc_per_node=2 --max_restarts=0 '$B/two_d_setup' --device cuda --shape 1,2 > '$out/shared_gpu.out' 2>&1; s=\$?; cat '$out/shared_gpu.out'; [[ \$s != 0 ]] && grep -q 'local ranks 0 and 1 of node 0 share one GPU' '$out/shared_gpu.out'"
+grep -h "NCCL version" "$out"/*.log | head -1
 echo "gpu-check: $fails failed"
 exit $fails
