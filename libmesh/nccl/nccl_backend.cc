@@ -8,8 +8,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "backends.h"
+#include "unique_id.h"
 
 namespace meshrun::mesh::internal {
 namespace {
@@ -41,9 +43,25 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   }
 }
 
+// Waits until `comm` (non-blocking) has finished its pending operation:
+// polls ncclCommGetAsyncError every 0.1 ms (NCCL offers no wait; its docs
+// poll the same way) until it is not ncclInProgress or `deadline` passes.
+// Returns the final state, or ncclInProgress at the deadline.
+ncclResult_t WaitNotInProgress(ncclComm_t comm, absl::Time deadline) {
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return r;
+    if (state != ncclInProgress || absl::Now() > deadline) return state;
+    absl::SleepFor(absl::Microseconds(100));
+  }
+}
+
 class NcclGroup : public ProcessGroup {
  public:
-  NcclGroup(GroupSpec spec, ncclComm_t comm) : spec_(std::move(spec)), comm_(comm) {}
+  // `timeout` bounds the wait for a non-blocking communicator's pending
+  // operation after a call returned ncclInProgress.
+  NcclGroup(GroupSpec spec, ncclComm_t comm, absl::Duration timeout)
+      : spec_(std::move(spec)), comm_(comm), timeout_(timeout) {}
   ~NcclGroup() override {
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (comm_ != nullptr) {
@@ -62,14 +80,23 @@ class NcclGroup : public ProcessGroup {
   const std::string& name() const override { return spec_.name; }
   void* native_handle() override { return comm_; }
 
+  // Thread-safe: may end a collective that waits in another thread.
   void Abort() override {
+    absl::MutexLock poll(&poll_mu_);
     if (!aborted_.exchange(true)) ncclCommAbort(comm_);
   }
 
+  // The watchdog's poll. Skipped while a collective of this group runs (its
+  // own wait polls the same state; NCCL's polls are not thread-safe).
   absl::Status AsyncError() {
-    if (aborted_) return absl::OkStatus();
+    if (!call_mu_.TryLock()) return absl::OkStatus();
     ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
+    ncclResult_t r = ncclSuccess;
+    {
+      absl::MutexLock poll(&poll_mu_);
+      if (!aborted_) r = ncclCommGetAsyncError(comm_, &async);
+    }
+    call_mu_.Unlock();
     if (r != ncclSuccess) return NcclError(r, "ncclCommGetAsyncError", spec_.name);
     if (async != ncclSuccess && async != ncclInProgress) return NcclError(async, "communicator", spec_.name);
     return absl::OkStatus();
@@ -114,11 +141,32 @@ class NcclGroup : public ProcessGroup {
   }
 
  private:
-  // Checks for an abort before touching the communicator.
+  // Checks for an abort before touching the communicator. A non-blocking
+  // communicator may answer ncclInProgress (e.g. while it connects to a peer
+  // for the first collective of a kind): then waits, as NCCL requires before
+  // the next call, until it is done or the mesh timeout passes (then the
+  // communicator is aborted: DEADLINE_EXCEEDED).
   template <typename F>
   absl::Status Call(const char* what, F&& call) {
-    if (aborted_) return absl::AbortedError(absl::StrCat(what, " on ", spec_.name, ": the mesh was aborted"));
+    absl::MutexLock lock(&call_mu_);
+    auto aborted = [&] { return absl::AbortedError(absl::StrCat(what, " on ", spec_.name, ": the mesh was aborted")); };
+    if (aborted_) return aborted();
     ncclResult_t r = call();
+    const absl::Time deadline = absl::Now() + timeout_;
+    while (r == ncclInProgress) {
+      {
+        absl::MutexLock poll(&poll_mu_);
+        if (aborted_) return aborted();
+        if (ncclResult_t e = ncclCommGetAsyncError(comm_, &r); e != ncclSuccess) r = e;
+      }
+      if (r != ncclInProgress) break;
+      if (absl::Now() > deadline) {
+        Abort();
+        return absl::DeadlineExceededError(absl::StrCat(what, " on ", spec_.name, ": still in progress after ",
+                                                        absl::FormatDuration(timeout_), "; communicator aborted"));
+      }
+      absl::SleepFor(absl::Microseconds(100));
+    }
     if (r == ncclInvalidArgument || r == ncclInvalidUsage) {
       return absl::InvalidArgumentError(absl::StrCat(what, " on ", spec_.name, ": ", ncclGetErrorString(r)));
     }
@@ -128,6 +176,13 @@ class NcclGroup : public ProcessGroup {
 
   GroupSpec spec_;
   ncclComm_t comm_;
+  absl::Duration timeout_;
+  // call_mu_: held by a collective for its whole duration (the watchdog
+  // skips its poll meanwhile). poll_mu_: held around each
+  // ncclCommGetAsyncError and around ncclCommAbort, so no poll touches a
+  // communicator that Abort() is freeing.
+  absl::Mutex call_mu_;
+  absl::Mutex poll_mu_;
   std::atomic<bool> aborted_{false};
   void* scratch_ = nullptr;
 };
@@ -187,89 +242,77 @@ absl::StatusOr<int> SelectDevice(Store& store, const World& world, const MeshOpt
   return device;
 }
 
-// Creates the communicators of `rows` from their unique ids: non-blocking
-// initialisation of every row in one NCCL group (dimensions concurrently),
-// bounded by `timeout`; then each is split into a blocking communicator, so
-// the raw handles behave as blocking ones.
+// Creates the communicators of `rows` from their unique ids, all in one
+// NCCL group so that the dimensions initialise concurrently.
+// Non-blocking (the default): every communicator is created with
+// config.blocking = 0 and polled until ready, bounded by `timeout`; on an
+// error or at the deadline all are aborted (NCCL's way to bound an init:
+// a blocking init cannot be interrupted safely). The handles stay
+// non-blocking: NCCL cannot turn them into blocking ones (ncclCommSplit of
+// a non-blocking parent into a blocking child fails, "Blocking and
+// nonblocking communicators are not allowed in the same group", seen with
+// NCCL 2.28 on an H200). Blocking (`blocking`): ncclGroupEnd returns when
+// every communicator is ready or one failed; not bounded by `timeout`.
 absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> InitComms(const std::vector<GroupSpec>& rows,
                                                                      const std::vector<std::string>& ids,
-                                                                     absl::Duration timeout) {
-  std::vector<ncclComm_t> nb(rows.size(), nullptr);
-  std::vector<std::string> names;
-  for (const auto& r : rows) names.push_back(r.name);
+                                                                     absl::Duration timeout, bool blocking) {
+  std::vector<ncclComm_t> comms(rows.size(), nullptr);
+  auto abort_all = [&comms] {
+    for (ncclComm_t c : comms) {
+      if (c != nullptr) ncclCommAbort(c);
+    }
+  };
   ncclGroupStart();
   for (size_t i = 0; i < rows.size(); ++i) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    config.commName = names[i].c_str();
+    config.blocking = blocking ? 1 : 0;
+    config.commName = rows[i].name.c_str();
     ncclUniqueId id;
     std::memcpy(id.internal, ids[i].data(), sizeof(id.internal));
-    ncclResult_t r = ncclCommInitRankConfig(&nb[i], static_cast<int>(rows[i].ranks.size()), id, rows[i].group_rank,
-                                            &config);
+    ncclResult_t r = ncclCommInitRankConfig(&comms[i], static_cast<int>(rows[i].ranks.size()), id,
+                                            rows[i].group_rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
       ncclGroupEnd();
+      abort_all();
       return NcclError(r, "ncclCommInitRankConfig", rows[i].name);
     }
   }
   ncclResult_t end = ncclGroupEnd();
-  if (end != ncclSuccess && end != ncclInProgress) return NcclError(end, "ncclGroupEnd", "mesh init");
-  const absl::Time deadline = absl::Now() + timeout;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(nb[i], &state);
-      if (state == ncclSuccess) break;
-      if (state != ncclInProgress || absl::Now() > deadline) {
-        for (ncclComm_t c : nb) {
-          if (c != nullptr) ncclCommAbort(c);
-        }
-        if (state == ncclInProgress) {
-          return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", rows[i].dim_name, "': ", rows[i].name,
-                                                          " did not initialise within ",
-                                                          absl::FormatDuration(timeout)));
-        }
-        return NcclError(state, "ncclCommInitRankConfig", rows[i].name);
+  if (end != ncclSuccess && end != ncclInProgress) {
+    abort_all();
+    return NcclError(end, "ncclGroupEnd", absl::StrCat("mesh init of ", rows.front().name, " and the others"));
+  }
+  if (!blocking) {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      ncclResult_t state = comms[i] == nullptr ? ncclInternalError : WaitNotInProgress(comms[i], deadline);
+      if (state == ncclSuccess) continue;
+      abort_all();
+      if (state == ncclInProgress) {
+        return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", rows[i].dim_name, "': ", rows[i].name,
+                                                        " did not initialise within ", absl::FormatDuration(timeout)));
       }
-      absl::SleepFor(absl::Milliseconds(1));  // NCCL offers no wait: poll, as its docs show.
+      return NcclError(state, "ncclCommInitRankConfig", rows[i].name);
     }
   }
   std::vector<std::unique_ptr<ProcessGroup>> out;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
-    config.commName = names[i].c_str();
-    ncclComm_t blocking = nullptr;
-    ncclResult_t r = ncclCommSplit(nb[i], 0, rows[i].group_rank, &blocking, &config);
-    while (r == ncclInProgress && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(1));
-      ncclCommGetAsyncError(blocking != nullptr ? blocking : nb[i], &r);
-    }
-    if (r != ncclSuccess) {
-      for (size_t k = i; k < rows.size(); ++k) ncclCommAbort(nb[k]);
-      if (blocking != nullptr) ncclCommAbort(blocking);
-      if (r == ncclInProgress) {
-        return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", rows[i].dim_name, "': splitting ",
-                                                        rows[i].name, " did not finish within ",
-                                                        absl::FormatDuration(timeout)));
-      }
-      return NcclError(r, "ncclCommSplit", rows[i].name);
-    }
-    ncclCommDestroy(nb[i]);
-    out.push_back(std::make_unique<NcclGroup>(rows[i], blocking));
-  }
+  for (size_t i = 0; i < rows.size(); ++i) out.push_back(std::make_unique<NcclGroup>(rows[i], comms[i], timeout));
   return out;
 }
 
 // MeshOptions::nccl_split: one world communicator over every member of the
-// mesh (one unique id, bounded by `timeout` like InitComms), then one
-// ncclCommSplit of it per dimension, colour = the row's first global rank,
-// key = the coordinate (what PyTorch's DeviceMesh does with split_group).
-// Every member splits the dimensions in the same order, as NCCL requires;
-// the world communicator is destroyed once the rows exist.
+// mesh (one unique id, created as InitComms does), then one ncclCommSplit
+// of it per dimension, colour = the row's first global rank, key = the
+// coordinate (what PyTorch's DeviceMesh does with split_group). Every
+// member splits the dimensions in the same order, as NCCL requires. A
+// child has its parent's blocking mode; a non-blocking split is bounded by
+// `timeout` (the parent shows ncclInProgress until the child exists, and
+// NCCL stores the child's handle when its init ends). The world
+// communicator is destroyed once the rows exist.
 absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> SplitComms(Store& store,
                                                                       const std::vector<GroupSpec>& rows,
                                                                       const Agreement& agreement,
-                                                                      absl::Duration timeout) {
+                                                                      absl::Duration timeout, bool blocking) {
   GroupSpec world;
   world.key = absl::StrCat(agreement.key, "/world");
   world.name = world.key;
@@ -280,21 +323,54 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> SplitComms(Store& sto
   absl::StatusOr<std::vector<std::string>> ids = ExchangeUniqueIds(store, {world}, agreement.desc, timeout,
                                                                    NewUniqueId);
   if (!ids.ok()) return ids.status();
-  absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> parent = InitComms({world}, *ids, timeout);
+  absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> parent = InitComms({world}, *ids, timeout, blocking);
   if (!parent.ok()) return parent.status();
   ncclComm_t world_comm = static_cast<ncclComm_t>((*parent)[0]->native_handle());
+  const absl::Time deadline = absl::Now() + timeout;
   std::vector<std::unique_ptr<ProcessGroup>> out;
   for (const GroupSpec& row : rows) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
+    config.blocking = blocking ? 1 : 0;
     config.commName = row.name.c_str();
-    ncclComm_t comm = nullptr;
-    ncclResult_t r = ncclCommSplit(world_comm, row.ranks.front(), row.group_rank, &comm, &config);
+    // NCCL writes the child's handle from its own thread when the split
+    // ends; the slot outlives a split that runs out of time (leaked then).
+    auto* slot = new ncclComm_t(nullptr);
+    ncclResult_t r = ncclCommSplit(world_comm, row.ranks.front(), row.group_rank, slot, &config);
+    if (r == ncclSuccess || r == ncclInProgress) {
+      // A non-blocking split may still run even when the call said
+      // ncclSuccess (seen with NCCL 2.28): done when the parent is no longer
+      // in progress, NCCL has stored the child, and the child is ready.
+      ncclComm_t child = nullptr;
+      for (;;) {
+        r = WaitNotInProgress(world_comm, deadline);
+        if (r != ncclSuccess) break;
+        child = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+        if (child != nullptr) {
+          r = WaitNotInProgress(child, deadline);
+          if (r == ncclSuccess) r = WaitNotInProgress(world_comm, deadline);
+          break;
+        }
+        if (absl::Now() > deadline) {
+          r = ncclInProgress;
+          break;
+        }
+        absl::SleepFor(absl::Microseconds(100));
+      }
+    }
     if (r != ncclSuccess) {
-      if (comm != nullptr) ncclCommAbort(comm);
+      (*parent)[0]->Abort();  // also ends a child's init still running
+      if (r == ncclInProgress) {
+        return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", row.dim_name, "': splitting ", row.name,
+                                                        " did not finish within ", absl::FormatDuration(timeout)));
+      }
+      if (ncclComm_t child = __atomic_load_n(slot, __ATOMIC_ACQUIRE); child != nullptr) {
+        ncclCommAbort(child);
+        delete slot;  // else NCCL may still write it: leaked
+      }
       return NcclError(r, "ncclCommSplit", row.name);
     }
-    out.push_back(std::make_unique<NcclGroup>(row, comm));
+    out.push_back(std::make_unique<NcclGroup>(row, *slot, timeout));
+    delete slot;
   }
   return out;  // `parent` (the world communicator) is destroyed here
 }
@@ -312,14 +388,15 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
   // The agreement check is part of the id exchange (one request per rank
   // for every dimension): each row's leader checks its members, they check it.
   const bool split = options.nccl_split;
-  b.create_groups = [store, timeout, split](const std::vector<GroupSpec>& rows, const Agreement& agreement)
+  const bool blocking = options.nccl_blocking;
+  b.create_groups = [store, timeout, split, blocking](const std::vector<GroupSpec>& rows, const Agreement& agreement)
       -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
     // A flattened dimension (one row) gets its own id either way.
-    if (split && rows.size() > 1) return SplitComms(*store, rows, agreement, timeout);
+    if (split && rows.size() > 1) return SplitComms(*store, rows, agreement, timeout, blocking);
     absl::StatusOr<std::vector<std::string>> ids =
         ExchangeUniqueIds(*store, rows, agreement.desc, timeout, NewUniqueId);
     if (!ids.ok()) return ids.status();
-    return InitComms(rows, *ids, timeout);
+    return InitComms(rows, *ids, timeout, blocking);
   };
   b.health_check = [](ProcessGroup* g) { return static_cast<NcclGroup*>(g)->AsyncError(); };
   return b;
@@ -329,4 +406,13 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
 
 namespace meshrun::mesh::internal {
 absl::StatusOr<std::string> NcclUniqueIdForTest() { return NewUniqueId(); }
+absl::Status NcclInitOneCommForTest(const std::string& id, int nranks, int rank, absl::Duration timeout,
+                                    bool blocking) {
+  GroupSpec row;
+  row.key = row.name = "test/x/row0";
+  row.dim_name = "x";
+  for (int r = 0; r < nranks; ++r) row.ranks.push_back(r);
+  row.group_rank = rank;
+  return InitComms({row}, {id}, timeout, blocking).status();
+}
 }  // namespace meshrun::mesh::internal

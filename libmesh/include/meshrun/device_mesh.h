@@ -64,6 +64,19 @@ struct MeshOptions {
   // split_group, instead of one unique id and one ncclCommInitRankConfig per
   // row. A flattened dimension still gets its own id.
   bool nccl_split = false;
+  // NCCL only: the communicators' mode (ncclConfig_t::blocking).
+  // false (default): non-blocking, so that their initialisation is bounded
+  //   by `timeout` and aborted when it runs out (NCCL cannot interrupt a
+  //   blocking init). NCCL calls made directly on native_handle() may then
+  //   return ncclInProgress; poll ncclCommGetAsyncError until it is not
+  //   ncclInProgress before the next call (NCCL's non-blocking contract;
+  //   PyTorch's TORCH_NCCL_USE_COMM_NONBLOCKING=1). ProcessGroup's own
+  //   collectives do this wait themselves.
+  // true: blocking communicators, as PyTorch's default: direct NCCL calls
+  //   behave as usual, but the initialisation (and nccl_split's splits) are
+  //   not bounded by `timeout`: a member that dies during ncclCommInit can
+  //   leave the others waiting (the agent's restart ends them).
+  bool nccl_blocking = false;
   // NCCL only: how often the watchdog polls ncclCommGetAsyncError; on an
   // error it aborts every communicator of the mesh.
   absl::Duration watchdog_interval = absl::Milliseconds(100);

@@ -70,7 +70,9 @@ class ProcessGroup {
 
   // The backend's own handle: an ncclComm_t, or a gloo::Context* (owned by
   // the group; valid until the mesh is destroyed), for calling NCCL or Gloo
-  // directly. Gloo called directly does not get the group's loop ticking
+  // directly. The ncclComm_t is non-blocking unless
+  // MeshOptions::nccl_blocking was set: a direct NCCL call on it may return
+  // ncclInProgress, after which poll ncclCommGetAsyncError until it is not. Gloo called directly does not get the group's loop ticking
   // (see MeshOptions::gloo_loop_nice): with Debian's Gloo each such
   // collective may wait for a turn of Gloo's 10 ms event loop.
   virtual void* native_handle() = 0;
