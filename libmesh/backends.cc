@@ -1,11 +1,14 @@
 #include "backends.h"
 
+#include <algorithm>
 #include <csignal>
+#include <iterator>
 #include <cstdio>
 
 #include <signal.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/endpoint.h"
 #include "common/net.h"
 #include "gloo/gloo_group.h"
@@ -74,88 +77,145 @@ absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const Worl
   return b;
 }
 
+namespace {
+
+// The status a member returns for a verdict other than "ok".
+absl::Status VerdictError(const std::string& verdict) {
+  const size_t nl = verdict.find('\n');
+  const std::string kind = verdict.substr(0, nl);
+  const std::string msg = nl == std::string::npos ? verdict : verdict.substr(nl + 1);
+  if (kind == "timeout") return absl::DeadlineExceededError(msg);
+  return absl::FailedPreconditionError(msg);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
+                                                          const Exchange& exchange, absl::Duration timeout) {
+  const Description& desc = agreement.desc;
+  const int me = desc.rank;
+  const int first = agreement.members.front();
+  if (agreement.members.size() < 2) {
+    // Nothing to agree on, nobody to meet.
+    if (exchange.set_keys.empty() && exchange.read_keys.empty()) return std::vector<std::string>();
+    return store.SetThenMultiGet(exchange.set_keys, exchange.set_values, exchange.read_keys, timeout);
+  }
+  auto desc_key = [&](int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); };
+  const std::string verdict_key = absl::StrCat(agreement.key, "/verdict");
+
+  std::vector<std::string> keys = exchange.set_keys, values = exchange.set_values;
+  keys.push_back(desc_key(me));
+  values.push_back(desc.Encode());
+  std::vector<int> others;  // first member only: every other member
+  std::vector<std::string> wanted;
+  if (me == first) {
+    for (int r : agreement.members) {
+      if (r != me) others.push_back(r);
+    }
+    for (int r : others) wanted.push_back(desc_key(r));
+  } else {
+    wanted.push_back(verdict_key);
+  }
+  const size_t reads_at = wanted.size();
+  wanted.insert(wanted.end(), exchange.read_keys.begin(), exchange.read_keys.end());
+
+  // After a wait ran out: names who is missing (the first member from every
+  // member's description, the others from their peers' and the first
+  // member's) and proposes that as the verdict; returns the verdict.
+  auto ProposeTimeout = [&]() -> absl::StatusOr<std::string> {
+    std::vector<int> expected = others;
+    if (me != first) {
+      expected = exchange.peers;
+      if (std::find(expected.begin(), expected.end(), first) == expected.end()) expected.insert(expected.begin(), first);
+    }
+    std::vector<std::string> late;
+    for (int r : expected) {
+      absl::StatusOr<bool> present = store.Check({desc_key(r)});
+      if (present.ok() && !*present) late.push_back(agreement.describe(r));
+    }
+    const std::string msg =
+        late.empty() ? absl::StrCat("rank ", first, " (the mesh's first rank) did not confirm within ",
+                                    absl::FormatDuration(timeout), " that every member agrees")
+                     : absl::StrCat(absl::StrJoin(late, ", "), " did not arrive within ",
+                                    absl::FormatDuration(timeout));
+    return store.CompareSet(verdict_key, "", absl::StrCat("timeout\n", msg));
+  };
+
+  absl::StatusOr<std::vector<std::string>> got = store.SetThenMultiGet(keys, values, wanted, timeout);
+  // The verdict is decided once, by whoever sets it first (a CompareSet on
+  // the absent key): the first member's "ok" or "mismatch", or the
+  // "timeout" of whichever member's wait ran out first. Every member acts
+  // on that one verdict, so all go on or all fail with the same message.
+  if (absl::IsDeadlineExceeded(got.status())) {
+    // The first member, which sees every description, times out at about
+    // the same moment and names every absent member: a member that is not
+    // the first waits a little for that verdict before proposing its own.
+    absl::StatusOr<std::string> verdict =
+        me == first ? absl::NotFoundError("") : store.Get(verdict_key, std::min(timeout, absl::Milliseconds(500)));
+    if (!verdict.ok()) verdict = ProposeTimeout();
+    if (!verdict.ok()) return verdict.status();
+    if (*verdict != "ok") return VerdictError(*verdict);
+    // The first member confirmed just before: every member has published,
+    // so what this member reads is there.
+    return store.MultiGet(exchange.read_keys, timeout);
+  }
+  if (!got.ok()) return got.status();
+  if (me == first) {
+    std::string msg;
+    int differ = 0;
+    for (size_t k = 0; k < others.size(); ++k) {
+      Description theirs = Description::Decode((*got)[k]);
+      if (theirs.rank < 0) theirs.rank = others[k];
+      std::string diff = theirs.Diff(desc);
+      if (diff.empty()) continue;
+      if (differ++ == 0) msg = std::string(MismatchError(theirs, desc, diff).message());
+    }
+    if (differ > 1) {
+      absl::StrAppend(&msg, "; ", differ, " of ", agreement.members.size(), " members differ from rank ", first);
+    }
+    absl::StatusOr<std::string> verdict =
+        store.CompareSet(verdict_key, "", differ ? absl::StrCat("mismatch\n", msg) : "ok");
+    if (!verdict.ok()) return verdict.status();
+    if (*verdict != "ok") return VerdictError(*verdict);
+  } else if ((*got)[0] != "ok") {
+    return VerdictError((*got)[0]);
+  }
+  return std::vector<std::string>(std::make_move_iterator(got->begin() + reads_at),
+                                  std::make_move_iterator(got->end()));
+}
+
 absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
-                                                           const Description& desc, absl::Duration timeout,
+                                                           const Agreement& agreement, absl::Duration timeout,
                                                            const std::function<absl::StatusOr<std::string>()>& make_id) {
-  const std::string encoded = desc.Encode();
+  const int me = agreement.desc.rank;
   std::vector<std::string> ids(rows.size());
-  // Keyed by the writer's global rank: a member with another view of the
-  // mesh cannot overwrite a peer's description.
-  auto desc_key = [](const GroupSpec& row, int c) { return absl::StrCat(row.key, "/desc/r", row.ranks[c]); };
   auto id_key = [](const GroupSpec& row) { return absl::StrCat(row.key, "/id"); };
-  // One request per rank for every dimension: all of this rank's sets (ids
-  // of the rows it leads, its description for the others), then all of its
-  // reads. Every set lands before any read waits, so no member waits on one
-  // that is still setting.
-  std::vector<std::string> set_keys, set_values, wanted;
-  std::vector<size_t> first_value(rows.size());
+  // One request per member for every dimension: the ids of the rows it
+  // leads, then the ids of the others (and the agreement's keys).
+  Exchange x;
+  std::vector<size_t> read_of(rows.size(), 0);
   for (size_t i = 0; i < rows.size(); ++i) {
     const GroupSpec& row = rows[i];
-    first_value[i] = wanted.size();
-    if (row.ranks.size() <= 1) {
-      if (row.group_rank == 0) {
-        absl::StatusOr<std::string> id = make_id();
-        if (!id.ok()) return id.status();
-        ids[i] = *id;
-      }
-      continue;
+    for (int r : row.ranks) {
+      if (r != me && std::find(x.peers.begin(), x.peers.end(), r) == x.peers.end()) x.peers.push_back(r);
     }
     if (row.group_rank == 0) {
       absl::StatusOr<std::string> id = make_id();
       if (!id.ok()) return id.status();
       ids[i] = *id;
-      set_keys.push_back(id_key(row));
-      set_values.push_back(absl::StrCat(encoded, "\n", *id));
-      for (int c = 1; c < static_cast<int>(row.ranks.size()); ++c) wanted.push_back(desc_key(row, c));
-    } else {
-      set_keys.push_back(desc_key(row, row.group_rank));
-      set_values.push_back(encoded);
-      wanted.push_back(id_key(row));
-    }
-  }
-  if (set_keys.empty() && wanted.empty()) return ids;
-  absl::StatusOr<std::vector<std::string>> got = store.SetThenMultiGet(set_keys, set_values, wanted, timeout);
-  if (absl::IsDeadlineExceeded(got.status())) {
-    // Name who is missing, row by row.
-    for (const GroupSpec& row : rows) {
-      if (row.ranks.size() <= 1) continue;
-      if (row.group_rank == 0) {
-        std::vector<std::string> keys;
-        for (int c = 1; c < static_cast<int>(row.ranks.size()); ++c) keys.push_back(desc_key(row, c));
-        absl::StatusOr<bool> all = store.Check(keys);
-        if (all.ok() && *all) continue;
-        return absl::DeadlineExceededError(absl::StrCat(
-            "mesh dimension '", row.dim_name, "': ",
-            MissingMembers(store, row, [&](int c) { return desc_key(row, c); }), " did not arrive within ",
-            absl::FormatDuration(timeout)));
+      if (row.ranks.size() > 1) {
+        x.set_keys.push_back(id_key(row));
+        x.set_values.push_back(*id);
       }
-      absl::StatusOr<bool> present = store.Check({id_key(row)});
-      if (present.ok() && *present) continue;
-      return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", row.dim_name, "': rank ", row.ranks[0],
-                                                      " (coordinate 0, which creates the unique id) did not "
-                                                      "arrive within ",
-                                                      absl::FormatDuration(timeout)));
+    } else {
+      read_of[i] = x.read_keys.size();
+      x.read_keys.push_back(id_key(row));
     }
-    return got.status();
   }
+  absl::StatusOr<std::vector<std::string>> got = AgreeAndExchange(store, agreement, x, timeout);
   if (!got.ok()) return got.status();
   for (size_t i = 0; i < rows.size(); ++i) {
-    const GroupSpec& row = rows[i];
-    if (row.ranks.size() <= 1) continue;
-    if (row.group_rank == 0) {
-      for (size_t k = 0; k + 1 < row.ranks.size(); ++k) {
-        Description theirs = Description::Decode((*got)[first_value[i] + k]);
-        if (theirs.rank < 0) theirs.rank = row.ranks[k + 1];
-        if (std::string diff = theirs.Diff(desc); !diff.empty()) return MismatchError(theirs, desc, diff);
-      }
-    } else {
-      const std::string& blob = (*got)[first_value[i]];
-      size_t nl = blob.find('\n');
-      Description theirs = Description::Decode(blob.substr(0, nl));
-      if (theirs.rank < 0) theirs.rank = row.ranks[0];
-      if (std::string diff = desc.Diff(theirs); !diff.empty()) return MismatchError(desc, theirs, diff);
-      ids[i] = nl == std::string::npos ? std::string() : blob.substr(nl + 1);
-    }
+    if (rows[i].group_rank != 0) ids[i] = (*got)[read_of[i]];
   }
   return ids;
 }

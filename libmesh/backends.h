@@ -68,18 +68,39 @@ absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const Worl
 absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options,
                                         bool whole_world);
 
+// What one member publishes and reads while the members agree.
+struct Exchange {
+  std::vector<std::string> set_keys, set_values;  // published with the description
+  std::vector<std::string> read_keys;             // read once published by their writers
+  // The members this one waits for (named when they never arrive).
+  std::vector<int> peers;
+};
+
+// The members' agreement on `agreement.desc`, with `exchange` carried in the
+// same store request. Every member publishes its sets and its description
+// ("<key>/desc/r<rank>") and reads, in one SetThenMultiGet: the first member
+// (members.front()) every other description, the others the verdict
+// ("<key>/verdict"); all of them their read_keys. The first member compares
+// the descriptions and proposes the verdict ("ok", or the mismatch naming
+// both ranks and the field) with a CompareSet; a member whose wait runs out
+// at `timeout` proposes "timeout" naming the absent members (those of its
+// peers, or with the first member: of all, whose description is missing).
+// The first proposal is the verdict, and every member acts on it: all go on
+// or all fail with the same message (FAILED_PRECONDITION for a mismatch,
+// DEADLINE_EXCEEDED for an absent member). Requests: one per member, plus
+// the first member's CompareSet; none for a mesh of one member without
+// sets or reads. Returns the values of read_keys, in order.
+absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
+                                                          const Exchange& exchange, absl::Duration timeout);
+
 // The NCCL unique-id exchange, without creating communicators (it needs no
-// GPU): per row, the coordinate-0 member calls `make_id` and publishes its
-// description and the id under "<row key>/id"; the others publish their
-// description under "<row key>/desc/r<rank>" and read the id. One
-// SetThenMultiGet per member covers every row: all of its sets, then all of
-// its reads (one request per member for all dimensions). The leader checks
-// every member's description, the others the leader's (mismatch:
-// FAILED_PRECONDITION naming both ranks and the field; a member missing at
-// `timeout`: DEADLINE_EXCEEDED naming it and the dimension). Rows of one
-// member need no store traffic. Returns one id per row.
+// GPU), inside the members' agreement (AgreeAndExchange): per row, the
+// coordinate-0 member calls `make_id` and publishes the id under
+// "<row key>/id"; the others read it. One request per member for every
+// dimension (plus the verdict). Rows of one member need no store traffic.
+// Returns one id per row.
 absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
-                                                           const Description& desc, absl::Duration timeout,
+                                                           const Agreement& agreement, absl::Duration timeout,
                                                            const std::function<absl::StatusOr<std::string>()>& make_id);
 
 }  // namespace meshrun::mesh::internal

@@ -209,7 +209,8 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   internal::Agreement agreement{desc, absl::StrCat("mesh/", state->mesh_id), layout.ranks(),
                                 [layout](int r) {
                                   std::optional<std::vector<int>> c = layout.CoordinateOf(r);
-                                  return c ? absl::StrCat("rank ", r, " (coordinate (", absl::StrJoin(*c, ", "), "))")
+                                  return c ? absl::StrCat("rank ", r, " (coordinate (", absl::StrJoin(*c, ", "),
+                                                          ") in ", layout.NamesString(), ")")
                                            : absl::StrCat("rank ", r);
                                 }};
   absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups = state->backend.create_groups(rows, agreement);

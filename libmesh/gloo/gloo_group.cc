@@ -230,15 +230,6 @@ absl::Status ConnectPairs(const PendingRow& row, const std::vector<absl::string_
   return absl::OkStatus();
 }
 
-// The status a member returns for the first member's verdict (not "ok").
-absl::Status VerdictError(const std::string& verdict) {
-  const size_t nl = verdict.find('\n');
-  const std::string kind = verdict.substr(0, nl);
-  const std::string msg = nl == std::string::npos ? verdict : verdict.substr(nl + 1);
-  if (kind == "timeout") return absl::DeadlineExceededError(msg);
-  return absl::FailedPreconditionError(msg);
-}
-
 }  // namespace
 
 absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store> store, const std::string& address,
@@ -255,25 +246,17 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
   dev->ticker = std::make_unique<LoopTicker>(loop_nice);
   if (!dev->ticker->Attach(*dev->device)) dev->ticker.reset();
 
-  // The members agree before anything connects. Every member publishes its
-  // pair addresses ("<key>/gloo/r<rank>") and, but for the first member, its
-  // description ("<key>/desc/r<rank>") in one request. The first member
-  // reads every description and writes the verdict ("<key>/verdict": "ok",
-  // or the mismatch or the absent members, named); every other member reads
-  // the verdict and its row peers' addresses in one request. A member whose
-  // wait runs out proposes a "timeout" verdict; the first proposal to land
-  // (CompareSet) is the verdict. So every member fails, with the same
-  // message, when one disagrees or never arrives. Keys depend on global ranks
-  // only, so members with another view of the layout still meet. Requests: 1
-  // per member (SetThenMultiGet), 2 for the first (+ the CompareSet).
+  // The members agree before anything connects (AgreeAndExchange): every
+  // member publishes its pair addresses ("<key>/gloo/r<rank>") with its
+  // description and reads its row peers' addresses with the verdict, in one
+  // request. So every member fails, with the same message, when one
+  // disagrees or never arrives. Keys depend on global ranks only, so members
+  // with another view of the layout still meet. Requests: 1 per member
+  // (SetThenMultiGet), 2 for the first (+ the verdict's CompareSet).
   return Backend::CreateGroups([store, dev, timeout](const std::vector<GroupSpec>& rows, const Agreement& agreement)
                                    -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
-    const Description& desc = agreement.desc;
-    const int me = desc.rank;
-    const int first = agreement.members.front();
-    auto desc_key = [&](int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); };
+    const int me = agreement.desc.rank;
     auto blob_key = [&](int rank) { return absl::StrCat(agreement.key, "/gloo/r", rank); };
-    const std::string verdict_key = absl::StrCat(agreement.key, "/verdict");
 
     // 1. Every pair of every row listens.
     std::vector<PendingRow> pending(rows.size());
@@ -300,100 +283,21 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
       return absl::UnavailableError(absl::StrCat("gloo pairs on ", dev->device->str(), ": ", e.what()));
     }
 
-    const bool alone = agreement.members.size() < 2;  // nothing to agree on, nobody to meet
-    // 2. Publish and read in one request: the first member reads every
-    //    description, the others the verdict; everyone its row peers'
-    //    addresses.
-    std::vector<std::string> keys{blob_key(me)}, values{blobs};
-    if (me != first) {
-      keys.push_back(desc_key(me));
-      values.push_back(desc.Encode());
-    }
-
-    std::vector<int> peers;
+    // 2. Agree, publishing this member's addresses and reading its row
+    //    peers' in the same request.
+    Exchange x;
+    x.set_keys = {blob_key(me)};
+    x.set_values = {blobs};
     for (const GroupSpec& spec : rows) {
       for (int r : spec.ranks) {
-        if (r != me && std::find(peers.begin(), peers.end(), r) == peers.end()) peers.push_back(r);
+        if (r != me && std::find(x.peers.begin(), x.peers.end(), r) == x.peers.end()) x.peers.push_back(r);
       }
     }
-    std::vector<int> others;  // first member only: every other member
-    std::vector<std::string> wanted;
-    if (me == first) {
-      for (int r : agreement.members) {
-        if (r != me) others.push_back(r);
-      }
-      for (int r : others) wanted.push_back(desc_key(r));
-    } else {
-      wanted.push_back(verdict_key);
-    }
-    const size_t blobs_at = wanted.size();
-    for (int r : peers) wanted.push_back(blob_key(r));
-    // After a wait ran out: names who is missing (the first member from
-    // every description, the others from their row peers and the first
-    // member) and proposes that as the verdict; returns the verdict.
-    auto ProposeTimeout = [&]() -> absl::StatusOr<std::string> {
-      std::vector<int> expected = others;
-      if (me != first) {
-        expected = peers;
-        if (std::find(expected.begin(), expected.end(), first) == expected.end()) expected.insert(expected.begin(), first);
-      }
-      std::vector<std::string> late;
-      for (int r : expected) {
-        absl::StatusOr<bool> present = store->Check({me == first ? desc_key(r) : blob_key(r)});
-        if (present.ok() && !*present) late.push_back(agreement.describe(r));
-      }
-      const std::string msg =
-          late.empty() ? absl::StrCat("rank ", first, " (the mesh's first rank) did not confirm within ",
-                                      absl::FormatDuration(timeout), " that every member agrees")
-                       : absl::StrCat(absl::StrJoin(late, ", "), " did not arrive within ",
-                                      absl::FormatDuration(timeout));
-      return store->CompareSet(verdict_key, "", absl::StrCat("timeout\n", msg));
-    };
-    absl::StatusOr<std::vector<std::string>> got =
-        alone ? std::vector<std::string>() : store->SetThenMultiGet(keys, values, wanted, timeout);
-    // The verdict is decided once, by whoever sets it first (a CompareSet on
-    // the absent key): the first member's "ok" or "mismatch", or the
-    // "timeout" of whichever member's wait ran out first. Every member acts
-    // on that one verdict, so all go on or all fail with the same message.
-    if (absl::IsDeadlineExceeded(got.status())) {
-      // The first member, which sees every description, times out at about
-      // the same moment and names every absent member: a member that is not
-      // the first waits a little for that verdict before proposing its own.
-      absl::StatusOr<std::string> verdict =
-          me == first ? absl::NotFoundError("") : store->Get(verdict_key, std::min(timeout, absl::Milliseconds(500)));
-      if (!verdict.ok()) verdict = ProposeTimeout();
-      if (!verdict.ok()) return verdict.status();
-      if (*verdict != "ok") return VerdictError(*verdict);
-      // The first member confirmed just before: every member has published,
-      // so the peers' addresses are there.
-      std::vector<std::string> peer_keys;
-      for (int r : peers) peer_keys.push_back(blob_key(r));
-      absl::StatusOr<std::vector<std::string>> blobs_now = store->MultiGet(peer_keys, timeout);
-      if (!blobs_now.ok()) return blobs_now.status();
-      got = std::vector<std::string>{"ok"};
-      for (std::string& b : *blobs_now) got->push_back(std::move(b));
-    } else if (!got.ok()) {
-      return got.status();
-    } else if (me == first && !alone) {
-      std::string msg;
-      int differ = 0;
-      for (size_t k = 0; k < others.size(); ++k) {
-        Description theirs = Description::Decode((*got)[k]);
-        if (theirs.rank < 0) theirs.rank = others[k];
-        std::string diff = theirs.Diff(desc);
-        if (diff.empty()) continue;
-        if (differ++ == 0) msg = std::string(MismatchError(theirs, desc, diff).message());
-      }
-      if (differ > 1) {
-        absl::StrAppend(&msg, "; ", differ, " of ", agreement.members.size(), " members differ from rank ", first);
-      }
-      absl::StatusOr<std::string> verdict =
-          store->CompareSet(verdict_key, "", differ ? absl::StrCat("mismatch\n", msg) : "ok");
-      if (!verdict.ok()) return verdict.status();
-      if (*verdict != "ok") return VerdictError(*verdict);
-    } else if (me != first && (*got)[0] != "ok") {
-      return VerdictError((*got)[0]);
-    }
+    for (int r : x.peers) x.read_keys.push_back(blob_key(r));
+    const std::vector<int>& peers = x.peers;
+    absl::StatusOr<std::vector<std::string>> got = AgreeAndExchange(*store, agreement, x, timeout);
+    if (!got.ok()) return got.status();
+    const size_t blobs_at = 0;
 
     // Agreed: every peer has this member's layout, so its blobs line up.
     std::vector<std::vector<absl::string_view>> row_blobs(rows.size());

@@ -320,7 +320,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> SplitComms(Store& sto
   world.ranks = agreement.members;
   world.group_rank = static_cast<int>(
       std::find(world.ranks.begin(), world.ranks.end(), agreement.desc.rank) - world.ranks.begin());
-  absl::StatusOr<std::vector<std::string>> ids = ExchangeUniqueIds(store, {world}, agreement.desc, timeout,
+  absl::StatusOr<std::vector<std::string>> ids = ExchangeUniqueIds(store, {world}, agreement, timeout,
                                                                    NewUniqueId);
   if (!ids.ok()) return ids.status();
   absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> parent = InitComms({world}, *ids, timeout, blocking);
@@ -386,7 +386,7 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
   b.watchdog_interval = options.watchdog_interval;
   absl::Duration timeout = options.timeout;
   // The agreement check is part of the id exchange (one request per rank
-  // for every dimension): each row's leader checks its members, they check it.
+  // for every dimension, plus the first member's verdict).
   const bool split = options.nccl_split;
   const bool blocking = options.nccl_blocking;
   b.create_groups = [store, timeout, split, blocking](const std::vector<GroupSpec>& rows, const Agreement& agreement)
@@ -394,7 +394,7 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
     // A flattened dimension (one row) gets its own id either way.
     if (split && rows.size() > 1) return SplitComms(*store, rows, agreement, timeout, blocking);
     absl::StatusOr<std::vector<std::string>> ids =
-        ExchangeUniqueIds(*store, rows, agreement.desc, timeout, NewUniqueId);
+        ExchangeUniqueIds(*store, rows, agreement, timeout, NewUniqueId);
     if (!ids.ok()) return ids.status();
     return InitComms(rows, *ids, timeout, blocking);
   };

@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "backends.h"
+#include "common/grpc_store.h"
 #include "common/server_status.h"
 #include "meshrun/device_mesh.h"
 #include "rendezvous/server.h"
@@ -173,7 +175,7 @@ TEST_CASE("a member that never arrives is named by every other member at the tim
   for (const auto& [rank, s] : statuses) {
     INFO("rank " << rank << ": " << s.ToString());
     CHECK(absl::IsDeadlineExceeded(s));
-    CHECK(s.message().find("rank 5 (coordinate (1, 1))") != absl::string_view::npos);
+    CHECK(s.message().find("rank 5 (coordinate (1, 1) in (replicate, shard))") != absl::string_view::npos);
     CHECK(s.message().find("did not arrive within 1s") != absl::string_view::npos);
   }
 }
@@ -210,7 +212,8 @@ TEST_CASE("a first member that arrives after the others gave up fails with their
   for (const auto& [rank, s] : statuses) {
     INFO("rank " << rank << ": " << s.ToString());
     CHECK(absl::IsDeadlineExceeded(s));
-    CHECK(s.message().find("rank 0 (coordinate (0, 0)) did not arrive within 1s") != absl::string_view::npos);
+    CHECK(s.message().find("rank 0 (coordinate (0, 0) in (replicate, shard)) did not arrive within 1s") !=
+          absl::string_view::npos);
     // One verdict: the same message on every member (after its "rank R: ..." prefix).
     CHECK(s.message().substr(s.message().find(": ") + 2) == first_message);
   }
@@ -303,4 +306,93 @@ TEST_CASE("an unreachable store fails mesh creation within twice the mesh timeou
   CHECK(absl::Now() - start < absl::Seconds(3));  // not the gRPC client's usual 10 s slack
   CHECK(absl::IsUnavailable(mesh.status()));
   CHECK(mesh.status().message().find("rendezvous store at 127.0.0.1:1 is unreachable") != absl::string_view::npos);
+}
+
+namespace {
+
+// The NCCL unique-id exchange of a (2, 4) mesh (replicate, shard) for
+// `rank`, with `shape` in its description; ids come from a counter (the
+// exchange does not look inside them; the e2e test uses real NCCL ids).
+absl::StatusOr<std::vector<std::string>> ExchangeIds(const rendezvous::RendezvousServer& server,
+                                                     const std::string& run, int rank, const std::string& shape,
+                                                     absl::Duration timeout) {
+  GrpcStoreOptions so;
+  so.endpoint = server.endpoint();
+  so.run_id = run;
+  auto store = ConnectGrpcStore(so);
+  if (!store.ok()) return store.status();
+  mesh::internal::GroupSpec replicate, shard;
+  replicate.key = absl::StrCat("mesh/ids/d0/row", rank % 4);
+  replicate.name = replicate.key;
+  replicate.dim_name = "replicate";
+  replicate.ranks = {rank % 4, rank % 4 + 4};
+  replicate.group_rank = rank / 4;
+  shard.key = absl::StrCat("mesh/ids/d1/row", rank / 4);
+  shard.name = shard.key;
+  shard.dim_name = "shard";
+  for (int c = 0; c < 4; ++c) shard.ranks.push_back(rank / 4 * 4 + c);
+  shard.group_rank = rank % 4;
+  mesh::internal::Agreement agreement{{"cuda", "nccl", shape, "replicate,shard", rank, "world"},
+                                      "mesh/ids",
+                                      {0, 1, 2, 3, 4, 5, 6, 7},
+                                      [](int r) { return absl::StrCat("rank ", r); }};
+  int n = 0;
+  return mesh::internal::ExchangeUniqueIds(**store, {replicate, shard}, agreement, timeout, [&] {
+    return absl::StatusOr<std::string>(absl::StrCat("id-of-rank-", rank, "-", n++));
+  });
+}
+
+}  // namespace
+
+TEST_CASE("NCCL id exchange: each row gets its leader's id; one request per rank and one verdict", "[mesh]") {
+  auto server = StartServer();
+  std::map<int, std::vector<std::string>> ids;
+  absl::Mutex mu;
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    auto got = ExchangeIds(*server, "ids", rank, "2,4", absl::Seconds(30));
+    if (!got.ok()) return got.status();
+    absl::MutexLock lock(&mu);
+    ids[rank] = *got;
+    return absl::OkStatus();
+  });
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    REQUIRE(s.ok());
+  }
+  for (int r = 0; r < 8; ++r) {
+    CHECK(ids[r][0] == absl::StrCat("id-of-rank-", r % 4, "-0"));      // replicate: led by coordinate 0
+    // shard: led by rank 0 (its second id: it leads a replicate row too) or 4.
+    CHECK(ids[r][1] == (r < 4 ? "id-of-rank-0-1" : "id-of-rank-4-0"));
+  }
+  auto counts = QueryRequestCounts(server->endpoint(), "");
+  REQUIRE(counts.ok());
+  CHECK((*counts)["KvMultiGet"] == 8);
+  CHECK((*counts)["KvCompareSet"] == 1);
+  CHECK(KvRequests(*counts) == 9);
+}
+
+TEST_CASE("NCCL id exchange: one member's other shape fails every member with the same message", "[mesh]") {
+  auto server = StartServer();
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    return ExchangeIds(*server, "ids-mismatch", rank, rank == 6 ? "4,2" : "2,4", absl::Seconds(30)).status();
+  });
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(absl::IsFailedPrecondition(s));
+    CHECK(s.message() == "mesh mismatch: rank 6 and rank 0 disagree on the shape: (4,2) vs (2,4) (rank 6 vs rank 0)");
+  }
+}
+
+TEST_CASE("NCCL id exchange: a member that never arrives is named by every other member", "[mesh]") {
+  auto server = StartServer();
+  const absl::Time start = absl::Now();
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 6, 7}, [&](int rank) -> absl::Status {
+    return ExchangeIds(*server, "ids-absent", rank, "2,4", absl::Seconds(1)).status();
+  });
+  CHECK(absl::Now() - start < absl::Seconds(5));
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(absl::IsDeadlineExceeded(s));
+    CHECK(s.message() == "rank 5 did not arrive within 1s");
+  }
 }

@@ -65,7 +65,9 @@ static int NcclIds(const World& world) {
     rows.push_back(spec);
   }
   internal::Description desc{"cuda", "nccl", "2,4", "replicate,shard", rank, "world"};
-  auto ids = internal::ExchangeUniqueIds(**store, rows, desc, absl::Seconds(60), internal::NcclUniqueIdForTest);
+  internal::Agreement agreement{desc, "ncclids", {0, 1, 2, 3, 4, 5, 6, 7},
+                                [](int r) { return absl::StrCat("rank ", r); }};
+  auto ids = internal::ExchangeUniqueIds(**store, rows, agreement, absl::Seconds(60), internal::NcclUniqueIdForTest);
   if (!ids.ok()) return Fail(rank, ids.status().ToString());
   barrier();
   if (rank == 0) {
@@ -73,12 +75,14 @@ static int NcclIds(const World& world) {
     auto delta = [&](const char* m) { return after[m] - before[m]; };
     int64_t requests = delta("KvSet") + delta("KvGet") + delta("KvMultiGet") + delta("KvWait") + delta("KvCheck") +
                        delta("KvMultiSet") + delta("KvAdd") + delta("KvCompareSet") + delta("KvDelete");
-    std::printf("ncclids: KvSet=%lld KvGet=%lld KvMultiGet=%lld requests_per_rank_per_dim=%.2f\n",
+    std::printf("ncclids: KvSet=%lld KvGet=%lld KvMultiGet=%lld KvCompareSet=%lld requests_per_rank_per_dim=%.2f\n",
                 static_cast<long long>(delta("KvSet")), static_cast<long long>(delta("KvGet")),
-                static_cast<long long>(delta("KvMultiGet")), requests / 16.0);
-    // One request per rank for both dimensions (its sets, then its reads).
-    if (delta("KvMultiGet") != 8 || requests != 8) {
-      return Fail(rank, "expected one KV request (SetThenMultiGet) per rank for both dimensions");
+                static_cast<long long>(delta("KvMultiGet")), static_cast<long long>(delta("KvCompareSet")),
+                requests / 16.0);
+    // One request per rank for both dimensions (its sets, then its reads),
+    // and the first rank's verdict.
+    if (delta("KvMultiGet") != 8 || delta("KvCompareSet") != 1 || requests != 9) {
+      return Fail(rank, "expected one KV request (SetThenMultiGet) per rank for both dimensions and one verdict");
     }
   }
   // Each row compares its id across its members over its own Gloo row.
