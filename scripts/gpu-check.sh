@@ -46,6 +46,20 @@ check three_d_slicing "$M" --standalone --nproc_per_node=1 "$B/three_d_slicing" 
 check corrupt_detected bash -c "! '$M' --standalone --nproc_per_node=1 '$B/two_d_setup' --device cuda --shape 1,1 --corrupt_rank=0"
 # Two local ranks, one GPU: refused before any NCCL call, naming both ranks.
 check shared_gpu_refused bash -c "'$M' --standalone --nproc_per_node=2 --max_restarts=0 '$B/two_d_setup' --device cuda --shape 1,2 > '$out/shared_gpu.out' 2>&1; s=\$?; cat '$out/shared_gpu.out'; [[ \$s != 0 ]] && grep -q 'local ranks 0 and 1 of node 0 share one GPU' '$out/shared_gpu.out'"
+# Two nodes on this host (one agent and one rank each, both on the one GPU;
+# one local rank per node, so no shared-GPU check): other shapes fail both
+# ranks with the verdict before any NCCL call; the same shape reaches NCCL,
+# which refuses two ranks on one GPU: both fail, neither hangs.
+two_nodes() {  # <name> <shape of node 0> <shape of node 1> <text both must print>
+  local port=$((29600 + RANDOM % 2000))
+  check "$1" bash -c "
+    '$M' --nnodes=2 --nproc_per_node=1 --rdzv_endpoint=127.0.0.1:$port --rdzv_id=$1 '$B/two_d_setup' --device cuda --shape $2 > '$out/$1.0.out' 2>&1 & a=\$!
+    '$M' --nnodes=2 --nproc_per_node=1 --rdzv_endpoint=127.0.0.1:$port --rdzv_id=$1 '$B/two_d_setup' --device cuda --shape $3 > '$out/$1.1.out' 2>&1; b=\$?
+    wait \$a; a=\$?; cat '$out/$1.0.out' '$out/$1.1.out'
+    [[ \$a != 0 && \$b != 0 ]] && grep -q '$4' '$out/$1.0.out' && grep -q '$4' '$out/$1.1.out'"
+}
+two_nodes mismatch_two_nodes 1,2 2,1 'rank 1 and rank 0 disagree on the shape: (2,1) vs (1,2)'
+two_nodes one_gpu_two_nodes 1,2 1,2 'ncclCommInitRankConfig failed'
 grep -h "NCCL version" "$out"/*.log | head -1
 echo "gpu-check: $fails failed"
 exit $fails

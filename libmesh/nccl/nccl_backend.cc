@@ -292,7 +292,17 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> InitComms(const std::
         return absl::DeadlineExceededError(absl::StrCat("mesh dimension '", rows[i].dim_name, "': ", rows[i].name,
                                                         " did not initialise within ", absl::FormatDuration(timeout)));
       }
-      return NcclError(state, "ncclCommInitRankConfig", rows[i].name);
+      // NCCL fails every communicator of a failed group: name them all (seen
+      // on an H200: a one-rank row failed for its two-rank neighbour).
+      std::string where = rows[i].name;
+      if (rows.size() > 1) {
+        std::vector<std::string> others;
+        for (size_t j = 0; j < rows.size(); ++j) {
+          if (j != i) others.push_back(rows[j].name);
+        }
+        absl::StrAppend(&where, " (initialised in one NCCL group with ", absl::StrJoin(others, ", "), ")");
+      }
+      return NcclError(state, "ncclCommInitRankConfig", where);
     }
   }
   std::vector<std::unique_ptr<ProcessGroup>> out;
