@@ -51,6 +51,9 @@ struct Backend {
   using CreateGroups = std::function<absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>>(
       const std::vector<GroupSpec>& rows, const Agreement& agreement)>;
   CreateGroups create_groups;
+  // NCCL: this process's GPU (PCI bus id), for the shared-GPU check of the
+  // agreement. Gloo: "".
+  std::string device_id;
   // NCCL: polls async errors. Gloo: none.
   std::function<absl::Status(ProcessGroup*)> health_check;
   absl::Duration watchdog_interval = absl::Milliseconds(100);
@@ -63,42 +66,46 @@ struct Backend {
 
 absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options);
 // UNIMPLEMENTED when libmesh was built without NCCL.
-// `whole_world`: the mesh covers every rank, so the shared-GPU check can
-// wait for every local rank of the node.
-absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options,
-                                        bool whole_world);
+// Picks the GPU (local checks only; the agreement checks that no two
+// members of a node share it).
+absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options);
 
 // What one member publishes and reads while the members agree.
 struct Exchange {
-  std::vector<std::string> set_keys, set_values;  // published with the description
-  std::vector<std::string> read_keys;             // read once published by their writers
+  // Published under "<key>/data/r<rank>" with the description. One key
+  // name for both backends, so members on different backends still find
+  // each other's keys and get a mismatch, not a timeout.
+  std::string payload;
+  // Whose payloads this member reads, in this order.
+  std::vector<int> read_from;
   // The members this one waits for (named when they never arrive).
   std::vector<int> peers;
 };
 
 // The members' agreement on `agreement.desc`, with `exchange` carried in the
-// same store request. Every member publishes its sets and its description
-// ("<key>/desc/r<rank>") and reads, in one SetThenMultiGet: the first member
-// (members.front()) every other description, the others the verdict
-// ("<key>/verdict"); all of them their read_keys. The first member compares
-// the descriptions and proposes the verdict ("ok", or the mismatch naming
-// both ranks and the field) with a CompareSet; a member whose wait runs out
-// at `timeout` proposes "timeout" naming the absent members (those of its
-// peers, or with the first member: of all, whose description is missing).
-// The first proposal is the verdict, and every member acts on it: all go on
-// or all fail with the same message (FAILED_PRECONDITION for a mismatch,
-// DEADLINE_EXCEEDED for an absent member). Requests: one per member, plus
-// the first member's CompareSet; none for a mesh of one member without
-// sets or reads. Returns the values of read_keys, in order.
+// same store request. Every member publishes its payload and its
+// description ("<key>/desc/r<rank>") and reads, in one SetThenMultiGet: the
+// first member (members.front()) every other description, the others the
+// verdict ("<key>/verdict"); all of them the payloads of read_from. The
+// first member compares the descriptions and proposes the verdict ("ok";
+// the mismatch naming both ranks and the field; or two members of one node
+// on one GPU) with a CompareSet; a member whose wait runs out at `timeout`
+// proposes "timeout" naming the absent members (those of its peers, or with
+// the first member: of all, whose description is missing). The first
+// proposal is the verdict, and every member acts on it: all go on or all
+// fail with the same message (FAILED_PRECONDITION for a mismatch or a
+// shared GPU, DEADLINE_EXCEEDED for an absent member). Requests: one per
+// member, plus the first member's CompareSet; none for a mesh of one
+// member. Returns the payloads of read_from, in order.
 absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
                                                           const Exchange& exchange, absl::Duration timeout);
 
 // The NCCL unique-id exchange, without creating communicators (it needs no
 // GPU), inside the members' agreement (AgreeAndExchange): per row, the
-// coordinate-0 member calls `make_id` and publishes the id under
-// "<row key>/id"; the others read it. One request per member for every
-// dimension (plus the verdict). Rows of one member need no store traffic.
-// Returns one id per row.
+// coordinate-0 member calls `make_id`; its payload carries the ids of the
+// rows it leads, by row key; the others read their rows' leaders'
+// payloads. One request per member for every dimension (plus the verdict).
+// Rows of one member need no store traffic. Returns one id per row.
 absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
                                                            const Agreement& agreement, absl::Duration timeout,
                                                            const std::function<absl::StatusOr<std::string>()>& make_id);

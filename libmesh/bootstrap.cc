@@ -8,7 +8,7 @@ namespace meshrun::mesh::internal {
 
 std::string Description::Encode() const {
   return absl::StrCat("device=", device, ";backend=", backend, ";shape=", shape, ";names=", names, ";ranks=", ranks,
-                      ";rank=", rank);
+                      ";rank=", rank, ";node=", node, ";local_rank=", local_rank, ";gpu=", gpu);
 }
 
 Description Description::Decode(const std::string& text) {
@@ -21,6 +21,9 @@ Description Description::Decode(const std::string& text) {
     if (kv.first == "names") d.names = kv.second;
     if (kv.first == "ranks") d.ranks = kv.second;
     if (kv.first == "rank") (void)absl::SimpleAtoi(kv.second, &d.rank);
+    if (kv.first == "node") (void)absl::SimpleAtoi(kv.second, &d.node);
+    if (kv.first == "local_rank") (void)absl::SimpleAtoi(kv.second, &d.local_rank);
+    if (kv.first == "gpu") d.gpu = kv.second;
   }
   return d;
 }
@@ -32,18 +35,6 @@ std::string Description::Diff(const Description& o) const {
   if (backend != o.backend) return absl::StrCat("backend: ", backend, " vs ", o.backend);
   if (ranks != o.ranks) return absl::StrCat("rank array: ", ranks, " vs ", o.ranks);
   return "";
-}
-
-std::string MissingMembers(Store& store, const GroupSpec& spec, const std::function<std::string(int)>& key_of) {
-  std::vector<std::string> missing;
-  for (int c = 0; c < static_cast<int>(spec.ranks.size()); ++c) {
-    if (c == spec.group_rank) continue;
-    absl::StatusOr<bool> present = store.Check({key_of(c)});
-    if (present.ok() && !*present) {
-      missing.push_back(absl::StrCat("rank ", spec.ranks[c], " (coordinate ", c, " along '", spec.dim_name, "')"));
-    }
-  }
-  return missing.empty() ? std::string("a member") : absl::StrJoin(missing, ", ");
 }
 
 absl::Status MismatchError(const Description& mine, const Description& theirs, const std::string& diff) {

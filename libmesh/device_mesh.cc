@@ -193,8 +193,7 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
 
   absl::StatusOr<internal::Backend> backend =
       device == DeviceType::kCpu ? internal::MakeGlooBackend(state->store, world, options)
-                                 : internal::MakeNcclBackend(state->store, world, options,
-                                                             layout.size() == world.world_size);
+                                 : internal::MakeNcclBackend(state->store, world, options);
   if (!backend.ok()) return backend.status();
   state->backend = std::move(*backend);
 
@@ -205,7 +204,8 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
     rows.push_back(RowSpec(state->mesh_id, layout, d, *state->coordinate, absl::StrCat("d", d)));
   }
   Description desc{DeviceTypeName(device), state->backend.name, Joined(layout.shape()),
-                   absl::StrJoin(layout.dim_names(), ","), world.rank, RanksDigest(layout)};
+                   absl::StrJoin(layout.dim_names(), ","), world.rank, RanksDigest(layout),
+                   world.node_rank, world.local_rank, state->backend.device_id};
   internal::Agreement agreement{desc, absl::StrCat("mesh/", state->mesh_id), layout.ranks(),
                                 [layout](int r) {
                                   std::optional<std::vector<int>> c = layout.CoordinateOf(r);
@@ -428,7 +428,8 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const
     std::vector<int> coord = *merged.CoordinateOf(rank());
     GroupSpec spec = RowSpec(state_->mesh_id, merged, first, coord, absl::StrCat("flat/", name));
     Description desc{DeviceTypeName(state_->device), state_->backend.name, Joined(merged.shape()),
-                     absl::StrJoin(merged.dim_names(), ","), state_->world.rank, RanksDigest(merged)};
+                     absl::StrJoin(merged.dim_names(), ","), state_->world.rank, RanksDigest(merged),
+                     state_->world.node_rank, state_->world.local_rank, state_->backend.device_id};
     internal::Agreement agreement{desc, spec.key, spec.ranks, [spec](int r) {
                                     auto it = std::find(spec.ranks.begin(), spec.ranks.end(), r);
                                     return absl::StrCat("rank ", r, " (coordinate ", it - spec.ranks.begin(),

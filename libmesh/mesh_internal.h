@@ -21,6 +21,12 @@ struct Description {
   std::string names;    // "replicate,shard"
   int rank = -1;        // Who wrote it (named in messages; not compared).
   std::string ranks;    // Digest of the rank array ("world" for all ranks in order).
+  // Where it runs (not compared): node rank, local rank, and for NCCL the
+  // GPU's PCI bus id ("" for Gloo). The first member refuses two members
+  // of one node on one GPU.
+  int node = -1;
+  int local_rank = -1;
+  std::string gpu;
   std::string Encode() const;
   static Description Decode(const std::string& text);
   // The first field that differs ("shape: (2, 4) vs (4, 2)"), or "".
@@ -41,10 +47,5 @@ struct GroupSpec {
 // differing field (Description::Diff): FAILED_PRECONDITION, "mesh mismatch:
 // rank 3 and rank 0 disagree on the shape: (4,2) vs (2,4) (rank 3 vs rank 0)".
 absl::Status MismatchError(const Description& mine, const Description& theirs, const std::string& diff);
-
-// Names the members of `spec` whose key `key_of(group_rank)` is missing,
-// after a timed-out wait: "rank 5 (coordinate 1 along 'shard')".
-std::string MissingMembers(Store& store, const GroupSpec& spec,
-                           const std::function<std::string(int)>& key_of);
 
 }  // namespace meshrun::mesh::internal

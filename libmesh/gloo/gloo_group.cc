@@ -247,16 +247,15 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
   if (!dev->ticker->Attach(*dev->device)) dev->ticker.reset();
 
   // The members agree before anything connects (AgreeAndExchange): every
-  // member publishes its pair addresses ("<key>/gloo/r<rank>") with its
-  // description and reads its row peers' addresses with the verdict, in one
-  // request. So every member fails, with the same message, when one
+  // member publishes its pair addresses (its payload, "<key>/data/r<rank>")
+  // with its description and reads its row peers' addresses with the
+  // verdict, in one request. So every member fails, with the same message, when one
   // disagrees or never arrives. Keys depend on global ranks only, so members
   // with another view of the layout still meet. Requests: 1 per member
   // (SetThenMultiGet), 2 for the first (+ the verdict's CompareSet).
   return Backend::CreateGroups([store, dev, timeout](const std::vector<GroupSpec>& rows, const Agreement& agreement)
                                    -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
     const int me = agreement.desc.rank;
-    auto blob_key = [&](int rank) { return absl::StrCat(agreement.key, "/gloo/r", rank); };
 
     // 1. Every pair of every row listens.
     std::vector<PendingRow> pending(rows.size());
@@ -286,14 +285,13 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
     // 2. Agree, publishing this member's addresses and reading its row
     //    peers' in the same request.
     Exchange x;
-    x.set_keys = {blob_key(me)};
-    x.set_values = {blobs};
+    x.payload = blobs;
     for (const GroupSpec& spec : rows) {
       for (int r : spec.ranks) {
         if (r != me && std::find(x.peers.begin(), x.peers.end(), r) == x.peers.end()) x.peers.push_back(r);
       }
     }
-    for (int r : x.peers) x.read_keys.push_back(blob_key(r));
+    x.read_from = x.peers;
     const std::vector<int>& peers = x.peers;
     absl::StatusOr<std::vector<std::string>> got = AgreeAndExchange(*store, agreement, x, timeout);
     if (!got.ok()) return got.status();

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -194,17 +195,24 @@ absl::StatusOr<std::string> NewUniqueId() {
   return std::string(id.internal, sizeof(id.internal));
 }
 
-// Picks this process's GPU and checks the node's layout before any NCCL
-// call: a GPU exists, local ranks do not outnumber visible devices, and no
-// two local ranks of this node share a device (by PCI bus id).
-absl::StatusOr<int> SelectDevice(Store& store, const World& world, const MeshOptions& options, bool whole_world) {
+// Picks this process's GPU before any NCCL call: a GPU exists (or CUDA
+// says why not), and local ranks do not outnumber visible devices. Returns
+// the device and its PCI bus id; the agreement checks that no two members
+// of a node share it.
+absl::StatusOr<std::pair<int, std::string>> SelectDevice(const World& world) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (e != cudaSuccess || count == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device type 'cuda' but no CUDA device is visible (CUDA_VISIBLE_DEVICES=", visible ? visible : "<unset>",
-        e != cudaSuccess ? absl::StrCat("; ", cudaGetErrorString(e)) : "", "); use \"cpu\" for Gloo"));
+  const std::string visible_text = absl::StrCat("CUDA_VISIBLE_DEVICES=", visible ? visible : "<unset>");
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device type 'cuda' but no CUDA device is visible (", visible_text, "); use \"cpu\" for Gloo"));
+  }
+  if (e != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("device type 'cuda' but CUDA is not usable: ",
+                                                      cudaGetErrorString(e), " (", visible_text,
+                                                      "); this libmesh needs a driver for CUDA ", CUDART_VERSION / 1000,
+                                                      ".", CUDART_VERSION % 1000 / 10, " or newer"));
   }
   int device = count == 1 ? 0 : world.local_rank;
   if (count > 1 && world.local_rank >= count) {
@@ -220,26 +228,8 @@ absl::StatusOr<int> SelectDevice(Store& store, const World& world, const MeshOpt
   if (cudaError_t b = cudaDeviceGetPCIBusId(bus, sizeof(bus), device); b != cudaSuccess) {
     return CudaError(b, "cudaDeviceGetPCIBusId");
   }
-  // Only a mesh over the whole world knows every local rank takes part.
-  if (whole_world && world.local_world_size > 1) {
-    const std::string base = absl::StrCat("mesh/pci/node", world.node_rank, "/");
-    std::vector<std::string> keys;
-    for (int lr = 0; lr < world.local_world_size; ++lr) keys.push_back(absl::StrCat(base, lr));
-    absl::StatusOr<std::vector<std::string>> buses = store.SetThenMultiGet(
-        std::vector<std::string>{absl::StrCat(base, world.local_rank)}, std::vector<std::string>{bus}, keys,
-        options.timeout);
-    if (!buses.ok()) return buses.status();
-    for (int lr = 0; lr < world.local_world_size; ++lr) {
-      if (lr != world.local_rank && (*buses)[lr] == bus) {
-        int a = std::min(lr, world.local_rank), b = std::max(lr, world.local_rank);
-        return absl::FailedPreconditionError(absl::StrCat("local ranks ", a, " and ", b, " of node ", world.node_rank,
-                                                          " share one GPU (PCI bus ", bus,
-                                                          "); give each process its own device"));
-      }
-    }
-  }
   if (cudaError_t s = cudaSetDevice(device); s != cudaSuccess) return CudaError(s, "cudaSetDevice");
-  return device;
+  return std::make_pair(device, std::string(bus));
 }
 
 // Creates the communicators of `rows` from their unique ids, all in one
@@ -387,12 +377,12 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> SplitComms(Store& sto
 
 }  // namespace
 
-absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options,
-                                        bool whole_world) {
-  absl::StatusOr<int> device = SelectDevice(*store, world, options, whole_world);
+absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options) {
+  absl::StatusOr<std::pair<int, std::string>> device = SelectDevice(world);
   if (!device.ok()) return device.status();
   Backend b;
   b.name = "nccl";
+  b.device_id = device->second;
   b.watchdog_interval = options.watchdog_interval;
   absl::Duration timeout = options.timeout;
   // The agreement check is part of the id exchange (one request per rank

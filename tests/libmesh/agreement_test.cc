@@ -332,7 +332,7 @@ absl::StatusOr<std::vector<std::string>> ExchangeIds(const rendezvous::Rendezvou
   shard.dim_name = "shard";
   for (int c = 0; c < 4; ++c) shard.ranks.push_back(rank / 4 * 4 + c);
   shard.group_rank = rank % 4;
-  mesh::internal::Agreement agreement{{"cuda", "nccl", shape, "replicate,shard", rank, "world"},
+  mesh::internal::Agreement agreement{{"cuda", "nccl", shape, "replicate,shard", rank, "world", 0, rank, ""},
                                       "mesh/ids",
                                       {0, 1, 2, 3, 4, 5, 6, 7},
                                       [](int r) { return absl::StrCat("rank ", r); }};
@@ -394,5 +394,89 @@ TEST_CASE("NCCL id exchange: a member that never arrives is named by every other
     INFO("rank " << rank << ": " << s.ToString());
     CHECK(absl::IsDeadlineExceeded(s));
     CHECK(s.message() == "rank 5 did not arrive within 1s");
+  }
+}
+
+namespace {
+
+// AgreeAndExchange for rank `rank` of 8, with the description `desc` and
+// row peers as in a (2, 4) mesh; payload "p<rank>".
+absl::StatusOr<std::vector<std::string>> Agree(const rendezvous::RendezvousServer& server, const std::string& run,
+                                               const mesh::internal::Description& desc,
+                                               const std::vector<int>& read_from, absl::Duration timeout) {
+  GrpcStoreOptions so;
+  so.endpoint = server.endpoint();
+  so.run_id = run;
+  auto store = ConnectGrpcStore(so);
+  if (!store.ok()) return store.status();
+  mesh::internal::Agreement agreement{desc, "mesh/a", {0, 1, 2, 3, 4, 5, 6, 7},
+                                      [](int r) { return absl::StrCat("rank ", r); }};
+  mesh::internal::Exchange x;
+  x.payload = absl::StrCat("p", desc.rank);
+  x.read_from = read_from;
+  x.peers = read_from;
+  return mesh::internal::AgreeAndExchange(**store, agreement, x, timeout);
+}
+
+std::vector<int> RowPeers(int rank) {
+  std::vector<int> peers{rank < 4 ? rank + 4 : rank - 4};
+  for (int c = 0; c < 4; ++c) {
+    if (rank / 4 * 4 + c != rank) peers.push_back(rank / 4 * 4 + c);
+  }
+  return peers;
+}
+
+}  // namespace
+
+TEST_CASE("agreement: members on different backends get the mismatch at once, not a timeout", "[mesh]") {
+  auto server = StartServer();
+  const absl::Time start = absl::Now();
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    mesh::internal::Description d{"cpu", "gloo", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4, ""};
+    std::vector<int> read_from = RowPeers(rank);
+    if (rank == 3) {  // reads only its rows' leaders, as NCCL does
+      d.device = "cuda";
+      d.backend = "nccl";
+      d.gpu = "0000:01:00.0";
+      read_from = {0};
+    }
+    auto got = Agree(*server, "backends", d, read_from, absl::Seconds(30));
+    if (got.ok() && (*got)[0] != absl::StrCat("p", read_from[0])) return absl::InternalError("wrong payload");
+    return got.status();
+  });
+  CHECK(absl::Now() - start < absl::Seconds(10));
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(absl::IsFailedPrecondition(s));
+    CHECK(s.message() == "mesh mismatch: rank 3 and rank 0 disagree on the device type: cuda vs cpu (rank 3 vs rank 0)");
+  }
+}
+
+TEST_CASE("agreement: two members of one node on one GPU fail every member; other nodes may reuse it", "[mesh]") {
+  auto server = StartServer();
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    // Nodes of 4; local rank l on bus "l", except rank 6 (node 1, local 2) on bus "1".
+    mesh::internal::Description d{"cuda", "nccl", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4,
+                                  absl::StrCat("bus-", rank == 6 ? 1 : rank % 4)};
+    return Agree(*server, "gpus", d, RowPeers(rank), absl::Seconds(30)).status();
+  });
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(absl::IsFailedPrecondition(s));
+    CHECK(s.message() == "local ranks 1 and 2 of node 1 share one GPU (PCI bus bus-1); give each process its own device");
+  }
+  auto fine = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    mesh::internal::Description d{"cuda", "nccl", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4,
+                                  absl::StrCat("bus-", rank % 4)};
+    auto got = Agree(*server, "gpus-ok", d, RowPeers(rank), absl::Seconds(30));
+    if (!got.ok()) return got.status();
+    for (size_t k = 0; k < got->size(); ++k) {
+      if ((*got)[k] != absl::StrCat("p", RowPeers(rank)[k])) return absl::InternalError("wrong payload");
+    }
+    return absl::OkStatus();
+  });
+  for (const auto& [rank, s] : fine) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(s.ok());
   }
 }

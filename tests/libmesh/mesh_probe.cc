@@ -64,7 +64,7 @@ static int NcclIds(const World& world) {
     spec.group_rank = g->rank();
     rows.push_back(spec);
   }
-  internal::Description desc{"cuda", "nccl", "2,4", "replicate,shard", rank, "world"};
+  internal::Description desc{"cuda", "nccl", "2,4", "replicate,shard", rank, "world", 0, rank, ""};
   internal::Agreement agreement{desc, "ncclids", {0, 1, 2, 3, 4, 5, 6, 7},
                                 [](int r) { return absl::StrCat("rank ", r); }};
   auto ids = internal::ExchangeUniqueIds(**store, rows, agreement, absl::Seconds(60), internal::NcclUniqueIdForTest);
