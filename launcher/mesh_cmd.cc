@@ -4,6 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "launcher/cli.h"
 #include "launcher/launch.h"
@@ -101,11 +102,13 @@ int MeshMain(int argc, char** argv) {
                "meshrun mesh"};
   int nnodes = 1, nproc = 1;
   std::vector<int> shape;
-  std::vector<std::string> names;
+  std::string names_text;
   app.add_option("--nnodes", nnodes, "Number of nodes")->default_str("1");
   app.add_option("--nproc_per_node,--nproc-per-node", nproc, "Workers per node")->default_str("1");
   app.add_option("--shape", shape, "Mesh shape, e.g. 2,4 (one entry may be -1)")->delimiter(',')->required();
-  app.add_option("--names", names, "Dimension names, e.g. replicate,shard")->delimiter(',');
+  // Split here, not by CLI11, which drops empty entries ("a," must say that
+  // a name is empty).
+  app.add_option("--names", names_text, "Dimension names, e.g. replicate,shard");
   if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun mesh")) return *done;
   if (nnodes <= 0 || nproc <= 0) {
     return Usage(absl::StrCat("--nnodes=", nnodes, " --nproc_per_node=", nproc, ": both must be >= 1"));
@@ -115,6 +118,8 @@ int MeshMain(int argc, char** argv) {
     return Usage(absl::StrCat("--nnodes=", nnodes, " x --nproc_per_node=", nproc, " is more than ", kMaxRanks,
                               " ranks"));
   }
+  std::vector<std::string> names;
+  if (app.count("--names") > 0) names = absl::StrSplit(names_text, ',');
   absl::StatusOr<mesh::MeshLayout> layout = mesh::MeshLayout::Create(shape, names, nnodes * nproc);
   if (!layout.ok()) return Usage(std::string(layout.status().message()));
   std::fputs(DescribeMesh(*layout, nnodes, nproc).c_str(), stdout);

@@ -129,7 +129,7 @@ std::string RanksDigest(const MeshLayout& layout) {
     identity = identity && layout.ranks()[i] == static_cast<int>(i);
     h = (h ^ static_cast<uint64_t>(layout.ranks()[i])) * 1099511628211ULL;
   }
-  return identity ? absl::StrCat("0..", layout.ranks().size() - 1) : absl::StrCat(absl::Hex(h));
+  return identity ? absl::StrCat("0..", layout.ranks().size() - 1) : absl::StrCat(absl::Hex(h, absl::kZeroPad16));
 }
 
 GroupSpec RowSpec(const std::string& mesh_id, const MeshLayout& layout, int dim, const std::vector<int>& coord,
@@ -157,6 +157,10 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   if (options.timeout < absl::Milliseconds(1) || options.timeout > absl::Hours(24 * 7)) {
     return absl::InvalidArgumentError(absl::StrCat("mesh timeout ", absl::FormatDuration(options.timeout),
                                                    ": allowed 1ms to 168h"));
+  }
+  if (options.watchdog_interval < absl::Milliseconds(1) || options.watchdog_interval > absl::Hours(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("watchdog_interval ", absl::FormatDuration(options.watchdog_interval),
+                                                   ": allowed 1ms to 1h"));
   }
   if (options.gloo_loop_nice < 0 || options.gloo_loop_nice > 19) {
     return absl::InvalidArgumentError(

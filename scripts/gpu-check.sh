@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # The GPU checks, for a machine with one NVIDIA GPU (run whenever one is
 # lent): runs the [gpu] tests, every example with --device cuda on one rank,
-# and the refusal of two local ranks on one GPU. Prints one PASS/FAIL line
-# per check; exits with the number that failed.
+# a corrupted run, and the refusals of two ranks on one GPU. Prints one
+# PASS/FAIL/SKIP line per check; exits with the number that failed (without
+# a usable GPU every check is skipped: exit 77).
 #   bash scripts/gpu-check.sh                  builds here first (scripts/build.sh)
-#   GPU_BUNDLE=.gpubundle bash scripts/gpu-check.sh
+#   GPU_BUNDLE=.gpubundle bash scripts/gpu-check.sh, or bash .gpubundle/gpu-check.sh
 #                                              runs what scripts/gpu-bundle.sh packed,
 #                                              with the machine's own libnccl.so.2
 #                                              (or NCCL_LIB_DIR's)
 # Logs go to $OUT (or /tmp).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out="${OUT:-/tmp}"
-if [[ -n "${GPU_BUNDLE:-}" ]]; then
-  B="$GPU_BUNDLE/bin"
+# Paths given relative to where this was started from.
+out="$(realpath -m "${OUT:-/tmp}")"
+bundle="${GPU_BUNDLE:+$(realpath -m "$GPU_BUNDLE")}"
+here="$(dirname "$(realpath "$0")")"
+# The copy inside a bundle runs that bundle.
+[[ -z "$bundle" && -e "$here/.meshrun-gpu-bundle" ]] && bundle="$here"
+cd "$here/.."
+if [[ -n "$bundle" ]]; then
+  [[ -x "$bundle/bin/gpu_tests" ]] || { echo "FAIL bundle: $bundle/bin/gpu_tests not found (scripts/gpu-bundle.sh makes it)"; exit 1; }
+  B="$bundle/bin"
   nccl="${NCCL_LIB_DIR:-}"
   for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
     [[ -z "$nccl" && -e "$d/libnccl.so.2" ]] && nccl="$d"
@@ -21,8 +28,8 @@ if [[ -n "${GPU_BUNDLE:-}" ]]; then
   [[ -n "$nccl" ]] || nccl="$(dirname "$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1)")"
   export NCCL_LIB_DIR="$nccl"
   echo "NCCL from: $nccl"
-  export LD_LIBRARY_PATH="$GPU_BUNDLE/lib:$nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  ldd "$B/gpu_tests" | grep -E "not found" && { echo "FAIL bundle: libraries missing"; exit 1; }
+  export LD_LIBRARY_PATH="$bundle/lib:$nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  ldd "$B/gpu_tests" 2>&1 | grep -E "not found" && { echo "FAIL bundle: libraries missing"; exit 1; }
 else
   bash scripts/build.sh > "$out/gpu-build.log" 2>&1 || { echo "FAIL build (see gpu-build.log)"; tail -30 "$out/gpu-build.log"; exit 1; }
   # The same layout as a bundle: programs side by side (meshrun finds its
@@ -31,7 +38,15 @@ else
   ln -s "$PWD"/build/tests/gpu_tests "$PWD"/build/launcher/meshrun "$PWD"/build/launcher/meshrun-worker-shim \
     "$PWD"/build/examples/{two_d_setup,hsdp,three_d_slicing} "$B/"
 fi
-nvidia-smi -L || true
+command -v nvidia-smi > /dev/null && nvidia-smi -L
+mkdir -p "$out"
+# gpu_tests exits 77 when no CUDA device is usable: then nothing here can run.
+skip="$("$B/gpu_tests" --list-tests 2>&1)"
+if [[ $? == 77 ]]; then
+  echo "$skip" | head -1
+  echo "SKIP all checks: no usable CUDA device"
+  exit 77
+fi
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 fails=0
 check() {
@@ -43,7 +58,9 @@ check gpu_tests "$B/gpu_tests" --success
 check two_d_setup "$M" --standalone --nproc_per_node=1 "$B/two_d_setup" --device cuda --shape 1,1
 check hsdp "$M" --standalone --nproc_per_node=1 "$B/hsdp" --device cuda --shape 1,1
 check three_d_slicing "$M" --standalone --nproc_per_node=1 "$B/three_d_slicing" --device cuda --shape 1,1,1
-check corrupt_detected bash -c "! '$M' --standalone --nproc_per_node=1 '$B/two_d_setup' --device cuda --shape 1,1 --corrupt_rank=0"
+# A corrupted contribution must fail the example's own check (its message),
+# not fail for another reason.
+check corrupt_detected bash -c "'$M' --standalone --nproc_per_node=1 '$B/two_d_setup' --device cuda --shape 1,1 --corrupt_rank=0 > '$out/corrupt.out' 2>&1; s=\$?; cat '$out/corrupt.out'; [[ \$s != 0 ]] && grep -q 'sum 1000, expected 0' '$out/corrupt.out'"
 # Two local ranks, one GPU: refused before any NCCL call, naming both ranks.
 check shared_gpu_refused bash -c "'$M' --standalone --nproc_per_node=2 --max_restarts=0 '$B/two_d_setup' --device cuda --shape 1,2 > '$out/shared_gpu.out' 2>&1; s=\$?; cat '$out/shared_gpu.out'; [[ \$s != 0 ]] && grep -q 'local ranks 0 and 1 of node 0 share one GPU' '$out/shared_gpu.out'"
 # Two nodes on this host (one agent and one rank each, both on the one GPU;

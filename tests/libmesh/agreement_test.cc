@@ -180,7 +180,7 @@ TEST_CASE("a member that never arrives is named by every other member at the tim
   }
 }
 
-TEST_CASE("a bad gloo_loop_nice or timeout is refused before any store traffic", "[mesh]") {
+TEST_CASE("a bad gloo_loop_nice, timeout or watchdog_interval is refused before any store traffic", "[mesh]") {
   auto server = StartServer();
   MeshOptions o;
   o.gloo_loop_nice = 20;
@@ -195,6 +195,11 @@ TEST_CASE("a bad gloo_loop_nice or timeout is refused before any store traffic",
   o.timeout = absl::InfiniteDuration();
   mesh = InitDeviceMesh("cpu", {8}, {}, WorldOf(*server, "nice", 0), o);
   CHECK(mesh.status().message() == "mesh timeout inf: allowed 1ms to 168h");
+  o.timeout = absl::Seconds(5);
+  o.watchdog_interval = absl::ZeroDuration();
+  mesh = InitDeviceMesh("cpu", {8}, {}, WorldOf(*server, "nice", 0), o);
+  CHECK(absl::IsInvalidArgument(mesh.status()));
+  CHECK(mesh.status().message() == "watchdog_interval 0: allowed 1ms to 1h");
 }
 
 TEST_CASE("a first member that arrives after the others gave up fails with their verdict, like everyone", "[mesh]") {

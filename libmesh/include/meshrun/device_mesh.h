@@ -49,10 +49,13 @@ absl::StatusOr<World> WorldFromEnv();
 
 struct MeshOptions {
   // Bounds every wait of mesh creation (store reads, peers' arrival, each
-  // Gloo pair's connect, NCCL init) and every Gloo collective. A member that
-  // never arrives fails the others after this long, naming it. Allowed 1 ms
-  // to 168 h (INVALID_ARGUMENT otherwise). A store request may add up to the
-  // same again for its round trip.
+  // Gloo pair's connect, NCCL's non-blocking init and splits), every Gloo
+  // collective, and an NCCL collective's wait while NCCL answers
+  // ncclInProgress (not the GPU work itself). With nccl_blocking it does not
+  // bound NCCL's init or splits. A member that never arrives fails the
+  // others after this long, naming it. Allowed 1 ms to 168 h
+  // (INVALID_ARGUMENT otherwise). A store request may add up to the same
+  // again for its round trip.
   absl::Duration timeout = absl::Minutes(5);
   // Store key namespace of this mesh. Empty: "m<k>", k counting the meshes
   // this process created; every member must create its meshes in the same
@@ -62,7 +65,7 @@ struct MeshOptions {
   // unique id) and ncclCommSplit it per dimension (colour = the row's first
   // global rank, key = the coordinate), as PyTorch's DeviceMesh does with
   // split_group, instead of one unique id and one ncclCommInitRankConfig per
-  // row. A flattened dimension still gets its own id.
+  // row. A flattened dimension, and a 1-D mesh, still get one id per row.
   bool nccl_split = false;
   // NCCL only: the communicators' mode (ncclConfig_t::blocking).
   // false (default): non-blocking, so that their initialisation is bounded
@@ -79,6 +82,7 @@ struct MeshOptions {
   bool nccl_blocking = false;
   // NCCL only: how often the watchdog polls ncclCommGetAsyncError; on an
   // error it aborts every communicator of the mesh.
+  // Allowed 1 ms to 1 h (INVALID_ARGUMENT otherwise).
   absl::Duration watchdog_interval = absl::Milliseconds(100);
   // Gloo only: the nice value (0..19; 0 leaves it) given to the Gloo
   // device's I/O thread. Debian's Gloo busy-polls on that thread while a
@@ -113,7 +117,8 @@ class DeviceMesh {
   // This rank's coordinate, one entry per dimension.
   std::optional<std::vector<int>> coordinate() const;
   // The coordinate along `dim` (PyTorch's get_local_rank). FAILED_PRECONDITION
-  // for a non-member, NOT_FOUND for an unknown name.
+  // for a non-member, NOT_FOUND for an unknown name, INVALID_ARGUMENT for an
+  // index outside 0..ndim()-1.
   absl::StatusOr<int> local_rank(int dim) const;
   absl::StatusOr<int> local_rank(const std::string& dim_name) const;
   // The global ranks of this mesh, row-major.
@@ -165,10 +170,14 @@ class DeviceMesh {
 // communicator per dimension; returns only when every communicator is ready.
 // One dimension may be -1 (inferred from the world size). Checks, before any
 // NCCL call, each with one line naming the values: shape vs world size,
-// names, "cuda" with no GPU, more local ranks than visible GPUs, two local
-// ranks on one GPU (by PCI bus id, naming both). Members check that they
-// agree on (shape, names, device type, backend) and fail naming the
-// differing rank and field. Mirrors torch.distributed.device_mesh.init_device_mesh.
+// names, options, "cuda" with no usable GPU, more local ranks than visible
+// GPUs. Members then agree through the store, before any communicator
+// exists, on (shape, names, device type, backend, rank array), and that no
+// two members of a node share a GPU (by PCI bus id): otherwise every member
+// fails FAILED_PRECONDITION with the same message naming the two ranks and
+// the field (or the shared GPU); a member that never arrives fails the
+// others DEADLINE_EXCEEDED at options.timeout, naming it with its
+// coordinate. Mirrors torch.distributed.device_mesh.init_device_mesh.
 absl::StatusOr<DeviceMesh> InitDeviceMesh(absl::string_view device_type, std::vector<int> shape,
                                           std::vector<std::string> dim_names = {},
                                           const MeshOptions& options = {});

@@ -31,10 +31,12 @@ template <> constexpr DataType DataTypeOf<int64_t>() { return DataType::kInt64; 
 // return once enqueued, as ncclAllReduce does. Counts are in elements.
 // Buffers: host memory for Gloo, device memory for NCCL. Every member must
 // call the same collectives in the same order (as with any communicator).
-// Errors: INVALID_ARGUMENT for bad arguments (a broadcast root out of range;
-// NCCL's invalid-argument/usage errors), DEADLINE_EXCEEDED when a Gloo
-// peer does not answer within the mesh timeout, INTERNAL carrying the
-// backend's message otherwise; after Abort(), every call fails ABORTED.
+// Errors: INVALID_ARGUMENT for a broadcast root out of range and for NCCL's
+// invalid-argument/usage errors (Gloo's own argument checks fail as
+// INTERNAL); DEADLINE_EXCEEDED when a Gloo peer does not answer within the
+// mesh timeout, or when a non-blocking NCCL communicator stays in progress
+// that long (it is then aborted); INTERNAL carrying the backend's message
+// otherwise; after Abort(), every call fails ABORTED.
 // Thread-safety: one thread at a time per group (as a communicator).
 class ProcessGroup {
  public:
@@ -58,7 +60,9 @@ class ProcessGroup {
   virtual absl::Status AllGather(const void* send, void* recv, size_t count, DataType type,
                                  void* stream = nullptr) = 0;
   // Reduces size()*count elements of `send` and leaves block rank() (count
-  // elements) in `recv` (ncclReduceScatter; Gloo's halving-doubling).
+  // elements) in `recv` (ncclReduceScatter; for Gloo an allreduce of a copy,
+  // keeping this member's block: Debian Gloo's halving-doubling
+  // reduce-scatter gave wrong results on 3 and 6 members).
   virtual absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                                      void* stream = nullptr) = 0;
   // Broadcasts `count` elements from group rank `root` (ncclBroadcast).
