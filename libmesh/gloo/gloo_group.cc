@@ -286,22 +286,17 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
     //    peers' in the same request.
     Exchange x;
     x.payload = blobs;
-    for (const GroupSpec& spec : rows) {
-      for (int r : spec.ranks) {
-        if (r != me && std::find(x.peers.begin(), x.peers.end(), r) == x.peers.end()) x.peers.push_back(r);
-      }
-    }
+    x.peers = PeersOf(rows, me);
     x.read_from = x.peers;
     const std::vector<int>& peers = x.peers;
     absl::StatusOr<std::vector<std::string>> got = AgreeAndExchange(*store, agreement, x, timeout);
     if (!got.ok()) return got.status();
-    const size_t blobs_at = 0;
 
     // Agreed: every peer has this member's layout, so its blobs line up.
     std::vector<std::vector<absl::string_view>> row_blobs(rows.size());
     std::map<int, absl::string_view> blob_of;
     for (size_t k = 0; k < peers.size(); ++k) {
-      const std::string& blob = (*got)[blobs_at + k];
+      const std::string& blob = (*got)[k];
       if (blob.size() != blobs.size()) {
         return absl::DataLossError(absl::StrCat("mesh bootstrap: rank ", peers[k], " published ", blob.size(),
                                                 " bytes of pair addresses, expected ", blobs.size()));

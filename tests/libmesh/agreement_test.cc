@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "backends.h"
+#include "agreement.h"
 #include "common/grpc_store.h"
 #include "common/server_status.h"
 #include "meshrun/device_mesh.h"
@@ -315,16 +315,31 @@ TEST_CASE("an unreachable store fails mesh creation within twice the mesh timeou
 
 namespace {
 
+// A store client of `run` on `server`, as a mesh member makes one.
+absl::StatusOr<std::shared_ptr<Store>> StoreOf(const rendezvous::RendezvousServer& server, const std::string& run) {
+  GrpcStoreOptions so;
+  so.endpoint = server.endpoint();
+  so.run_id = run;
+  return ConnectGrpcStore(so);
+}
+
+// Every member failed with `code` and exactly `message`.
+void CheckEveryMemberFails(const std::map<int, absl::Status>& statuses, absl::StatusCode code,
+                           const std::string& message) {
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(s.code() == code);
+    CHECK(s.message() == message);
+  }
+}
+
 // The NCCL unique-id exchange of a (2, 4) mesh (replicate, shard) for
 // `rank`, with `shape` in its description; ids come from a counter (the
 // exchange does not look inside them; the e2e test uses real NCCL ids).
 absl::StatusOr<std::vector<std::string>> ExchangeIds(const rendezvous::RendezvousServer& server,
                                                      const std::string& run, int rank, const std::string& shape,
                                                      absl::Duration timeout) {
-  GrpcStoreOptions so;
-  so.endpoint = server.endpoint();
-  so.run_id = run;
-  auto store = ConnectGrpcStore(so);
+  auto store = StoreOf(server, run);
   if (!store.ok()) return store.status();
   mesh::internal::GroupSpec replicate, shard;
   replicate.key = absl::StrCat("mesh/ids/d0/row", rank % 4);
@@ -381,11 +396,8 @@ TEST_CASE("NCCL id exchange: one member's other shape fails every member with th
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     return ExchangeIds(*server, "ids-mismatch", rank, rank == 6 ? "4,2" : "2,4", absl::Seconds(30)).status();
   });
-  for (const auto& [rank, s] : statuses) {
-    INFO("rank " << rank << ": " << s.ToString());
-    CHECK(absl::IsFailedPrecondition(s));
-    CHECK(s.message() == "mesh mismatch: rank 6 and rank 0 disagree on the shape: (4,2) vs (2,4) (rank 6 vs rank 0)");
-  }
+  CheckEveryMemberFails(statuses, absl::StatusCode::kFailedPrecondition,
+                        "mesh mismatch: rank 6 and rank 0 disagree on the shape: (4,2) vs (2,4) (rank 6 vs rank 0)");
 }
 
 TEST_CASE("NCCL id exchange: a member that never arrives is named by every other member", "[mesh]") {
@@ -395,11 +407,8 @@ TEST_CASE("NCCL id exchange: a member that never arrives is named by every other
     return ExchangeIds(*server, "ids-absent", rank, "2,4", absl::Seconds(1)).status();
   });
   CHECK(absl::Now() - start < absl::Seconds(5));
-  for (const auto& [rank, s] : statuses) {
-    INFO("rank " << rank << ": " << s.ToString());
-    CHECK(absl::IsDeadlineExceeded(s));
-    CHECK(s.message() == "rank 5 did not arrive within 1s");
-  }
+  CheckEveryMemberFails(statuses, absl::StatusCode::kDeadlineExceeded,
+                        "rank 5 did not arrive within 1s");
 }
 
 namespace {
@@ -409,10 +418,7 @@ namespace {
 absl::StatusOr<std::vector<std::string>> Agree(const rendezvous::RendezvousServer& server, const std::string& run,
                                                const mesh::internal::Description& desc,
                                                const std::vector<int>& read_from, absl::Duration timeout) {
-  GrpcStoreOptions so;
-  so.endpoint = server.endpoint();
-  so.run_id = run;
-  auto store = ConnectGrpcStore(so);
+  auto store = StoreOf(server, run);
   if (!store.ok()) return store.status();
   mesh::internal::Agreement agreement{desc, "mesh/a", {0, 1, 2, 3, 4, 5, 6, 7},
                                       [](int r) { return absl::StrCat("rank ", r); }};
@@ -450,11 +456,8 @@ TEST_CASE("agreement: members on different backends get the mismatch at once, no
     return got.status();
   });
   CHECK(absl::Now() - start < absl::Seconds(10));
-  for (const auto& [rank, s] : statuses) {
-    INFO("rank " << rank << ": " << s.ToString());
-    CHECK(absl::IsFailedPrecondition(s));
-    CHECK(s.message() == "mesh mismatch: rank 3 and rank 0 disagree on the device type: cuda vs cpu (rank 3 vs rank 0)");
-  }
+  CheckEveryMemberFails(statuses, absl::StatusCode::kFailedPrecondition,
+                        "mesh mismatch: rank 3 and rank 0 disagree on the device type: cuda vs cpu (rank 3 vs rank 0)");
 }
 
 TEST_CASE("agreement: two members of one node on one GPU fail every member; other nodes may reuse it", "[mesh]") {
@@ -465,11 +468,8 @@ TEST_CASE("agreement: two members of one node on one GPU fail every member; othe
                                   absl::StrCat("bus-", rank == 6 ? 1 : rank % 4)};
     return Agree(*server, "gpus", d, RowPeers(rank), absl::Seconds(30)).status();
   });
-  for (const auto& [rank, s] : statuses) {
-    INFO("rank " << rank << ": " << s.ToString());
-    CHECK(absl::IsFailedPrecondition(s));
-    CHECK(s.message() == "local ranks 1 and 2 of node 1 share one GPU (PCI bus bus-1); give each process its own device");
-  }
+  CheckEveryMemberFails(statuses, absl::StatusCode::kFailedPrecondition,
+                        "local ranks 1 and 2 of node 1 share one GPU (PCI bus bus-1); give each process its own device");
   auto fine = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     mesh::internal::Description d{"cuda", "nccl", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4,
                                   absl::StrCat("bus-", rank % 4)};

@@ -26,7 +26,7 @@ int Fail(int rank, const std::string& msg) {
 }  // namespace
 
 #ifdef MESHRUN_WITH_NCCL
-#include "backends.h"
+#include "agreement.h"
 #include "common/grpc_store.h"
 #include "common/server_status.h"
 #include "nccl/unique_id.h"

@@ -1,0 +1,221 @@
+#include "agreement.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace meshrun::mesh::internal {
+
+namespace {
+
+// The status a member returns for a verdict other than "ok".
+absl::Status VerdictError(const std::string& verdict) {
+  const size_t nl = verdict.find('\n');
+  const std::string kind = verdict.substr(0, nl);
+  const std::string msg = nl == std::string::npos ? verdict : verdict.substr(nl + 1);
+  if (kind == "timeout") return absl::DeadlineExceededError(msg);
+  return absl::FailedPreconditionError(msg);
+}
+
+}  // namespace
+
+namespace {
+
+// The first member's check beyond the descriptions' fields: no two members
+// of one node on one GPU (NCCL refuses that, or hangs). "" when none.
+std::string SharedGpu(const std::vector<Description>& all) {
+  std::map<std::pair<int, std::string>, const Description*> seen;
+  for (const Description& d : all) {
+    if (d.gpu.empty()) continue;
+    auto [it, fresh] = seen.emplace(std::make_pair(d.node, d.gpu), &d);
+    if (fresh) continue;
+    const int a = std::min(it->second->local_rank, d.local_rank), b = std::max(it->second->local_rank, d.local_rank);
+    return absl::StrCat("local ranks ", a, " and ", b, " of node ", d.node, " share one GPU (PCI bus ", d.gpu,
+                        "); give each process its own device");
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<int> PeersOf(const std::vector<GroupSpec>& rows, int me) {
+  std::vector<int> peers;
+  for (const GroupSpec& row : rows) {
+    for (int r : row.ranks) {
+      if (r != me && std::find(peers.begin(), peers.end(), r) == peers.end()) peers.push_back(r);
+    }
+  }
+  return peers;
+}
+
+absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
+                                                          const Exchange& exchange, absl::Duration timeout) {
+  const Description& desc = agreement.desc;
+  const int me = desc.rank;
+  const int first = agreement.members.front();
+  // A mesh of one member: nothing to agree on, nobody to meet.
+  if (agreement.members.size() < 2) return std::vector<std::string>();
+  auto desc_key = [&](int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); };
+  auto data_key = [&](int rank) { return absl::StrCat(agreement.key, "/data/r", rank); };
+  const std::string verdict_key = absl::StrCat(agreement.key, "/verdict");
+
+  const std::vector<std::string> keys{data_key(me), desc_key(me)};
+  const std::vector<std::string> values{exchange.payload, desc.Encode()};
+  std::vector<int> others;  // first member only: every other member
+  std::vector<std::string> wanted;
+  if (me == first) {
+    for (int r : agreement.members) {
+      if (r != me) others.push_back(r);
+    }
+    for (int r : others) wanted.push_back(desc_key(r));
+  } else {
+    wanted.push_back(verdict_key);
+  }
+  const size_t reads_at = wanted.size();
+  std::vector<std::string> read_keys;
+  for (int r : exchange.read_from) read_keys.push_back(data_key(r));
+  wanted.insert(wanted.end(), read_keys.begin(), read_keys.end());
+
+  // After a wait ran out: names who is missing (the first member from every
+  // member's description, the others from their peers' and the first
+  // member's) and proposes that as the verdict; returns the verdict.
+  auto ProposeTimeout = [&]() -> absl::StatusOr<std::string> {
+    std::vector<int> expected = others;
+    if (me != first) {
+      expected = exchange.peers;
+      if (std::find(expected.begin(), expected.end(), first) == expected.end()) expected.insert(expected.begin(), first);
+    }
+    std::vector<std::string> late;
+    for (int r : expected) {
+      absl::StatusOr<bool> present = store.Check({desc_key(r)});
+      if (present.ok() && !*present) late.push_back(agreement.describe(r));
+    }
+    const std::string msg =
+        late.empty() ? absl::StrCat("rank ", first, " (the mesh's first rank) did not confirm within ",
+                                    absl::FormatDuration(timeout), " that every member agrees")
+                     : absl::StrCat(absl::StrJoin(late, ", "), " did not arrive within ",
+                                    absl::FormatDuration(timeout));
+    return store.CompareSet(verdict_key, "", absl::StrCat("timeout\n", msg));
+  };
+
+  absl::StatusOr<std::vector<std::string>> got = store.SetThenMultiGet(keys, values, wanted, timeout);
+  // The verdict is decided once, by whoever sets it first (a CompareSet on
+  // the absent key): the first member's "ok" or "mismatch", or the
+  // "timeout" of whichever member's wait ran out first. Every member acts
+  // on that one verdict, so all go on or all fail with the same message.
+  if (absl::IsDeadlineExceeded(got.status())) {
+    // The first member, which sees every description, times out at about
+    // the same moment and names every absent member: a member that is not
+    // the first waits a little for that verdict before proposing its own.
+    absl::StatusOr<std::string> verdict =
+        me == first ? absl::NotFoundError("") : store.Get(verdict_key, std::min(timeout, absl::Milliseconds(500)));
+    if (!verdict.ok()) verdict = ProposeTimeout();
+    if (!verdict.ok()) return verdict.status();
+    if (*verdict != "ok") return VerdictError(*verdict);
+    // The first member confirmed just before: every member has published,
+    // so what this member reads is there.
+    return store.MultiGet(read_keys, timeout);
+  }
+  if (!got.ok()) return got.status();
+  if (me == first) {
+    std::string msg;
+    int differ = 0;
+    std::vector<Description> all{desc};
+    for (size_t k = 0; k < others.size(); ++k) {
+      Description theirs = Description::Decode((*got)[k]);
+      if (theirs.rank < 0) theirs.rank = others[k];
+      all.push_back(theirs);
+      std::string diff = theirs.Diff(desc);
+      if (diff.empty()) continue;
+      if (differ++ == 0) msg = std::string(MismatchError(theirs, desc, diff).message());
+    }
+    if (differ > 1) {
+      absl::StrAppend(&msg, "; ", differ, " of ", agreement.members.size(), " members differ from rank ", first);
+    }
+    if (differ == 0) msg = SharedGpu(all);
+    absl::StatusOr<std::string> verdict =
+        store.CompareSet(verdict_key, "", msg.empty() ? std::string("ok") : absl::StrCat("mismatch\n", msg));
+    if (!verdict.ok()) return verdict.status();
+    if (*verdict != "ok") return VerdictError(*verdict);
+  } else if ((*got)[0] != "ok") {
+    return VerdictError((*got)[0]);
+  }
+  return std::vector<std::string>(std::make_move_iterator(got->begin() + reads_at),
+                                  std::make_move_iterator(got->end()));
+}
+
+namespace {
+
+// A leader's payload: for each row it leads, "<row key>\0<id length>\0<id>".
+std::string EncodeIds(const std::vector<std::pair<std::string, std::string>>& ids) {
+  std::string out;
+  for (const auto& [key, id] : ids) {
+    out.append(key);
+    out.push_back('\0');
+    out.append(std::to_string(id.size()));
+    out.push_back('\0');
+    out.append(id);
+  }
+  return out;
+}
+
+// The id of row `key` in a leader's payload; NOT_FOUND when absent.
+absl::StatusOr<std::string> IdFor(absl::string_view payload, absl::string_view key) {
+  size_t at = 0;
+  while (at < payload.size()) {
+    const size_t k_end = payload.find('\0', at);
+    const size_t n_end = k_end == absl::string_view::npos ? k_end : payload.find('\0', k_end + 1);
+    size_t n = 0;
+    if (n_end == absl::string_view::npos || !absl::SimpleAtoi(payload.substr(k_end + 1, n_end - k_end - 1), &n) ||
+        n_end + 1 + n > payload.size()) {
+      break;
+    }
+    if (payload.substr(at, k_end - at) == key) return std::string(payload.substr(n_end + 1, n));
+    at = n_end + 1 + n;
+  }
+  return absl::DataLossError(absl::StrCat("mesh bootstrap: no unique id for ", key, " from its leader"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
+                                                           const Agreement& agreement, absl::Duration timeout,
+                                                           const std::function<absl::StatusOr<std::string>()>& make_id) {
+  const int me = agreement.desc.rank;
+  std::vector<std::string> ids(rows.size());
+  // One request per member for every dimension: the ids of the rows it
+  // leads in its payload, its rows' leaders' payloads read.
+  Exchange x;
+  x.peers = PeersOf(rows, me);
+  std::vector<std::pair<std::string, std::string>> led;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GroupSpec& row = rows[i];
+    if (row.group_rank == 0) {
+      absl::StatusOr<std::string> id = make_id();
+      if (!id.ok()) return id.status();
+      ids[i] = *id;
+      if (row.ranks.size() > 1) led.emplace_back(row.key, *id);
+    } else if (std::find(x.read_from.begin(), x.read_from.end(), row.ranks[0]) == x.read_from.end()) {
+      x.read_from.push_back(row.ranks[0]);
+    }
+  }
+  x.payload = EncodeIds(led);
+  absl::StatusOr<std::vector<std::string>> got = AgreeAndExchange(store, agreement, x, timeout);
+  if (!got.ok()) return got.status();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GroupSpec& row = rows[i];
+    if (row.group_rank == 0) continue;
+    const size_t k = std::find(x.read_from.begin(), x.read_from.end(), row.ranks[0]) - x.read_from.begin();
+    absl::StatusOr<std::string> id = IdFor((*got)[k], row.key);
+    if (!id.ok()) return id.status();
+    ids[i] = *id;
+  }
+  return ids;
+}
+
+}  // namespace meshrun::mesh::internal
