@@ -2,6 +2,7 @@
 // through the rendezvous store.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <regex>
 #include <set>
 
@@ -111,6 +112,32 @@ TEST_CASE("meshrun mesh refuses a bad shape with exit 2", "[e2e][mesh]") {
   CHECK(r.exit_code == 2);
   CHECK(CountLines(r.err, "") == 1);
   CHECK(Contains(r.err, "(3, 4) has 12 ranks"));
+}
+
+TEST_CASE("meshrun mesh names an empty dimension name instead of dropping it", "[e2e][mesh]") {
+  RunResult r = RunCommand({MeshrunBinary(), "mesh", "--nproc_per_node=8", "--shape", "2,4", "--names", "a,"}, {}, 10);
+  CHECK(r.exit_code == 2);
+  CHECK(Contains(r.err, "mesh dimension names must not be empty"));
+}
+
+TEST_CASE("GPU checks from a bundle: skipped (77) without a GPU; a foreign folder is never replaced",
+          "[e2e][gpu-scripts]") {
+  std::string dir = TempDir();
+  RunResult bundle = RunCommand({"/bin/bash", SourceDir() + "/scripts/gpu-bundle.sh", dir + "/bundle"}, {}, 120);
+  INFO(bundle.out << bundle.err);
+  REQUIRE(bundle.exit_code == 0);
+  RunResult check = RunCommand({"/bin/bash", dir + "/bundle/gpu-check.sh"}, {{"OUT", dir + "/logs"}}, 300);
+  INFO(check.out << check.err);
+  if (check.exit_code == 77) {
+    CHECK(Contains(check.out, "SKIP all checks: no usable CUDA device"));
+  } else {
+    CHECK(check.exit_code == 0);  // a machine with a GPU: every check passed
+  }
+  std::filesystem::create_directories(dir + "/mine");
+  RunResult refuse = RunCommand({"/bin/bash", SourceDir() + "/scripts/gpu-bundle.sh", dir + "/mine"}, {}, 60);
+  CHECK(refuse.exit_code == 2);
+  CHECK(Contains(refuse.err, "is not a bundle made by this script; not replacing it"));
+  CHECK(std::filesystem::exists(dir + "/mine"));
 }
 
 TEST_CASE("an out-of-tree program builds against the installed package and runs", "[e2e][install]") {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -159,6 +160,26 @@ TEST_CASE("the first member that disagrees with all others is named with the cou
     CHECK(s.message().find("rank 1 and rank 0 disagree on the dim names: (replicate,shard) vs (dp,tp)") !=
           absl::string_view::npos);
     CHECK(s.message().find("7 of 8 members differ from rank 0") != absl::string_view::npos);
+  }
+}
+
+TEST_CASE("members with other rank arrays fail with the array's digest (16 hex digits) vs 0..n-1", "[mesh]") {
+  auto server = StartServer();
+  MeshOptions o;
+  o.mesh_id = "arrays";
+  o.timeout = absl::Seconds(30);
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    // Rank 3's array hashes to 0x035541f57e520645: a leading zero digit.
+    std::vector<int> ranks = rank == 3 ? std::vector<int>{0, 1, 2, 3, 7, 6, 4, 5} : std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
+    return InitDeviceMeshFromRanks("cpu", ranks, {2, 4}, {"replicate", "shard"}, WorldOf(*server, "arrays", rank), o)
+        .status();
+  });
+  const std::regex expected(
+      ".*mesh mismatch: rank 3 and rank 0 disagree on the rank array: 035541f57e520645 vs 0\\.\\.7 \\(rank 3 vs rank 0\\)");
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(absl::IsFailedPrecondition(s));
+    CHECK(std::regex_match(std::string(s.message()), expected));
   }
 }
 
