@@ -152,20 +152,13 @@ class Session {
 
     absl::StatusOr<Endpoint> ep = ParseEndpoint(o_.endpoint, 29400);
     if (!ep.ok()) return Fatal(std::string(ep.status().message()));
+    // The advertised address is decided by the server at each round
+    // (DESIGN.md section 4b); this node only states an explicit --local_addr.
     if (!o_.local_addr.empty()) {
       absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(o_.local_addr);
-      if (!addrs.ok()) return Fatal(absl::StrCat("--local_addr: ", addrs.status().message()));
+      if (!addrs.ok()) return Fatal(absl::StrCat("--local_addr=", o_.local_addr, ": ", addrs.status().message()));
       node_.addr = addrs->front();
-    } else {
-      absl::StatusOr<std::string> addr = LocalAddressFor(*ep);
-      if (!addr.ok()) return Fatal(absl::StrCat("cannot reach ", o_.endpoint, ": ", addr.status().message()));
-      node_.addr = *addr;
-      // The endpoint's own host may reach it over loopback (its name can
-      // resolve to 127.0.1.1) while other hosts cannot use that address: a
-      // non-loopback endpoint gets this host's first routable address.
-      if (IsLoopback(node_.addr) && !IsLoopbackName(ep->host)) {
-        if (absl::StatusOr<std::string> routable = FirstRoutableAddress(); routable.ok()) node_.addr = *routable;
-      }
+      node_.local_addr = o_.local_addr;
     }
     endpoint_ = ep->ToString();
     shim_ = FindShim();
@@ -244,8 +237,13 @@ class Session {
     ++gen_;
     node_.node_id = absl::StrCat(node_.hostname, ":", node_.pid, ":", RandomSuffix());
     auto client = RendezvousClient::Connect(endpoint_, o_.run_id, o_.token, o_.read_timeout);
+    if (!client.ok() && !o_.endpoint_note.empty()) {
+      return absl::Status(client.status().code(), absl::StrCat(client.status().message(), " (", o_.endpoint_note, ")"));
+    }
     if (!client.ok()) return client.status();
     client_ = std::move(*client);
+    node_.dialed_addr = client_->dialed_addr();
+    if (o_.local_addr.empty()) node_.addr = client_->local_addr();
     const int gen = gen_;
     client_->StartWatch(
         node_.node_id, -1, [this, gen](const RunEvent& e) { q_.Push(ServerEvent{e, gen}); },
@@ -411,13 +409,19 @@ class Session {
     if (ec) return Fatal(absl::StrCat("cannot create ", attempt.string(), ": ", ec.message()));
     const std::vector<std::string> base_env = CurrentEnvironment();
     const std::string store_endpoint = o_.endpoint;
+    std::string ifname;
+    if (absl::StatusOr<std::string> i = InterfaceOf(a.node_addr); i.ok()) {
+      ifname = *i;
+    } else if (!a.node_addr.empty()) {
+      log_->warn("advertised address {}: {}; GLOO_SOCKET_IFNAME left unset", a.node_addr, std::string(i.status().message()));
+    }
     std::vector<Child> children;
     for (int lr = 0; lr < o_.nproc; ++lr) {
       Worker w;
       w.local_rank = lr;
       const int rank = a.rank_base + lr;
       w.error_file = (attempt / absl::StrCat("rank_", rank, ".error.json")).string();
-      WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file};
+      WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file, ifname};
       absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
       if (!pipes.ok()) {
         StopWorkers(SIGKILL, absl::ZeroDuration());

@@ -14,6 +14,9 @@ namespace meshrun::agent {
 struct AgentOptions {
   std::string run_id;               // --rdzv_id.
   std::string endpoint;             // Rendezvous server "host:port".
+  // Why this meshrun did not host the endpoint's server although it runs
+  // on its host (empty otherwise); appended to an "unreachable" error.
+  std::string endpoint_note;
   std::string token;                // MESHRUN_TOKEN; empty: none.
   int nproc = 1;                    // --nproc_per_node (resolved to a number).
   int min_nodes = 1;                // --nnodes MIN.

@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/endpoint.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/wire.h"
 
@@ -53,6 +55,31 @@ RendezvousClient::~RendezvousClient() {
 absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     const std::string& endpoint, const std::string& run_id, const std::string& token,
     absl::Duration connect_timeout) {
+  absl::StatusOr<Endpoint> ep = ParseEndpoint(endpoint, 29400);
+  if (!ep.ok()) return ep.status();
+  // Dial a numeric address this node actually reached (the server learns
+  // from it which address the other nodes reach its host on), retrying
+  // until the endpoint's host is up, with a line while it is not.
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + connect_timeout;
+  absl::Duration backoff = absl::Milliseconds(50);
+  absl::Time next_note = start + absl::Seconds(5);
+  absl::StatusOr<TcpRoute> route = absl::UnavailableError("not tried");
+  while (true) {
+    route = ProbeTcp(*ep, std::min(absl::Seconds(2), std::max(absl::Milliseconds(1), deadline - absl::Now())));
+    if (route.ok() || absl::Now() >= deadline) break;
+    if (absl::Now() >= next_note) {
+      Logger("agent")->warn("waiting for the rendezvous server at {} ({}); giving up in {} (read_timeout)", endpoint,
+                            std::string(route.status().message()), absl::FormatDuration(absl::Trunc(deadline - absl::Now(), absl::Seconds(1))));
+      next_note = absl::Now() + absl::Seconds(15);
+    }
+    absl::SleepFor(std::min(backoff, deadline - absl::Now()));
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+  if (!route.ok()) {
+    return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint, " is unreachable (waited ",
+                                               absl::FormatDuration(connect_timeout), "): ", route.status().message()));
+  }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   // Fail fast on a dead server rather than retrying for minutes.
@@ -64,14 +91,16 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 4000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  auto channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
-  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint,
-                                               " is unreachable (waited ",
-                                               absl::FormatDuration(connect_timeout), ")"));
+  auto channel = grpc::CreateCustomChannel(NumericTarget(route->remote, ep->port), grpc::InsecureChannelCredentials(),
+                                           args);
+  if (!channel->WaitForConnected(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))))) {
+    return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint, " (", route->remote,
+                                               ") accepted a connection but no gRPC channel came up within ",
+                                               absl::FormatDuration(connect_timeout)));
   }
-  return std::unique_ptr<RendezvousClient>(
-      new RendezvousClient(endpoint, run_id, token, std::move(channel)));
+  auto client = std::unique_ptr<RendezvousClient>(new RendezvousClient(endpoint, run_id, token, std::move(channel)));
+  client->route_ = *route;
+  return client;
 }
 
 void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
@@ -90,6 +119,8 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   n->set_is_endpoint_host(node.is_endpoint_host);
   n->set_master_port(node.master_port);
   n->set_role(node.role);
+  n->set_local_addr(node.local_addr);
+  n->set_dialed_addr(node.dialed_addr);
   pb::RunConfig* c = req->mutable_config();
   c->set_min_nodes(config.min_nodes);
   c->set_max_nodes(config.max_nodes);

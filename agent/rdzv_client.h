@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/net.h"
 #include "rendezvous/types.h"
 
 namespace grpc {
@@ -21,8 +22,13 @@ namespace meshrun::agent {
 
 class RendezvousClient {
  public:
-  // Connects to `endpoint` ("host:port"), waiting up to `connect_timeout`.
-  // UNAVAILABLE naming the endpoint when it is unreachable by then.
+  // Connects to `endpoint` ("host:port"), waiting up to `connect_timeout`
+  // for its host to come up (a warning every 15 s after the first 5 s says
+  // what is being waited for). The endpoint is resolved here and the channel
+  // dials the numeric address that accepted a TCP connection, so that
+  // dialed_addr() is an address this node really reached the server on.
+  // UNAVAILABLE naming the endpoint, the addresses tried and their errors
+  // when it is unreachable by then; INVALID_ARGUMENT for a malformed one.
   static absl::StatusOr<std::unique_ptr<RendezvousClient>> Connect(const std::string& endpoint,
                                                                    const std::string& run_id,
                                                                    const std::string& token,
@@ -62,6 +68,10 @@ class RendezvousClient {
                            std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done);
 
   const std::string& endpoint() const { return endpoint_; }
+  // The numeric server address this client dialed, and the local (source)
+  // address of that connection.
+  const std::string& dialed_addr() const { return route_.remote; }
+  const std::string& local_addr() const { return route_.local; }
 
  private:
   RendezvousClient(std::string endpoint, std::string run_id, std::string token,
@@ -75,6 +85,7 @@ class RendezvousClient {
   const std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stubs> stubs_;
+  TcpRoute route_;
 
   absl::Mutex mu_;
   std::shared_ptr<grpc::ClientContext> join_ctx_ ABSL_GUARDED_BY(mu_);

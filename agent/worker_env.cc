@@ -48,6 +48,8 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   set(env::kMeshrunRunId, in.run_id);
   set(env::kRound, absl::StrCat(a.round));
   set(env::kNodeRank, absl::StrCat(a.node_rank));
+  if (!a.node_addr.empty()) set(env::kNodeAddr, a.node_addr);
+  if (!in.gloo_socket_ifname.empty()) set_default(env::kGlooSocketIfname, in.gloo_socket_ifname);
   if (!in.token.empty()) set(env::kToken, in.token);
   std::vector<std::string> out;
   out.reserve(env.size());

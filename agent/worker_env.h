@@ -19,13 +19,19 @@ struct WorkerEnvInput {
   std::string store_endpoint;   // MESHRUN_STORE_ENDPOINT, "host:port".
   std::string token;            // MESHRUN_TOKEN; not set when empty.
   std::string error_file;       // TORCHELASTIC_ERROR_FILE.
+  // The interface holding assignment.node_addr: GLOO_SOCKET_IFNAME when the
+  // base environment lacks it (empty: not set).
+  std::string gloo_socket_ifname;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the
 // worker's variables set or overridden, as "K=V" strings sorted by name.
 // OMP_NUM_THREADS=1, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and
 // NCCL_ASYNC_ERROR_HANDLING=1 are added only when `base` lacks them
-// (OMP only when nproc > 1), as torchrun does. Pure function.
+// (OMP only when nproc > 1), as torchrun does; GLOO_SOCKET_IFNAME only when
+// `base` lacks it (torchrun sets none: PyTorch's Gloo then binds what the
+// host name resolves to, 127.0.1.1 on Debian). MESHRUN_NODE_ADDR is the
+// assignment's node_addr. Pure function.
 std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, const WorkerEnvInput& in);
 
 // The calling process's environment as "K=V" strings.

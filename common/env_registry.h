@@ -52,6 +52,8 @@ inline constexpr Var kNcclAsyncErrorHandling{"NCCL_ASYNC_ERROR_HANDLING", Type::
 inline constexpr Var kStoreEndpoint{"MESHRUN_STORE_ENDPOINT", Type::kString, Use::kSetForWorkers, "host:port of the rendezvous server's key-value store."};
 inline constexpr Var kMeshrunRunId{"MESHRUN_RUN_ID", Type::kString, Use::kSetForWorkers, "The run id (same as TORCHELASTIC_RUN_ID)."};
 inline constexpr Var kRound{"MESHRUN_ROUND", Type::kInt, Use::kSetForWorkers, "The rendezvous round (every re-form counts); scopes store keys."};
+inline constexpr Var kNodeAddr{"MESHRUN_NODE_ADDR", Type::kString, Use::kSetForWorkers, "This node's advertised address (numeric), decided in the rendezvous: what the other nodes reach it on; libmesh's Gloo pairs bind it."};
+inline constexpr Var kGlooSocketIfname{"GLOO_SOCKET_IFNAME", Type::kString, Use::kSetForWorkers, "When unset: the interface holding MESHRUN_NODE_ADDR, so PyTorch's Gloo does not bind what the host name resolves to (127.0.1.1 on Debian). A value the user set is kept."};
 inline constexpr Var kNodeRank{"MESHRUN_NODE_RANK", Type::kInt, Use::kSetForWorkers, "Node rank (same as GROUP_RANK)."};
 inline constexpr Var kToken{"MESHRUN_TOKEN", Type::kString, Use::kReadEverywhere, "Shared secret: the server requires it on every request; agents and workers send it."};
 

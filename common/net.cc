@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -160,20 +161,80 @@ bool IsLoopbackName(const std::string& host) {
   return host == "localhost" || host == "localhost.localdomain" || IsLoopback(host);
 }
 
-absl::StatusOr<std::string> FirstRoutableAddress() {
+absl::StatusOr<std::string> InterfaceOf(const std::string& addr) {
   ifaddrs* ifa = nullptr;
   if (getifaddrs(&ifa) != 0) return PosixError(errno, "getifaddrs");
-  std::string v4, v6;
-  for (ifaddrs* it = ifa; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr == nullptr || !(it->ifa_flags & IFF_UP) || (it->ifa_flags & IFF_LOOPBACK)) continue;
-    std::string a = SockaddrToString(it->ifa_addr);
-    if (it->ifa_addr->sa_family == AF_INET && v4.empty()) v4 = a;
-    if (it->ifa_addr->sa_family == AF_INET6 && v6.empty() && !absl::StartsWith(a, "fe80")) v6 = a;
+  std::string name;
+  for (ifaddrs* it = ifa; it != nullptr && name.empty(); it = it->ifa_next) {
+    if (it->ifa_addr == nullptr) continue;
+    if (it->ifa_addr->sa_family != AF_INET && it->ifa_addr->sa_family != AF_INET6) continue;
+    if (SockaddrToString(it->ifa_addr) == addr) name = it->ifa_name;
   }
   freeifaddrs(ifa);
-  if (!v4.empty()) return v4;
-  if (!v6.empty()) return v6;
-  return absl::NotFoundError("no routable network address on this machine");
+  if (name.empty() && IsLoopback(addr)) name = "lo";  // 127.0.1.1 etc. route over lo.
+  if (name.empty()) return absl::NotFoundError(absl::StrCat("no network interface here holds address ", addr));
+  return name;
+}
+
+namespace {
+
+// Connects to `addr`:`port` within `timeout`; returns the local address.
+absl::StatusOr<std::string> ConnectOnce(const std::string& addr, int port, absl::Duration timeout) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  int family = absl::StrContains(addr, ':') ? AF_INET6 : AF_INET;
+  if (family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, addr.c_str(), &sin->sin_addr);
+    len = sizeof(sockaddr_in);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET6, addr.c_str(), &sin6->sin6_addr);
+    len = sizeof(sockaddr_in6);
+  }
+  Fd fd(::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (fd.get() < 0) return PosixError(errno, "socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    if (errno != EINPROGRESS) return absl::UnavailableError(std::strerror(errno));
+    pollfd p{fd.get(), POLLOUT, 0};
+    int ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
+    int rc = ::poll(&p, 1, ms);
+    if (rc == 0) return absl::UnavailableError(absl::StrCat("no answer within ", absl::FormatDuration(timeout)));
+    if (rc < 0) return absl::UnavailableError(std::strerror(errno));
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
+    if (err != 0) return absl::UnavailableError(std::strerror(err));
+  }
+  sockaddr_storage local{};
+  socklen_t local_len = sizeof(local);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) {
+    return PosixError(errno, "getsockname");
+  }
+  return SockaddrToString(reinterpret_cast<sockaddr*>(&local));
+}
+
+}  // namespace
+
+absl::StatusOr<TcpRoute> ProbeTcp(const Endpoint& ep, absl::Duration attempt_timeout) {
+  MESHRUN_ASSIGN_OR_RETURN(std::vector<std::string> addrs, ResolveNumeric(ep.host));
+  std::string errors;
+  for (const std::string& a : addrs) {
+    absl::StatusOr<std::string> local = ConnectOnce(a, ep.port, attempt_timeout);
+    if (local.ok()) return TcpRoute{a, *local};
+    absl::StrAppend(&errors, errors.empty() ? "" : "; ", Endpoint{a, ep.port}.ToString(), ": ",
+                    local.status().message());
+  }
+  return absl::UnavailableError(errors);
+}
+
+std::string NumericTarget(const std::string& addr, int port) {
+  return absl::StrContains(addr, ':') ? absl::StrCat("ipv6:[", addr, "]:", port)
+                                      : absl::StrCat("ipv4:", addr, ":", port);
 }
 
 std::string Hostname() {

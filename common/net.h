@@ -36,9 +36,28 @@ bool IsLocalHost(const std::string& host);
 // True for "localhost", "localhost.localdomain" and loopback literals.
 bool IsLoopbackName(const std::string& host);
 
-// The first non-loopback address of an interface that is up (IPv4 before
-// IPv6, link-local excluded). NOT_FOUND when the machine has none.
-absl::StatusOr<std::string> FirstRoutableAddress();
+// The name of the network interface here that holds `addr` (numeric), e.g.
+// "eth0", or "lo" for a loopback address. NOT_FOUND naming the address when
+// no interface holds it. Used for GLOO_SOCKET_IFNAME. Thread-safe.
+absl::StatusOr<std::string> InterfaceOf(const std::string& addr);
+
+// One TCP connection that succeeded: the numeric address dialed and the
+// local (source) address the connection came from.
+struct TcpRoute {
+  std::string remote;
+  std::string local;
+};
+
+// Resolves `ep.host` (IPv4 first) and connects over TCP to each address in
+// turn, each attempt bounded by `attempt_timeout`; returns the first that
+// accepts (the connection is closed at once). UNAVAILABLE naming every
+// address tried and its error (e.g. "connection refused") otherwise;
+// NOT_FOUND when the name does not resolve. Thread-safe.
+absl::StatusOr<TcpRoute> ProbeTcp(const Endpoint& ep, absl::Duration attempt_timeout);
+
+// The gRPC target for a numeric address and port: "ipv4:1.2.3.4:5" or
+// "ipv6:[fd00::1]:5".
+std::string NumericTarget(const std::string& addr, int port);
 
 // The machine's hostname (gethostname).
 std::string Hostname();

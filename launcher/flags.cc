@@ -155,7 +155,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   app.set_version_flag("--version", "meshrun " MESHRUN_VERSION);
   app.get_formatter()->column_width(44);
 
-  std::string nnodes = "1:1", nproc = "1", backend = "meshrun", endpoint, run_id = "none", rdzv_conf;
+  std::string nnodes = "1:1", nproc = "1", backend, endpoint, run_id = "none", rdzv_conf;
   std::string role = "default", master_addr = "127.0.0.1", local_addr, log_dir, start_method, signals;
   std::string shutdown_timeout, redirects, tee, local_ranks_filter;
   int node_rank = -1, master_port = 29500, max_restarts = 0;
@@ -181,8 +181,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       ->default_str("default");
 
   app.add_option("--rdzv_backend,--rdzv-backend", backend,
-                 "meshrun (default; c10d is a synonym) or static")
-      ->envname("PET_RDZV_BACKEND")->group(g_rdzv)->default_str("meshrun");
+                 "meshrun (c10d is a synonym) or static; default: meshrun with --rdzv_endpoint, else static "
+                 "(torchrun's default) at --master_addr:--master_port")
+      ->envname("PET_RDZV_BACKEND")->group(g_rdzv);
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint,
                  "host:port of the rendezvous server ([v6]:port for IPv6; default port 29400)")
       ->envname("PET_RDZV_ENDPOINT")->group(g_rdzv);
@@ -225,8 +226,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
 
   app.add_option("--master_addr,--master-addr", master_addr, "Node rank 0's address (static backend)")
       ->envname("PET_MASTER_ADDR")->group(g_static)->default_str("127.0.0.1");
-  app.add_option("--master_port,--master-port", master_port, "Port of the server on node rank 0 (static)")
-      ->envname("PET_MASTER_PORT")->group(g_static)->default_str("29500");
+  CLI::Option* master_port_opt =
+      app.add_option("--master_port,--master-port", master_port, "Port of the server on node rank 0 (static)")
+          ->envname("PET_MASTER_PORT")->group(g_static)->default_str("29500");
 
   app.add_option("--monitor_interval,--monitor-interval", monitor_interval,
                  "Ignored: meshrun is told of worker exits at once")
@@ -324,6 +326,16 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     }
   }
 
+  // torchrun's default backend is static: with neither --rdzv_backend nor
+  // --rdzv_endpoint, the classic --master_addr/--master_port form (also
+  // Kubeflow's PET_* variables) is a static rendezvous; one node without a
+  // master port is standalone, as newest torchrun. An endpoint alone means
+  // meshrun's own rendezvous there.
+  bool implicit_standalone = false;
+  if (backend.empty()) {
+    backend = endpoint.empty() ? "static" : "meshrun";
+    implicit_standalone = endpoint.empty() && a.max_nodes == 1 && master_port_opt->count() == 0;
+  }
   if (backend == "c10d" || backend == "meshrun") {
     cfg.backend = Backend::kMeshrun;
   } else if (backend == "static") {
@@ -342,7 +354,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
 
   // --standalone: one node, an embedded server on a free loopback port, a
   // fresh run id (torchrun's meaning).
-  if (standalone || (cfg.backend == Backend::kMeshrun && endpoint.empty() && a.max_nodes == 1)) {
+  if (standalone || implicit_standalone || (cfg.backend == Backend::kMeshrun && endpoint.empty() && a.max_nodes == 1)) {
     cfg.standalone = true;
     a.min_nodes = a.max_nodes = 1;
     a.last_call_timeout = absl::ZeroDuration();

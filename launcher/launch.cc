@@ -1,10 +1,9 @@
 #include "launcher/launch.h"
 
 #include "launcher/cli.h"
+#include "launcher/hosting.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,31 +20,12 @@
 
 namespace meshrun::launcher {
 
-namespace {
-
-// Meshruns on one host take turns at hosting an endpoint's port through a
-// lock file, so that only one of them ever tries to start the server there.
-// Returns the held lock's descriptor (kept open for the process's life), or
-// -1 when another meshrun holds it. An unusable lock file (e.g. another
-// user's) is no reason not to try: then 0 is returned and the bind decides.
-int TakeHostLock(int port) {
-  std::string path = absl::StrCat(std::filesystem::temp_directory_path().string(), "/meshrun-host-", port, ".lock");
-  int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
-  if (fd < 0) return 0;
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    ::close(fd);
-    return errno == EWOULDBLOCK ? -1 : 0;
-  }
-  return fd;
-}
-
-}  // namespace
-
 int Launch(LaunchConfig config) {
   agent::AgentOptions& a = config.agent;
   for (const auto& note : config.notes) std::fprintf(stderr, "meshrun: note: %s\n", note.c_str());
 
   std::unique_ptr<rendezvous::RendezvousServer> server;
+  std::optional<HostClaim> host_claim;  // Held while `server` serves.
   const bool local = config.standalone || IsLocalHost(config.endpoint_host);
   const bool try_host = config.is_host.value_or(local);
   a.is_endpoint_host = local;
@@ -66,20 +46,39 @@ int Launch(LaunchConfig config) {
     }
     so.port = config.endpoint_port;
     so.token = a.token;
-    const bool turn = config.standalone || TakeHostLock(config.endpoint_port) >= 0;
-    auto started = turn ? rendezvous::RendezvousServer::Start(so)
-                        : absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>>(
-                              absl::AlreadyExistsError("another meshrun on this host hosts the port"));
+    // One meshrun per network namespace tries the port (DESIGN.md 4b).
+    std::optional<HostClaim> claim;
+    absl::Status started_status;
+    if (!config.standalone) {
+      absl::StatusOr<HostClaim> c = HostClaim::Take(config.endpoint_port);
+      if (c.ok()) {
+        claim = std::move(*c);
+      } else if (absl::IsAlreadyExists(c.status())) {
+        started_status = c.status();
+      }  // Any other error: no claim is possible here; the bind decides.
+    }
+    absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>> started =
+        started_status.ok() ? rendezvous::RendezvousServer::Start(so)
+                            : absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>>(started_status);
     if (started.ok()) {
       server = std::move(*started);
+      host_claim = std::move(claim);
       a.endpoint = config.standalone ? server->endpoint()
                                      : Endpoint{config.endpoint_host, server->port()}.ToString();
       Logger("launcher")->info("hosting the rendezvous server on port {}", server->port());
     } else if (config.is_host.value_or(false)) {
       std::fprintf(stderr, "meshrun: error: is_host=1 but %s\n", std::string(started.status().message()).c_str());
       return 1;
+    } else if (absl::IsAlreadyExists(started.status())) {
+      // Another meshrun of this namespace serves the port: the usual case of
+      // several agents on the endpoint's host.
+      Logger("launcher")->info("{}; joining it as a client", std::string(started.status().message()));
+      a.endpoint_note = std::string(started.status().message());
     } else {
-      Logger("launcher")->info("another process hosts {}:{}; joining as a client", config.endpoint_host,
+      a.endpoint_note = absl::StrCat("this meshrun could not host the server on port ", config.endpoint_port, ": ",
+                                     started.status().message(),
+                                     " (another program holds the port?)");
+      Logger("launcher")->warn("{}; joining {}:{} as a client", a.endpoint_note, config.endpoint_host,
                                config.endpoint_port);
     }
   }

@@ -60,12 +60,17 @@ absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const Worl
   // in, ignore SIGPIPE, unless the program installed a handler of its own.
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
-  // Gloo's tcp device gets a numeric address: the one this host uses to
-  // reach the rendezvous server (a hostname may resolve to 127.0.1.1).
-  absl::StatusOr<Endpoint> ep = ParseEndpoint(world.store_endpoint, 29400);
-  if (!ep.ok()) return ep.status();
-  absl::StatusOr<std::string> addr = LocalAddressFor(*ep);
-  if (!addr.ok()) return addr.status();
+  // Gloo's tcp device binds and publishes a numeric address: this node's
+  // advertised address from the rendezvous (MESHRUN_NODE_ADDR, which every
+  // other node reaches); for a worker started by hand without it, the one
+  // this host uses to reach the store (a host name may resolve to 127.0.1.1).
+  absl::StatusOr<std::string> addr = world.node_addr;
+  if (world.node_addr.empty()) {
+    absl::StatusOr<Endpoint> ep = ParseEndpoint(world.store_endpoint, 29400);
+    if (!ep.ok()) return ep.status();
+    addr = LocalAddressFor(*ep);
+    if (!addr.ok()) return addr.status();
+  }
   absl::StatusOr<Backend::CreateGroups> create = MakeGlooGroupCreator(store, *addr, options.timeout, options.gloo_loop_nice);
   if (!create.ok()) return create.status();
   Backend b;

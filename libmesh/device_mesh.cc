@@ -64,6 +64,7 @@ absl::StatusOr<World> WorldFromEnv() {
   w.store_endpoint = store->endpoint;
   w.run_id = store->run_id;
   w.token = store->token;
+  w.node_addr = env::Get(env::kNodeAddr).value_or("");
   return w;
 }
 

@@ -193,7 +193,13 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
                                     "join needs a node id, nproc > 0 and 0 < min_nodes <= max_nodes"));
   }
   NodeDesc node{n.node_id(), n.hostname(), n.addr(), n.pid(), n.nproc(), n.node_rank_hint(),
-                n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role()};
+                n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role(),
+                n.local_addr(), n.dialed_addr()};
+  // Without an explicit --local_addr, a node's address is the source of the
+  // connection this server sees (DESIGN.md section 4b), not its own guess.
+  if (node.local_addr.empty()) {
+    if (std::string seen = wire::PeerIp(ctx->peer()); !seen.empty()) node.addr = seen;
+  }
   RunConfig config{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
                    FromMs(c.exit_barrier_timeout_ms())};
   if (c.keep_alive_interval_ms() > 0) config.keep_alive_interval = FromMs(c.keep_alive_interval_ms());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "rendezvous/advertised_address.h"
 #include "rendezvous/node_order.h"
 
 namespace meshrun::rendezvous {
@@ -212,6 +213,13 @@ void Run::CloseRoundLocked(Deferred& later) {
   std::vector<NodeDesc> descs;
   descs.reserve(joining.size());
   for (const auto& j : joining) descs.push_back(j.node);
+  if (absl::Status s = DecideAddresses(descs); !s.ok()) {
+    // No usable address for some node: nobody can run this round.
+    Logger("rdzv")->error("run '{}' round {}: {}", run_id_, round_, std::string(s.message()));
+    for (auto& j : joining) later.push_back([cb = std::move(j.done), s]() mutable { cb(s); });
+    return;
+  }
+  for (size_t i = 0; i < joining.size(); ++i) joining[i].node.addr = descs[i].addr;
   NodeOrder order = OrderNodes(descs);
   if (!order.warning.empty()) Logger("rdzv")->warn("run '{}': {}", run_id_, order.warning);
 
@@ -235,6 +243,7 @@ void Run::CloseRoundLocked(Deferred& later) {
     a.rank_base = base;
     a.world_size = world;
     a.master_addr = first.addr;
+    a.node_addr = j.node.addr;
     a.master_port = first.master_port;
     a.restart_count = restart_count_;
     a.max_restarts = config_.max_restarts;

@@ -15,13 +15,18 @@ namespace meshrun::rendezvous {
 struct NodeDesc {
   std::string node_id;
   std::string hostname;
-  std::string addr;          // Numeric; MASTER_ADDR when this node is rank 0.
+  // Numeric. Before the round closes: the explicit --local_addr (resolved)
+  // or the source address the server saw; after DecideAddresses: the
+  // node's advertised address (MASTER_ADDR when this node is rank 0).
+  std::string addr;
   int64_t pid = 0;
   int nproc = 1;
   int node_rank_hint = -1;   // --node_rank, -1 when not given.
   bool is_endpoint_host = false;
   int master_port = 0;
   std::string role = "default";
+  std::string local_addr;    // --local_addr as given; empty when not given.
+  std::string dialed_addr;   // Numeric server address this node connected to.
 };
 
 // The job's shape; the first join fixes it for the run.
@@ -48,6 +53,7 @@ struct Assignment {
   int max_restarts = 0;
   int role_rank_base = 0;
   int role_world_size = 0;
+  std::string node_addr;  // This node's advertised address (MESHRUN_NODE_ADDR).
 };
 
 struct WorkerFailure {

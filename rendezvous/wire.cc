@@ -1,6 +1,9 @@
 #include "rendezvous/wire.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 
 namespace meshrun::rendezvous::wire {
 
@@ -56,6 +59,7 @@ void ToProto(const Assignment& a, pb::Assignment* out) {
   out->set_max_restarts(a.max_restarts);
   out->set_role_rank_base(a.role_rank_base);
   out->set_role_world_size(a.role_world_size);
+  out->set_node_addr(a.node_addr);
 }
 
 Assignment FromProto(const pb::Assignment& a) {
@@ -71,6 +75,7 @@ Assignment FromProto(const pb::Assignment& a) {
   out.max_restarts = a.max_restarts();
   out.role_rank_base = a.role_rank_base();
   out.role_world_size = a.role_world_size();
+  out.node_addr = a.node_addr();
   return out;
 }
 
@@ -122,6 +127,28 @@ RunEvent FromProto(const pb::RunEvent& e) {
   out.min_nodes = e.min_nodes();
   out.max_nodes = e.max_nodes();
   return out;
+}
+
+std::string PeerIp(const std::string& grpc_peer) {
+  const std::string decoded =
+      absl::StrReplaceAll(grpc_peer, {{"%5B", "["}, {"%5D", "]"}, {"%25", "%"}, {"%3A", ":"}});
+  absl::string_view p = decoded;
+  std::string ip;
+  if (absl::ConsumePrefix(&p, "ipv4:")) {
+    size_t colon = p.rfind(':');
+    ip = std::string(p.substr(0, colon));
+  } else if (absl::ConsumePrefix(&p, "ipv6:")) {
+    if (p.empty() || p[0] != '[') return "";
+    size_t close = p.find(']');
+    if (close == std::string::npos) return "";
+    ip = std::string(p.substr(1, close - 1));
+    if (size_t zone = ip.find('%'); zone != std::string::npos) ip.resize(zone);
+    absl::string_view v4 = ip;
+    if (absl::ConsumePrefix(&v4, "::ffff:") && v4.find(':') == std::string_view::npos) ip = std::string(v4);
+  } else {
+    return "";
+  }
+  return ip;
 }
 
 }  // namespace meshrun::rendezvous::wire

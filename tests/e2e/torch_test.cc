@@ -66,10 +66,17 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
       CHECK(ours.at(k) == v);
     }
     for (const auto& [k, v] : ours) {
-      if (k.rfind("MESHRUN_", 0) == 0 || k == "PYTHON_EXEC" || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING") continue;
+      // GLOO_SOCKET_IFNAME: the interface of the node's advertised address,
+      // set when unset so PyTorch's Gloo does not bind 127.0.1.1 (DESIGN 3).
+      if (k.rfind("MESHRUN_", 0) == 0 || k == "PYTHON_EXEC" || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" ||
+          k == "GLOO_SOCKET_IFNAME") {
+        continue;
+      }
       INFO("rank " << rank << " meshrun-only variable " << k);
       CHECK(vars.count(k) == 1);
     }
+    CHECK(ours.at("GLOO_SOCKET_IFNAME") == "lo");  // Standalone: loopback.
+    CHECK(ours.at("MESHRUN_NODE_ADDR") == "127.0.0.1");
     CHECK(ours.at("MASTER_PORT") != "");
     CHECK(ours.at("TORCHELASTIC_ERROR_FILE") != "");
   }

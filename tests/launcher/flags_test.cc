@@ -1,5 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "launcher/launch_config.h"
 
 using namespace meshrun::launcher;
@@ -37,4 +42,115 @@ TEST_CASE("rdzv_conf takes torchrun's keys and names unknown ones", "[flags]") {
   CHECK(std::string(bad.message()).find("join_timeout") != std::string::npos);
   CHECK_FALSE(ApplyRdzvConf("join_timeout=abc", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("novalue", &c).ok());
+}
+
+namespace {
+
+// Parses `meshrun <args> /bin/true`; the config, or nullopt on a usage error.
+std::optional<LaunchConfig> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "meshrun");
+  args.push_back("/bin/true");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ParseOutcome out = ParseCommandLine(static_cast<int>(argv.size()), argv.data());
+  return out.config;
+}
+
+}  // namespace
+
+// The forms of torchrun's command line (docs/user-guide.md, "Command-line
+// forms"), each with its meaning under meshrun.
+TEST_CASE("torchrun's command-line forms", "[flags]") {
+  SECTION("one node, nothing else: standalone (as newest torchrun)") {
+    auto c = Parse({"--nproc_per_node=2"});
+    REQUIRE(c);
+    CHECK(c->standalone);
+  }
+  SECTION("--standalone") {
+    auto c = Parse({"--standalone", "--nproc-per-node=2"});
+    REQUIRE(c);
+    CHECK(c->standalone);
+    CHECK(c->agent.max_nodes == 1);
+  }
+  SECTION("one node with a master port: static at 127.0.0.1:port") {
+    auto c = Parse({"--nnodes=1", "--master_port=29611"});
+    REQUIRE(c);
+    CHECK_FALSE(c->standalone);
+    CHECK(c->backend == Backend::kStatic);
+    CHECK(c->endpoint_host == "127.0.0.1");
+    CHECK(c->endpoint_port == 29611);
+  }
+  SECTION("the classic multi-node form: static at master_addr:master_port") {
+    auto c = Parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", "--master_port=29612"});
+    REQUIRE(c);
+    CHECK(c->backend == Backend::kStatic);
+    CHECK(c->endpoint_host == "10.1.2.3");
+    CHECK(c->endpoint_port == 29612);
+    CHECK(c->agent.node_rank == 1);
+    REQUIRE(c->is_host.has_value());
+    CHECK_FALSE(*c->is_host);
+    auto c0 = Parse({"--nnodes", "2", "--node-rank", "0", "--master-addr", "host0", "--master-port", "29612"});
+    REQUIRE(c0);
+    CHECK(c0->endpoint_host == "host0");
+    REQUIRE(c0->is_host.has_value());
+    CHECK(*c0->is_host);
+  }
+  SECTION("multi-node with no address: static at torchrun's default 127.0.0.1:29500") {
+    auto c = Parse({"--nnodes=2"});
+    REQUIRE(c);
+    CHECK(c->backend == Backend::kStatic);
+    CHECK(c->endpoint_host == "127.0.0.1");
+    CHECK(c->endpoint_port == 29500);
+  }
+  SECTION("an endpoint without a backend: meshrun's rendezvous there") {
+    auto c = Parse({"--nnodes=2", "--rdzv_endpoint=host0:29400", "--rdzv_id=job1"});
+    REQUIRE(c);
+    CHECK(c->backend == Backend::kMeshrun);
+    CHECK(c->endpoint_host == "host0");
+    CHECK(c->agent.run_id == "job1");
+  }
+  SECTION("c10d with an endpoint, elastic") {
+    auto c = Parse({"--nnodes=1:4", "--rdzv_backend=c10d", "--rdzv_endpoint=host0", "--rdzv_id=job2"});
+    REQUIRE(c);
+    CHECK(c->backend == Backend::kMeshrun);
+    CHECK(c->endpoint_port == 29400);
+    CHECK(c->agent.min_nodes == 1);
+    CHECK(c->agent.max_nodes == 4);
+  }
+  SECTION("static with an endpoint") {
+    auto c = Parse({"--nnodes=2", "--node_rank=0", "--rdzv_backend=static", "--master_addr=host0",
+                    "--master_port=29613"});
+    REQUIRE(c);
+    CHECK(c->backend == Backend::kStatic);
+    CHECK(c->endpoint_port == 29613);
+  }
+  SECTION("c10d without an endpoint is refused") {
+    CHECK_FALSE(Parse({"--nnodes=2", "--rdzv_backend=c10d"}));
+  }
+  SECTION("Kubeflow's PET_* variables with a bare command") {
+    ::setenv("PET_NNODES", "2", 1);
+    ::setenv("PET_NPROC_PER_NODE", "3", 1);
+    ::setenv("PET_NODE_RANK", "1", 1);
+    ::setenv("PET_MASTER_ADDR", "trainer-node-0", 1);
+    ::setenv("PET_MASTER_PORT", "23456", 1);
+    auto c = Parse({});
+    for (const char* v : {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}) {
+      ::unsetenv(v);
+    }
+    REQUIRE(c);
+    CHECK(c->backend == Backend::kStatic);
+    CHECK(c->endpoint_host == "trainer-node-0");
+    CHECK(c->endpoint_port == 23456);
+    CHECK(c->agent.node_rank == 1);
+    CHECK(c->agent.nproc == 3);
+    CHECK(c->agent.max_nodes == 2);
+  }
+  SECTION("a single node given PET_MASTER_PORT is not standalone") {
+    ::setenv("PET_MASTER_PORT", "23457", 1);
+    auto c = Parse({});
+    ::unsetenv("PET_MASTER_PORT");
+    REQUIRE(c);
+    CHECK_FALSE(c->standalone);
+    CHECK(c->endpoint_port == 23457);
+  }
 }

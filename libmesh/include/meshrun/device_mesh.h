@@ -41,6 +41,10 @@ struct World {
   std::string run_id;          // MESHRUN_RUN_ID (any string for a standalone `meshrun server`)
   int64_t round = 0;           // MESHRUN_ROUND: scopes every store key
   std::string token;           // MESHRUN_TOKEN
+  // MESHRUN_NODE_ADDR: this node's advertised address (numeric), which Gloo
+  // pairs bind and publish. Empty: the local address this host uses to
+  // reach store_endpoint.
+  std::string node_addr;
 };
 
 // Reads the world from the variables meshrun sets. FAILED_PRECONDITION

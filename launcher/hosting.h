@@ -1,0 +1,37 @@
+// Which meshrun on a host serves an endpoint's port (DESIGN.md sections 2
+// and 4b): decided per network namespace, never through a file in a shared
+// temporary folder (containers and namespaces often share /tmp).
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace meshrun::launcher {
+
+// The right to host port `port`'s rendezvous server in this network
+// namespace: a listening abstract Unix socket named "meshrun-host-<port>".
+// Abstract sockets belong to the network namespace and vanish with the
+// process that holds them (no stale lock after a crash). Move-only; the
+// claim is released when destroyed.
+class HostClaim {
+ public:
+  // Takes the claim. ALREADY_EXISTS when another process of this network
+  // namespace holds it; the message names that process (pid and command,
+  // from SO_PEERCRED and /proc) when it can be found. Other errors
+  // (e.g. no Unix sockets) come back as their POSIX status; the caller may
+  // then let the TCP bind decide. Thread-safe.
+  static absl::StatusOr<HostClaim> Take(int port);
+
+  HostClaim(HostClaim&& other) noexcept;
+  HostClaim& operator=(HostClaim&& other) noexcept;
+  HostClaim(const HostClaim&) = delete;
+  HostClaim& operator=(const HostClaim&) = delete;
+  ~HostClaim();
+
+ private:
+  explicit HostClaim(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+}  // namespace meshrun::launcher
