@@ -311,6 +311,7 @@ class Session {
     absl::StatusOr<int> port = FindFreePort(node_.addr);
     node_.master_port = port.ok() ? *port : 0;
     const absl::Time join_deadline = absl::Now() + o_.join_timeout;
+    joined_peak_ = 0;
     client_->JoinAsync(node_, config_, last_round, o_.join_timeout,
                        [this](absl::StatusOr<Assignment> r) { q_.Push(JoinDone{std::move(r)}); });
     for (;;) {
@@ -338,7 +339,7 @@ class Session {
         if (absl::IsDeadlineExceeded(s)) {
           *exit_code = Fatal(absl::StrCat("timed out after ", absl::FormatDuration(o_.join_timeout),
                                           " waiting for nodes to join run '", o_.run_id, "' at ", o_.endpoint,
-                                          ": ", std::max(joined_seen_, 1), " of ", NnodesText(),
+                                          ": ", std::max(joined_peak_, 1), " of ", NnodesText(),
                                           " nodes joined"));
         } else {
           *exit_code = Fatal(absl::StrCat("could not join run '", o_.run_id, "' at ", o_.endpoint, ": ",
@@ -351,6 +352,7 @@ class Session {
         client_->CancelJoin();
         std::fprintf(stderr, "meshrun: received %s while joining; exiting\n", SignalName(sig->signo).c_str());
         received_signal_ = sig->signo;
+        if (o_.on_stop_signal) o_.on_stop_signal(sig->signo);
         *exit_code = 128 + sig->signo;
         return false;
       }
@@ -368,8 +370,15 @@ class Session {
           *exit_code = Summary(e.root_cause);
           return false;
         }
+        if (e.kind == RunEvent::Kind::kNodeLost && e.root_cause) {
+          // Another member lost while this round re-forms: say so, since
+          // the round no longer waits for it.
+          std::fprintf(stderr, "meshrun: %s\n", e.root_cause->message.c_str());
+          continue;
+        }
         if (e.kind == RunEvent::Kind::kJoinProgress && e.joined != joined_seen_) {
           joined_seen_ = e.joined;
+          joined_peak_ = std::max(joined_peak_, e.joined);
           if (e.joined < e.max_nodes) {
             absl::Duration left = std::max(absl::ZeroDuration(), join_deadline - absl::Now());
             std::fprintf(stderr, "meshrun: %d/%s nodes joined run '%s', waiting up to %.0f s\n", e.joined,
@@ -496,6 +505,7 @@ class Session {
         }
         std::fprintf(stderr, "meshrun: received %s; stopping workers\n", SignalName(sig->signo).c_str());
         received_signal_ = sig->signo;
+        if (o_.on_stop_signal) o_.on_stop_signal(sig->signo);
         StopWorkers(sig->signo, o_.shutdown_timeout);
         return 128 + sig->signo;
       }
@@ -696,6 +706,7 @@ class Session {
       }
       if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
         received_signal_ = sig->signo;
+        if (o_.on_stop_signal) o_.on_stop_signal(sig->signo);
         return 128 + sig->signo;
       }
       if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
@@ -715,6 +726,9 @@ class Session {
   Assignment round_;
   std::vector<Worker> workers_;
   int joined_seen_ = 0;
+  // The most nodes seen joined in this join: what a timeout reports, so
+  // that nodes timing out one after the other report the same count.
+  int joined_peak_ = 0;
   std::string endpoint_;
   std::string shim_;
   int gen_ = 0;            // Membership generation (new node id after a stale rejoin).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <csignal>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ struct AgentOptions {
   // Why this meshrun did not host the endpoint's server although it runs
   // on its host (empty otherwise); appended to an "unreachable" error.
   std::string endpoint_note;
+  // Called on the agent's thread when a signal makes this agent stop, before
+  // it stops its workers (the launcher hosting the server shuts it down
+  // first, so the other nodes learn why rather than seeing a lost node).
+  std::function<void(int signo)> on_stop_signal;
   std::string token;                // MESHRUN_TOKEN; empty: none.
   int nproc = 1;                    // --nproc_per_node (resolved to a number).
   int min_nodes = 1;                // --nnodes MIN.

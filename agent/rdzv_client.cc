@@ -18,6 +18,22 @@ using rendezvous::Assignment;
 using rendezvous::RunEvent;
 using rendezvous::WorkerFailure;
 
+// Says in words why a stream to the server broke, for gRPC's transport
+// errors ("Socket closed", "recvmsg:No route to host", ...); a message the
+// server sent (e.g. why it shut down) is kept as it is.
+std::string DescribeLoss(const grpc::Status& s) {
+  const std::string& m = s.error_message();
+  auto has = [&](const char* what) { return m.find(what) != std::string::npos; };
+  if (has("Socket closed") || has("Connection reset") || has("Broken pipe") || has("End of TCP stream")) {
+    return "the connection closed (the server's process or its host went away)";
+  }
+  if (has("No route to host") || has("Network is unreachable")) return "no route to the server's host (network cut?)";
+  if (has("keepalive")) return "the server stopped answering keepalive pings (its host is down or the network is cut)";
+  if (has("Connection refused")) return "connection refused (the server is not running)";
+  if (has("failed to connect")) return absl::StrCat("cannot connect (", m, ")");
+  return m;
+}
+
 using wire::FromGrpc;
 using wire::FromProto;
 using wire::ToProto;
@@ -192,7 +208,7 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
                                                         s.error_message())));
     } else {
       on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_,
-                                                    ": ", s.error_message())));
+                                                    ": ", DescribeLoss(s))));
     }
   });
 }

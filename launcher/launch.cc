@@ -87,6 +87,12 @@ int Launch(LaunchConfig config) {
     Logger("launcher")->info("setting OMP_NUM_THREADS=1 for each worker (unset in the environment)");
   }
 
+  if (server) {
+    a.on_stop_signal = [&server](int signo) {
+      server->Shutdown(absl::Seconds(1), absl::StrCat("the rendezvous server is shutting down: its meshrun on ",
+                                                       Hostname(), " received ", agent::SignalName(signo)));
+    };
+  }
   agent::NodeAgent node_agent(a);
   int code = node_agent.Run();
   if (server) {

@@ -91,6 +91,14 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
     MaybeFinishLocked();
   }
 
+  void CloseRun(const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    if (finish_requested_ || done_) return;
+    finish_requested_ = true;
+    final_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, why);
+    MaybeFinishLocked();
+  }
+
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     queue_.pop_front();

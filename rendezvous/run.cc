@@ -89,6 +89,7 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     }
     if (refused.ok()) {
       last_seen_[node.node_id] = absl::Now();
+      std::erase_if(reforming_, [&](const Member& m) { return m.node.node_id == node.node_id; });
       pending_.push_back(Joiner{node, last_round, std::move(done)});
       if (state_ == State::kRunning) {
         RunEvent ev;
@@ -231,6 +232,7 @@ void Run::CloseRoundLocked(Deferred& later) {
   }
   const NodeDesc& first = descs[order.order[0]];
   members_.clear();
+  reforming_.clear();
   finished_.clear();
   int base = 0;
   absl::flat_hash_map<std::string, int> role_base;
@@ -314,9 +316,14 @@ void Run::OnLivenessTimer() {
 }
 
 void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later) {
-  auto m = std::find_if(members_.begin(), members_.end(),
-                        [&](const Member& mem) { return mem.node.node_id == node_id; });
-  if (m == members_.end()) return;
+  auto is_node = [&](const Member& mem) { return mem.node.node_id == node_id; };
+  auto m = std::find_if(members_.begin(), members_.end(), is_node);
+  if (m == members_.end()) {
+    // A member of the round being re-formed that had not rejoined yet.
+    auto r = std::find_if(reforming_.begin(), reforming_.end(), is_node);
+    if (r != reforming_.end() && state_ == State::kJoining) LoseReformingLocked(r, why, later);
+    return;
+  }
   lost_.insert(node_id);
   WorkerFailure cause;
   cause.node_id = node_id;
@@ -350,6 +357,41 @@ void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Def
   ReformLocked(std::move(cause), later);
 }
 
+void Run::LoseReformingLocked(std::vector<Member>::iterator r, const std::string& why, Deferred& later) {
+  lost_.insert(r->node.node_id);
+  WorkerFailure cause;
+  cause.node_id = r->node.node_id;
+  cause.hostname = r->node.hostname;
+  cause.node_rank = r->assignment.node_rank;
+  cause.round = round_;
+  cause.message = absl::StrCat("node ", r->node.hostname, " (node rank ", cause.node_rank, " of round ",
+                               r->assignment.round, ") was lost too: ", why);
+  Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
+  reforming_.erase(r);
+  RunEvent lost;
+  lost.kind = RunEvent::Kind::kNodeLost;
+  lost.round = round_;
+  lost.node_id = cause.node_id;
+  lost.root_cause = cause;
+  PushLocked(lost);
+  if (auto w = watchers_.find(cause.node_id); w != watchers_.end()) {
+    w->second->CloseStale(cause.message);
+    watchers_.erase(w);
+  }
+  // The re-form no longer waits for it.
+  reform_target_ = std::max(1, reform_target_ - 1);
+  const int can_rejoin = static_cast<int>(reforming_.size() + pending_.size());
+  if (can_rejoin < config_.min_nodes && restart_count_ >= config_.max_restarts) {
+    cause.exit_code = 1;
+    cause.time = absl::Now();
+    root_cause_ = cause;
+    has_root_cause_ = true;
+    FailRunLocked(later);
+    return;
+  }
+  MaybeCloseLocked(later);
+}
+
 void Run::FailRunLocked(Deferred& later) {
   state_ = State::kFailed;
   RunEvent ev;
@@ -376,6 +418,7 @@ void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
   reform_target_ = std::max(1, std::min(config_.max_nodes, survivors + static_cast<int>(pending_.size())));
   ++round_;
   state_ = State::kJoining;
+  reforming_ = std::move(members_);
   members_.clear();
   finished_.clear();
   RunEvent ev;
@@ -437,7 +480,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
       });
       pending_.erase(p);
     }
-    if (state_ == State::kRunning && !finished_.contains(node_id)) {
+    if ((state_ == State::kRunning && !finished_.contains(node_id)) || state_ == State::kJoining) {
       LoseNodeLocked(node_id, "its agent disconnected", later);
     }
   }
@@ -467,6 +510,7 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
                                           survivors + static_cast<int>(pending_.size())));
     ++round_;
     state_ = State::kJoining;
+    reforming_ = std::move(members_);
     members_.clear();
     finished_.clear();
     ev.kind = RunEvent::Kind::kRestart;
@@ -631,6 +675,9 @@ void Run::Close(const std::string& why) {
     barriers_.clear();
     if (last_call_armed_) timer_->Cancel(last_call_timer_);
     last_call_armed_ = false;
+    // Watchers learn why (no re-form is announced: their streams end with
+    // the reason, and their later Unwatch finds nothing to lose).
+    for (auto& [id, sink] : watchers_) sink->CloseRun(why);
     watchers_.clear();
   }
   RunAll(later);

@@ -109,6 +109,9 @@ class Run : public std::enable_shared_from_this<Run> {
   // and the survivors (plus waiting nodes) re-form in the next round.
   void LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Loses a member of the round being re-formed (`r` in reforming_).
+  void LoseReformingLocked(std::vector<Member>::iterator r, const std::string& why, Deferred& later)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Opens round+1 for the current members and waiting nodes, without using
   // the restart budget, and pushes RESTART(membership_change) with `cause`.
   void ReformLocked(WorkerFailure cause, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -133,6 +136,9 @@ class Run : public std::enable_shared_from_this<Run> {
   bool last_call_armed_ ABSL_GUARDED_BY(mu_) = false;
   DeadlineTimer::Id last_call_timer_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
+  // Members of the round being re-formed that have not rejoined yet; one
+  // lost meanwhile is named (NODE_LOST) and no longer waited for.
+  std::vector<Member> reforming_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> finished_ ABSL_GUARDED_BY(mu_);
   std::vector<Barrier> barriers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_barrier_ ABSL_GUARDED_BY(mu_) = 1;

@@ -84,12 +84,12 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(impl)));
 }
 
-void RendezvousServer::Shutdown(absl::Duration grace) {
+void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
   if (!impl_ || impl_->shut_down) return;
   impl_->shut_down = true;
   // Parked calls (joins, store waits, barriers) are answered ABORTED first,
   // so the graceful phase does not wait on them.
-  impl_->registry->CloseAll("the rendezvous server is shutting down");
+  impl_->registry->CloseAll(why);
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   impl_->server->Wait();
 }

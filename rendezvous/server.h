@@ -32,10 +32,13 @@ class RendezvousServer {
   // a watch parks a reactor, never a thread.
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(const ServerOptions& options);
 
-  // Shuts down: calls still open after `grace` are cancelled; never hangs
-  // longer than `grace` plus the cancellation of in-flight handlers.
+  // Shuts down: parked calls are answered ABORTED and event streams end
+  // with UNAVAILABLE, both carrying `why` (agents print it as the reason
+  // they lost the server); calls still open after `grace` are cancelled.
+  // Never hangs longer than `grace` plus the cancellation of in-flight
+  // handlers. A second call does nothing. Not for concurrent callers.
   ~RendezvousServer();
-  void Shutdown(absl::Duration grace);
+  void Shutdown(absl::Duration grace, const std::string& why = "the rendezvous server is shutting down");
 
   // Waits until every agent's event stream has closed, or `timeout` passes
   // (the hosting meshrun outlives its clients). True when none is open.

@@ -115,6 +115,10 @@ class EventSink {
   virtual void Push(const RunEvent& event) = 0;
   // Ends the stream: the node was declared lost and is now stale.
   virtual void CloseStale(const std::string& why) = 0;
+  // Ends the stream because the run was closed: the server is shutting
+  // down, or the run id was taken by a new job. `why` says which; the agent
+  // reports it as the reason it lost the server.
+  virtual void CloseRun(const std::string& why) = 0;
 };
 
 }  // namespace meshrun::rendezvous

@@ -14,6 +14,7 @@ struct Recorder : EventSink {
   std::string closed;
   void Push(const RunEvent& e) override { events.push_back(e); }
   void CloseStale(const std::string& why) override { closed = why; }
+  void CloseRun(const std::string& why) override { closed = why; }
 };
 
 NodeDesc Node(const std::string& id, int nproc, const std::string& addr) {
