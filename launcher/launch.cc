@@ -69,7 +69,7 @@ int Launch(LaunchConfig config) {
     } else if (config.is_host.value_or(false)) {
       std::fprintf(stderr, "meshrun: error: is_host=1 but %s\n", std::string(started.status().message()).c_str());
       return 1;
-    } else if (absl::IsAlreadyExists(started.status())) {
+    } else if (!started_status.ok()) {
       // Another meshrun of this namespace serves the port: the usual case of
       // several agents on the endpoint's host.
       Logger("launcher")->info("{}; joining it as a client", std::string(started.status().message()));
