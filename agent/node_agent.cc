@@ -315,7 +315,9 @@ class Session {
     client_->JoinAsync(node_, config_, last_round, o_.join_timeout,
                        [this](absl::StatusOr<Assignment> r) { q_.Push(JoinDone{std::move(r)}); });
     for (;;) {
-      std::optional<Event> ev = q_.Pop(absl::InfiniteFuture());
+      // Events held back while the workers stopped come first (a signal, or
+      // another node lost while this round re-forms).
+      std::optional<Event> ev = NextEvent(absl::InfiniteFuture());
       if (auto* j = std::get_if<JoinDone>(&*ev)) {
         if (j->result.ok()) {
           *out = *j->result;

@@ -81,5 +81,45 @@ expect_within term2 1 "$t0" 8000 "server host's meshrun on SIGTERM: host2 stops"
 expect_in term1 "the rendezvous server is shutting down: its meshrun on host0 received SIGTERM"
 expect_not_in term1 "re-forming"
 expect_not_in term2 "re-forming"
+
+# 5. Two hosts killed at once in a 1:3 job: the survivor names both and
+#    finishes alone (the re-form does not wait for the second).
+start_job2() {
+  local P i
+  P=$(free_port)
+  for i in 0 1 2; do
+    launch "$i" "$1$i" -- --nnodes="$2" --nproc_per_node=2 --rdzv_endpoint="host0:$P" --rdzv_id="$1" \
+      --rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1,join_timeout=20 "$HOSTS_DIR/w.sh"
+  done
+  for _ in $(seq 100); do [ "$(pgrep -fc "^sleep 10$")" -ge 6 ] && break; sleep 0.1; done
+}
+start_job2 two 1:3
+t0=$(now_ms); host_kill 1 & host_kill 2 & wait %1 %2 2>/dev/null
+expect_within two0 0 "$t0" 8000 "two hosts killed at once: host0 finishes alone"
+await two1 5; await two2 5
+expect_in two0 "was lost: its agent disconnected; re-forming (round 1)"
+if grep -q "host1 (node rank 1.*was lost" "$HOSTS_DIR/two0" && grep -q "host2 (node rank 2.*was lost" "$HOSTS_DIR/two0"; then
+  ok "both lost hosts are named"
+else
+  fail "not both lost hosts are named"; show two0
+fi
+
+# 6. A join timeout: 2 of 3 nodes come; every node reports the same count.
+P=$(free_port)
+for i in 0 1; do
+  launch "$i" "jt$i" -- --nnodes=3 --nproc_per_node=1 --rdzv_endpoint="host0:$P" --rdzv_id=jt \
+    --rdzv_conf=join_timeout=$((2 + i)) /bin/true
+done
+for i in 0 1; do expect_rc "jt$i" 1 20 "join timeout on host$i"; done
+for i in 0 1; do expect_in "jt$i" "waiting for nodes to join run 'jt' at host0:$P: 2 of 3 nodes joined"; done
+
+# 7. A node started before the endpoint's host says what it waits for, and
+#    the job passes once the host comes.
+P=$(free_port)
+launch 1 late1 -- --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="host0:$P" --rdzv_id=late --rdzv_conf=read_timeout=30 /bin/true
+sleep 6.5
+launch 0 late0 -- --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="host0:$P" --rdzv_id=late /bin/true
+for i in 0 1; do expect_rc "late$i" 0 30 "late endpoint host: host$i"; done
+expect_in late1 "waiting for the rendezvous server at host0:$P"
 expect_no_processes
 finish

@@ -22,6 +22,15 @@ for i in 0 1 2; do
 done
 expect_in tcp0 "rank=0 accepted every rank"
 
+# The same over IPv6, endpoint by address.
+P=$(free_port)
+for i in 0 1 2; do
+  launch "$i" "v6$i" PYTHON_EXEC=python3 -- --nnodes=3 --rdzv_endpoint="[${HOSTS_V6[0]}]:$P" --rdzv_conf=join_timeout=60 \
+    --nproc_per_node=1 --rdzv_id=v6 "$SRC/tests/hosts/tcp_check.py"
+done
+for i in 0 1 2; do expect_rc "v6$i" 0 60 "host$i (IPv6 endpoint)"; done
+expect_in v62 "rank=2 host=host2 master=${HOSTS_V6[0]} node_addr=${HOSTS_V6[2]}"
+
 # 2. The libmesh examples on a (3, 4) mesh and a (3, 2, 2) one (hsdp's batch of
 #    32 does not split over 12 ranks; debian_hosts_test.sh runs two_d_setup too).
 P=$(free_port); common=(--nnodes=3 --rdzv_endpoint="host0:$P" --rdzv_conf=join_timeout=60)
