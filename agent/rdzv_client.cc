@@ -157,11 +157,26 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   // callback API: Debian's gRPC 1.51 can abort in its callback completion
   // queue's reference counting when a client goes away (seen as
   // "ref_counted.h: assertion failed: prior > 0" at exit).
-  StartCall([this, req, resp, ctx, done = std::move(done)]() mutable {
+  StartCall([this, req, resp, ctx, timeout, done = std::move(done)]() mutable {
+    {
+      // A node whose event stream is opening gets its credential in the
+      // stream's first event: the join must carry it (bounded wait).
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !watch_opening_ || !session_.empty() || stopping_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+      req->set_session(session_);
+    }
     grpc::Status s = stubs_->stub->Join(ctx.get(), *req, resp.get());
     if (!s.ok()) {
       done(FromGrpc(s, "join"));
     } else {
+      {
+        absl::MutexLock lock(&mu_);
+        session_ = resp->assignment().session();
+        known_round_ = std::max(known_round_, resp->assignment().round());
+      }
       done(FromProto(resp->assignment()));
     }
   });
@@ -180,42 +195,88 @@ void RendezvousClient::CancelJoin() {
 void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_round,
                                   std::function<void(const RunEvent&)> on_event,
                                   std::function<void(const absl::Status&)> on_closed) {
-  auto ctx = std::make_shared<grpc::ClientContext>();
   {
     absl::MutexLock lock(&mu_);
-    watch_ctx_ = ctx;
+    known_round_ = std::max(known_round_, known_round);
+    watch_opening_ = session_.empty();
   }
-  pb::WatchRequest req;
-  req.mutable_run()->set_run_id(run_id_);
-  req.mutable_run()->set_token(token_);
-  req.set_node_id(node_id);
-  req.set_known_round(known_round);
-  watch_thread_ = std::thread([this, ctx, req, on_event = std::move(on_event),
-                               on_closed = std::move(on_closed)] {
-    std::unique_ptr<grpc::ClientReader<pb::RunEvent>> reader = stubs_->stub->Watch(ctx.get(), req);
-    pb::RunEvent ev;
-    while (reader->Read(&ev)) on_event(FromProto(ev));
-    grpc::Status s = reader->Finish();
-    if (s.error_code() == grpc::StatusCode::CANCELLED) {
-      on_closed(absl::OkStatus());
-    } else if (s.ok()) {
-      on_closed(absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint_,
-                                                    " closed the event stream")));
-    } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      on_closed(absl::FailedPreconditionError(s.error_message()));
-    } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-      on_closed(absl::UnauthenticatedError(absl::StrCat("the rendezvous server at ", endpoint_, " refused this node: ",
-                                                        s.error_message())));
-    } else {
-      on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_,
-                                                    ": ", DescribeLoss(s))));
+  watch_thread_ = std::thread([this, node_id, on_event = std::move(on_event), on_closed = std::move(on_closed)] {
+    // A stream the server cut off because this node read too slowly
+    // (RESOURCE_EXHAUSTED) is re-opened from the round known so far, with
+    // this node's credential; the server's catch-up event says what was
+    // missed. Bounded: a few cut-offs in a row end the stream.
+    constexpr int kMaxReopens = 5;
+    for (int reopens = 0;; ++reopens) {
+      auto ctx = std::make_shared<grpc::ClientContext>();
+      pb::WatchRequest req;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) {
+          on_closed(absl::OkStatus());
+          return;
+        }
+        watch_ctx_ = ctx;
+        req.set_known_round(known_round_);
+        req.set_session(session_);
+      }
+      req.mutable_run()->set_run_id(run_id_);
+      req.mutable_run()->set_token(token_);
+      req.set_node_id(node_id);
+      std::unique_ptr<grpc::ClientReader<pb::RunEvent>> reader = stubs_->stub->Watch(ctx.get(), req);
+      pb::RunEvent ev;
+      while (reader->Read(&ev)) {
+        if (ev.kind() == pb::RunEvent::SESSION) {
+          absl::MutexLock lock(&mu_);
+          session_ = ev.session();
+          watch_opening_ = false;
+          continue;
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          watch_opening_ = false;  // A known node's stream has no SESSION event.
+        }
+        reopens = 0;
+        on_event(FromProto(ev));
+      }
+      grpc::Status s = reader->Finish();
+      {
+        absl::MutexLock lock(&mu_);
+        watch_opening_ = false;
+      }
+      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && reopens < kMaxReopens) {
+        Logger("agent")->warn("the rendezvous server cut off this node's event stream ({}); re-opening it",
+                              s.error_message());
+        continue;
+      }
+      if (s.error_code() == grpc::StatusCode::CANCELLED) {
+        on_closed(absl::OkStatus());
+      } else if (s.ok()) {
+        on_closed(absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint_,
+                                                      " closed the event stream")));
+      } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        on_closed(absl::FailedPreconditionError(s.error_message()));
+      } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                 s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+        on_closed(absl::UnauthenticatedError(absl::StrCat("the rendezvous server at ", endpoint_,
+                                                          " refused this node: ", s.error_message())));
+      } else {
+        on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_,
+                                                      ": ", DescribeLoss(s))));
+      }
+      return;
     }
   });
+}
+
+std::string RendezvousClient::session() const {
+  absl::MutexLock lock(&mu_);
+  return session_;
 }
 
 void RendezvousClient::StopWatch() {
   {
     absl::MutexLock lock(&mu_);
+    stopping_ = true;
     if (watch_ctx_) watch_ctx_->TryCancel();
   }
   if (watch_thread_.joinable()) watch_thread_.join();
@@ -228,6 +289,7 @@ absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, 
   req.mutable_run()->set_token(token_);
   req.set_node_id(node_id);
   req.set_round(round);
+  req.set_session(session());
   pb::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -242,6 +304,7 @@ absl::StatusOr<rendezvous::FailureVerdict> RendezvousClient::ReportFailure(
   req.mutable_run()->set_run_id(run_id_);
   req.mutable_run()->set_token(token_);
   ToProto(failure, req.mutable_failure());
+  req.set_session(session());
   pb::ReportFailureResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -265,6 +328,7 @@ void RendezvousClient::ReportFinishedAsync(
   req->set_node_id(node_id);
   req->set_round(round);
   req->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  req->set_session(session());
   auto resp = std::make_shared<pb::ReportFinishedResponse>();
   auto ctx = std::make_shared<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));

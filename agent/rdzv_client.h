@@ -68,6 +68,10 @@ class RendezvousClient {
                            std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done);
 
   const std::string& endpoint() const { return endpoint_; }
+  // This node's current session credential (DESIGN.md section 4c): handed
+  // out by the server in the event stream's first event, then renewed with
+  // every assignment; sent with every request that speaks for the node.
+  std::string session() const;
   // The numeric server address this client dialed, and the local (source)
   // address of that connection.
   const std::string& dialed_addr() const { return route_.remote; }
@@ -87,7 +91,13 @@ class RendezvousClient {
   std::unique_ptr<Stubs> stubs_;
   TcpRoute route_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  std::string session_ ABSL_GUARDED_BY(mu_);
+  int64_t known_round_ ABSL_GUARDED_BY(mu_) = -1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The event stream was started for a node without a credential and has
+  // not delivered it yet: a join waits for it.
+  bool watch_opening_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> join_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> watch_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> finish_ctx_ ABSL_GUARDED_BY(mu_);

@@ -8,7 +8,60 @@
 
 namespace meshrun::rendezvous {
 
-KvStore::KvStore(std::string label, DeadlineTimer* timer) : label_(std::move(label)), timer_(timer) {}
+KvStore::KvStore(std::string label, DeadlineTimer* timer, const ServerLimits& limits,
+                 std::shared_ptr<std::atomic<int64_t>> server_bytes)
+    : label_(std::move(label)),
+      timer_(timer),
+      limits_(limits),
+      server_bytes_(server_bytes ? std::move(server_bytes) : std::make_shared<std::atomic<int64_t>>(0)) {}
+
+KvStore::~KvStore() {
+  absl::MutexLock lock(&mu_);
+  server_bytes_->fetch_sub(bytes_);
+}
+
+absl::Status KvStore::CheckWritesLocked(int64_t round,
+                                        const std::vector<std::pair<const std::string*, size_t>>& writes) const {
+  int64_t new_keys = 0;
+  int64_t delta = 0;
+  for (const auto& [key, value_size] : writes) {
+    if (absl::Status s = CheckLength("key", *key, limits_.max_key_bytes, "max_key_bytes"); !s.ok()) return s;
+    if (static_cast<int64_t>(value_size) > limits_.max_value_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("value of ", value_size, " bytes for key '", key->substr(0, 64),
+                                                     "' is larger than max_value_bytes=", limits_.max_value_bytes));
+    }
+    auto it = data_.find(Key{round, *key});
+    if (it == data_.end()) {
+      ++new_keys;
+      delta += static_cast<int64_t>(key->size() + value_size);
+    } else {
+      delta += static_cast<int64_t>(value_size) - static_cast<int64_t>(it->second.size());
+    }
+  }
+  if (static_cast<int64_t>(data_.size()) + new_keys > limits_.max_keys_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' store holds ", data_.size(),
+                                                     " keys; ", new_keys, " more exceed max_keys_per_run=",
+                                                     limits_.max_keys_per_run));
+  }
+  if (bytes_ + delta > limits_.max_store_bytes_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' store holds ", bytes_,
+                                                     " bytes; ", delta, " more exceed max_store_bytes_per_run=",
+                                                     limits_.max_store_bytes_per_run));
+  }
+  if (delta > 0 && server_bytes_->load() + delta > limits_.max_store_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the server's stores hold ", server_bytes_->load(), " bytes; ",
+                                                     delta, " more exceed max_store_bytes=",
+                                                     limits_.max_store_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void KvStore::EraseLocked(absl::flat_hash_map<Key, std::string>::iterator it) {
+  const int64_t n = static_cast<int64_t>(it->first.key.size() + it->second.size());
+  bytes_ -= n;
+  server_bytes_->fetch_sub(n);
+  data_.erase(it);
+}
 
 void KvStore::Run(Fire& fire) {
   for (auto& [cb, result] : fire) cb(std::move(result));
@@ -23,8 +76,12 @@ std::vector<std::string> KvStore::ValuesLocked(int64_t round, const std::vector<
 
 void KvStore::SetLocked(int64_t round, const std::string& key, std::string value, Fire& fire) {
   Key k{round, key};
-  bool is_new = !data_.contains(k);
-  data_[k] = std::move(value);
+  auto [slot, is_new] = data_.try_emplace(k);
+  const int64_t delta = static_cast<int64_t>(value.size()) -
+                        (is_new ? -static_cast<int64_t>(key.size()) : static_cast<int64_t>(slot->second.size()));
+  bytes_ += delta;
+  server_bytes_->fetch_add(delta);
+  slot->second = std::move(value);
   if (!is_new) return;
   auto it = waiting_on_.find(k);
   if (it == waiting_on_.end()) return;
@@ -40,13 +97,15 @@ void KvStore::SetLocked(int64_t round, const std::string& key, std::string value
   }
 }
 
-void KvStore::Set(int64_t round, const std::string& key, std::string value) {
+absl::Status KvStore::Set(int64_t round, const std::string& key, std::string value) {
   Fire fire;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
     SetLocked(round, key, std::move(value), fire);
   }
   Run(fire);
+  return absl::OkStatus();
 }
 
 absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& keys,
@@ -58,6 +117,10 @@ absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& ke
   Fire fire;
   {
     absl::MutexLock lock(&mu_);
+    std::vector<std::pair<const std::string*, size_t>> writes;
+    writes.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) writes.emplace_back(&keys[i], values[i].size());
+    if (absl::Status s = CheckWritesLocked(round, writes); !s.ok()) return s;
     for (size_t i = 0; i < keys.size(); ++i) SetLocked(round, keys[i], std::move(values[i]), fire);
   }
   Run(fire);
@@ -75,15 +138,20 @@ absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int6
       return absl::FailedPreconditionError(absl::StrCat(
           "add: key '", key, "' holds a value that is not an integer"));
     }
-    result = current + delta;
-    SetLocked(round, key, absl::StrCat(result), fire);
+    if (__builtin_add_overflow(current, delta, &result)) {
+      return absl::InvalidArgumentError(absl::StrCat("add: key '", key.substr(0, 64), "' holds ", current,
+                                                     "; adding ", delta, " overflows a 64-bit integer"));
+    }
+    std::string text = absl::StrCat(result);
+    if (absl::Status s = CheckWritesLocked(round, {{&key, text.size()}}); !s.ok()) return s;
+    SetLocked(round, key, std::move(text), fire);
   }
   Run(fire);
   return result;
 }
 
-std::pair<std::string, bool> KvStore::CompareSet(int64_t round, const std::string& key,
-                                                 const std::string& expected, std::string desired) {
+absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, const std::string& key,
+                                                                 const std::string& expected, std::string desired) {
   Fire fire;
   std::pair<std::string, bool> out;
   {
@@ -91,6 +159,7 @@ std::pair<std::string, bool> KvStore::CompareSet(int64_t round, const std::strin
     auto it = data_.find(Key{round, key});
     bool match = (it == data_.end()) ? expected.empty() : it->second == expected;
     if (match) {
+      if (absl::Status s = CheckWritesLocked(round, {{&key, desired.size()}}); !s.ok()) return s;
       out = {desired, true};
       SetLocked(round, key, std::move(desired), fire);
     } else {
@@ -110,14 +179,38 @@ bool KvStore::Check(int64_t round, const std::vector<std::string>& keys) {
 
 bool KvStore::Delete(int64_t round, const std::string& key) {
   absl::MutexLock lock(&mu_);
-  return data_.erase(Key{round, key}) > 0;
+  auto it = data_.find(Key{round, key});
+  if (it == data_.end()) return false;
+  EraseLocked(it);
+  return true;
 }
 
 KvStore::WaiterId KvStore::Await(int64_t round, std::vector<std::string> keys, absl::Duration wait,
                                  ValuesCallback done) {
   absl::StatusOr<std::vector<std::string>> immediate;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
+    absl::Status refused;
+    if (static_cast<int64_t>(keys.size()) > limits_.max_keys_per_run) {
+      refused = absl::InvalidArgumentError(absl::StrCat("a read of ", keys.size(),
+                                                        " keys exceeds max_keys_per_run=", limits_.max_keys_per_run));
+    } else if (wait > limits_.max_wait) {
+      refused = absl::InvalidArgumentError(absl::StrCat("wait of ", absl::FormatDuration(wait),
+                                                        " exceeds max_wait=", absl::FormatDuration(limits_.max_wait)));
+    } else if (wait > absl::ZeroDuration() && static_cast<int64_t>(waiters_.size()) >= limits_.max_waiters_per_run) {
+      refused = absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' has ", waiters_.size(),
+                                                          " store reads waiting: max_waiters_per_run=",
+                                                          limits_.max_waiters_per_run));
+    }
+    for (const auto& k : keys) {
+      if (!refused.ok()) break;
+      refused = CheckLength("key", k, limits_.max_key_bytes, "max_key_bytes");
+    }
+    if (!refused.ok()) {
+      lock.Release();
+      done(refused);
+      return 0;
+    }
     size_t missing = 0;
     std::vector<std::string> absent;
     for (const auto& k : keys) {
@@ -216,9 +309,17 @@ void KvStore::AbortBelow(int64_t round, const std::string& why) {
       cbs.push_back(std::move(it->second.done));
       RemoveWaiterLocked(id);
     }
-    absl::erase_if(data_, [round](const auto& kv) { return kv.first.round < round; });
+    for (auto it = data_.begin(); it != data_.end();) {
+      auto here = it++;
+      if (here->first.round < round) EraseLocked(here);
+    }
   }
   for (auto& cb : cbs) cb(absl::AbortedError(why));
+}
+
+int64_t KvStore::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
 }
 
 int64_t KvStore::size() const {

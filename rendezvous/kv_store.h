@@ -2,6 +2,7 @@
 // here (never a thread) until their keys arrive or their deadline passes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rendezvous/limits.h"
 #include "rendezvous/timer.h"
 
 namespace meshrun::rendezvous {
@@ -25,17 +27,28 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   using ValuesCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<std::string>>)>;
 
   // `timer` must outlive the store. `label` (the run id) goes into messages.
-  KvStore(std::string label, DeadlineTimer* timer);
+  // `limits`: max_key_bytes, max_value_bytes, max_keys_per_run,
+  // max_store_bytes_per_run, max_waiters_per_run, max_wait and
+  // max_store_bytes (the last counted in `server_bytes`, shared by every
+  // run's store of a server; a fresh counter when null).
+  KvStore(std::string label, DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(),
+          std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr);
+  ~KvStore();
 
   // All operations are thread-safe; each costs O(keys + waiters woken).
-  void Set(int64_t round, const std::string& key, std::string value);
+  // Writes past a limit change nothing: INVALID_ARGUMENT for a key or value
+  // longer than allowed, RESOURCE_EXHAUSTED when the run's (or the
+  // server's) store is full; both name the limit and the value.
+  absl::Status Set(int64_t round, const std::string& key, std::string value);
+  // All or nothing: every key is checked before any is written.
   absl::Status MultiSet(int64_t round, const std::vector<std::string>& keys,
                         std::vector<std::string> values);
-  // FAILED_PRECONDITION when the stored value is not a decimal integer.
+  // FAILED_PRECONDITION when the stored value is not a decimal integer;
+  // INVALID_ARGUMENT when the sum does not fit in 64 bits.
   absl::StatusOr<int64_t> Add(int64_t round, const std::string& key, int64_t delta);
   // Returns (stored value afterwards, swapped).
-  std::pair<std::string, bool> CompareSet(int64_t round, const std::string& key,
-                                          const std::string& expected, std::string desired);
+  absl::StatusOr<std::pair<std::string, bool>> CompareSet(int64_t round, const std::string& key,
+                                                          const std::string& expected, std::string desired);
   bool Check(int64_t round, const std::vector<std::string>& keys);
   bool Delete(int64_t round, const std::string& key);
 
@@ -43,7 +56,11 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // this thread) when they already are; NOT_FOUND at once when `wait` is zero
   // and a key is missing; else parks a waiter until they are set (on the
   // setter's thread) or `wait` passes (on the timer thread). Returns the
-  // waiter's id (0 when answered at once) for Cancel.
+  // waiter's id (0 when answered at once) for Cancel. Refused at once
+  // (through `done`): a key longer than max_key_bytes or more keys than
+  // max_keys_per_run (INVALID_ARGUMENT), `wait` beyond max_wait
+  // (INVALID_ARGUMENT), max_waiters_per_run waiters parked already
+  // (RESOURCE_EXHAUSTED).
   WaiterId Await(int64_t round, std::vector<std::string> keys, absl::Duration wait,
                  ValuesCallback done);
 
@@ -57,6 +74,8 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   void DropRoundsBelow(int64_t round);
 
   int64_t size() const;
+  // Bytes held (keys and values).
+  int64_t bytes() const;
 
  private:
   struct Key {
@@ -77,6 +96,10 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
 
   void SetLocked(int64_t round, const std::string& key, std::string value, Fire& fire)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks that writing these (key, value size) pairs stays within limits.
+  absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseLocked(absl::flat_hash_map<Key, std::string>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> ValuesLocked(int64_t round, const std::vector<std::string>& keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveWaiterLocked(WaiterId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -86,11 +109,14 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
 
   const std::string label_;
   DeadlineTimer* const timer_;
+  const ServerLimits limits_;
+  const std::shared_ptr<std::atomic<int64_t>> server_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Key, std::string> data_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, std::vector<WaiterId>> waiting_on_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   WaiterId next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace meshrun::rendezvous

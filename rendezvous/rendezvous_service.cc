@@ -61,14 +61,26 @@ class ParkedReactor : public grpc::ServerUnaryReactor {
 // Streams a run's events; owned jointly by gRPC (until OnDone) and the run.
 class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public EventSink {
  public:
-  WatchReactor(std::shared_ptr<Run> run, std::string node_id, RendezvousService* service)
-      : run_(std::move(run)), node_id_(std::move(node_id)), service_(service) {
+  WatchReactor(std::shared_ptr<Run> run, std::string node_id, RendezvousService* service, const ServerLimits& limits)
+      : run_(std::move(run)),
+        node_id_(std::move(node_id)),
+        service_(service),
+        max_events_(limits.max_watch_queue_events),
+        max_bytes_(limits.max_watch_queue_bytes) {
     service_->WatchStarted();
   }
 
-  void Begin(std::shared_ptr<WatchReactor> self, int64_t known_round) {
+  // Subscribes to the run; a refusal ends the stream with it.
+  grpc::Status Begin(std::shared_ptr<WatchReactor> self, int64_t known_round, const std::string& session) {
     self_ = std::move(self);
-    run_->Watch(node_id_, self_, known_round);
+    absl::Status s = run_->Watch(node_id_, self_, known_round, session);
+    if (!s.ok()) {
+      absl::MutexLock lock(&mu_);
+      finish_requested_ = true;
+      final_status_ = ToGrpc(s);
+      MaybeFinishLocked();
+    }
+    return ToGrpc(s);
   }
 
   // gRPC's rules, kept under mu_: one write in flight at a time; Finish
@@ -76,7 +88,23 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
   void Push(const RunEvent& event) override {
     absl::MutexLock lock(&mu_);
     if (finish_requested_ || done_) return;
-    queue_.push_back(ToProto(event));
+    pb::RunEvent msg = ToProto(event);
+    const int64_t size = static_cast<int64_t>(msg.ByteSizeLong());
+    if (static_cast<int64_t>(queue_.size()) >= max_events_ || queued_bytes_ + size > max_bytes_) {
+      // A watcher that does not read: cut it off, free what it held; its
+      // agent re-opens the stream and catches up from its known round.
+      final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                   absl::StrCat("slow watcher: ", queue_.size(), " events (", queued_bytes_,
+                                                " bytes) unread; max_watch_queue_events=", max_events_,
+                                                ", max_watch_queue_bytes=", max_bytes_, "; re-open the stream"));
+      finish_requested_ = true;
+      while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+      queued_bytes_ = 0;
+      MaybeFinishLocked();
+      return;
+    }
+    queued_bytes_ += size;
+    queue_.push_back(std::move(msg));
     if (!writing_) {
       writing_ = true;
       StartWrite(&queue_.front());
@@ -101,7 +129,10 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
-    queue_.pop_front();
+    if (!queue_.empty()) {
+      queued_bytes_ = std::max<int64_t>(0, queued_bytes_ - static_cast<int64_t>(queue_.front().ByteSizeLong()));
+      queue_.pop_front();
+    }
     writing_ = false;
     if (!ok) finish_requested_ = true;  // The stream broke.
     if (!finish_requested_ && !queue_.empty()) {
@@ -141,8 +172,11 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
   const std::shared_ptr<Run> run_;
   const std::string node_id_;
   RendezvousService* const service_;
+  const int64_t max_events_;
+  const int64_t max_bytes_;
   absl::Mutex mu_;
   std::deque<pb::RunEvent> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_){grpc::StatusCode::CANCELLED, "watch cancelled"};
@@ -159,8 +193,8 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::S
 
 }  // namespace
 
-RendezvousService::RendezvousService(RunRegistry* registry, std::string token)
-    : registry_(registry), token_(std::move(token)) {}
+RendezvousService::RendezvousService(RunRegistry* registry, std::string token, const ServerLimits& limits)
+    : registry_(registry), token_(std::move(token)), limits_(limits) {}
 
 void RendezvousService::WatchStarted() {
   absl::MutexLock lock(&watch_mu_);
@@ -178,28 +212,44 @@ bool RendezvousService::WaitForNoWatchers(absl::Duration timeout) {
   return watch_mu_.AwaitWithTimeout(absl::Condition(&none), timeout);
 }
 
+void RendezvousService::Count(Method m, const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      refused_[m].fetch_add(1, std::memory_order_relaxed);
+      break;
+    default:
+      counts_[m].fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Reply(Method m, grpc::CallbackServerContext* ctx, const grpc::Status& s) {
+  Count(m, s);
+  return Answer(ctx, s);
+}
+
 grpc::Status RendezvousService::Admit(Method m, const pb::RunRef& run, bool need_run_id) {
-  counts_[m].fetch_add(1, std::memory_order_relaxed);
+  (void)m;
   if (!token_.empty() && !TokenEquals(run.token(), token_)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         run.token().empty() ? "this server requires a token (MESHRUN_TOKEN)"
                                             : "wrong token (MESHRUN_TOKEN)");
   }
-  if (need_run_id && run.run_id().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty run id");
+  if (need_run_id) {
+    if (absl::Status s = CheckLength("run id", run.run_id(), limits_.max_run_id_bytes, "max_run_id_bytes"); !s.ok()) {
+      return ToGrpc(s);
+    }
   }
   return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
                                                   const pb::JoinRequest* req, pb::JoinResponse* resp) {
-  if (auto s = Admit(kJoin, req->run()); !s.ok()) return Answer(ctx, s);
+  if (auto s = Admit(kJoin, req->run()); !s.ok()) return Reply(kJoin, ctx, s);
   const pb::NodeInfo& n = req->node();
   const pb::RunConfig& c = req->config();
-  if (n.node_id().empty() || n.nproc() <= 0 || c.min_nodes() <= 0 || c.max_nodes() < c.min_nodes()) {
-    return Answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                    "join needs a node id, nproc > 0 and 0 < min_nodes <= max_nodes"));
-  }
   NodeDesc node{n.node_id(), n.hostname(), n.addr(), n.pid(), n.nproc(), n.node_rank_hint(),
                 n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role(),
                 n.local_addr(), n.dialed_addr()};
@@ -210,37 +260,49 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   }
   RunConfig config{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
                    FromMs(c.exit_barrier_timeout_ms())};
-  if (c.keep_alive_interval_ms() > 0) config.keep_alive_interval = FromMs(c.keep_alive_interval_ms());
-  if (c.keep_alive_max_attempt() > 0) config.keep_alive_max_attempt = c.keep_alive_max_attempt();
-  std::shared_ptr<Run> run = registry_->ForJoin(req->run().run_id(), req->last_round());
+  if (c.keep_alive_interval_ms() != 0) config.keep_alive_interval = FromMs(c.keep_alive_interval_ms());
+  if (c.keep_alive_max_attempt() != 0) config.keep_alive_max_attempt = c.keep_alive_max_attempt();
+  if (absl::Status s = CheckJoin(req->run().run_id(), node, config, limits_); !s.ok()) {
+    return Reply(kJoin, ctx, ToGrpc(s));
+  }
+  absl::StatusOr<std::shared_ptr<Run>> run = registry_->ForJoin(req->run().run_id(), req->last_round());
+  if (!run.ok()) return Reply(kJoin, ctx, ToGrpc(run.status()));
   auto* reactor = new ParkedReactor();
-  reactor->SetOnCancel([run, id = n.node_id()] { run->CancelJoin(id); });
-  run->Join(node, config, req->last_round(), [reactor, resp](absl::StatusOr<Assignment> a) {
-    if (a.ok()) ToProto(*a, resp->mutable_assignment());
-    reactor->Complete(ToGrpc(a.status()));
-  });
+  reactor->SetOnCancel([run = *run, id = n.node_id()] { run->CancelJoin(id); });
+  (*run)->Join(node, config, req->last_round(), req->session(),
+               [this, reactor, resp](absl::StatusOr<Assignment> a) {
+                 if (a.ok()) ToProto(*a, resp->mutable_assignment());
+                 Count(kJoin, ToGrpc(a.status()));
+                 reactor->Complete(ToGrpc(a.status()));
+               });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                        const pb::HeartbeatRequest* req,
                                                        pb::HeartbeatResponse* resp) {
-  if (auto s = Admit(kHeartbeat, req->run()); !s.ok()) return Answer(ctx, s);
+  if (auto s = Admit(kHeartbeat, req->run()); !s.ok()) return Reply(kHeartbeat, ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
-  if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
-  absl::StatusOr<int64_t> round = run->Heartbeat(req->node_id());
-  if (!round.ok()) return Answer(ctx, ToGrpc(round.status()));
+  if (!run) return Reply(kHeartbeat, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
+  absl::StatusOr<int64_t> round = run->Heartbeat(req->node_id(), req->session());
+  if (!round.ok()) return Reply(kHeartbeat, ctx, ToGrpc(round.status()));
   resp->set_current_round(*round);
-  return Answer(ctx, grpc::Status::OK);
+  return Reply(kHeartbeat, ctx, grpc::Status::OK);
 }
 
 grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackServerContext*,
                                                                  const pb::WatchRequest* req) {
   grpc::Status s = Admit(kWatch, req->run());
-  if (s.ok() && req->node_id().empty()) {
-    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "watch needs a node id");
+  if (s.ok()) {
+    s = ToGrpc(CheckLength("node id", req->node_id(), limits_.max_node_id_bytes, "max_node_id_bytes"));
+  }
+  absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
+  if (s.ok()) {
+    run = registry_->ForJoin(req->run().run_id(), req->known_round());
+    s = ToGrpc(run.status());
   }
   if (!s.ok()) {
+    Count(kWatch, s);
     class Refused : public grpc::ServerWriteReactor<pb::RunEvent> {
      public:
       explicit Refused(const grpc::Status& s) { Finish(s); }
@@ -248,68 +310,82 @@ grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackS
     };
     return new Refused(s);
   }
-  std::shared_ptr<Run> run = registry_->ForJoin(req->run().run_id(), req->known_round());
-  auto reactor = std::make_shared<WatchReactor>(run, req->node_id(), this);
-  reactor->Begin(reactor, req->known_round());
+  auto reactor = std::make_shared<WatchReactor>(*run, req->node_id(), this, limits_);
+  Count(kWatch, reactor->Begin(reactor, req->known_round(), req->session()));
   return reactor.get();
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* ctx,
                                                            const pb::ReportFailureRequest* req,
                                                            pb::ReportFailureResponse* resp) {
-  if (auto s = Admit(kReportFailure, req->run()); !s.ok()) return Answer(ctx, s);
+  if (auto s = Admit(kReportFailure, req->run()); !s.ok()) return Reply(kReportFailure, ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
-  if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
-  absl::StatusOr<FailureVerdict> v = run->ReportFailure(FromProto(req->failure()));
-  if (!v.ok()) return Answer(ctx, ToGrpc(v.status()));
+  if (!run) return Reply(kReportFailure, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
+  absl::StatusOr<FailureVerdict> v = run->ReportFailure(FromProto(req->failure()), req->session());
+  if (!v.ok()) return Reply(kReportFailure, ctx, ToGrpc(v.status()));
   resp->set_decision(v->decision == Decision::kRestart ? pb::ReportFailureResponse::RESTART
                                                        : pb::ReportFailureResponse::STOP);
   resp->set_next_round(v->next_round);
   ToProto(v->root_cause, resp->mutable_root_cause());
   resp->set_is_root_cause(v->is_root_cause);
-  return Answer(ctx, grpc::Status::OK);
+  return Reply(kReportFailure, ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServerContext* ctx,
                                                             const pb::ReportFinishedRequest* req,
                                                             pb::ReportFinishedResponse* resp) {
-  if (auto s = Admit(kReportFinished, req->run()); !s.ok()) return Answer(ctx, s);
+  if (auto s = Admit(kReportFinished, req->run()); !s.ok()) return Reply(kReportFinished, ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
-  if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
+  if (!run) return Reply(kReportFinished, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
+  const absl::Duration timeout = FromMs(req->timeout_ms());
+  if (timeout < absl::ZeroDuration() || timeout > limits_.max_wait) {
+    return Reply(kReportFinished, ctx,
+                 grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              absl::StrCat("exit barrier timeout_ms=", req->timeout_ms(), ": allowed: 0..",
+                                           absl::ToInt64Milliseconds(limits_.max_wait), " (max_wait)")));
+  }
   auto* reactor = new ParkedReactor();
   uint64_t id = run->ReportFinished(
-      req->node_id(), req->round(), FromMs(req->timeout_ms()),
-      [reactor, resp](absl::StatusOr<BarrierResult> r) {
+      req->node_id(), req->round(), req->session(), timeout,
+      [this, reactor, resp](absl::StatusOr<BarrierResult> r) {
         if (r.ok()) {
           resp->set_all_finished(r->all_finished);
           resp->set_finished_nodes(r->finished_nodes);
           resp->set_node_count(r->node_count);
         }
+        Count(kReportFinished, ToGrpc(r.status()));
         reactor->Complete(ToGrpc(r.status()));
       });
   if (id != 0) reactor->SetOnCancel([run, id] { run->CancelFinished(id); });
   return reactor;
 }
 
+absl::StatusOr<std::shared_ptr<Run>> RendezvousService::StoreRun(const pb::RunRef& run) {
+  return registry_->FindOrCreate(run.run_id());
+}
+
 grpc::ServerUnaryReactor* RendezvousService::KvSet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvSetRequest* req, pb::KvSetResponse*) {
-  if (auto s = Admit(kKvSet, req->run()); !s.ok()) return Answer(ctx, s);
-  registry_->FindOrCreate(req->run().run_id())->kv().Set(req->round(), req->key(), req->value());
-  return Answer(ctx, grpc::Status::OK);
+  if (auto s = Admit(kKvSet, req->run()); !s.ok()) return Reply(kKvSet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvSet, ctx, ToGrpc(run.status()));
+  return Reply(kKvSet, ctx, ToGrpc((*run)->kv().Set(req->round(), req->key(), req->value())));
 }
 
 namespace {
 
 // Parks a waiting store read on the run's store; answers through `fill`.
-template <typename Fill>
-grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round,
-                                    std::vector<std::string> keys, int64_t wait_ms, Fill fill) {
+template <typename Fill, typename Counted>
+grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round, std::vector<std::string> keys,
+                                    int64_t wait_ms, Fill fill, Counted counted) {
   auto* reactor = new ParkedReactor();
   std::shared_ptr<KvStore> kv(run, &run->kv());
   KvStore::WaiterId id = kv->Await(
       round, std::move(keys), absl::Milliseconds(wait_ms),
-      [reactor, fill = std::move(fill)](absl::StatusOr<std::vector<std::string>> values) mutable {
+      [reactor, fill = std::move(fill), counted = std::move(counted)](
+          absl::StatusOr<std::vector<std::string>> values) mutable {
         if (values.ok()) fill(*values);
+        counted(ToGrpc(values.status()));
         reactor->Complete(ToGrpc(values.status()));
       });
   if (id != 0) reactor->SetOnCancel([kv, id] { kv->Cancel(id); });
@@ -320,89 +396,105 @@ grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round,
 
 grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvGetRequest* req, pb::KvGetResponse* resp) {
-  if (auto s = Admit(kKvGet, req->run()); !s.ok()) return Answer(ctx, s);
-  return AwaitKeys(registry_->FindOrCreate(req->run().run_id()), req->round(), {req->key()},
-                   req->wait_ms(), [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); });
+  if (auto s = Admit(kKvGet, req->run()); !s.ok()) return Reply(kKvGet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvGet, ctx, ToGrpc(run.status()));
+  return AwaitKeys(
+      *run, req->round(), {req->key()}, req->wait_ms(),
+      [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); },
+      [this](const grpc::Status& s) { Count(kKvGet, s); });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* ctx,
                                                    const pb::KvAddRequest* req, pb::KvAddResponse* resp) {
-  if (auto s = Admit(kKvAdd, req->run()); !s.ok()) return Answer(ctx, s);
-  absl::StatusOr<int64_t> v =
-      registry_->FindOrCreate(req->run().run_id())->kv().Add(req->round(), req->key(), req->delta());
+  if (auto s = Admit(kKvAdd, req->run()); !s.ok()) return Reply(kKvAdd, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvAdd, ctx, ToGrpc(run.status()));
+  absl::StatusOr<int64_t> v = (*run)->kv().Add(req->round(), req->key(), req->delta());
   if (v.ok()) resp->set_value(*v);
-  return Answer(ctx, ToGrpc(v.status()));
+  return Reply(kKvAdd, ctx, ToGrpc(v.status()));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerContext* ctx,
                                                           const pb::KvCompareSetRequest* req,
                                                           pb::KvCompareSetResponse* resp) {
-  if (auto s = Admit(kKvCompareSet, req->run()); !s.ok()) return Answer(ctx, s);
-  auto [value, swapped] = registry_->FindOrCreate(req->run().run_id())
-                              ->kv()
-                              .CompareSet(req->round(), req->key(), req->expected(), req->desired());
-  resp->set_value(std::move(value));
-  resp->set_swapped(swapped);
-  return Answer(ctx, grpc::Status::OK);
+  if (auto s = Admit(kKvCompareSet, req->run()); !s.ok()) return Reply(kKvCompareSet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvCompareSet, ctx, ToGrpc(run.status()));
+  absl::StatusOr<std::pair<std::string, bool>> r =
+      (*run)->kv().CompareSet(req->round(), req->key(), req->expected(), req->desired());
+  if (r.ok()) {
+    resp->set_value(std::move(r->first));
+    resp->set_swapped(r->second);
+  }
+  return Reply(kKvCompareSet, ctx, ToGrpc(r.status()));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext* ctx,
                                                      const pb::KvCheckRequest* req, pb::KvCheckResponse* resp) {
-  if (auto s = Admit(kKvCheck, req->run()); !s.ok()) return Answer(ctx, s);
+  if (auto s = Admit(kKvCheck, req->run()); !s.ok()) return Reply(kKvCheck, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvCheck, ctx, ToGrpc(run.status()));
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  resp->set_all_present(registry_->FindOrCreate(req->run().run_id())->kv().Check(req->round(), keys));
-  return Answer(ctx, grpc::Status::OK);
+  resp->set_all_present((*run)->kv().Check(req->round(), keys));
+  return Reply(kKvCheck, ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContext* ctx,
                                                       const pb::KvDeleteRequest* req,
                                                       pb::KvDeleteResponse* resp) {
-  if (auto s = Admit(kKvDelete, req->run()); !s.ok()) return Answer(ctx, s);
-  resp->set_deleted(registry_->FindOrCreate(req->run().run_id())->kv().Delete(req->round(), req->key()));
-  return Answer(ctx, grpc::Status::OK);
+  if (auto s = Admit(kKvDelete, req->run()); !s.ok()) return Reply(kKvDelete, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvDelete, ctx, ToGrpc(run.status()));
+  resp->set_deleted((*run)->kv().Delete(req->round(), req->key()));
+  return Reply(kKvDelete, ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiGetRequest* req,
                                                         pb::KvMultiGetResponse* resp) {
-  if (auto s = Admit(kKvMultiGet, req->run()); !s.ok()) return Answer(ctx, s);
+  if (auto s = Admit(kKvMultiGet, req->run()); !s.ok()) return Reply(kKvMultiGet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(run.status()));
   if (!req->set_keys().empty()) {
-    absl::Status st = registry_->FindOrCreate(req->run().run_id())
-                          ->kv()
-                          .MultiSet(req->round(),
-                                    std::vector<std::string>(req->set_keys().begin(), req->set_keys().end()),
-                                    std::vector<std::string>(req->set_values().begin(), req->set_values().end()));
-    if (!st.ok()) return Answer(ctx, ToGrpc(st));
+    absl::Status st = (*run)->kv().MultiSet(
+        req->round(), std::vector<std::string>(req->set_keys().begin(), req->set_keys().end()),
+        std::vector<std::string>(req->set_values().begin(), req->set_values().end()));
+    if (!st.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(st));
   }
-  return AwaitKeys(registry_->FindOrCreate(req->run().run_id()), req->round(),
-                   std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
-                   [resp](std::vector<std::string>& v) {
-                     for (auto& s : v) resp->add_values(std::move(s));
-                   });
+  return AwaitKeys(
+      *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
+      [resp](std::vector<std::string>& v) {
+        for (auto& s : v) resp->add_values(std::move(s));
+      },
+      [this](const grpc::Status& s) { Count(kKvMultiGet, s); });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiSetRequest* req,
                                                         pb::KvMultiSetResponse*) {
-  if (auto s = Admit(kKvMultiSet, req->run()); !s.ok()) return Answer(ctx, s);
-  absl::Status st = registry_->FindOrCreate(req->run().run_id())
-                        ->kv()
-                        .MultiSet(req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()),
-                                  std::vector<std::string>(req->values().begin(), req->values().end()));
-  return Answer(ctx, ToGrpc(st));
+  if (auto s = Admit(kKvMultiSet, req->run()); !s.ok()) return Reply(kKvMultiSet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvMultiSet, ctx, ToGrpc(run.status()));
+  absl::Status st = (*run)->kv().MultiSet(req->round(),
+                                          std::vector<std::string>(req->keys().begin(), req->keys().end()),
+                                          std::vector<std::string>(req->values().begin(), req->values().end()));
+  return Reply(kKvMultiSet, ctx, ToGrpc(st));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext* ctx,
                                                     const pb::KvWaitRequest* req, pb::KvWaitResponse*) {
-  if (auto s = Admit(kKvWait, req->run()); !s.ok()) return Answer(ctx, s);
-  return AwaitKeys(registry_->FindOrCreate(req->run().run_id()), req->round(),
-                   std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
-                   [](std::vector<std::string>&) {});
+  if (auto s = Admit(kKvWait, req->run()); !s.ok()) return Reply(kKvWait, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvWait, ctx, ToGrpc(run.status()));
+  return AwaitKeys(
+      *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
+      [](std::vector<std::string>&) {}, [this](const grpc::Status& s) { Count(kKvWait, s); });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,
                                                     const pb::StatusRequest* req, pb::StatusResponse* resp) {
-  if (auto s = Admit(kStatus, req->run(), /*need_run_id=*/false); !s.ok()) return Answer(ctx, s);
+  if (auto s = Admit(kStatus, req->run(), /*need_run_id=*/false); !s.ok()) return Reply(kStatus, ctx, s);
   for (const RunStatus& r : registry_->Status()) {
     if (!req->run().run_id().empty() && r.run_id != req->run().run_id()) continue;
     pb::RunStatus* out = resp->add_runs();
@@ -416,6 +508,7 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
   }
   for (int m = 0; m < kNumMethods; ++m) {
     (*resp->mutable_request_counts())[kMethodNames[m]] = counts_[m].load(std::memory_order_relaxed);
+    (*resp->mutable_refused_counts())[kMethodNames[m]] = refused_[m].load(std::memory_order_relaxed);
   }
   resp->set_port(port_);
   resp->set_version(MESHRUN_VERSION);

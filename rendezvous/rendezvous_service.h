@@ -22,8 +22,8 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   };
 
   // `registry` must outlive the service. `token`: required on every request
-  // when non-empty.
-  RendezvousService(RunRegistry* registry, std::string token);
+  // when non-empty. `limits`: lengths and sizes checked at the door.
+  RendezvousService(RunRegistry* registry, std::string token, const ServerLimits& limits = ServerLimits());
 
   void set_port(int port) { port_ = port; }
 
@@ -71,13 +71,22 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
                                    v1::StatusResponse* resp) override;
 
  private:
-  // OK, or UNAUTHENTICATED / INVALID_ARGUMENT (empty run id).
+  // OK, or UNAUTHENTICATED / INVALID_ARGUMENT (empty or too long run id).
   grpc::Status Admit(Method m, const v1::RunRef& run, bool need_run_id = true);
+  // Counts a call as served, or as refused (UNAUTHENTICATED,
+  // PERMISSION_DENIED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED).
+  void Count(Method m, const grpc::Status& s);
+  // Counts and answers a unary call at once.
+  grpc::ServerUnaryReactor* Reply(Method m, grpc::CallbackServerContext* ctx, const grpc::Status& s);
+  // The run a store request goes to (created for a store-only run).
+  absl::StatusOr<std::shared_ptr<Run>> StoreRun(const v1::RunRef& run);
 
   RunRegistry* const registry_;
   const std::string token_;
+  const ServerLimits limits_;
   int port_ = 0;
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
+  std::array<std::atomic<int64_t>, kNumMethods> refused_{};
   absl::Mutex watch_mu_;
   int open_watches_ ABSL_GUARDED_BY(watch_mu_) = 0;
 };

@@ -1,5 +1,7 @@
 #include "rendezvous/run.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -27,8 +29,60 @@ const char* StateName(Run::State state) {
   return "?";
 }
 
-Run::Run(std::string run_id, DeadlineTimer* timer)
-    : run_id_(std::move(run_id)), timer_(timer), kv_(std::make_shared<KvStore>(run_id_, timer)) {}
+Run::Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits,
+         std::shared_ptr<std::atomic<int64_t>> server_bytes)
+    : run_id_(std::move(run_id)),
+      timer_(timer),
+      limits_(limits),
+      kv_(std::make_shared<KvStore>(run_id_, timer, limits, std::move(server_bytes))) {}
+
+namespace {
+
+// 128 bits from the kernel's CSPRNG, as hex.
+std::string NewCredential() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(2 * sizeof(bytes), '0');
+  for (size_t i = 0; i < sizeof(bytes); ++i) {
+    out[2 * i] = kHex[bytes[i] >> 4];
+    out[2 * i + 1] = kHex[bytes[i] & 15];
+  }
+  return out;
+}
+
+// Constant time for equal lengths; credentials all have one length.
+bool CredentialEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::string& session) const {
+  auto it = sessions_.find(node_id);
+  if (it == sessions_.end()) {
+    return absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",
+                                                    run_id_.substr(0, 64), "'"));
+  }
+  if (!CredentialEquals(it->second, session)) {
+    return absl::PermissionDeniedError(absl::StrCat("wrong session credential for node '", node_id.substr(0, 64),
+                                                    "' in run '", run_id_.substr(0, 64), "'"));
+  }
+  return absl::OkStatus();
+}
+
+bool Run::IsParticipantLocked(const std::string& node_id) const {
+  auto is = [&](const auto& x) { return x.node.node_id == node_id; };
+  return std::any_of(members_.begin(), members_.end(), is) || std::any_of(reforming_.begin(), reforming_.end(), is) ||
+         std::any_of(pending_.begin(), pending_.end(), is);
+}
 
 void Run::RunAll(Deferred& later) {
   for (auto& fn : later) fn();
@@ -49,11 +103,26 @@ absl::Status Run::CheckConfigLocked(const RunConfig& config) const {
   return absl::OkStatus();
 }
 
-void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, JoinCallback done) {
+void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
+               JoinCallback done) {
   Deferred later;
   absl::Status refused;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
+    bool made_session = false;
+    if (sessions_.contains(node.node_id)) {
+      refused = CheckSessionLocked(node.node_id, session);
+    } else if (!session.empty()) {
+      refused = CheckSessionLocked(node.node_id, session);  // Unknown: PERMISSION_DENIED.
+    } else {
+      sessions_[node.node_id] = NewCredential();
+      made_session = true;
+    }
+    if (!refused.ok()) {
+      lock.Release();
+      done(refused);
+      return;
+    }
     if (!configured_) {
       config_ = config;
       configured_ = true;
@@ -111,6 +180,7 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
         if (state_ == State::kJoining) ProgressLocked();
       }
     }
+    if (!refused.ok() && made_session) sessions_.erase(node.node_id);
   }
   if (!refused.ok()) {
     done(refused);
@@ -246,6 +316,7 @@ void Run::CloseRoundLocked(Deferred& later) {
     a.world_size = world;
     a.master_addr = first.addr;
     a.node_addr = j.node.addr;
+    a.session = sessions_[j.node.node_id] = NewCredential();
     a.master_port = first.master_port;
     a.restart_count = restart_count_;
     a.max_restarts = config_.max_restarts;
@@ -272,8 +343,9 @@ void Run::CloseRoundLocked(Deferred& later) {
                        members_.size(), world);
 }
 
-absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id) {
+absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::string& session) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) return s;
   if (lost_.contains(node_id)) {
     return absl::FailedPreconditionError(absl::StrCat("stale: this node was declared lost in run '", run_id_,
                                                       "' (now at round ", round_, "); rejoin as a new member"));
@@ -431,8 +503,23 @@ void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
   MaybeCloseLocked(later);
 }
 
-void Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round) {
+absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
+                        const std::string& session) {
   absl::MutexLock lock(&mu_);
+  if (!watchers_.contains(node_id) && static_cast<int64_t>(watchers_.size()) >= limits_.max_watchers_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", run_id_.substr(0, 64), "' has ", watchers_.size(),
+                                                     " event streams open: max_watchers_per_run=",
+                                                     limits_.max_watchers_per_run));
+  }
+  if (sessions_.contains(node_id) || !session.empty()) {
+    if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) return s;
+  } else {
+    RunEvent hello;
+    hello.kind = RunEvent::Kind::kSession;
+    hello.round = round_;
+    hello.session = sessions_[node_id] = NewCredential();
+    sink->Push(hello);
+  }
   RunEvent catch_up;
   catch_up.round = round_;
   catch_up.restart_count = restart_count_;
@@ -462,6 +549,7 @@ void Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int
     sink->Push(catch_up);
   }
   watchers_[node_id] = std::move(sink);
+  return absl::OkStatus();
 }
 
 void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
@@ -483,6 +571,8 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     if ((state_ == State::kRunning && !finished_.contains(node_id)) || state_ == State::kJoining) {
       LoseNodeLocked(node_id, "its agent disconnected", later);
     }
+    // A node that watched and left without taking part is forgotten.
+    if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) sessions_.erase(node_id);
   }
   RunAll(later);
 }
@@ -524,11 +614,21 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
   return VerdictLocked(/*is_root=*/true);
 }
 
-absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure) {
+absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const std::string& session) {
   Deferred later;
   FailureVerdict verdict;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckSessionLocked(failure.node_id, session); !s.ok()) return s;
+    if (!IsParticipantLocked(failure.node_id)) {
+      return absl::PermissionDeniedError(absl::StrCat("node '", failure.node_id.substr(0, 64),
+                                                      "' is not a member of run '", run_id_.substr(0, 64),
+                                                      "' round ", round_));
+    }
+    if (static_cast<int64_t>(failure.message.size()) > limits_.max_message_bytes) {
+      failure.message.resize(static_cast<size_t>(limits_.max_message_bytes));
+      failure.message += " [cut at max_message_bytes]";
+    }
     if (failure.round > round_) {
       return absl::InvalidArgumentError(absl::StrCat("failure reported for round ", failure.round,
                                                      " but run '", run_id_, "' is at round ", round_));
@@ -549,8 +649,8 @@ absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure) {
   return verdict;
 }
 
-uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, absl::Duration timeout,
-                             BarrierCallback done) {
+uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const std::string& session,
+                             absl::Duration timeout, BarrierCallback done) {
   Deferred later;
   uint64_t id = 0;
   absl::Status refused;
@@ -558,7 +658,14 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, absl::Du
     absl::MutexLock lock(&mu_);
     BarrierResult now;
     now.node_count = static_cast<int>(members_.size());
-    if (state_ == State::kFinished && round == round_) {
+    const bool member = std::any_of(members_.begin(), members_.end(),
+                                    [&](const Member& m) { return m.node.node_id == node_id; });
+    if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
+      refused = s;
+    } else if (!member) {
+      refused = absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",
+                                                         run_id_.substr(0, 64), "' round ", round_));
+    } else if (state_ == State::kFinished && round == round_) {
       now.all_finished = true;
       now.finished_nodes = now.node_count;
       later.push_back([cb = std::move(done), now]() mutable { cb(now); });
@@ -684,21 +791,45 @@ void Run::Close(const std::string& why) {
   kv_->Close(why);
 }
 
-RunRegistry::RunRegistry(DeadlineTimer* timer) : timer_(timer) {}
+RunRegistry::RunRegistry(DeadlineTimer* timer, const ServerLimits& limits)
+    : timer_(timer), limits_(limits), server_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
 RunRegistry::~RunRegistry() { CloseAll("the rendezvous server is shutting down"); }
 
-std::shared_ptr<Run> RunRegistry::ForJoin(const std::string& run_id, int64_t last_round) {
+absl::Status RunRegistry::MakeRoomLocked(const std::string& run_id, std::shared_ptr<Run>* evicted) {
+  if (absl::Status s = CheckLength("run id", run_id, limits_.max_run_id_bytes, "max_run_id_bytes"); !s.ok()) return s;
+  if (static_cast<int64_t>(runs_.size()) < limits_.max_runs) return absl::OkStatus();
+  // Full: an ended run makes room (the oldest id first would need an
+  // index; any ended one will do, its agents are gone or going).
+  for (auto it = runs_.begin(); it != runs_.end(); ++it) {
+    if (it->second && it->second->terminal()) {
+      *evicted = std::move(it->second);
+      runs_.erase(it);
+      return absl::OkStatus();
+    }
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("the server holds ", runs_.size(),
+                                                   " live runs: max_runs=", limits_.max_runs,
+                                                   "; refused new run '", run_id.substr(0, 64), "'"));
+}
+
+absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run_id, int64_t last_round) {
   std::shared_ptr<Run> old;
+  std::shared_ptr<Run> evicted;
   std::shared_ptr<Run> fresh;
   {
     absl::MutexLock lock(&mu_);
+    auto it = runs_.find(run_id);
+    if (it != runs_.end() && !(it->second->terminal() && last_round < 0)) return it->second;
+    if (it == runs_.end()) {
+      if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
+    }
     auto& slot = runs_[run_id];
-    if (slot && !(slot->terminal() && last_round < 0)) return slot;
     old = std::move(slot);
-    slot = std::make_shared<Run>(run_id, timer_);
+    slot = std::make_shared<Run>(run_id, timer_, limits_, server_bytes_);
     fresh = slot;
   }
+  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
   if (old) old->Close(absl::StrCat("run '", run_id, "' was restarted by a new job with the same id"));
   return fresh;
 }
@@ -709,11 +840,18 @@ std::shared_ptr<Run> RunRegistry::Find(const std::string& run_id) const {
   return it == runs_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<Run> RunRegistry::FindOrCreate(const std::string& run_id) {
-  absl::MutexLock lock(&mu_);
-  auto& slot = runs_[run_id];
-  if (!slot) slot = std::make_shared<Run>(run_id, timer_);
-  return slot;
+absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string& run_id) {
+  std::shared_ptr<Run> evicted;
+  std::shared_ptr<Run> run;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = runs_.find(run_id);
+    if (it != runs_.end()) return it->second;
+    if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
+    run = runs_[run_id] = std::make_shared<Run>(run_id, timer_, limits_, server_bytes_);
+  }
+  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
+  return run;
 }
 
 std::vector<RunStatus> RunRegistry::Status() const {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "rendezvous/kv_store.h"
+#include "rendezvous/limits.h"
 #include "rendezvous/timer.h"
 #include "rendezvous/types.h"
 
@@ -25,8 +26,10 @@ class Run : public std::enable_shared_from_this<Run> {
   using JoinCallback = absl::AnyInvocable<void(absl::StatusOr<Assignment>)>;
   using BarrierCallback = absl::AnyInvocable<void(absl::StatusOr<BarrierResult>)>;
 
-  // `timer` must outlive the run.
-  Run(std::string run_id, DeadlineTimer* timer);
+  // `timer` must outlive the run. `limits` bound its store and watchers;
+  // `server_bytes` counts every store's bytes of the server (see KvStore).
+  Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(),
+      std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr);
 
   // Joins the open round. `done` is answered once, when the round closes (the
   // assignment), on a conflict (FAILED_PRECONDITION naming the field and both
@@ -34,17 +37,31 @@ class Run : public std::enable_shared_from_this<Run> {
   // runs waits for the next round (NODE_WAITING is pushed). `last_round` is
   // the round the node last ran in, -1 on its first join; a node that still
   // claims the running round is refused as stale. Thread-safe.
-  void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, JoinCallback done);
+  //
+  // Membership is authenticated (DESIGN.md section 4c): every node the run
+  // knows has a secret session credential, handed out by the server (in its
+  // stream's SESSION event, then per round in its Assignment). A node the
+  // run does not know yet may join with an empty `session` (it becomes
+  // known); a known node must give its current credential, else
+  // PERMISSION_DENIED and nothing changes.
+  void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
+            JoinCallback done);
   void CancelJoin(const std::string& node_id);
 
-  // Records a heartbeat; returns the current round. FAILED_PRECONDITION
-  // ("stale") for a node that was declared lost. Thread-safe.
-  absl::StatusOr<int64_t> Heartbeat(const std::string& node_id);
+  // Records a heartbeat; returns the current round. PERMISSION_DENIED for
+  // an unknown node or a wrong credential; FAILED_PRECONDITION ("stale")
+  // for a node that was declared lost. Thread-safe.
+  absl::StatusOr<int64_t> Heartbeat(const std::string& node_id, const std::string& session);
 
   // Subscribes `sink` to this run's events for `node_id` (replacing an older
   // sink of that node). When the run moved past `known_round` (or ended), the
-  // sink first gets the event that says so. Thread-safe.
-  void Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round);
+  // sink first gets the event that says so. A node the run does not know
+  // (empty `session`) becomes known: its first event is kSession with its
+  // credential. A known node needs its credential (PERMISSION_DENIED).
+  // RESOURCE_EXHAUSTED at max_watchers_per_run. On error the sink is not
+  // subscribed. Thread-safe.
+  absl::Status Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
+                     const std::string& session);
   // Drops the sink. When the node is a member of the running round and has
   // not finished, its agent is gone: the node is lost and the survivors
   // re-form (a membership change: no restart of the budget is used).
@@ -53,14 +70,17 @@ class Run : public std::enable_shared_from_this<Run> {
   // Accepts a worker failure of round `failure.round`. The first report of a
   // round is the root cause: the budget pays one restart (round+1 opens,
   // RESTART is pushed) or, when spent, the run fails (RUN_FAILED). Later
-  // reports of that round are secondary and get the same decision.
-  absl::StatusOr<FailureVerdict> ReportFailure(WorkerFailure failure);
+  // reports of that round are secondary and get the same decision. Only
+  // from a member (of the running round, or of the round being re-formed)
+  // with its credential: else PERMISSION_DENIED and nothing changes.
+  absl::StatusOr<FailureVerdict> ReportFailure(WorkerFailure failure, const std::string& session);
 
   // The exit barrier: `node_id` finished round `round`; `done` is answered
   // when every member finished (RUN_FINISHED is pushed) or after `timeout`.
-  // Returns a barrier id for CancelFinished.
-  uint64_t ReportFinished(const std::string& node_id, int64_t round, absl::Duration timeout,
-                          BarrierCallback done);
+  // Only from a member of `round` with its credential (PERMISSION_DENIED
+  // through `done`). Returns a barrier id for CancelFinished.
+  uint64_t ReportFinished(const std::string& node_id, int64_t round, const std::string& session,
+                          absl::Duration timeout, BarrierCallback done);
   void CancelFinished(uint64_t id);
 
   RunStatus Status() const;
@@ -119,9 +139,15 @@ class Run : public std::enable_shared_from_this<Run> {
   void ArmLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnLivenessTimer();
   static void RunAll(Deferred& later);
+  // PERMISSION_DENIED unless `node_id` is known with credential `session`.
+  absl::Status CheckSessionLocked(const std::string& node_id, const std::string& session) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // True when `node_id` is pending, a member, or a member being re-formed.
+  bool IsParticipantLocked(const std::string& node_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const std::string run_id_;
   DeadlineTimer* const timer_;
+  const ServerLimits limits_;
   const std::shared_ptr<KvStore> kv_;
 
   mutable absl::Mutex mu_;
@@ -154,6 +180,8 @@ class Run : public std::enable_shared_from_this<Run> {
   bool liveness_armed_ ABSL_GUARDED_BY(mu_) = false;
   // Nodes declared lost: their later requests are refused as stale.
   absl::flat_hash_set<std::string> lost_ ABSL_GUARDED_BY(mu_);
+  // Every known node's current session credential.
+  absl::flat_hash_map<std::string, std::string> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 const char* StateName(Run::State state);
@@ -161,23 +189,32 @@ const char* StateName(Run::State state);
 // All runs of a server, by run id. Thread-safe.
 class RunRegistry {
  public:
-  explicit RunRegistry(DeadlineTimer* timer);
+  explicit RunRegistry(DeadlineTimer* timer, const ServerLimits& limits = ServerLimits());
   ~RunRegistry();
 
   // The run a join goes to: the existing one, or a fresh one when the id is
   // new or its previous run ended (finished or failed) and `last_round` is
-  // -1 (a new job reusing the id).
-  std::shared_ptr<Run> ForJoin(const std::string& run_id, int64_t last_round);
+  // -1 (a new job reusing the id). A new run needs room: at max_runs an
+  // ended run is removed (its parked calls ABORTED), and when none has
+  // ended the new one is refused with RESOURCE_EXHAUSTED naming max_runs.
+  // INVALID_ARGUMENT for a run id longer than max_run_id_bytes.
+  absl::StatusOr<std::shared_ptr<Run>> ForJoin(const std::string& run_id, int64_t last_round);
   // The run, or nullptr.
   std::shared_ptr<Run> Find(const std::string& run_id) const;
-  // The run, created when absent (a store-only run for other launchers).
-  std::shared_ptr<Run> FindOrCreate(const std::string& run_id);
+  // The run, created when absent (a store-only run for other launchers);
+  // the same limits as ForJoin.
+  absl::StatusOr<std::shared_ptr<Run>> FindOrCreate(const std::string& run_id);
   std::vector<RunStatus> Status() const;
   // Closes every run (server shutdown).
   void CloseAll(const std::string& why);
 
  private:
+  absl::Status MakeRoomLocked(const std::string& run_id, std::shared_ptr<Run>* evicted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   DeadlineTimer* const timer_;
+  const ServerLimits limits_;
+  const std::shared_ptr<std::atomic<int64_t>> server_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
 };

@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->registry = std::make_unique<RunRegistry>(&impl->timer);
-  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token);
+  impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
+  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, options.limits);
 
   std::string host = options.host;
   std::string addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", options.port)
@@ -72,6 +72,14 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Connections that make no call (or never finish their handshake) are
+  // closed; clients reconnect by themselves (limits.h).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
+                                                                                options.limits.connection_idle_timeout))));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
+                                                                                options.limits.handshake_timeout))));
   builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
   impl->server = builder.BuildAndStart();

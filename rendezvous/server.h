@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "rendezvous/limits.h"
 #include "absl/time/time.h"
 
 namespace grpc {
@@ -21,6 +22,8 @@ struct ServerOptions {
   int port = 0;
   // When non-empty, every request must carry this token (MESHRUN_TOKEN).
   std::string token;
+  // Bounds on everything a client may ask for (limits.h).
+  ServerLimits limits;
 };
 
 class RendezvousServer {

@@ -54,6 +54,7 @@ struct Assignment {
   int role_rank_base = 0;
   int role_world_size = 0;
   std::string node_addr;  // This node's advertised address (MESHRUN_NODE_ADDR).
+  std::string session;    // This node's credential for this round (secret).
 };
 
 struct WorkerFailure {
@@ -70,7 +71,7 @@ struct WorkerFailure {
 };
 
 struct RunEvent {
-  enum class Kind { kRoundClosed, kRestart, kNodeLost, kNodeWaiting, kRunFinished, kRunFailed, kJoinProgress };
+  enum class Kind { kRoundClosed, kRestart, kNodeLost, kNodeWaiting, kRunFinished, kRunFailed, kJoinProgress, kSession };
   Kind kind = Kind::kRoundClosed;
   int64_t round = 0;
   std::string node_id;
@@ -80,6 +81,7 @@ struct RunEvent {
   int joined = 0;     // kJoinProgress: nodes joined so far.
   int min_nodes = 0;
   int max_nodes = 0;
+  std::string session;  // kSession: the new node's credential (secret).
 };
 
 enum class Decision { kRestart, kStop };

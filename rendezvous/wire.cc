@@ -60,6 +60,7 @@ void ToProto(const Assignment& a, pb::Assignment* out) {
   out->set_role_rank_base(a.role_rank_base);
   out->set_role_world_size(a.role_world_size);
   out->set_node_addr(a.node_addr);
+  out->set_session(a.session);
 }
 
 Assignment FromProto(const pb::Assignment& a) {
@@ -76,6 +77,7 @@ Assignment FromProto(const pb::Assignment& a) {
   out.role_rank_base = a.role_rank_base();
   out.role_world_size = a.role_world_size();
   out.node_addr = a.node_addr();
+  out.session = a.session();
   return out;
 }
 
@@ -93,6 +95,7 @@ constexpr KindPair kKinds[] = {
     {RunEvent::Kind::kRunFinished, pb::RunEvent::RUN_FINISHED},
     {RunEvent::Kind::kRunFailed, pb::RunEvent::RUN_FAILED},
     {RunEvent::Kind::kJoinProgress, pb::RunEvent::JOIN_PROGRESS},
+    {RunEvent::Kind::kSession, pb::RunEvent::SESSION},
 };
 
 }  // namespace
@@ -110,6 +113,7 @@ pb::RunEvent ToProto(const RunEvent& e) {
   out.set_joined(e.joined);
   out.set_min_nodes(e.min_nodes);
   out.set_max_nodes(e.max_nodes);
+  out.set_session(e.session);
   return out;
 }
 
@@ -126,6 +130,7 @@ RunEvent FromProto(const pb::RunEvent& e) {
   out.joined = e.joined();
   out.min_nodes = e.min_nodes();
   out.max_nodes = e.max_nodes();
+  out.session = e.session();
   return out;
 }
 

@@ -58,11 +58,11 @@ TEST_CASE("add and compare-set follow c10d", "[kv]") {
   CHECK(*kv->Add(0, "n", 3) == 5);
   kv->Set(0, "s", "text");
   CHECK(absl::IsFailedPrecondition(kv->Add(0, "s", 1).status()));
-  CHECK(kv->CompareSet(0, "c", "", "v").second);
-  auto miss = kv->CompareSet(0, "absent", "expected", "v");
+  CHECK(kv->CompareSet(0, "c", "", "v")->second);
+  auto miss = *kv->CompareSet(0, "absent", "expected", "v");
   CHECK_FALSE(miss.second);
   CHECK(miss.first == "expected");
-  auto now = kv->CompareSet(0, "c", "v", "w");
+  auto now = *kv->CompareSet(0, "c", "v", "w");
   CHECK(now.second);
   CHECK(now.first == "w");
 }

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <functional>
+#include <map>
 
 #include "rendezvous/run.h"
 
@@ -36,6 +38,38 @@ RunConfig Config(int min, int max, int restarts = 0) {
   return c;
 }
 
+
+// Keeps each node's session credential, per run, as an agent does: the
+// first join of a node gives none, later requests give the latest one.
+struct Creds {
+  std::map<std::pair<const Run*, std::string>, std::shared_ptr<std::string>> book;
+  std::shared_ptr<std::string> Of(const Run& run, const std::string& id) {
+    auto& slot = book[{&run, id}];
+    if (!slot) slot = std::make_shared<std::string>();
+    return slot;
+  }
+  void Join(Run& run, const NodeDesc& n, const RunConfig& c, int64_t last,
+            std::function<void(absl::StatusOr<Assignment>)> done) {
+    auto cred = Of(run, n.node_id);
+    run.Join(n, c, last, *cred, [cred, done](absl::StatusOr<Assignment> a) {
+      if (a.ok()) *cred = a->session;
+      done(std::move(a));
+    });
+  }
+  absl::Status Watch(Run& run, const std::string& id, std::shared_ptr<EventSink> sink, int64_t known) {
+    return run.Watch(id, std::move(sink), known, *Of(run, id));
+  }
+  absl::StatusOr<int64_t> Heartbeat(Run& run, const std::string& id) { return run.Heartbeat(id, *Of(run, id)); }
+  absl::StatusOr<FailureVerdict> ReportFailure(Run& run, const WorkerFailure& f) {
+    return run.ReportFailure(f, *Of(run, f.node_id));
+  }
+  uint64_t ReportFinished(Run& run, const std::string& id, int64_t round, absl::Duration timeout,
+                          Run::BarrierCallback done) {
+    return run.ReportFinished(id, round, *Of(run, id), timeout, std::move(done));
+  }
+};
+Creds creds;
+
 }  // namespace
 
 TEST_CASE("a round closes at max nodes with prefix-sum ranks", "[run]") {
@@ -43,7 +77,7 @@ TEST_CASE("a round closes at max nodes with prefix-sum ranks", "[run]") {
   auto run = std::make_shared<Run>("job", &timer);
   std::map<std::string, Assignment> got;
   auto join = [&](const std::string& id, int nproc, const std::string& addr) {
-    run->Join(Node(id, nproc, addr), Config(3, 3), -1, [&, id](absl::StatusOr<Assignment> a) {
+    creds.Join(*run, Node(id, nproc, addr), Config(3, 3), -1, [&, id](absl::StatusOr<Assignment> a) {
       REQUIRE(a.ok());
       got[id] = *a;
     });
@@ -65,7 +99,7 @@ TEST_CASE("a round closes after the last call once MIN nodes joined", "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
   std::atomic<int> done{0};
-  run->Join(Node("a", 1, "1"), Config(1, 2), -1, [&](absl::StatusOr<Assignment> a) {
+  creds.Join(*run, Node("a", 1, "1"), Config(1, 2), -1, [&](absl::StatusOr<Assignment> a) {
     REQUIRE(a.ok());
     CHECK(a->node_count == 1);
     ++done;
@@ -78,9 +112,9 @@ TEST_CASE("a round closes after the last call once MIN nodes joined", "[run]") {
 TEST_CASE("conflicting --nnodes is refused naming the field", "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
-  run->Join(Node("a", 1, "1"), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
+  creds.Join(*run, Node("a", 1, "1"), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
   absl::Status refused;
-  run->Join(Node("b", 1, "2"), Config(3, 3), -1, [&](absl::StatusOr<Assignment> a) { refused = a.status(); });
+  creds.Join(*run, Node("b", 1, "2"), Config(3, 3), -1, [&](absl::StatusOr<Assignment> a) { refused = a.status(); });
   CHECK(absl::IsFailedPrecondition(refused));
   CHECK(std::string(refused.message()).find("--nnodes") != std::string::npos);
 }
@@ -91,19 +125,19 @@ TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
   auto sink = std::make_shared<Recorder>();
   int closed = 0;
   for (const char* id : {"a", "b"}) {
-    run->Join(Node(id, 2, id), Config(2, 2, /*restarts=*/1), -1, [&](absl::StatusOr<Assignment> a) {
+    creds.Join(*run, Node(id, 2, id), Config(2, 2, /*restarts=*/1), -1, [&](absl::StatusOr<Assignment> a) {
       REQUIRE(a.ok());
       ++closed;
     });
   }
   REQUIRE(closed == 2);
-  run->Watch("b", sink, 0);
+  creds.Watch(*run, "b", sink, 0);
   WorkerFailure f1;
   f1.node_id = "a";
   f1.rank = 1;
   f1.exit_code = 3;
   f1.round = 0;
-  auto v1 = run->ReportFailure(f1);
+  auto v1 = creds.ReportFailure(*run, f1);
   REQUIRE(v1.ok());
   CHECK(v1->decision == Decision::kRestart);
   CHECK(v1->is_root_cause);
@@ -111,7 +145,7 @@ TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
   WorkerFailure f2 = f1;
   f2.node_id = "b";
   f2.rank = 2;
-  auto v2 = run->ReportFailure(f2);  // Same incident, reported late.
+  auto v2 = creds.ReportFailure(*run, f2);  // Same incident, reported late.
   REQUIRE(v2.ok());
   CHECK_FALSE(v2->is_root_cause);
   CHECK(v2->root_cause.rank == 1);
@@ -121,7 +155,7 @@ TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
 
   int restart_count = -1;
   for (const char* id : {"a", "b"}) {
-    run->Join(Node(id, 2, id), Config(2, 2, 1), 0, [&](absl::StatusOr<Assignment> a) {
+    creds.Join(*run, Node(id, 2, id), Config(2, 2, 1), 0, [&](absl::StatusOr<Assignment> a) {
       REQUIRE(a.ok());
       CHECK(a->round == 1);
       restart_count = a->restart_count;
@@ -130,7 +164,7 @@ TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
   CHECK(restart_count == 1);
   WorkerFailure f3 = f1;
   f3.round = 1;
-  auto v3 = run->ReportFailure(f3);
+  auto v3 = creds.ReportFailure(*run, f3);
   REQUIRE(v3.ok());
   CHECK(v3->decision == Decision::kStop);
   CHECK(sink->events.back().kind == RunEvent::Kind::kRunFailed);
@@ -139,33 +173,33 @@ TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
 TEST_CASE("the exit barrier waits for every node, and the id can be reused", "[run]") {
   DeadlineTimer timer;
   RunRegistry registry(&timer);
-  auto run = registry.ForJoin("job", -1);
+  auto run = *registry.ForJoin("job", -1);
   for (const char* id : {"a", "b"}) {
-    run->Join(Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment> a) { REQUIRE(a.ok()); });
+    creds.Join(*run, Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment> a) { REQUIRE(a.ok()); });
   }
   std::optional<BarrierResult> first;
-  run->ReportFinished("a", 0, absl::Seconds(10), [&](absl::StatusOr<BarrierResult> r) { first = *r; });
+  creds.ReportFinished(*run, "a", 0, absl::Seconds(10), [&](absl::StatusOr<BarrierResult> r) { first = *r; });
   CHECK_FALSE(first.has_value());
   std::optional<BarrierResult> second;
-  run->ReportFinished("b", 0, absl::Seconds(10), [&](absl::StatusOr<BarrierResult> r) { second = *r; });
+  creds.ReportFinished(*run, "b", 0, absl::Seconds(10), [&](absl::StatusOr<BarrierResult> r) { second = *r; });
   REQUIRE(first.has_value());
   CHECK(first->all_finished);
   CHECK(second->all_finished);
   CHECK(run->terminal());
-  auto fresh = registry.ForJoin("job", -1);
+  auto fresh = *registry.ForJoin("job", -1);
   CHECK(fresh != run);
-  CHECK(registry.ForJoin("job", 0) == fresh);
+  CHECK(*registry.ForJoin("job", 0) == fresh);
 }
 
 TEST_CASE("the exit barrier times out when a node never finishes", "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
   for (const char* id : {"a", "b"}) {
-    run->Join(Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
+    creds.Join(*run, Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
   }
   std::atomic<bool> done{false};
   BarrierResult result;
-  run->ReportFinished("a", 0, absl::Milliseconds(50), [&](absl::StatusOr<BarrierResult> r) {
+  creds.ReportFinished(*run, "a", 0, absl::Milliseconds(50), [&](absl::StatusOr<BarrierResult> r) {
     result = *r;
     done = true;
   });
@@ -180,12 +214,12 @@ TEST_CASE("a lost agent makes the survivors re-form without using the budget", "
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
   for (const char* id : {"a", "b"}) {
-    run->Join(Node(id, 1, id), Config(1, 2), -1, [](absl::StatusOr<Assignment>) {});
+    creds.Join(*run, Node(id, 1, id), Config(1, 2), -1, [](absl::StatusOr<Assignment>) {});
   }
   auto sink_a = std::make_shared<Recorder>();
   auto sink_b = std::make_shared<Recorder>();
-  run->Watch("a", sink_a, 0);
-  run->Watch("b", sink_b, 0);
+  creds.Watch(*run, "a", sink_a, 0);
+  creds.Watch(*run, "b", sink_b, 0);
   run->Unwatch("b", sink_b.get());
   REQUIRE(sink_a->events.size() == 2);
   CHECK(sink_a->events[0].kind == RunEvent::Kind::kNodeLost);
@@ -195,14 +229,14 @@ TEST_CASE("a lost agent makes the survivors re-form without using the budget", "
   CHECK(sink_a->events[1].round == 1);
   // The survivor re-forms alone (MIN is 1) at once.
   std::optional<Assignment> got;
-  run->Join(Node("a", 1, "a"), Config(1, 2), 0, [&](absl::StatusOr<Assignment> r) { got = *r; });
+  creds.Join(*run, Node("a", 1, "a"), Config(1, 2), 0, [&](absl::StatusOr<Assignment> r) { got = *r; });
   REQUIRE(got.has_value());
   CHECK(got->world_size == 1);
   CHECK(got->restart_count == 0);
   // The lost node is stale from now on.
-  CHECK(absl::IsFailedPrecondition(run->Heartbeat("b").status()));
+  CHECK(absl::IsFailedPrecondition(creds.Heartbeat(*run, "b").status()));
   absl::Status refused;
-  run->Join(Node("b", 1, "b"), Config(1, 2), 0, [&](absl::StatusOr<Assignment> r) { refused = r.status(); });
+  creds.Join(*run, Node("b", 1, "b"), Config(1, 2), 0, [&](absl::StatusOr<Assignment> r) { refused = r.status(); });
   CHECK(absl::IsFailedPrecondition(refused));
 }
 
@@ -212,12 +246,12 @@ TEST_CASE("a silent node is lost after keep-alive interval x attempts", "[run]")
   RunConfig c = Config(1, 2);
   c.keep_alive_interval = absl::Milliseconds(50);
   c.keep_alive_max_attempt = 2;
-  for (const char* id : {"a", "b"}) run->Join(Node(id, 1, id), c, -1, [](absl::StatusOr<Assignment>) {});
+  for (const char* id : {"a", "b"}) creds.Join(*run, Node(id, 1, id), c, -1, [](absl::StatusOr<Assignment>) {});
   auto sink_a = std::make_shared<Recorder>();
-  run->Watch("a", sink_a, 0);
+  creds.Watch(*run, "a", sink_a, 0);
   // Only "a" keeps beating.
   for (int i = 0; i < 40 && sink_a->events.empty(); ++i) {
-    (void)run->Heartbeat("a");
+    (void)creds.Heartbeat(*run, "a");
     absl::SleepFor(absl::Milliseconds(20));
   }
   REQUIRE_FALSE(sink_a->events.empty());
@@ -228,17 +262,17 @@ TEST_CASE("a silent node is lost after keep-alive interval x attempts", "[run]")
 TEST_CASE("a node joining below MAX makes the running job re-form with it", "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
-  run->Join(Node("a", 2, "a"), Config(1, 2), -1, [](absl::StatusOr<Assignment>) {});
+  creds.Join(*run, Node("a", 2, "a"), Config(1, 2), -1, [](absl::StatusOr<Assignment>) {});
   for (int i = 0; i < 300 && run->Status().state != "running"; ++i) absl::SleepFor(absl::Milliseconds(10));
   REQUIRE(run->Status().state == "running");
   auto sink_a = std::make_shared<Recorder>();
-  run->Watch("a", sink_a, 0);
+  creds.Watch(*run, "a", sink_a, 0);
   std::optional<Assignment> b;
-  run->Join(Node("b", 2, "b"), Config(1, 2), -1, [&](absl::StatusOr<Assignment> r) { b = *r; });
+  creds.Join(*run, Node("b", 2, "b"), Config(1, 2), -1, [&](absl::StatusOr<Assignment> r) { b = *r; });
   REQUIRE(sink_a->events.size() >= 2);
   CHECK(sink_a->events[1].kind == RunEvent::Kind::kRestart);
   CHECK(sink_a->events[1].membership_change);
-  run->Join(Node("a", 2, "a"), Config(1, 2), 0, [](absl::StatusOr<Assignment>) {});
+  creds.Join(*run, Node("a", 2, "a"), Config(1, 2), 0, [](absl::StatusOr<Assignment>) {});
   REQUIRE(b.has_value());
   CHECK(b->world_size == 4);
   CHECK(b->round == 1);

@@ -1,0 +1,83 @@
+// Every resource the rendezvous server gives a client is bounded
+// (DESIGN.md section 4c). Each limit has a documented default
+// (docs/user-guide.md, "Server limits") and can be changed on the server:
+// `meshrun server --limit NAME=VALUE` or `--rdzv_conf NAME=VALUE` for an
+// embedded server. A request past a limit is refused with INVALID_ARGUMENT
+// (a malformed value) or RESOURCE_EXHAUSTED (a quota), naming the limit and
+// the value; the server never crashes or grows without bound.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "rendezvous/types.h"
+
+namespace meshrun::rendezvous {
+
+struct ServerLimits {
+  // Lengths, in bytes.
+  int64_t max_run_id_bytes = 256;
+  int64_t max_node_id_bytes = 256;
+  int64_t max_hostname_bytes = 256;
+  int64_t max_key_bytes = 1024;
+  int64_t max_value_bytes = 1 << 20;  // 1 MiB: a unique id is 128 bytes.
+  // A worker failure's message (the error file's text), bytes; longer ones
+  // are cut, not refused.
+  int64_t max_message_bytes = 64 << 10;
+  // Per run's store.
+  int64_t max_keys_per_run = 65536;
+  int64_t max_store_bytes_per_run = 64 << 20;
+  // Parked store reads (waits) per run.
+  int64_t max_waiters_per_run = 65536;
+  // All runs' stores together.
+  int64_t max_store_bytes = 1LL << 30;
+  // Runs held at once (joining or running, and ended ones until removed).
+  int64_t max_runs = 1024;
+  // Open event streams (Watch) per run.
+  int64_t max_watchers_per_run = 16384;
+  // A watcher that falls this far behind (events queued, or bytes) is cut
+  // off; its agent re-opens the stream and catches up from its round.
+  int64_t max_watch_queue_events = 1024;
+  int64_t max_watch_queue_bytes = 8 << 20;
+  // Job shape.
+  int64_t max_nproc = 65536;             // Workers of one node.
+  int64_t max_world_size = 1 << 24;      // Workers of one round, all nodes.
+  int64_t max_nodes = 1 << 20;           // --nnodes MAX.
+  int64_t max_restarts = 1 << 20;        // --max_restarts.
+  absl::Duration min_keep_alive_interval = absl::Milliseconds(100);
+  // Longest store wait (a KvGet's wait_ms) and exit-barrier timeout a
+  // client may ask for.
+  absl::Duration max_wait = absl::Hours(24);
+  // A connection with no call for this long is closed (a client reconnects
+  // by itself); a connection that has not finished its handshake (HTTP/2
+  // preface, or TLS) within handshake_timeout is closed.
+  absl::Duration connection_idle_timeout = absl::Minutes(5);
+  absl::Duration handshake_timeout = absl::Seconds(10);
+};
+
+// Sets the limit `name` (a field name above, e.g. "max_runs") from `value`
+// (an integer; durations in seconds, fractions allowed). NOT_FOUND when
+// `name` is not a limit; INVALID_ARGUMENT naming the limit and the value
+// when it is not a number > 0. Pure function.
+absl::Status SetLimit(absl::string_view name, absl::string_view value, ServerLimits* limits);
+
+// The names SetLimit accepts, comma-separated, for messages.
+std::string LimitNames();
+
+// Checks a Join's node and config against `limits` and the protocol's own
+// rules (nproc > 0, 0 < min_nodes <= max_nodes, ports in 1..65535 or 0 for
+// "none", max_restarts >= 0, keep-alive interval >= the minimum, lengths).
+// INVALID_ARGUMENT naming the field, the value and what is allowed. Pure.
+absl::Status CheckJoin(const std::string& run_id, const NodeDesc& node, const RunConfig& config,
+                       const ServerLimits& limits);
+
+// INVALID_ARGUMENT when `what` ("run id", "node id", "key", ...) is longer
+// than `max` bytes (or empty when `allow_empty` is false). The message
+// shows at most the first 64 bytes of the value. Pure.
+absl::Status CheckLength(absl::string_view what, absl::string_view value, int64_t max, absl::string_view limit,
+                         bool allow_empty = false);
+
+}  // namespace meshrun::rendezvous
