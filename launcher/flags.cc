@@ -16,6 +16,7 @@
 #include "common/env_registry.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/limits.h"
 
 namespace meshrun::launcher {
 namespace {
@@ -135,9 +136,13 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       auto b = ParseBool(key, value);
       if (!b.ok()) return b.status();
       config->is_host = *b;
+    } else if (absl::Status s = rendezvous::SetLimit(key, value, &config->server_limits); !absl::IsNotFound(s)) {
+      // A server limit, for the embedded server this node may host.
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: ", s.message()));
     } else {
       return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: unknown key '", key, "'; known keys: ",
-                                                     absl::StrJoin(kRdzvConfKeys, ", ")));
+                                                     absl::StrJoin(kRdzvConfKeys, ", "),
+                                                     "; server limits: ", rendezvous::LimitNames()));
     }
   }
   return absl::OkStatus();

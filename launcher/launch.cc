@@ -46,6 +46,7 @@ int Launch(LaunchConfig config) {
     }
     so.port = config.endpoint_port;
     so.token = a.token;
+    so.limits = config.server_limits;
     // One meshrun per network namespace tries the port (DESIGN.md 4b).
     std::optional<HostClaim> claim;
     absl::Status started_status;
@@ -115,6 +116,10 @@ int ServerMain(int argc, char** argv) {
   int port = 29400;
   std::string port_file;
   double grace = 5;
+  std::vector<std::string> limits;
+  app.add_option("--limit", limits,
+                 "NAME=VALUE: a server limit (repeatable); names and defaults in docs/user-guide.md, Server limits")
+      ->allow_extra_args(false);
   app.add_option("--host", host, "Address to bind: :: (all), 0.0.0.0 (all IPv4), 127.0.0.1, ...")
       ->default_str("::");
   app.add_option("--port", port, "TCP port; 0 lets the OS pick (printed, and written to --port_file)")
@@ -132,6 +137,16 @@ int ServerMain(int argc, char** argv) {
     return 2;
   }
   rendezvous::ServerOptions so;
+  for (const std::string& l : limits) {
+    size_t eq = l.find('=');
+    absl::Status s = eq == std::string::npos
+                         ? absl::InvalidArgumentError(absl::StrCat("--limit=", l, ": expected NAME=VALUE"))
+                         : rendezvous::SetLimit(l.substr(0, eq), l.substr(eq + 1), &so.limits);
+    if (!s.ok()) {
+      std::fprintf(stderr, "meshrun server: error: --limit: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
   so.host = host;
   so.port = port;
   so.token = env::Get(env::kToken).value_or("");

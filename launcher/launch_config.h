@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "agent/node_agent.h"
+#include "rendezvous/limits.h"
 
 namespace meshrun::launcher {
 
@@ -23,6 +24,9 @@ struct LaunchConfig {
   std::string endpoint_host;
   int endpoint_port = 29400;
   std::vector<std::string> notes;  // One-time notes (ignored flags).
+  // Limits of the embedded server, when this node hosts it (rdzv_conf keys
+  // named as in rendezvous/limits.h).
+  rendezvous::ServerLimits server_limits;
 };
 
 // Result of parsing: either a config to run, or an exit code to return now

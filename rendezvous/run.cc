@@ -284,7 +284,14 @@ void Run::CloseRoundLocked(Deferred& later) {
   std::vector<NodeDesc> descs;
   descs.reserve(joining.size());
   for (const auto& j : joining) descs.push_back(j.node);
-  if (absl::Status s = DecideAddresses(descs); !s.ok()) {
+  int64_t world64 = 0;
+  for (const auto& d : descs) world64 += d.nproc;  // Each nproc <= max_nproc: no overflow.
+  absl::Status shape = world64 > limits_.max_world_size
+                           ? absl::InvalidArgumentError(absl::StrCat(
+                                 "round ", round_, " of run '", run_id_.substr(0, 64), "' would have world size ",
+                                 world64, ": allowed: 1..", limits_.max_world_size, " (max_world_size)"))
+                           : DecideAddresses(descs);
+  if (absl::Status s = shape; !s.ok()) {
     // No usable address for some node: nobody can run this round.
     Logger("rdzv")->error("run '{}' round {}: {}", run_id_, round_, std::string(s.message()));
     for (auto& j : joining) later.push_back([cb = std::move(j.done), s]() mutable { cb(s); });
