@@ -119,8 +119,8 @@ absl::Status CheckJoin(const std::string& run_id, const NodeDesc& node, const Ru
   if (node.nproc <= 0 || node.nproc > limits.max_nproc) {
     return bad("nproc", node.nproc, absl::StrCat("1..", limits.max_nproc, " (max_nproc)"));
   }
-  if (node.master_port < 0 || node.master_port > 65535) {
-    return bad("master_port", node.master_port, "1..65535, or 0 for none");
+  if (node.master_port < 1 || node.master_port > 65535) {
+    return bad("master_port", node.master_port, "1..65535");
   }
   if (node.node_rank_hint < -1 || node.node_rank_hint >= limits.max_nodes) {
     return bad("node_rank", node.node_rank_hint, absl::StrCat("0..", limits.max_nodes - 1, ", or -1 for none"));

@@ -40,8 +40,8 @@ struct ServerLimits {
   int64_t max_watchers_per_run = 16384;
   // A watcher that falls this far behind (events queued, or bytes) is cut
   // off; its agent re-opens the stream and catches up from its round.
-  int64_t max_watch_queue_events = 1024;
-  int64_t max_watch_queue_bytes = 8 << 20;
+  int64_t max_watch_queue_events = 256;
+  int64_t max_watch_queue_bytes = 256 << 10;
   // Job shape.
   int64_t max_nproc = 65536;             // Workers of one node.
   int64_t max_world_size = 1 << 24;      // Workers of one round, all nodes.
@@ -68,8 +68,8 @@ absl::Status SetLimit(absl::string_view name, absl::string_view value, ServerLim
 std::string LimitNames();
 
 // Checks a Join's node and config against `limits` and the protocol's own
-// rules (nproc > 0, 0 < min_nodes <= max_nodes, ports in 1..65535 or 0 for
-// "none", max_restarts >= 0, keep-alive interval >= the minimum, lengths).
+// rules (nproc > 0, 0 < min_nodes <= max_nodes, master_port in 1..65535,
+// max_restarts >= 0, keep-alive interval >= the minimum, lengths).
 // INVALID_ARGUMENT naming the field, the value and what is allowed. Pure.
 absl::Status CheckJoin(const std::string& run_id, const NodeDesc& node, const RunConfig& config,
                        const ServerLimits& limits);

@@ -16,6 +16,7 @@ namespace {
 
 NodeDesc Node(const std::string& id, int nproc = 1) {
   NodeDesc d;
+  d.master_port = 29500;
   d.node_id = id;
   d.hostname = id;
   d.addr = "10.0.0.1";
@@ -59,7 +60,7 @@ TEST_CASE("a join's fields are checked: integers, ports, lengths", "[limits]") {
   CHECK(CheckJoin("job", Node("a"), Config(1, 2), l).ok());
   NodeDesc huge = Node("a", INT32_MAX);
   CHECK_THAT(Msg(CheckJoin("job", huge, Config(1, 2), l)), Contains("nproc=2147483647") && Contains("max_nproc"));
-  for (int port : {-1, 70000}) {
+  for (int port : {-1, 0, 70000}) {
     NodeDesc n = Node("a");
     n.master_port = port;
     CHECK_THAT(Msg(CheckJoin("job", n, Config(1, 1), l)), Contains("master_port=") && Contains("1..65535"));
