@@ -69,7 +69,7 @@ void CheckNode(const NodeProc& node, int first, int n, int group, int world, std
 
 }  // namespace
 
-TEST_CASE("two nodes, the second 2 s late: contiguous ranks, one master; the late one is a client",
+TEST_CASE("two nodes, the second 2 s late: contiguous ranks, one master: the late one is a client",
           "[e2e][multinode]") {
   std::string dir = TempDir();
   std::string script = EnvScript(dir);
@@ -175,7 +175,7 @@ TEST_CASE("nodes that disagree on nnodes are refused naming the field", "[e2e][m
   CHECK(Contains(b.err, "--nnodes=2"));
 }
 
-TEST_CASE("a worker failing on node B stops both nodes; A's summary names B's rank", "[e2e][multinode]") {
+TEST_CASE("a worker failing on node B stops both nodes: A's summary names B's rank", "[e2e][multinode]") {
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "f.sh", "[ \"$RANK\" = 3 ] && exit 9\nexec sleep 60");
@@ -206,7 +206,7 @@ TEST_CASE("static backend: --master_addr, --master_port and --node_rank", "[e2e]
   CheckNode(b, 2, 2, 1, 4, &master);
 }
 
-TEST_CASE("a node that finishes early waits at the exit barrier; both exit 0", "[e2e][multinode]") {
+TEST_CASE("a node that finishes early waits at the exit barrier: both exit 0", "[e2e][multinode]") {
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "e.sh", "[ \"$GROUP_RANK\" = 1 ] && sleep 3\nexit 0");

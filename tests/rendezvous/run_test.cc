@@ -84,7 +84,7 @@ TEST_CASE("conflicting --nnodes is refused naming the field", "[run]") {
   CHECK(std::string(refused.message()).find("--nnodes") != std::string::npos);
 }
 
-TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
+TEST_CASE("one incident costs one restart: the budget is job-wide", "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
   auto sink = std::make_shared<Recorder>();

@@ -32,7 +32,7 @@ pb::JoinRequest JoinReq(const std::string& run, const std::string& token) {
 
 }  // namespace
 
-TEST_CASE("join over gRPC returns the assignment; status counts requests", "[server]") {
+TEST_CASE("join over gRPC returns the assignment: status counts requests", "[server]") {
   rendezvous::ServerOptions o;
   o.host = "127.0.0.1";
   auto server = rendezvous::RendezvousServer::Start(o);
@@ -87,7 +87,7 @@ TEST_CASE("with a token, a wrong one gets no assignment", "[server][auth]") {
   CHECK(resp.assignment().world_size() == 4);
 }
 
-TEST_CASE("a parked get is released when its client gives up; shutdown does not hang", "[server]") {
+TEST_CASE("a parked get is released when its client gives up: shutdown does not hang", "[server]") {
   rendezvous::ServerOptions o;
   o.host = "127.0.0.1";
   auto server = rendezvous::RendezvousServer::Start(o);
