@@ -22,9 +22,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
+#include "agent/events.h"
 #include "agent/output.h"
 #include "agent/process.h"
 #include "agent/rdzv_client.h"
+#include "agent/signal_policy.h"
+#include "agent/worker_stop.h"
 #include "agent/worker_env.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
@@ -38,52 +41,7 @@ using rendezvous::Assignment;
 using rendezvous::RunEvent;
 using rendezvous::WorkerFailure;
 
-struct ChildExit { pid_t pid; int status; };
-struct SignalReceived { int signo; };
-struct JoinDone { absl::StatusOr<Assignment> result; };
-struct BarrierDone { absl::StatusOr<rendezvous::BarrierResult> result; };
-// Events from the server carry the membership generation they belong to:
-// after this node rejoins as a new member, the old stream's are ignored.
-struct ServerEvent { RunEvent event; int gen; };
-struct StreamClosed { absl::Status status; int gen; };
-struct Stale { std::string why; int gen; };
-using Event = std::variant<ChildExit, SignalReceived, JoinDone, BarrierDone, ServerEvent, StreamClosed, Stale>;
-
 bool IsStale(const absl::Status& s) { return absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "stale"); }
-
-// Signals that are only passed on to the workers; the job keeps running.
-bool PassThrough(int signo) { return signo == SIGUSR1 || signo == SIGUSR2 || signo == SIGWINCH || signo == SIGCONT; }
-
-// Every source (signal thread, gRPC callbacks, the watch thread) pushes here;
-// the agent's one thread pops. Waiting is a condition wait, never a sleep.
-class EventQueue {
- public:
-  void Push(Event e) {
-    absl::MutexLock lock(&mu_);
-    q_.push_back(std::move(e));
-  }
-  std::optional<Event> Pop(absl::Time deadline) {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !q_.empty(); };
-    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-    if (q_.empty()) return std::nullopt;
-    Event e = std::move(q_.front());
-    q_.pop_front();
-    return e;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<Event> q_ ABSL_GUARDED_BY(mu_);
-};
-
-struct Worker {
-  int local_rank = 0;
-  pid_t pid = -1;
-  bool running = false;
-  int status = 0;
-  std::string error_file;
-};
 
 std::string RandomSuffix() {
   std::random_device rd;
@@ -145,6 +103,7 @@ class Session {
     config_.keep_alive_interval = o_.keep_alive_interval;
     config_.keep_alive_max_attempt = o_.keep_alive_max_attempt;
 
+    BecomeSubreaper();
     signals_ = std::make_unique<SignalThread>(
         o_.forwarded_signals, [this](int s) { q_.Push(SignalReceived{s}); },
         [this](pid_t p, int st) { q_.Push(ChildExit{p, st}); });
@@ -172,6 +131,7 @@ class Session {
     if (absl::Status s = PrepareLogDir(); !s.ok()) return Fatal(std::string(s.message()));
     if (absl::Status s = NewMembership(); !s.ok()) return Fatal(std::string(s.message()));
     int code = Loop();
+    EndOfJob();
     EndMembership();  // Stops the watch and heartbeat threads before the queue goes away.
     CleanLogDir(code);
     return code;
@@ -423,7 +383,8 @@ class Session {
         StopWorkers(SIGKILL, absl::ZeroDuration());
         return Fatal(absl::StrCat("worker output of local rank ", lr, ": ", pipes.status().message()));
       }
-      absl::StatusOr<Child> child = Spawn(WorkerArgv(lr), BuildWorkerEnv(base_env, in), pipes->first, pipes->second);
+      absl::StatusOr<Child> child = Spawn(WorkerArgv(lr), BuildWorkerEnv(base_env, in), pipes->first, pipes->second,
+                                              /*all_signals_blocked=*/!shim_.empty());
       ::close(pipes->first);
       ::close(pipes->second);
       if (!child.ok()) {
@@ -485,9 +446,7 @@ class Session {
       }
       if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
         if (PassThrough(sig->signo)) {
-          for (const auto& w : workers_) {
-            if (w.running) SignalGroup(w.pid, sig->signo);
-          }
+          SignalMains(workers_, sig->signo);
           continue;
         }
         std::fprintf(stderr, "meshrun: received %s; stopping workers\n", SignalName(sig->signo).c_str());
@@ -575,9 +534,7 @@ class Session {
     failed_error_file_ = std::filesystem::exists(w.error_file) ? w.error_file : "";
     // Report first, so the other nodes stop or restart while this one is
     // still stopping its own workers.
-    for (const auto& other : workers_) {
-      if (other.running) SignalGroup(other.pid, SIGTERM);
-    }
+    SignalMains(workers_, SIGTERM);
     absl::StatusOr<rendezvous::FailureVerdict> v = client_->ReportFailure(f, o_.read_timeout);
     StopWorkers(SIGTERM, o_.shutdown_timeout);
     if (!v.ok()) {
@@ -630,41 +587,23 @@ class Session {
     return code;
   }
 
-  // Sends `signo` to every running worker's process group, waits up to
-  // `grace` for them to exit, then SIGKILLs every group (grandchildren too).
+  // See agent/worker_stop.h: the signal to each main process, the grace,
+  // then everything left below this agent.
   void StopWorkers(int signo, absl::Duration grace) {
-    for (const auto& w : workers_) {
-      if (w.running) SignalGroup(w.pid, signo);
-    }
-    absl::Time deadline = absl::Now() + grace;
-    bool escalate = false;
-    while (Running() > 0 && !escalate) {
-      std::optional<Event> ev = q_.Pop(deadline);
-      if (!ev) break;
-      if (auto* c = std::get_if<ChildExit>(&*ev)) {
-        if (Worker* w = FindWorker(c->pid)) {
-          w->running = false;
-          w->status = c->status;
-        }
-      } else if (std::get_if<SignalReceived>(&*ev)) {
-        escalate = true;  // A second signal: stop waiting.
-      } else {
-        deferred_.push_back(std::move(*ev));
-      }
-    }
-    for (const auto& w : workers_) SignalGroup(w.pid, SIGKILL);
-    absl::Time kill_deadline = absl::Now() + absl::Seconds(10);
-    while (Running() > 0) {
-      std::optional<Event> ev = q_.Pop(kill_deadline);
-      if (!ev) {
-        log_->error("{} workers did not exit after SIGKILL; abandoning them", Running());
-        break;
-      }
-      if (auto* c = std::get_if<ChildExit>(&*ev)) {
-        if (Worker* w = FindWorker(c->pid)) w->running = false;
-      } else if (!std::get_if<SignalReceived>(&*ev)) {
-        deferred_.push_back(std::move(*ev));
-      }
+    agent::StopWorkers(workers_, signo, grace, q_, deferred_);
+  }
+
+  // The job is over: what the workers left behind (reparented to this
+  // agent, a subreaper) is stopped, unless --keep_orphans.
+  void EndOfJob() {
+    const int n = StopLeftovers(o_.shutdown_timeout, o_.keep_orphans);
+    if (n == 0) return;
+    if (o_.keep_orphans) {
+      std::fprintf(stderr, "meshrun: left %d process%s started by the workers running (--keep_orphans)\n", n,
+                   n == 1 ? "" : "es");
+    } else {
+      std::fprintf(stderr, "meshrun: stopped %d process%s left behind by the workers (--keep_orphans keeps them)\n",
+                   n, n == 1 ? "" : "es");
     }
   }
 

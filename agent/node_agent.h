@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "agent/signal_policy.h"
 
 namespace meshrun::agent {
 
@@ -26,8 +27,13 @@ struct AgentOptions {
   // The worker command, interpreter included ("python3 -u train.py ..."),
   // argv[0] resolved to a path. "${local_rank}" is substituted per worker.
   std::vector<std::string> command;
-  // Signals forwarded to every worker's process group (--signals_to_handle).
-  std::vector<int> forwarded_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  // Signals meshrun handles (--signals_to_handle; DefaultHandledSignals()):
+  // each goes to every worker's main process (signal_policy.h says which
+  // ones stop the job). Signals ignored when meshrun started are left out.
+  std::vector<int> forwarded_signals = DefaultHandledSignals();
+  // --keep_orphans: at the end of the job, leave running what the workers
+  // left behind (else SIGTERM, shutdown_timeout, SIGKILL; one line says how many).
+  bool keep_orphans = false;
   absl::Duration shutdown_timeout = absl::Seconds(30);   // --shutdown_timeout.
   absl::Duration join_timeout = absl::Seconds(600);      // rdzv_conf join_timeout.
   absl::Duration last_call_timeout = absl::Seconds(30);  // rdzv_conf last_call_timeout.

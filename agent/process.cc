@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/signal_policy.h"
 #include "common/checks.h"
 
 namespace meshrun::agent {
@@ -40,7 +41,7 @@ constexpr SigName kSignals[] = {
 }  // namespace
 
 absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& envp,
-                            int stdout_fd, int stderr_fd) {
+                            int stdout_fd, int stderr_fd, bool all_signals_blocked) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
   // Everything the child needs is prepared before fork: after fork only
   // async-signal-safe calls are allowed (gRPC threads may hold locks).
@@ -53,8 +54,13 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vec
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return PosixError(errno, "pipe2");
   const pid_t parent = ::getpid();
-  sigset_t empty;
-  sigemptyset(&empty);
+  sigset_t child_mask;
+  if (all_signals_blocked) {
+    sigfillset(&child_mask);
+  } else {
+    sigemptyset(&child_mask);
+  }
+  const bool restore_sigpipe = !IgnoredAtStart(SIGPIPE);
 
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -70,10 +76,11 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vec
     if (::getppid() != parent) ::_exit(127);  // The agent died before prctl.
     if (stdout_fd >= 0) ::dup2(stdout_fd, 1);
     if (stderr_fd >= 0) ::dup2(stderr_fd, 2);
-    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     // gRPC ignores SIGPIPE in this process; an ignored disposition would
-    // survive exec, so give the worker the default back.
-    ::signal(SIGPIPE, SIG_DFL);
+    // survive exec, so give the worker the default back (unless meshrun's
+    // own parent had it ignored: leave it as meshrun found it).
+    if (restore_sigpipe) ::signal(SIGPIPE, SIG_DFL);
     ::execve(cargv[0], cargv.data(), cenv.data());
     int err = errno;
     ssize_t unused = ::write(pipefd[1], &err, sizeof(err));
@@ -98,10 +105,6 @@ absl::Status CheckExec(Child& child, const std::string& argv0) {
   child.exec_fd = -1;
   if (n == sizeof(err)) return PosixError(err, "exec", argv0);
   return absl::OkStatus();
-}
-
-void SignalGroup(pid_t pgid, int signo) {
-  if (pgid > 0) ::kill(-pgid, signo);
 }
 
 std::string SignalName(int signo) {

@@ -160,7 +160,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   std::string shutdown_timeout, redirects, tee, local_ranks_filter;
   int node_rank = -1, master_port = 29500, max_restarts = 0;
   double monitor_interval = 0;
-  bool standalone = false, module = false, no_python = false, help_env = false;
+  bool standalone = false, module = false, no_python = false, help_env = false, keep_orphans = false;
 
   const std::string g_job = "Job size";
   const std::string g_rdzv = "Rendezvous";
@@ -220,8 +220,11 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                  "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)")
       ->envname("PET_SHUTDOWN_TIMEOUT")->group(g_fault);
   app.add_option("--signals_to_handle,--signals-to-handle", signals,
-                 "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)")
+                 "Signals passed to each worker's main process (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)")
       ->envname("PET_SIGNALS_TO_HANDLE")->group(g_fault);
+  app.add_flag("--keep_orphans,--keep-orphans", keep_orphans,
+               "At the end of the job, leave running what the workers left behind (default: stop it)")
+      ->envname("PET_KEEP_ORPHANS")->group(g_fault);
 
   app.add_option("--master_addr,--master-addr", master_addr, "Node rank 0's address (static backend)")
       ->envname("PET_MASTER_ADDR")->group(g_static)->default_str("127.0.0.1");
@@ -308,6 +311,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                                                   ": must be a number of seconds >= 0"))};
   }
   a.shutdown_timeout = absl::Seconds(grace);
+  a.keep_orphans = keep_orphans;
 
   if (!signals.empty()) {
     a.forwarded_signals.clear();
