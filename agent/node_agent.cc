@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
+#include "agent/error_file.h"
 #include "agent/events.h"
 #include "agent/output.h"
 #include "agent/process.h"
@@ -32,7 +33,6 @@
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include "nlohmann/json.hpp"
 
 namespace meshrun::agent {
 namespace {
@@ -46,26 +46,6 @@ bool IsStale(const absl::Status& s) { return absl::IsFailedPrecondition(s) && ab
 std::string RandomSuffix() {
   std::random_device rd;
   return absl::StrCat(absl::Hex(rd(), absl::kZeroPad8));
-}
-
-// The message of a torchrun-format error file, or "" (both the nested
-// {"message": {"message": ...}} and the flat {"message": "..."} forms).
-std::string ReadErrorFileMessage(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.contains("message")) return "";
-  const auto& m = j["message"];
-  if (m.is_string()) return m.get<std::string>();
-  if (m.is_object()) {
-    std::string text = m.value("message", "");
-    if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
-      std::string stack = m["extraInfo"].value("py_callstack", "");
-      if (!stack.empty()) text = stack;
-    }
-    return text;
-  }
-  return "";
 }
 
 // meshrun-worker-shim next to the running meshrun binary, or "" (then
@@ -377,7 +357,8 @@ class Session {
       w.local_rank = lr;
       const int rank = a.rank_base + lr;
       w.error_file = (attempt / absl::StrCat("rank_", rank, ".error.json")).string();
-      WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file};
+      WorkerEnvInput in{a,        lr,         o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token,
+                        w.error_file, o_.permanent_failure_exit_code};
       absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
       if (!pipes.ok()) {
         StopWorkers(SIGKILL, absl::ZeroDuration());
@@ -524,7 +505,10 @@ class Session {
     } else {
       f.exit_code = WEXITSTATUS(w.status);
     }
-    f.message = ReadErrorFileMessage(w.error_file);
+    ErrorFileInfo error_file = ReadErrorFile(w.error_file);
+    f.message = error_file.message;
+    f.permanent = error_file.permanent ||
+                  (o_.permanent_failure_exit_code != 0 && f.signal == 0 && f.exit_code == o_.permanent_failure_exit_code);
     if (f.message.empty()) {
       // No error file: the last lines the worker wrote to stderr.
       f.message = pump_.StderrTail(w.local_rank, absl::Now() + absl::Milliseconds(300));
@@ -555,8 +539,9 @@ class Session {
   int Summary(const std::optional<WorkerFailure>& root) {
     const std::string bar(60, '=');
     const std::string line(60, '-');
-    std::string out = absl::StrCat(bar, "\nmeshrun: job FAILED (run '", o_.run_id, "', round ",
-                                   round_.round, ")\n", line, "\n");
+    std::string out = absl::StrCat(bar, "\nmeshrun: job FAILED (run '", o_.run_id, "', round ", round_.round, ")",
+                                   root && root->permanent ? ": a permanent failure, not restarted" : "", "\n",
+                                   line, "\n");
     int code = 1;
     if (root) {
       const WorkerFailure& f = *root;
@@ -574,6 +559,14 @@ class Session {
       }
       if (f.node_id == node_.node_id) {
         absl::StrAppend(&out, "  error_file: ", failed_error_file_.empty() ? "<N/A>" : failed_error_file_, "\n");
+      }
+      if (f.permanent) {
+        const bool by_code = f.signal == 0 && o_.permanent_failure_exit_code != 0 &&
+                             f.exit_code == o_.permanent_failure_exit_code;
+        absl::StrAppend(&out, "  permanent : yes, not restarted (", by_code
+                        ? absl::StrCat("exit code ", f.exit_code, " is --permanent_failure_exit_code")
+                        : std::string("its error file says \"permanent\": true"),
+                        "); restarts used: ", round_.restart_count, " of ", o_.max_restarts, "\n");
       }
       if (!f.message.empty()) {
         std::vector<absl::string_view> lines = absl::StrSplit(f.message, '\n');

@@ -34,6 +34,10 @@ struct AgentOptions {
   // --keep_orphans: at the end of the job, leave running what the workers
   // left behind (else SIGTERM, shutdown_timeout, SIGKILL; one line says how many).
   bool keep_orphans = false;
+  // --permanent_failure_exit_code: a worker exiting with this code (1..255;
+  // 0: none) marks its failure permanent, as does "permanent": true in its
+  // error file: every node stops at once, no restart is used.
+  int permanent_failure_exit_code = 78;
   absl::Duration shutdown_timeout = absl::Seconds(30);   // --shutdown_timeout.
   absl::Duration join_timeout = absl::Seconds(600);      // rdzv_conf join_timeout.
   absl::Duration last_call_timeout = absl::Seconds(30);  // rdzv_conf last_call_timeout.

@@ -49,6 +49,9 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   set(env::kRound, absl::StrCat(a.round));
   set(env::kNodeRank, absl::StrCat(a.node_rank));
   if (!in.token.empty()) set(env::kToken, in.token);
+  if (in.permanent_failure_exit_code != 0) {
+    set(env::kPermanentFailureExitCode, absl::StrCat(in.permanent_failure_exit_code));
+  }
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));

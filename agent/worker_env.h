@@ -19,6 +19,7 @@ struct WorkerEnvInput {
   std::string store_endpoint;   // MESHRUN_STORE_ENDPOINT, "host:port".
   std::string token;            // MESHRUN_TOKEN; not set when empty.
   std::string error_file;       // TORCHELASTIC_ERROR_FILE.
+  int permanent_failure_exit_code = 0;  // MESHRUN_PERMANENT_FAILURE_EXIT_CODE; not set when 0.
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the

@@ -13,7 +13,7 @@ constexpr Var kAll[] = {
     kRoleRank, kRoleName, kRoleWorldSize, kMasterAddr, kMasterPort, kRunId,
     kRestartCount, kMaxRestarts, kUseAgentStore, kErrorFile, kOmpNumThreads,
     kTorchNcclAsyncErrorHandling, kNcclAsyncErrorHandling, kStoreEndpoint,
-    kMeshrunRunId, kRound, kNodeRank, kToken, kPythonExec, kLogLevel,
+    kMeshrunRunId, kRound, kNodeRank, kPermanentFailureExitCode, kToken, kPythonExec, kLogLevel,
     kShutdownTimeoutEnv, kCudaVisibleDevices,
 };
 

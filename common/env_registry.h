@@ -53,6 +53,7 @@ inline constexpr Var kStoreEndpoint{"MESHRUN_STORE_ENDPOINT", Type::kString, Use
 inline constexpr Var kMeshrunRunId{"MESHRUN_RUN_ID", Type::kString, Use::kSetForWorkers, "The run id (same as TORCHELASTIC_RUN_ID)."};
 inline constexpr Var kRound{"MESHRUN_ROUND", Type::kInt, Use::kSetForWorkers, "The rendezvous round (every re-form counts); scopes store keys."};
 inline constexpr Var kNodeRank{"MESHRUN_NODE_RANK", Type::kInt, Use::kSetForWorkers, "Node rank (same as GROUP_RANK)."};
+inline constexpr Var kPermanentFailureExitCode{"MESHRUN_PERMANENT_FAILURE_EXIT_CODE", Type::kInt, Use::kSetForWorkers, "Exit with this code to mark a failure permanent: the job stops on every node without a restart (--permanent_failure_exit_code; unset when 0)."};
 inline constexpr Var kToken{"MESHRUN_TOKEN", Type::kString, Use::kReadEverywhere, "Shared secret: the server requires it on every request; agents and workers send it."};
 
 // What meshrun itself reads.

@@ -158,7 +158,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   std::string nnodes = "1:1", nproc = "1", backend = "meshrun", endpoint, run_id = "none", rdzv_conf;
   std::string role = "default", master_addr = "127.0.0.1", local_addr, log_dir, start_method, signals;
   std::string shutdown_timeout, redirects, tee, local_ranks_filter;
-  int node_rank = -1, master_port = 29500, max_restarts = 0;
+  int node_rank = -1, master_port = 29500, max_restarts = 0, permanent_code = 78;
   double monitor_interval = 0;
   bool standalone = false, module = false, no_python = false, help_env = false, keep_orphans = false;
 
@@ -222,6 +222,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   app.add_option("--signals_to_handle,--signals-to-handle", signals,
                  "Signals passed to each worker's main process (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)")
       ->envname("PET_SIGNALS_TO_HANDLE")->group(g_fault);
+  app.add_option("--permanent_failure_exit_code,--permanent-failure-exit-code", permanent_code,
+                 "A worker exiting with this code fails the job at once, without restarts (1..255; 0: none)")
+      ->envname("PET_PERMANENT_FAILURE_EXIT_CODE")->group(g_fault)->default_str("78");
   app.add_flag("--keep_orphans,--keep-orphans", keep_orphans,
                "At the end of the job, leave running what the workers left behind (default: stop it)")
       ->envname("PET_KEEP_ORPHANS")->group(g_fault);
@@ -312,6 +315,11 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   }
   a.shutdown_timeout = absl::Seconds(grace);
   a.keep_orphans = keep_orphans;
+  if (permanent_code < 0 || permanent_code > 255) {
+    return {std::nullopt, UsageError(absl::StrCat("--permanent_failure_exit_code=", permanent_code,
+                                                  ": must be an exit code 1..255, or 0 for none"))};
+  }
+  a.permanent_failure_exit_code = permanent_code;
 
   if (!signals.empty()) {
     a.forwarded_signals.clear();

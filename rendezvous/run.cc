@@ -450,7 +450,8 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
   has_root_cause_ = true;
   RunEvent ev;
   ev.root_cause = root_cause_;
-  if (restart_count_ < config_.max_restarts) {
+  // A permanent failure is not retried: the run fails now, budget or not.
+  if (!root_cause_.permanent && restart_count_ < config_.max_restarts) {
     ++restart_count_;
     // Every member re-forms, plus nodes waiting.
     const int survivors = static_cast<int>(members_.size());

@@ -52,8 +52,9 @@ class Run : public std::enable_shared_from_this<Run> {
 
   // Accepts a worker failure of round `failure.round`. The first report of a
   // round is the root cause: the budget pays one restart (round+1 opens,
-  // RESTART is pushed) or, when spent, the run fails (RUN_FAILED). Later
-  // reports of that round are secondary and get the same decision.
+  // RESTART is pushed) or, when spent or when the failure is permanent
+  // (`failure.permanent`), the run fails (RUN_FAILED) and no restart is used.
+  // Later reports of that round are secondary and get the same decision.
   absl::StatusOr<FailureVerdict> ReportFailure(WorkerFailure failure);
 
   // The exit barrier: `node_id` finished round `round`; `done` is answered

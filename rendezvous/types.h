@@ -61,6 +61,9 @@ struct WorkerFailure {
   std::string message;
   int64_t round = 0;
   absl::Time time;  // Server clock when accepted.
+  // Not worth a restart (the worker said so): as the root cause it fails
+  // the run at once, restarts left or not.
+  bool permanent = false;
 };
 
 struct RunEvent {

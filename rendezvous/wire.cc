@@ -26,6 +26,7 @@ void ToProto(const WorkerFailure& f, pb::WorkerFailure* out) {
   out->set_signal(f.signal);
   out->set_message(f.message);
   out->set_round(f.round);
+  out->set_permanent(f.permanent);
   out->set_timestamp_ms(f.time == absl::Time() ? 0 : absl::ToUnixMillis(f.time));
 }
 
@@ -40,6 +41,7 @@ WorkerFailure FromProto(const pb::WorkerFailure& f) {
   out.signal = f.signal();
   out.message = f.message();
   out.round = f.round();
+  out.permanent = f.permanent();
   if (f.timestamp_ms() != 0) out.time = absl::FromUnixMillis(f.timestamp_ms());
   return out;
 }

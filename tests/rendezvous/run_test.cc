@@ -135,6 +135,38 @@ TEST_CASE("one incident costs one restart: the budget is job-wide", "[run]") {
   CHECK(sink->events.back().kind == RunEvent::Kind::kRunFailed);
 }
 
+TEST_CASE("a permanent failure fails the run at once with restarts left: none is used", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  auto sink = std::make_shared<Recorder>();
+  int closed = 0;
+  for (const char* id : {"a", "b"}) {
+    run->Join(Node(id, 2, id), Config(2, 2, /*restarts=*/3), -1, [&](absl::StatusOr<Assignment> a) {
+      REQUIRE(a.ok());
+      ++closed;
+    });
+  }
+  REQUIRE(closed == 2);
+  run->Watch("a", sink, 0);
+  WorkerFailure f;
+  f.node_id = "b";
+  f.rank = 3;
+  f.exit_code = 78;
+  f.round = 0;
+  f.permanent = true;
+  auto v = run->ReportFailure(f);
+  REQUIRE(v.ok());
+  CHECK(v->decision == Decision::kStop);
+  CHECK(v->is_root_cause);
+  CHECK(v->root_cause.permanent);
+  REQUIRE(sink->events.size() == 1);
+  CHECK(sink->events[0].kind == RunEvent::Kind::kRunFailed);
+  CHECK(sink->events[0].restart_count == 0);
+  CHECK(sink->events[0].root_cause->permanent);
+  CHECK(run->Status().restart_count == 0);
+  CHECK(run->Status().state == "failed");
+}
+
 TEST_CASE("the exit barrier waits for every node, and the id can be reused", "[run]") {
   DeadlineTimer timer;
   RunRegistry registry(&timer);
