@@ -159,7 +159,12 @@ class Session {
   // Where worker `lr` (global rank `rank`) writes, for this attempt.
   WorkerRoutes Routes(int lr, int rank, const std::filesystem::path& attempt) const {
     WorkerRoutes r;
-    r.prefix = absl::StrCat("[n", round_.node_rank, ":r", rank, "] ");
+    if (o_.log_line_prefix_template.empty()) {
+      r.prefix = absl::StrCat("[n", round_.node_rank, ":r", rank, "] ");
+    } else {
+      // Checked by the launcher: a bad macro never gets here.
+      r.prefix = ExpandLogLinePrefix(o_.log_line_prefix_template, o_.role, rank, lr).value_or("");
+    }
     const bool all_files = !o_.log_dir.empty();
     auto route = [&](int bit) {
       StreamRoute s;
@@ -173,6 +178,10 @@ class Session {
     };
     r.out = route(1);
     r.err = route(2);
+    r.out.duplicate_filters = o_.duplicate_stdout_filters;
+    r.out.duplicate_file = (attempt / "filtered_stdout.log").string();
+    r.err.duplicate_filters = o_.duplicate_stderr_filters;
+    r.err.duplicate_file = (attempt / "filtered_stderr.log").string();
     return r;
   }
 
@@ -358,7 +367,7 @@ class Session {
       const int rank = a.rank_base + lr;
       w.error_file = (attempt / absl::StrCat("rank_", rank, ".error.json")).string();
       WorkerEnvInput in{a,        lr,         o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token,
-                        w.error_file, o_.permanent_failure_exit_code};
+                        w.error_file, o_.permanent_failure_exit_code, o_.virtual_local_rank};
       absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
       if (!pipes.ok()) {
         StopWorkers(SIGKILL, absl::ZeroDuration());

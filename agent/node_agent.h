@@ -61,6 +61,17 @@ struct AgentOptions {
   std::string redirects;
   std::string tee;
   std::string local_ranks_filter;
+  // torchrun's --log-line-prefix-template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE):
+  // the console prefix of every worker line, ${role_name}/${rank}/${local_rank}
+  // substituted (output.h). Empty: meshrun's "[n<node rank>:r<rank>] ".
+  std::string log_line_prefix_template;
+  // torchrun's --duplicate-std{out,err}-filters: lines containing one of these
+  // also go to <attempt folder>/filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  // torchrun's --virtual-local-rank: LOCAL_RANK=0 for every worker, and
+  // CUDA_VISIBLE_DEVICES its one device (worker_env.h).
+  bool virtual_local_rank = false;
 };
 
 class NodeAgent {

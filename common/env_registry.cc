@@ -14,7 +14,7 @@ constexpr Var kAll[] = {
     kRestartCount, kMaxRestarts, kUseAgentStore, kErrorFile, kOmpNumThreads,
     kTorchNcclAsyncErrorHandling, kNcclAsyncErrorHandling, kStoreEndpoint,
     kMeshrunRunId, kRound, kNodeRank, kPermanentFailureExitCode, kToken, kPythonExec, kLogLevel,
-    kShutdownTimeoutEnv, kCudaVisibleDevices,
+    kShutdownTimeoutEnv, kCudaVisibleDevices, kLogLinePrefixTemplate,
 };
 
 }  // namespace

@@ -60,7 +60,8 @@ inline constexpr Var kToken{"MESHRUN_TOKEN", Type::kString, Use::kReadEverywhere
 inline constexpr Var kPythonExec{"PYTHON_EXEC", Type::kString, Use::kReadByLauncher, "Interpreter for .py programs and -m modules (default python3)."};
 inline constexpr Var kLogLevel{"MESHRUN_LOG_LEVEL", Type::kString, Use::kReadEverywhere, "meshrun's log level: trace, debug, info, warn (default), error, off."};
 inline constexpr Var kShutdownTimeoutEnv{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", Type::kDuration, Use::kReadByLauncher, "Default of --shutdown_timeout, in seconds (torchrun's)."};
-inline constexpr Var kCudaVisibleDevices{"CUDA_VISIBLE_DEVICES", Type::kString, Use::kReadByLauncher, "Honoured when counting GPUs for --nproc_per_node=gpu|auto; passed to workers."};
+inline constexpr Var kCudaVisibleDevices{"CUDA_VISIBLE_DEVICES", Type::kString, Use::kReadByLauncher, "Honoured when counting GPUs for --nproc_per_node=gpu|auto and --numa-binding; passed to workers (with --virtual-local-rank: each worker's one device)."};
+inline constexpr Var kLogLinePrefixTemplate{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", Type::kString, Use::kReadByLauncher, "Default of --log-line-prefix-template (torchrun's): ${role_name}, ${rank}, ${local_rank}."};
 
 // Returns every variable above, in the order of this file.
 std::span<const Var> AllVars();

@@ -158,9 +158,11 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   std::string nnodes = "1:1", nproc = "1", backend = "meshrun", endpoint, run_id = "none", rdzv_conf;
   std::string role = "default", master_addr = "127.0.0.1", local_addr, log_dir, start_method, signals;
   std::string shutdown_timeout, redirects, tee, local_ranks_filter;
+  std::string prefix_template, dup_stdout, dup_stderr, numa_binding, logs_specs, event_log_handler;
   int node_rank = -1, master_port = 29500, max_restarts = 0, permanent_code = 78;
   double monitor_interval = 0;
   bool standalone = false, module = false, no_python = false, help_env = false, keep_orphans = false;
+  bool run_path = false, virtual_local_rank = false;
 
   const std::string g_job = "Job size";
   const std::string g_rdzv = "Rendezvous";
@@ -213,6 +215,25 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                  "Only these local ranks (e.g. 0,1) reach the console; files keep everything")
       ->envname("PET_LOCAL_RANKS_FILTER")->group(g_workers);
 
+  app.add_flag("--run_path,--run-path", run_path,
+               "Run prog as a Python script ($PYTHON_EXEC -u prog), whatever its name; wins over --no_python")
+      ->envname("PET_RUN_PATH")->group(g_workers);
+  app.add_option("--log_line_prefix_template,--log-line-prefix-template", prefix_template,
+                 "Console prefix of worker lines: ${role_name}, ${rank}, ${local_rank} (default [n<node>:r<rank>] )")
+      ->envname(std::string(env::kLogLinePrefixTemplate.name))->group(g_workers);
+  app.add_option("--duplicate_stdout_filters,--duplicate-stdout-filters", dup_stdout,
+                 "Comma list of substrings (,, for a comma): matching stdout lines also go to attempt_<round>/filtered_stdout.log")
+      ->envname("PET_DUPLICATE_STDOUT_FILTERS")->group(g_workers);
+  app.add_option("--duplicate_stderr_filters,--duplicate-stderr-filters", dup_stderr,
+                 "The same for stderr (filtered_stderr.log)")
+      ->envname("PET_DUPLICATE_STDERR_FILTERS")->group(g_workers);
+  app.add_flag("--virtual_local_rank,--virtual-local-rank", virtual_local_rank,
+               "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its one device")
+      ->envname("PET_VIRTUAL_LOCAL_RANK")->group(g_workers);
+  app.add_option("--numa_binding,--numa-binding", numa_binding,
+                 "Bind local rank i to the CPUs and memory near GPU i: node, socket, exclusive or core-complex")
+      ->envname("PET_NUMA_BINDING")->group(g_workers);
+
   app.add_option("--max_restarts,--max-restarts", max_restarts,
                  "Job-wide restarts allowed after worker failures")
       ->envname("PET_MAX_RESTARTS")->group(g_fault)->default_str("0");
@@ -239,6 +260,11 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       ->envname("PET_MONITOR_INTERVAL")->group(g_compat);
   app.add_option("--start_method,--start-method", start_method, "Ignored: workers are always exec'ed")
       ->envname("PET_START_METHOD")->group(g_compat);
+  app.add_option("--logs_specs,--logs-specs", logs_specs, "Ignored: meshrun's log layout is fixed (see --log_dir)")
+      ->envname("PET_LOGS_SPECS")->group(g_compat);
+  app.add_option("--event_log_handler,--event-log-handler", event_log_handler,
+                 "Ignored: meshrun logs its events through MESHRUN_LOG_LEVEL")
+      ->envname("PET_EVENT_LOG_HANDLER")->group(g_compat);
 
   app.add_flag("--help-env,--help_env", help_env, "List every environment variable meshrun reads or sets")
       ->group("Help");
@@ -320,6 +346,29 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                                                   ": must be an exit code 1..255, or 0 for none"))};
   }
   a.permanent_failure_exit_code = permanent_code;
+  if (!prefix_template.empty()) {
+    if (auto p = agent::ExpandLogLinePrefix(prefix_template, role, 0, 0); !p.ok()) {
+      return {std::nullopt, UsageError(std::string(p.status().message()))};
+    }
+  }
+  a.log_line_prefix_template = prefix_template;
+  a.duplicate_stdout_filters = agent::ParseDuplicateFilters(dup_stdout);
+  a.duplicate_stderr_filters = agent::ParseDuplicateFilters(dup_stderr);
+  a.virtual_local_rank = virtual_local_rank;
+  if (!numa_binding.empty()) {
+    return {std::nullopt, UsageError(absl::StrCat("--numa_binding=", numa_binding, ": not supported by this build"))};
+  }
+  if (virtual_local_rank) {
+    std::optional<std::string> visible = env::Get(env::kCudaVisibleDevices);
+    if (visible) {
+      std::vector<std::string> list = absl::StrSplit(*visible, ',');
+      if (static_cast<int>(list.size()) < a.nproc) {
+        return {std::nullopt, UsageError(absl::StrCat("--virtual_local_rank: CUDA_VISIBLE_DEVICES=", *visible, " lists ",
+                                                      list.size(), " devices for --nproc_per_node=", a.nproc,
+                                                      "; give one device per worker"))};
+      }
+    }
+  }
 
   if (!signals.empty()) {
     a.forwarded_signals.clear();
@@ -351,6 +400,13 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
 
   if (monitor_interval != 0) cfg.notes.push_back("--monitor_interval is not needed: meshrun is told of worker exits at once");
   if (!start_method.empty()) cfg.notes.push_back("--start_method is not needed: meshrun always execs its workers");
+  if (!logs_specs.empty()) {
+    cfg.notes.push_back(absl::StrCat("--logs_specs=", logs_specs, " is ignored: meshrun has one log layout (see --log_dir)"));
+  }
+  if (!event_log_handler.empty()) {
+    cfg.notes.push_back(absl::StrCat("--event_log_handler=", event_log_handler,
+                                     " is ignored: meshrun's events go to its log (MESHRUN_LOG_LEVEL=info)"));
+  }
 
   // --standalone: one node, an embedded server on a free loopback port, a
   // fresh run id (torchrun's meaning).
@@ -391,7 +447,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   std::string prog = rest[0];
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   std::vector<std::string>& cmd = a.command;
-  bool python = module || (!no_python && absl::EndsWith(prog, ".py"));
+  // --run_path (torchrun runs the file with runpy.run_path in a child
+  // interpreter): a Python script whatever its name, even with --no_python.
+  bool python = module || run_path || (!no_python && absl::EndsWith(prog, ".py"));
   if (python) {
     std::string interpreter = env::Get(env::kPythonExec).value_or("python3");
     auto resolved = agent::ResolveProgram(interpreter);
@@ -400,6 +458,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                    std::string(resolved.status().message()).c_str());
       return {std::nullopt, 127};
     }
+    if (run_path) module = false;  // torchrun: --run_path wins over -m.
     if (!module && ::access(prog.c_str(), R_OK) != 0) {
       std::fprintf(stderr, "meshrun: error: training script '%s' does not exist or is not readable\n",
                    prog.c_str());
