@@ -374,7 +374,9 @@ class Session {
         return Fatal(absl::StrCat("worker output of local rank ", lr, ": ", pipes.status().message()));
       }
       absl::StatusOr<Child> child = Spawn(WorkerArgv(lr), BuildWorkerEnv(base_env, in), pipes->first, pipes->second,
-                                              /*all_signals_blocked=*/!shim_.empty());
+                                              /*all_signals_blocked=*/!shim_.empty(),
+                                              lr < static_cast<int>(o_.numa_bindings.size()) ? &o_.numa_bindings[lr]
+                                                                                              : nullptr);
       ::close(pipes->first);
       ::close(pipes->second);
       if (!child.ok()) {

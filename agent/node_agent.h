@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "agent/process.h"
 #include "agent/signal_policy.h"
 
 namespace meshrun::agent {
@@ -72,6 +73,9 @@ struct AgentOptions {
   // torchrun's --virtual-local-rank: LOCAL_RANK=0 for every worker, and
   // CUDA_VISIBLE_DEVICES its one device (worker_env.h).
   bool virtual_local_rank = false;
+  // --numa_binding, resolved by the launcher: local rank i's CPUs and NUMA
+  // nodes (entry i); empty: no binding.
+  std::vector<CpuBinding> numa_bindings;
 };
 
 class NodeAgent {

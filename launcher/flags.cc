@@ -16,6 +16,7 @@
 #include "common/env_registry.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
+#include "launcher/numa_binding.h"
 
 namespace meshrun::launcher {
 namespace {
@@ -356,7 +357,11 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   a.duplicate_stderr_filters = agent::ParseDuplicateFilters(dup_stderr);
   a.virtual_local_rank = virtual_local_rank;
   if (!numa_binding.empty()) {
-    return {std::nullopt, UsageError(absl::StrCat("--numa_binding=", numa_binding, ": not supported by this build"))};
+    absl::StatusOr<NumaMode> mode = ParseNumaMode(numa_binding);
+    if (!mode.ok()) return {std::nullopt, UsageError(std::string(mode.status().message()))};
+    auto placed = PlaceOnThisMachine(*mode, a.nproc, env::Get(env::kCudaVisibleDevices));
+    if (!placed.ok()) return {std::nullopt, UsageError(std::string(placed.status().message()))};
+    for (const NumaPlacement& p : *placed) a.numa_bindings.push_back({p.cpus, p.mem_nodes});
   }
   if (virtual_local_rank) {
     std::optional<std::string> visible = env::Get(env::kCudaVisibleDevices);
