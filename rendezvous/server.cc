@@ -63,6 +63,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   std::string host = options.host;
   std::string addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", options.port)
                                                  : absl::StrCat(host, ":", options.port);
+  // gRPC's standard health service (grpc.health.v1.Health, Check and Watch)
+  // on the same port, outside the token: "" and "meshrun.v1.Rendezvous"
+  // answer SERVING while the server runs, NOT_SERVING once it shuts down.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // One server per port: a second agent on this host must fail to bind and
   // become a client (DESIGN.md §1.2).
@@ -80,6 +84,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
         "cannot bind the rendezvous server to ", addr, " (address in use or not local)"));
   }
   impl->service->set_port(impl->port);
+  if (grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService()) {
+    health->SetServingStatus(kHealthServiceName, true);
+  }
   Logger("rdzv")->info("rendezvous server listening on {} (port {})", addr, impl->port);
   return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(impl)));
 }
@@ -89,6 +96,9 @@ void RendezvousServer::Shutdown(absl::Duration grace) {
   impl_->shut_down = true;
   // Parked calls (joins, store waits, barriers) are answered ABORTED first,
   // so the graceful phase does not wait on them.
+  if (grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService()) {
+    health->SetServingStatus(false);  // Probes see NOT_SERVING during the grace period.
+  }
   impl_->registry->CloseAll("the rendezvous server is shutting down");
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   impl_->server->Wait();

@@ -23,13 +23,20 @@ struct ServerOptions {
   std::string token;
 };
 
+// The service name the standard health service reports for the rendezvous
+// service (besides "", the whole server).
+inline constexpr const char* kHealthServiceName = "meshrun.v1.Rendezvous";
+
 class RendezvousServer {
  public:
   // Binds and starts serving. SO_REUSEPORT is off, so a second server on the
   // same port fails with ALREADY_EXISTS ("address in use") — that is how an
   // agent learns another agent on its host already hosts the server.
   // INVALID_ARGUMENT for a bad host. Callback API: a waiting get, a join or
-  // a watch parks a reactor, never a thread.
+  // a watch parks a reactor, never a thread. The same port also serves
+  // gRPC's standard health service (grpc.health.v1.Health: Check, Watch),
+  // without the token, as grpc_health_probe and Kubernetes' gRPC probes
+  // expect: "" and kHealthServiceName are SERVING until Shutdown starts.
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(const ServerOptions& options);
 
   // Shuts down: calls still open after `grace` are cancelled; never hangs
