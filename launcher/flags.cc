@@ -150,7 +150,8 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       "meshrun: launch multi-process, multi-host jobs (torchrun's command line).\n"
       "Usage: meshrun [flags] prog [args...]\n"
       "       meshrun server [flags]   (the rendezvous server as a daemon; see meshrun server --help)\n"
-      "       meshrun mesh [flags]     (print a mesh layout; see meshrun mesh --help)",
+      "       meshrun mesh [flags]     (print a mesh layout; see meshrun mesh --help)\n"
+      "       meshrun status [flags]   (a run as the server sees it; see meshrun status --help)",
       "meshrun"};
   app.prefix_command();
   app.set_version_flag("--version", "meshrun " MESHRUN_VERSION);

@@ -11,9 +11,11 @@
 #include "common/logging.h"
 #include "launcher/launch.h"
 #include "launcher/launch_config.h"
+#include "launcher/status_cmd.h"
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "mesh") == 0) return meshrun::launcher::MeshMain(argc - 1, argv + 1);
+  if (argc > 1 && std::strcmp(argv[1], "status") == 0) return meshrun::launcher::StatusMain(argc - 1, argv + 1);
   if (argc > 1 && std::strcmp(argv[1], "server") == 0) {
     meshrun::agent::BlockSignals({SIGTERM, SIGINT, SIGHUP});
     return meshrun::launcher::ServerMain(argc - 1, argv + 1);

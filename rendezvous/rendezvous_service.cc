@@ -391,14 +391,7 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
   if (auto s = Admit(kStatus, req->run(), /*need_run_id=*/false); !s.ok()) return Answer(ctx, s);
   for (const RunStatus& r : registry_->Status()) {
     if (!req->run().run_id().empty() && r.run_id != req->run().run_id()) continue;
-    pb::RunStatus* out = resp->add_runs();
-    out->set_run_id(r.run_id);
-    out->set_round(r.round);
-    out->set_state(r.state);
-    out->set_nodes(r.nodes);
-    out->set_world_size(r.world_size);
-    out->set_restart_count(r.restart_count);
-    out->set_kv_keys(r.kv_keys);
+    ToProto(r, resp->add_runs());
   }
   for (int m = 0; m < kNumMethods; ++m) {
     (*resp->mutable_request_counts())[kMethodNames[m]] = counts_[m].load(std::memory_order_relaxed);

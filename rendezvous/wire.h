@@ -23,5 +23,7 @@ void ToProto(const Assignment& a, v1::Assignment* out);
 Assignment FromProto(const v1::Assignment& a);
 v1::RunEvent ToProto(const RunEvent& e);
 RunEvent FromProto(const v1::RunEvent& e);
+void ToProto(const RunStatus& r, v1::RunStatus* out);
+RunStatus FromProto(const v1::RunStatus& r);
 
 }  // namespace meshrun::rendezvous::wire
