@@ -23,7 +23,7 @@ namespace {
 
 constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout"};
+    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port"};
 
 int UsageError(const std::string& msg) {
   std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
@@ -132,6 +132,12 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
         return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a positive integer"));
       }
       a.keep_alive_max_attempt = n;
+    } else if (key == "metrics_port") {
+      int port = -1;
+      if (!absl::SimpleAtoi(value, &port) || port < 0 || port > 65535) {
+        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a TCP port 0..65535 (0: any free)"));
+      }
+      config->metrics_port = port;
     } else if (key == "is_host") {
       auto b = ParseBool(key, value);
       if (!b.ok()) return b.status();

@@ -66,6 +66,7 @@ int Launch(LaunchConfig config) {
     }
     so.port = config.endpoint_port;
     so.token = a.token;
+    so.metrics_port = config.metrics_port;
     const bool turn = config.standalone || TakeHostLock(config.endpoint_port) >= 0;
     auto started = turn ? rendezvous::RendezvousServer::Start(so)
                         : absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>>(
@@ -75,6 +76,9 @@ int Launch(LaunchConfig config) {
       a.endpoint = config.standalone ? server->endpoint()
                                      : Endpoint{config.endpoint_host, server->port()}.ToString();
       Logger("launcher")->info("hosting the rendezvous server on port {}", server->port());
+      if (server->metrics_port() >= 0) {
+        std::fprintf(stderr, "meshrun: metrics on http://%s:%d/metrics\n", so.host.c_str(), server->metrics_port());
+      }
     } else if (config.is_host.value_or(false)) {
       std::fprintf(stderr, "meshrun: error: is_host=1 but %s\n", std::string(started.status().message()).c_str());
       return 1;
@@ -110,6 +114,8 @@ int ServerMain(int argc, char** argv) {
   int port = 29400;
   std::string port_file;
   double grace = 5;
+  int metrics_port = -1;
+  std::string metrics_host;
   app.add_option("--host", host, "Address to bind: :: (all), 0.0.0.0 (all IPv4), 127.0.0.1, ...")
       ->default_str("::");
   app.add_option("--port", port, "TCP port; 0 lets the OS pick (printed, and written to --port_file)")
@@ -117,7 +123,14 @@ int ServerMain(int argc, char** argv) {
   app.add_option("--port_file,--port-file", port_file, "Write the bound port to this file once listening");
   app.add_option("--shutdown_grace,--shutdown-grace", grace, "Seconds open calls get at shutdown")
       ->default_str("5");
+  app.add_option("--metrics_port,--metrics-port", metrics_port,
+                 "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics (0: any free port; default off)");
+  app.add_option("--metrics_host,--metrics-host", metrics_host, "Address for the metrics port (default: --host)");
   if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun server")) return *done;
+  if (metrics_port < -1 || metrics_port > 65535) {
+    std::fprintf(stderr, "meshrun server: error: --metrics_port=%d: must be in 0..65535\n", metrics_port);
+    return 2;
+  }
   if (port < 0 || port > 65535) {
     std::fprintf(stderr, "meshrun server: error: --port=%d: must be in 0..65535\n", port);
     return 2;
@@ -130,6 +143,8 @@ int ServerMain(int argc, char** argv) {
   so.host = host;
   so.port = port;
   so.token = env::Get(env::kToken).value_or("");
+  so.metrics_port = metrics_port;
+  so.metrics_host = metrics_host;
   auto server = rendezvous::RendezvousServer::Start(so);
   if (!server.ok()) {
     std::fprintf(stderr, "meshrun server: error: %s\n", std::string(server.status().message()).c_str());
@@ -151,6 +166,10 @@ int ServerMain(int argc, char** argv) {
   }
   std::printf("meshrun server listening on %s port %d%s\n", host.c_str(), (*server)->port(),
               so.token.empty() ? "" : " (token required)");
+  if ((*server)->metrics_port() >= 0) {
+    std::printf("meshrun server: metrics on http://%s:%d/metrics\n", (metrics_host.empty() ? host : metrics_host).c_str(),
+                (*server)->metrics_port());
+  }
   std::fflush(stdout);
   // Signals were blocked in main(); wait for one synchronously.
   sigset_t set;

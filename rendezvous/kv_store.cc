@@ -221,6 +221,13 @@ void KvStore::AbortBelow(int64_t round, const std::string& why) {
   for (auto& cb : cbs) cb(absl::AbortedError(why));
 }
 
+int64_t KvStore::bytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& [k, v] : data_) n += static_cast<int64_t>(k.key.size() + v.size());
+  return n;
+}
+
 int64_t KvStore::size() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(data_.size());

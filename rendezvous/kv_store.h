@@ -57,6 +57,8 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   void DropRoundsBelow(int64_t round);
 
   int64_t size() const;
+  // Bytes held: the sum of every stored key's and value's length. O(keys).
+  int64_t bytes() const;
 
  private:
   struct Key {

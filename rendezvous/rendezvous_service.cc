@@ -151,8 +151,13 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::S
 
 }  // namespace
 
-RendezvousService::RendezvousService(RunRegistry* registry, std::string token)
-    : registry_(registry), token_(std::move(token)) {}
+RendezvousService::RendezvousService(RunRegistry* registry, std::string token, ServerMetrics* metrics)
+    : registry_(registry), token_(std::move(token)), metrics_(metrics) {}
+
+int RendezvousService::open_watchers() {
+  absl::MutexLock lock(&watch_mu_);
+  return open_watches_;
+}
 
 void RendezvousService::WatchStarted() {
   absl::MutexLock lock(&watch_mu_);
@@ -248,6 +253,9 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
   if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
   absl::StatusOr<FailureVerdict> v = run->ReportFailure(FromProto(req->failure()));
   if (!v.ok()) return Answer(ctx, ToGrpc(v.status()));
+  if (metrics_ != nullptr && v->is_root_cause) {
+    metrics_->RecordFailure(v->root_cause.permanent ? "permanent" : v->root_cause.signal > 0 ? "signal" : "exit_code");
+  }
   resp->set_decision(v->decision == Decision::kRestart ? pb::ReportFailureResponse::RESTART
                                                        : pb::ReportFailureResponse::STOP);
   resp->set_next_round(v->next_round);

@@ -630,6 +630,7 @@ RunStatus Run::Status() const {
     }
   }
   s.kv_keys = kv_->size();
+  s.kv_bytes = kv_->bytes();
   return s;
 }
 

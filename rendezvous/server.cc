@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/http_text_server.h"
 #include "rendezvous/rendezvous_service.h"
+#include "rendezvous/rpc_metrics.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -32,7 +34,9 @@ struct RendezvousServer::Impl {
   ServerOptions options;
   DeadlineTimer timer;
   std::unique_ptr<RunRegistry> registry;
+  ServerMetrics metrics;
   std::unique_ptr<RendezvousService> service;
+  std::unique_ptr<HttpTextServer> http;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   bool shut_down = false;
@@ -58,7 +62,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer);
-  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token);
+  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, &impl->metrics);
 
   std::string host = options.host;
   std::string addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", options.port)
@@ -78,12 +82,30 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(&impl->metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     return absl::AlreadyExistsError(absl::StrCat(
         "cannot bind the rendezvous server to ", addr, " (address in use or not local)"));
   }
   impl->service->set_port(impl->port);
+  if (options.metrics_port >= 0) {
+    Impl* raw = impl.get();
+    auto http = HttpTextServer::Start(
+        options.metrics_host.empty() ? host : options.metrics_host, options.metrics_port, "/metrics",
+        "text/plain; version=0.0.4; charset=utf-8",
+        [raw] { return raw->metrics.Render(raw->registry->Status(), raw->service->open_watchers()); });
+    if (!http.ok()) {
+      impl->server->Shutdown(absl::ToChronoTime(absl::Now()));
+      impl->server->Wait();
+      return http.status();
+    }
+    impl->http = std::move(*http);
+    Logger("rdzv")->info("metrics on http://{}:{}/metrics", options.metrics_host.empty() ? host : options.metrics_host,
+                         impl->http->port());
+  }
   if (grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService()) {
     health->SetServingStatus(kHealthServiceName, true);
   }
@@ -99,6 +121,7 @@ void RendezvousServer::Shutdown(absl::Duration grace) {
   if (grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService()) {
     health->SetServingStatus(false);  // Probes see NOT_SERVING during the grace period.
   }
+  impl_->http.reset();
   impl_->registry->CloseAll("the rendezvous server is shutting down");
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   impl_->server->Wait();
@@ -109,6 +132,8 @@ bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
 }
 
 int RendezvousServer::port() const { return impl_->port; }
+
+int RendezvousServer::metrics_port() const { return impl_->http ? impl_->http->port() : -1; }
 
 std::string RendezvousServer::endpoint() const {
   std::string host = impl_->options.host;

@@ -21,6 +21,11 @@ struct ServerOptions {
   int port = 0;
   // When non-empty, every request must carry this token (MESHRUN_TOKEN).
   std::string token;
+  // Prometheus metrics (metrics.h) over HTTP at GET /metrics on this port:
+  // -1 none, 0 the OS picks (read it back with metrics_port()). The address
+  // is `metrics_host`, or `host` when empty.
+  int metrics_port = -1;
+  std::string metrics_host;
 };
 
 // The service name the standard health service reports for the rendezvous
@@ -50,6 +55,8 @@ class RendezvousServer {
 
   // The bound port (the OS's choice when options.port was 0).
   int port() const;
+  // The metrics port, or -1 when metrics are off.
+  int metrics_port() const;
   // "host:port" to reach this server, with the host as given in options
   // ("127.0.0.1" when it bound to all addresses).
   std::string endpoint() const;

@@ -123,6 +123,7 @@ struct RunStatus {
   // Members of the current round (by node rank), then joiners in join order.
   std::vector<NodeStatus> node_list;
   int lost_nodes = 0;  // Nodes declared lost in this run so far.
+  int64_t kv_bytes = 0;  // Bytes of keys and values in its store.
 };
 
 // Receives a run's events, in order. Implementations must not block and must
