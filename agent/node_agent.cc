@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "agent/error_file.h"
 #include "agent/events.h"
+#include "agent/failure_summary.h"
 #include "agent/output.h"
 #include "agent/process.h"
 #include "agent/rdzv_client.h"
@@ -61,8 +62,6 @@ std::string FindShim() {
   }
   return shim.string();
 }
-
-int CodeOfFailure(const WorkerFailure& f) { return f.signal > 0 ? 128 + f.signal : f.exit_code; }
 
 class Session {
  public:
@@ -496,14 +495,6 @@ class Session {
     return q_.Pop(deadline);
   }
 
-  std::string DescribeFailure(const WorkerFailure& f) const {
-    std::string who = f.rank >= 0 ? absl::StrCat("rank ", f.rank, " (local_rank ", f.local_rank, ")")
-                                  : std::string("a node");
-    std::string how = f.signal > 0 ? absl::StrCat("signal ", SignalName(f.signal))
-                                   : absl::StrCat("exit code ", f.exit_code);
-    return absl::StrCat(who, " on ", f.hostname, " (node rank ", f.node_rank, ") failed with ", how);
-  }
-
   std::optional<int> OnWorkerFailure(const Worker& w) {
     WorkerFailure f;
     f.node_id = node_.node_id;
@@ -531,7 +522,7 @@ class Session {
     // still stopping its own workers.
     SignalMains(workers_, SIGTERM);
     absl::StatusOr<rendezvous::FailureVerdict> v = client_->ReportFailure(f, o_.read_timeout);
-    StopWorkers(SIGTERM, o_.shutdown_timeout);
+    StopWorkers(/*signo=*/0, o_.shutdown_timeout);  // SIGTERM went out above.
     if (!v.ok()) {
       log_->warn("could not report the failure: {}", v.status().ToString());
       f.time = absl::Now();
@@ -547,48 +538,13 @@ class Session {
   }
 
   // Prints the failure summary and returns the root cause's exit code.
+  // Prints the failure summary (failure_summary.h) and returns the root
+  // cause's exit code (1 when unknown).
   int Summary(const std::optional<WorkerFailure>& root) {
-    const std::string bar(60, '=');
-    const std::string line(60, '-');
-    std::string out = absl::StrCat(bar, "\nmeshrun: job FAILED (run '", o_.run_id, "', round ", round_.round, ")",
-                                   root && root->permanent ? ": a permanent failure, not restarted" : "", "\n",
-                                   line, "\n");
-    int code = 1;
-    if (root) {
-      const WorkerFailure& f = *root;
-      code = CodeOfFailure(f);
-      absl::StrAppend(&out, "Root cause (first observed failure):\n");
-      absl::StrAppend(&out, "  time      : ", absl::FormatTime("%Y-%m-%d_%H:%M:%S", f.time, absl::LocalTimeZone()), "\n");
-      absl::StrAppend(&out, "  host      : ", f.hostname, " (node rank ", f.node_rank, ")\n");
-      if (f.rank >= 0) {
-        absl::StrAppend(&out, "  rank      : ", f.rank, " (local_rank: ", f.local_rank, ")\n");
-      }
-      if (f.signal > 0) {
-        absl::StrAppend(&out, "  exitcode  : ", code, " (signal ", SignalName(f.signal), ")\n");
-      } else {
-        absl::StrAppend(&out, "  exitcode  : ", f.exit_code, "\n");
-      }
-      if (f.node_id == node_.node_id) {
-        absl::StrAppend(&out, "  error_file: ", failed_error_file_.empty() ? "<N/A>" : failed_error_file_, "\n");
-      }
-      if (f.permanent) {
-        const bool by_code = f.signal == 0 && o_.permanent_failure_exit_code != 0 &&
-                             f.exit_code == o_.permanent_failure_exit_code;
-        absl::StrAppend(&out, "  permanent : yes, not restarted (", by_code
-                        ? absl::StrCat("exit code ", f.exit_code, " is --permanent_failure_exit_code")
-                        : std::string("its error file says \"permanent\": true"),
-                        "); restarts used: ", round_.restart_count, " of ", o_.max_restarts, "\n");
-      }
-      if (!f.message.empty()) {
-        std::vector<absl::string_view> lines = absl::StrSplit(f.message, '\n');
-        absl::StrAppend(&out, "  message   : ", absl::StrJoin(lines, "\n              "), "\n");
-      }
-    } else {
-      absl::StrAppend(&out, "Root cause: unknown\n");
-    }
-    absl::StrAppend(&out, line, "\nOther workers on this node (", node_.hostname, "): stopped by meshrun\n", bar, "\n");
-    std::fputs(out.c_str(), stderr);
-    return code;
+    SummaryContext c{o_.run_id,           round_.round,        node_.hostname,  node_.node_id, failed_error_file_,
+                     round_.restart_count, o_.max_restarts, o_.permanent_failure_exit_code};
+    std::fputs(FormatFailureSummary(root, c).c_str(), stderr);
+    return root ? ExitCodeOfFailure(*root) : 1;
   }
 
   // See agent/worker_stop.h: the signal to each main process, the grace,

@@ -45,7 +45,7 @@ void BecomeSubreaper() {
 
 void StopWorkers(std::vector<Worker>& workers, int signo, absl::Duration grace, EventQueue& q,
                  std::deque<Event>& deferred) {
-  SignalMains(workers, signo);
+  if (signo != 0) SignalMains(workers, signo);
   const absl::Time deadline = absl::Now() + grace;
   bool escalate = false;
   while (Running(workers) > 0 && !escalate) {

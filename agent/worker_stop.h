@@ -42,7 +42,8 @@ void SignalMains(const std::vector<Worker>& workers, int signo);
 void BecomeSubreaper();
 
 // Stops `workers` and everything below this process:
-//  1. `signo` to each running worker's main process (SignalMains);
+//  1. `signo` to each running worker's main process (SignalMains; 0: the
+//     caller signalled them already);
 //  2. waits up to `grace` for every worker to exit, taking ChildExit events
 //     from `q` (a SignalReceived cuts the wait short: skip to SIGKILL; other
 //     events go to `deferred`, in order, for the caller);

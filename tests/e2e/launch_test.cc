@@ -126,7 +126,7 @@ TEST_CASE("two standalone jobs started together both succeed on different ports"
   CHECK(la != lb);
 }
 
-TEST_CASE("SIGTERM to meshrun reaches every worker's process group: exit 143", "[e2e]") {
+TEST_CASE("SIGTERM to meshrun stops every worker and its grandchildren: exit 143", "[e2e]") {
   std::string dir = TempDir();
   std::string marker = dir + "/children";
   // Each worker leaves a grandchild behind in its process group.
