@@ -178,3 +178,17 @@ TEST_CASE("a restart stops the helpers of the failed round", "[e2e][signals]") {
   REQUIRE(helpers.size() == 1);
   CHECK_FALSE(Alive(helpers[0]));
 }
+
+TEST_CASE("a SIGKILLed meshrun: the shim stops the worker and a helper that left its group", "[e2e][signals]") {
+  std::string dir = TempDir();
+  std::string script = WriteScript(dir, "k.sh",
+      "setsid sleep 302 & echo \"helper=$!\"\nwhile :; do sleep 0.05; done");
+  NodeProc n = StartNode(dir, "n", {"--standalone", "--shutdown_timeout=1", script});
+  REQUIRE(WaitFor([&] { return PidsAfter(n.out(), "helper").size() == 1; }, 10));
+  pid_t helper = PidsAfter(n.out(), "helper")[0];
+  REQUIRE(Alive(helper));
+  kill(n.pid, SIGKILL);
+  WaitCommand(n.pid, 10);
+  CHECK(WaitFor([&] { return !Alive(helper); }, 5));
+  if (Alive(helper)) kill(helper, SIGKILL);
+}
