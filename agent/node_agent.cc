@@ -4,24 +4,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <optional>
 #include <random>
-#include <variant>
-#include <atomic>
 #include <thread>
+#include <variant>
 
 #include "absl/strings/match.h"
-#include "absl/synchronization/notification.h"
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "agent/error_file.h"
 #include "agent/events.h"
 #include "agent/failure_summary.h"
