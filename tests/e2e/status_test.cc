@@ -126,3 +126,30 @@ TEST_CASE("meshrun status --watch redraws in place and stops at its limit", "[e2
   CHECK(none.exit_code == 2);
   CHECK(Contains(none.err, "--rdzv_endpoint is required"));
 }
+
+TEST_CASE("meshrun status lists a node standing by at MAX after the members", "[e2e][status]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string go = dir + "/go";
+  std::string script = WriteScript(dir, "w.sh", "echo ready\nwhile [ ! -e " + go + " ]; do sleep 0.05; done");
+  std::vector<std::string> flags = {"--nnodes=1:1", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                                    "--rdzv_id=full", "--rdzv_conf=join_timeout=30"};
+  auto [a, b] = StartTwoNodes(dir, flags, script);
+  RunResult t;
+  REQUIRE(WaitFor([&] {
+    t = Status(port, {"--rdzv_id=full"});
+    return Contains(t.out, "standing by");
+  }, 15));
+  INFO(t.out);
+  CHECK(Contains(t.out, ": running, round 0, restarts 0 of 0, world size 1, nnodes 1\n"));
+  // The member (node rank 0) first, then the node standing by (no rank yet).
+  size_t member = t.out.find("  0         ");
+  size_t standby = t.out.find("  -         ");
+  CHECK(member != std::string::npos);
+  CHECK(standby != std::string::npos);
+  CHECK(member < standby);
+  CHECK(CountLines(t.out, "standing by") == 1);
+  std::ofstream(go) << "1";
+  WaitBoth(a, b);
+  CHECK(a.code == 0);
+}
