@@ -4,32 +4,30 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <optional>
 #include <random>
-#include <variant>
-#include <atomic>
 #include <thread>
+#include <variant>
 
 #include "absl/strings/match.h"
-#include "absl/synchronization/notification.h"
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "agent/error_file.h"
+#include "agent/events.h"
+#include "agent/failure_summary.h"
 #include "agent/output.h"
 #include "agent/process.h"
 #include "agent/rdzv_client.h"
+#include "agent/signal_policy.h"
+#include "agent/worker_stop.h"
 #include "agent/worker_env.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include "nlohmann/json.hpp"
 
 namespace meshrun::agent {
 namespace {
@@ -38,76 +36,11 @@ using rendezvous::Assignment;
 using rendezvous::RunEvent;
 using rendezvous::WorkerFailure;
 
-struct ChildExit { pid_t pid; int status; };
-struct SignalReceived { int signo; };
-struct JoinDone { absl::StatusOr<Assignment> result; };
-struct BarrierDone { absl::StatusOr<rendezvous::BarrierResult> result; };
-// Events from the server carry the membership generation they belong to:
-// after this node rejoins as a new member, the old stream's are ignored.
-struct ServerEvent { RunEvent event; int gen; };
-struct StreamClosed { absl::Status status; int gen; };
-struct Stale { std::string why; int gen; };
-using Event = std::variant<ChildExit, SignalReceived, JoinDone, BarrierDone, ServerEvent, StreamClosed, Stale>;
-
 bool IsStale(const absl::Status& s) { return absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "stale"); }
-
-// Signals that are only passed on to the workers; the job keeps running.
-bool PassThrough(int signo) { return signo == SIGUSR1 || signo == SIGUSR2 || signo == SIGWINCH || signo == SIGCONT; }
-
-// Every source (signal thread, gRPC callbacks, the watch thread) pushes here;
-// the agent's one thread pops. Waiting is a condition wait, never a sleep.
-class EventQueue {
- public:
-  void Push(Event e) {
-    absl::MutexLock lock(&mu_);
-    q_.push_back(std::move(e));
-  }
-  std::optional<Event> Pop(absl::Time deadline) {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !q_.empty(); };
-    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-    if (q_.empty()) return std::nullopt;
-    Event e = std::move(q_.front());
-    q_.pop_front();
-    return e;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<Event> q_ ABSL_GUARDED_BY(mu_);
-};
-
-struct Worker {
-  int local_rank = 0;
-  pid_t pid = -1;
-  bool running = false;
-  int status = 0;
-  std::string error_file;
-};
 
 std::string RandomSuffix() {
   std::random_device rd;
   return absl::StrCat(absl::Hex(rd(), absl::kZeroPad8));
-}
-
-// The message of a torchrun-format error file, or "" (both the nested
-// {"message": {"message": ...}} and the flat {"message": "..."} forms).
-std::string ReadErrorFileMessage(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.contains("message")) return "";
-  const auto& m = j["message"];
-  if (m.is_string()) return m.get<std::string>();
-  if (m.is_object()) {
-    std::string text = m.value("message", "");
-    if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
-      std::string stack = m["extraInfo"].value("py_callstack", "");
-      if (!stack.empty()) text = stack;
-    }
-    return text;
-  }
-  return "";
 }
 
 // meshrun-worker-shim next to the running meshrun binary, or "" (then
@@ -123,8 +56,6 @@ std::string FindShim() {
   }
   return shim.string();
 }
-
-int CodeOfFailure(const WorkerFailure& f) { return f.signal > 0 ? 128 + f.signal : f.exit_code; }
 
 class Session {
  public:
@@ -145,6 +76,7 @@ class Session {
     config_.keep_alive_interval = o_.keep_alive_interval;
     config_.keep_alive_max_attempt = o_.keep_alive_max_attempt;
 
+    BecomeSubreaper();
     signals_ = std::make_unique<SignalThread>(
         o_.forwarded_signals, [this](int s) { q_.Push(SignalReceived{s}); },
         [this](pid_t p, int st) { q_.Push(ChildExit{p, st}); });
@@ -165,6 +97,7 @@ class Session {
     if (absl::Status s = PrepareLogDir(); !s.ok()) return Fatal(std::string(s.message()));
     if (absl::Status s = NewMembership(); !s.ok()) return Fatal(std::string(s.message()));
     int code = Loop();
+    EndOfJob();
     EndMembership();  // Stops the watch and heartbeat threads before the queue goes away.
     CleanLogDir(code);
     return code;
@@ -212,7 +145,12 @@ class Session {
   // Where worker `lr` (global rank `rank`) writes, for this attempt.
   WorkerRoutes Routes(int lr, int rank, const std::filesystem::path& attempt) const {
     WorkerRoutes r;
-    r.prefix = absl::StrCat("[n", round_.node_rank, ":r", rank, "] ");
+    if (o_.log_line_prefix_template.empty()) {
+      r.prefix = absl::StrCat("[n", round_.node_rank, ":r", rank, "] ");
+    } else {
+      // Checked by the launcher: a bad macro never gets here.
+      r.prefix = ExpandLogLinePrefix(o_.log_line_prefix_template, o_.role, rank, lr).value_or("");
+    }
     const bool all_files = !o_.log_dir.empty();
     auto route = [&](int bit) {
       StreamRoute s;
@@ -226,6 +164,10 @@ class Session {
     };
     r.out = route(1);
     r.err = route(2);
+    r.out.duplicate_filters = o_.duplicate_stdout_filters;
+    r.out.duplicate_file = (attempt / "filtered_stdout.log").string();
+    r.err.duplicate_filters = o_.duplicate_stderr_filters;
+    r.err.duplicate_file = (attempt / "filtered_stderr.log").string();
     return r;
   }
 
@@ -432,13 +374,17 @@ class Session {
       w.local_rank = lr;
       const int rank = a.rank_base + lr;
       w.error_file = (attempt / absl::StrCat("rank_", rank, ".error.json")).string();
-      WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file, ifname};
+      WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file, ifname,
+                        o_.permanent_failure_exit_code, o_.virtual_local_rank};
       absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
       if (!pipes.ok()) {
         StopWorkers(SIGKILL, absl::ZeroDuration());
         return Fatal(absl::StrCat("worker output of local rank ", lr, ": ", pipes.status().message()));
       }
-      absl::StatusOr<Child> child = Spawn(WorkerArgv(lr), BuildWorkerEnv(base_env, in), pipes->first, pipes->second);
+      absl::StatusOr<Child> child = Spawn(WorkerArgv(lr), BuildWorkerEnv(base_env, in), pipes->first, pipes->second,
+                                              /*all_signals_blocked=*/!shim_.empty(),
+                                              lr < static_cast<int>(o_.numa_bindings.size()) ? &o_.numa_bindings[lr]
+                                                                                              : nullptr);
       ::close(pipes->first);
       ::close(pipes->second);
       if (!child.ok()) {
@@ -500,9 +446,7 @@ class Session {
       }
       if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
         if (PassThrough(sig->signo)) {
-          for (const auto& w : workers_) {
-            if (w.running) SignalGroup(w.pid, sig->signo);
-          }
+          SignalMains(workers_, sig->signo);
           continue;
         }
         std::fprintf(stderr, "meshrun: received %s; stopping workers\n", SignalName(sig->signo).c_str());
@@ -561,14 +505,6 @@ class Session {
     return q_.Pop(deadline);
   }
 
-  std::string DescribeFailure(const WorkerFailure& f) const {
-    std::string who = f.rank >= 0 ? absl::StrCat("rank ", f.rank, " (local_rank ", f.local_rank, ")")
-                                  : std::string("a node");
-    std::string how = f.signal > 0 ? absl::StrCat("signal ", SignalName(f.signal))
-                                   : absl::StrCat("exit code ", f.exit_code);
-    return absl::StrCat(who, " on ", f.hostname, " (node rank ", f.node_rank, ") failed with ", how);
-  }
-
   std::optional<int> OnWorkerFailure(const Worker& w) {
     WorkerFailure f;
     f.node_id = node_.node_id;
@@ -581,7 +517,10 @@ class Session {
     } else {
       f.exit_code = WEXITSTATUS(w.status);
     }
-    f.message = ReadErrorFileMessage(w.error_file);
+    ErrorFileInfo error_file = ReadErrorFile(w.error_file);
+    f.message = error_file.message;
+    f.permanent = error_file.permanent ||
+                  (o_.permanent_failure_exit_code != 0 && f.signal == 0 && f.exit_code == o_.permanent_failure_exit_code);
     if (f.message.empty()) {
       // No error file: the last lines the worker wrote to stderr.
       f.message = pump_.StderrTail(w.local_rank, absl::Now() + absl::Milliseconds(300));
@@ -591,11 +530,9 @@ class Session {
     failed_error_file_ = std::filesystem::exists(w.error_file) ? w.error_file : "";
     // Report first, so the other nodes stop or restart while this one is
     // still stopping its own workers.
-    for (const auto& other : workers_) {
-      if (other.running) SignalGroup(other.pid, SIGTERM);
-    }
+    SignalMains(workers_, SIGTERM);
     absl::StatusOr<rendezvous::FailureVerdict> v = client_->ReportFailure(f, o_.read_timeout);
-    StopWorkers(SIGTERM, o_.shutdown_timeout);
+    StopWorkers(/*signo=*/0, o_.shutdown_timeout);  // SIGTERM went out above.
     if (!v.ok()) {
       log_->warn("could not report the failure: {}", v.status().ToString());
       f.time = absl::Now();
@@ -611,76 +548,32 @@ class Session {
   }
 
   // Prints the failure summary and returns the root cause's exit code.
+  // Prints the failure summary (failure_summary.h) and returns the root
+  // cause's exit code (1 when unknown).
   int Summary(const std::optional<WorkerFailure>& root) {
-    const std::string bar(60, '=');
-    const std::string line(60, '-');
-    std::string out = absl::StrCat(bar, "\nmeshrun: job FAILED (run '", o_.run_id, "', round ",
-                                   round_.round, ")\n", line, "\n");
-    int code = 1;
-    if (root) {
-      const WorkerFailure& f = *root;
-      code = CodeOfFailure(f);
-      absl::StrAppend(&out, "Root cause (first observed failure):\n");
-      absl::StrAppend(&out, "  time      : ", absl::FormatTime("%Y-%m-%d_%H:%M:%S", f.time, absl::LocalTimeZone()), "\n");
-      absl::StrAppend(&out, "  host      : ", f.hostname, " (node rank ", f.node_rank, ")\n");
-      if (f.rank >= 0) {
-        absl::StrAppend(&out, "  rank      : ", f.rank, " (local_rank: ", f.local_rank, ")\n");
-      }
-      if (f.signal > 0) {
-        absl::StrAppend(&out, "  exitcode  : ", code, " (signal ", SignalName(f.signal), ")\n");
-      } else {
-        absl::StrAppend(&out, "  exitcode  : ", f.exit_code, "\n");
-      }
-      if (f.node_id == node_.node_id) {
-        absl::StrAppend(&out, "  error_file: ", failed_error_file_.empty() ? "<N/A>" : failed_error_file_, "\n");
-      }
-      if (!f.message.empty()) {
-        std::vector<absl::string_view> lines = absl::StrSplit(f.message, '\n');
-        absl::StrAppend(&out, "  message   : ", absl::StrJoin(lines, "\n              "), "\n");
-      }
-    } else {
-      absl::StrAppend(&out, "Root cause: unknown\n");
-    }
-    absl::StrAppend(&out, line, "\nOther workers on this node (", node_.hostname, "): stopped by meshrun\n", bar, "\n");
-    std::fputs(out.c_str(), stderr);
-    return code;
+    SummaryContext c{o_.run_id,           round_.round,        node_.hostname,  node_.node_id, failed_error_file_,
+                     round_.restart_count, o_.max_restarts, o_.permanent_failure_exit_code};
+    std::fputs(FormatFailureSummary(root, c).c_str(), stderr);
+    return root ? ExitCodeOfFailure(*root) : 1;
   }
 
-  // Sends `signo` to every running worker's process group, waits up to
-  // `grace` for them to exit, then SIGKILLs every group (grandchildren too).
+  // See agent/worker_stop.h: the signal to each main process, the grace,
+  // then everything left below this agent.
   void StopWorkers(int signo, absl::Duration grace) {
-    for (const auto& w : workers_) {
-      if (w.running) SignalGroup(w.pid, signo);
-    }
-    absl::Time deadline = absl::Now() + grace;
-    bool escalate = false;
-    while (Running() > 0 && !escalate) {
-      std::optional<Event> ev = q_.Pop(deadline);
-      if (!ev) break;
-      if (auto* c = std::get_if<ChildExit>(&*ev)) {
-        if (Worker* w = FindWorker(c->pid)) {
-          w->running = false;
-          w->status = c->status;
-        }
-      } else if (std::get_if<SignalReceived>(&*ev)) {
-        escalate = true;  // A second signal: stop waiting.
-      } else {
-        deferred_.push_back(std::move(*ev));
-      }
-    }
-    for (const auto& w : workers_) SignalGroup(w.pid, SIGKILL);
-    absl::Time kill_deadline = absl::Now() + absl::Seconds(10);
-    while (Running() > 0) {
-      std::optional<Event> ev = q_.Pop(kill_deadline);
-      if (!ev) {
-        log_->error("{} workers did not exit after SIGKILL; abandoning them", Running());
-        break;
-      }
-      if (auto* c = std::get_if<ChildExit>(&*ev)) {
-        if (Worker* w = FindWorker(c->pid)) w->running = false;
-      } else if (!std::get_if<SignalReceived>(&*ev)) {
-        deferred_.push_back(std::move(*ev));
-      }
+    agent::StopWorkers(workers_, signo, grace, q_, deferred_);
+  }
+
+  // The job is over: what the workers left behind (reparented to this
+  // agent, a subreaper) is stopped, unless --keep_orphans.
+  void EndOfJob() {
+    const int n = StopLeftovers(o_.shutdown_timeout, o_.keep_orphans);
+    if (n == 0) return;
+    if (o_.keep_orphans) {
+      std::fprintf(stderr, "meshrun: left %d process%s started by the workers running (--keep_orphans)\n", n,
+                   n == 1 ? "" : "es");
+    } else {
+      std::fprintf(stderr, "meshrun: stopped %d process%s left behind by the workers (--keep_orphans keeps them)\n",
+                   n, n == 1 ? "" : "es");
     }
   }
 

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "agent/process.h"
+#include "agent/signal_policy.h"
 
 namespace meshrun::agent {
 
@@ -34,8 +36,17 @@ struct AgentOptions {
   // The worker command, interpreter included ("python3 -u train.py ..."),
   // argv[0] resolved to a path. "${local_rank}" is substituted per worker.
   std::vector<std::string> command;
-  // Signals forwarded to every worker's process group (--signals_to_handle).
-  std::vector<int> forwarded_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  // Signals meshrun handles (--signals_to_handle; DefaultHandledSignals()):
+  // each goes to every worker's main process (signal_policy.h says which
+  // ones stop the job). Signals ignored when meshrun started are left out.
+  std::vector<int> forwarded_signals = DefaultHandledSignals();
+  // --keep_orphans: at the end of the job, leave running what the workers
+  // left behind (else SIGTERM, shutdown_timeout, SIGKILL; one line says how many).
+  bool keep_orphans = false;
+  // --permanent_failure_exit_code: a worker exiting with this code (1..255;
+  // 0: none) marks its failure permanent, as does "permanent": true in its
+  // error file: every node stops at once, no restart is used.
+  int permanent_failure_exit_code = 78;
   absl::Duration shutdown_timeout = absl::Seconds(30);   // --shutdown_timeout.
   absl::Duration join_timeout = absl::Seconds(600);      // rdzv_conf join_timeout.
   absl::Duration last_call_timeout = absl::Seconds(30);  // rdzv_conf last_call_timeout.
@@ -59,6 +70,20 @@ struct AgentOptions {
   std::string redirects;
   std::string tee;
   std::string local_ranks_filter;
+  // torchrun's --log-line-prefix-template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE):
+  // the console prefix of every worker line, ${role_name}/${rank}/${local_rank}
+  // substituted (output.h). Empty: meshrun's "[n<node rank>:r<rank>] ".
+  std::string log_line_prefix_template;
+  // torchrun's --duplicate-std{out,err}-filters: lines containing one of these
+  // also go to <attempt folder>/filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  // torchrun's --virtual-local-rank: LOCAL_RANK=0 for every worker, and
+  // CUDA_VISIBLE_DEVICES its one device (worker_env.h).
+  bool virtual_local_rank = false;
+  // --numa_binding, resolved by the launcher: local rank i's CPUs and NUMA
+  // nodes (entry i); empty: no binding.
+  std::vector<CpuBinding> numa_bindings;
 };
 
 class NodeAgent {

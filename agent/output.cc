@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/checks.h"
@@ -60,6 +61,54 @@ absl::StatusOr<std::vector<int>> ParseStd(const std::string& text, int nproc, co
     masks[lr] = v;
   }
   return masks;
+}
+
+absl::StatusOr<std::string> ExpandLogLinePrefix(const std::string& tmpl, const std::string& role_name, int rank,
+                                                int local_rank) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < tmpl.size()) {
+    size_t at = tmpl.find("${", pos);
+    if (at == std::string::npos) {
+      out.append(tmpl, pos, std::string::npos);
+      break;
+    }
+    out.append(tmpl, pos, at - pos);
+    size_t close = tmpl.find('}', at);
+    std::string name = close == std::string::npos ? "" : tmpl.substr(at + 2, close - at - 2);
+    if (name == "role_name") {
+      out += role_name;
+    } else if (name == "rank") {
+      out += absl::StrCat(rank);
+    } else if (name == "local_rank") {
+      out += absl::StrCat(local_rank);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--log-line-prefix-template='", tmpl, "': unknown macro '",
+          close == std::string::npos ? tmpl.substr(at) : tmpl.substr(at, close - at + 1),
+          "'; allowed: ${role_name}, ${rank}, ${local_rank}"));
+    }
+    pos = close + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> ParseDuplicateFilters(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      cur += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      cur += ',';
+      ++i;
+    } else {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
 }
 
 absl::StatusOr<std::vector<bool>> ParseLocalRanksFilter(const std::string& text, int nproc) {
@@ -122,8 +171,12 @@ absl::StatusOr<std::pair<int, int>> OutputPump::Add(int id, const WorkerRoutes& 
   if (!out_file.ok()) return out_file.status();
   absl::StatusOr<int> err_file = open_file(routes.err.file);
   if (!err_file.ok()) return err_file.status();
-  w->out = Stream{pipes[0][0], false, *out_file, routes.out.console, ""};
-  w->err = Stream{pipes[1][0], true, *err_file, routes.err.console, ""};
+  absl::StatusOr<int> out_dup = open_file(routes.out.duplicate_filters.empty() ? "" : routes.out.duplicate_file);
+  if (!out_dup.ok()) return out_dup.status();
+  absl::StatusOr<int> err_dup = open_file(routes.err.duplicate_filters.empty() ? "" : routes.err.duplicate_file);
+  if (!err_dup.ok()) return err_dup.status();
+  w->out = Stream{pipes[0][0], false, *out_file, routes.out.console, "", *out_dup, routes.out.duplicate_filters};
+  w->err = Stream{pipes[1][0], true, *err_file, routes.err.console, "", *err_dup, routes.err.duplicate_filters};
   {
     absl::MutexLock lock(&mu_);
     workers_[id] = std::move(w);
@@ -135,6 +188,14 @@ absl::StatusOr<std::pair<int, int>> OutputPump::Add(int id, const WorkerRoutes& 
 void OutputPump::EmitLine(Worker& w, Stream& s, const std::string& line) {
   if (s.file_fd >= 0) WriteAll(s.file_fd, line + "\n");
   if (s.console) WriteAll(s.is_err ? 2 : 1, absl::StrCat(w.prefix, line, "\n"));
+  if (s.dup_fd >= 0) {
+    for (const auto& f : s.dup_filters) {
+      if (absl::StrContains(line, f)) {
+        WriteAll(s.dup_fd, absl::StrCat(w.prefix, line, "\n"));
+        break;
+      }
+    }
+  }
   if (s.is_err) {
     w.tail.push_back(line);
     if (w.tail.size() > kTailLines) w.tail.pop_front();
@@ -148,8 +209,10 @@ void OutputPump::CloseStream(Worker& w, Stream& s) {
   }
   if (s.fd >= 0) ::close(s.fd);
   if (s.file_fd >= 0) ::close(s.file_fd);
+  if (s.dup_fd >= 0) ::close(s.dup_fd);
   s.fd = -1;
   s.file_fd = -1;
+  s.dup_fd = -1;
 }
 
 bool OutputPump::Drain(Worker& w, Stream& s) {

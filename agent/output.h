@@ -22,6 +22,11 @@ namespace meshrun::agent {
 struct StreamRoute {
   bool console = true;  // To meshrun's own stdout/stderr, prefixed.
   std::string file;     // Appended to this file when non-empty.
+  // torchrun's --duplicate-std{out,err}-filters: a line containing any of
+  // these substrings is also appended, prefixed, to `duplicate_file`
+  // (shared by the attempt's workers; each line is one append).
+  std::vector<std::string> duplicate_filters;
+  std::string duplicate_file;
 };
 
 struct WorkerRoutes {
@@ -33,6 +38,18 @@ struct WorkerRoutes {
 // "2" stderr, "3" both, or per local rank "0:1,1:2". Returns one mask per
 // local rank (bit 1 stdout, bit 2 stderr). INVALID_ARGUMENT naming the value.
 absl::StatusOr<std::vector<int>> ParseStd(const std::string& text, int nproc, const std::string& flag);
+
+// torchrun's log line prefix template (--log-line-prefix-template or
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE): "${role_name}", "${rank}" (global)
+// and "${local_rank}" are replaced; the result is the whole prefix, nothing
+// added (torchrun's default is "[${role_name}${local_rank}]:"). Any other
+// "${...}" is INVALID_ARGUMENT naming it and the three allowed. Pure.
+absl::StatusOr<std::string> ExpandLogLinePrefix(const std::string& tmpl, const std::string& role_name, int rank,
+                                                int local_rank);
+
+// torchrun's --duplicate-std*-filters value: a comma list of substrings,
+// ",," standing for a literal comma; empty items are dropped. Pure.
+std::vector<std::string> ParseDuplicateFilters(const std::string& text);
 
 // Parses --local_ranks_filter "0,2" into a mask per local rank (empty text:
 // all). INVALID_ARGUMENT for a rank outside 0..nproc-1.
@@ -71,6 +88,8 @@ class OutputPump {
     int file_fd = -1;
     bool console = true;
     std::string partial;
+    int dup_fd = -1;
+    std::vector<std::string> dup_filters;
   };
   struct Worker {
     std::string prefix;

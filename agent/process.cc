@@ -1,6 +1,9 @@
 #include "agent/process.h"
 
 #include <fcntl.h>
+#include <linux/mempolicy.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -19,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/signal_policy.h"
 #include "common/checks.h"
 
 namespace meshrun::agent {
@@ -40,7 +44,7 @@ constexpr SigName kSignals[] = {
 }  // namespace
 
 absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& envp,
-                            int stdout_fd, int stderr_fd) {
+                            int stdout_fd, int stderr_fd, bool all_signals_blocked, const CpuBinding* binding) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
   // Everything the child needs is prepared before fork: after fork only
   // async-signal-safe calls are allowed (gRPC threads may hold locks).
@@ -53,8 +57,30 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vec
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return PosixError(errno, "pipe2");
   const pid_t parent = ::getpid();
-  sigset_t empty;
-  sigemptyset(&empty);
+  sigset_t child_mask;
+  if (all_signals_blocked) {
+    sigfillset(&child_mask);
+  } else {
+    sigemptyset(&child_mask);
+  }
+  const bool restore_sigpipe = !IgnoredAtStart(SIGPIPE);
+  // The binding, as the system calls take it (built before fork).
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  constexpr int kMaxNodes = 1024;
+  unsigned long nodes[kMaxNodes / (8 * sizeof(unsigned long))] = {};
+  const bool bind_cpus = binding != nullptr && !binding->cpus.empty();
+  const bool bind_mem = binding != nullptr && !binding->mem_nodes.empty();
+  if (bind_cpus) {
+    for (int c : binding->cpus) {
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
+    }
+  }
+  if (bind_mem) {
+    for (int n : binding->mem_nodes) {
+      if (n >= 0 && n < kMaxNodes) nodes[n / (8 * sizeof(unsigned long))] |= 1UL << (n % (8 * sizeof(unsigned long)));
+    }
+  }
 
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -70,10 +96,21 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vec
     if (::getppid() != parent) ::_exit(127);  // The agent died before prctl.
     if (stdout_fd >= 0) ::dup2(stdout_fd, 1);
     if (stderr_fd >= 0) ::dup2(stderr_fd, 2);
-    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    if (bind_cpus && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+      const char msg[] = "meshrun: warning: --numa_binding: sched_setaffinity failed; running unbound\n";
+      ssize_t unused = ::write(2, msg, sizeof(msg) - 1);
+      (void)unused;
+    }
+    if (bind_mem && ::syscall(SYS_set_mempolicy, MPOL_BIND, nodes, kMaxNodes + 1) != 0) {
+      const char msg[] = "meshrun: warning: --numa_binding: set_mempolicy failed; memory is not bound\n";
+      ssize_t unused = ::write(2, msg, sizeof(msg) - 1);
+      (void)unused;
+    }
+    ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     // gRPC ignores SIGPIPE in this process; an ignored disposition would
-    // survive exec, so give the worker the default back.
-    ::signal(SIGPIPE, SIG_DFL);
+    // survive exec, so give the worker the default back (unless meshrun's
+    // own parent had it ignored: leave it as meshrun found it).
+    if (restore_sigpipe) ::signal(SIGPIPE, SIG_DFL);
     ::execve(cargv[0], cargv.data(), cenv.data());
     int err = errno;
     ssize_t unused = ::write(pipefd[1], &err, sizeof(err));
@@ -98,10 +135,6 @@ absl::Status CheckExec(Child& child, const std::string& argv0) {
   child.exec_fd = -1;
   if (n == sizeof(err)) return PosixError(err, "exec", argv0);
   return absl::OkStatus();
-}
-
-void SignalGroup(pid_t pgid, int signo) {
-  if (pgid > 0) ::kill(-pgid, signo);
 }
 
 std::string SignalName(int signo) {

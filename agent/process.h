@@ -21,23 +21,36 @@ struct Child {
   int exec_fd = -1;
 };
 
+// CPUs and NUMA nodes (OS indices) a worker is bound to (--numa_binding);
+// both empty: no binding.
+struct CpuBinding {
+  std::vector<int> cpus;
+  std::vector<int> mem_nodes;
+};
+
 // Forks and execs `argv` with environment `envp` ("K=V" strings) in a new
 // process group (setpgid), with PR_SET_PDEATHSIG=SIGKILL tied to the calling
 // thread (so call it from one long-lived thread), the signal mask cleared, and
 // only async-signal-safe calls between fork and exec. `argv[0]` is run as is
 // (execve; resolve it against PATH first). stdout/stderr are inherited unless
-// `stdout_fd`/`stderr_fd` are >= 0, then dup2'ed onto 1 and 2.
+// `stdout_fd`/`stderr_fd` are >= 0, then dup2'ed onto 1 and 2. With
+// `all_signals_blocked` the child starts with every signal blocked instead
+// (meshrun-worker-shim takes them with sigwaitinfo: no window in which a
+// forwarded signal could kill it). SIGPIPE gets its default action back
+// (gRPC ignores it in meshrun) unless it was ignored when meshrun started
+// (signal_policy.h); other dispositions are inherited as they are. With
+// `binding` the child binds itself before exec: sched_setaffinity to its
+// CPUs and set_mempolicy(MPOL_BIND) to its NUMA nodes (inherited by exec
+// and by the worker's children); a failure is written to its stderr as a
+// warning and the worker runs unbound.
 // Returns at once; call CheckExec to learn whether exec succeeded.
 absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& envp,
-                            int stdout_fd = -1, int stderr_fd = -1);
+                            int stdout_fd = -1, int stderr_fd = -1, bool all_signals_blocked = false,
+                            const CpuBinding* binding = nullptr);
 
 // Waits until `child` has exec'ed (OK) or failed to (the errno as a status
 // naming argv0). Closes child.exec_fd.
 absl::Status CheckExec(Child& child, const std::string& argv0);
-
-// Sends `signo` to the whole process group `pgid`; ESRCH (already gone) is
-// not an error.
-void SignalGroup(pid_t pgid, int signo);
 
 // "SIGSEGV" for 11, "SIG<n>" for unknown numbers.
 std::string SignalName(int signo);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "common/env_registry.h"
 
 extern char** environ;
@@ -51,6 +52,19 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   if (!a.node_addr.empty()) set(env::kNodeAddr, a.node_addr);
   if (!in.gloo_socket_ifname.empty()) set_default(env::kGlooSocketIfname, in.gloo_socket_ifname);
   if (!in.token.empty()) set(env::kToken, in.token);
+  if (in.virtual_local_rank) {
+    set(env::kLocalRank, "0");
+    std::string device = absl::StrCat(in.local_rank);
+    auto visible = env.find(std::string(env::kCudaVisibleDevices.name));
+    if (visible != env.end() && !visible->second.empty()) {
+      std::vector<std::string> list = absl::StrSplit(visible->second, ',');
+      if (in.local_rank < static_cast<int>(list.size())) device = list[in.local_rank];
+    }
+    set(env::kCudaVisibleDevices, device);
+  }
+  if (in.permanent_failure_exit_code != 0) {
+    set(env::kPermanentFailureExitCode, absl::StrCat(in.permanent_failure_exit_code));
+  }
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));

@@ -22,6 +22,11 @@ struct WorkerEnvInput {
   // The interface holding assignment.node_addr: GLOO_SOCKET_IFNAME when the
   // base environment lacks it (empty: not set).
   std::string gloo_socket_ifname;
+  int permanent_failure_exit_code = 0;  // MESHRUN_PERMANENT_FAILURE_EXIT_CODE; not set when 0.
+  // torchrun's --virtual-local-rank: LOCAL_RANK=0, and CUDA_VISIBLE_DEVICES
+  // the worker's one device: entry `local_rank` of `base`'s list when set
+  // (the launcher checks it is long enough), else `local_rank` itself.
+  bool virtual_local_rank = false;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the

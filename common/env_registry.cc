@@ -13,8 +13,8 @@ constexpr Var kAll[] = {
     kRoleRank, kRoleName, kRoleWorldSize, kMasterAddr, kMasterPort, kRunId,
     kRestartCount, kMaxRestarts, kUseAgentStore, kErrorFile, kOmpNumThreads,
     kTorchNcclAsyncErrorHandling, kNcclAsyncErrorHandling, kStoreEndpoint,
-    kMeshrunRunId, kRound, kNodeRank, kNodeAddr, kGlooSocketIfname, kToken, kPythonExec, kLogLevel,
-    kShutdownTimeoutEnv, kCudaVisibleDevices,
+    kMeshrunRunId, kRound, kNodeRank, kNodeAddr, kGlooSocketIfname, kPermanentFailureExitCode, kToken,
+    kPythonExec, kLogLevel, kShutdownTimeoutEnv, kCudaVisibleDevices, kLogLinePrefixTemplate,
 };
 
 }  // namespace

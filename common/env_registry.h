@@ -55,13 +55,15 @@ inline constexpr Var kRound{"MESHRUN_ROUND", Type::kInt, Use::kSetForWorkers, "T
 inline constexpr Var kNodeAddr{"MESHRUN_NODE_ADDR", Type::kString, Use::kSetForWorkers, "This node's advertised address (numeric), decided in the rendezvous: what the other nodes reach it on; libmesh's Gloo pairs bind it."};
 inline constexpr Var kGlooSocketIfname{"GLOO_SOCKET_IFNAME", Type::kString, Use::kSetForWorkers, "When unset: the interface holding MESHRUN_NODE_ADDR, so PyTorch's Gloo does not bind what the host name resolves to (127.0.1.1 on Debian). A value the user set is kept."};
 inline constexpr Var kNodeRank{"MESHRUN_NODE_RANK", Type::kInt, Use::kSetForWorkers, "Node rank (same as GROUP_RANK)."};
+inline constexpr Var kPermanentFailureExitCode{"MESHRUN_PERMANENT_FAILURE_EXIT_CODE", Type::kInt, Use::kSetForWorkers, "Exit with this code to mark a failure permanent: the job stops on every node without a restart (--permanent_failure_exit_code; unset when 0)."};
 inline constexpr Var kToken{"MESHRUN_TOKEN", Type::kString, Use::kReadEverywhere, "Shared secret: the server requires it on every request; agents and workers send it."};
 
 // What meshrun itself reads.
 inline constexpr Var kPythonExec{"PYTHON_EXEC", Type::kString, Use::kReadByLauncher, "Interpreter for .py programs and -m modules (default python3)."};
 inline constexpr Var kLogLevel{"MESHRUN_LOG_LEVEL", Type::kString, Use::kReadEverywhere, "meshrun's log level: trace, debug, info, warn (default), error, off."};
 inline constexpr Var kShutdownTimeoutEnv{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", Type::kDuration, Use::kReadByLauncher, "Default of --shutdown_timeout, in seconds (torchrun's)."};
-inline constexpr Var kCudaVisibleDevices{"CUDA_VISIBLE_DEVICES", Type::kString, Use::kReadByLauncher, "Honoured when counting GPUs for --nproc_per_node=gpu|auto; passed to workers."};
+inline constexpr Var kCudaVisibleDevices{"CUDA_VISIBLE_DEVICES", Type::kString, Use::kReadByLauncher, "Honoured when counting GPUs for --nproc_per_node=gpu|auto and --numa-binding; passed to workers (with --virtual-local-rank: each worker's one device)."};
+inline constexpr Var kLogLinePrefixTemplate{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", Type::kString, Use::kReadByLauncher, "Default of --log-line-prefix-template (torchrun's): ${role_name}, ${rank}, ${local_rank}."};
 
 // Returns every variable above, in the order of this file.
 std::span<const Var> AllVars();

@@ -17,13 +17,14 @@
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
 #include "rendezvous/limits.h"
+#include "launcher/numa_binding.h"
 
 namespace meshrun::launcher {
 namespace {
 
 constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout"};
+    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port"};
 
 int UsageError(const std::string& msg) {
   std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
@@ -132,6 +133,12 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
         return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a positive integer"));
       }
       a.keep_alive_max_attempt = n;
+    } else if (key == "metrics_port") {
+      int port = -1;
+      if (!absl::SimpleAtoi(value, &port) || port < 0 || port > 65535) {
+        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a TCP port 0..65535 (0: any free)"));
+      }
+      config->metrics_port = port;
     } else if (key == "is_host") {
       auto b = ParseBool(key, value);
       if (!b.ok()) return b.status();
@@ -154,7 +161,8 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       "meshrun: launch multi-process, multi-host jobs (torchrun's command line).\n"
       "Usage: meshrun [flags] prog [args...]\n"
       "       meshrun server [flags]   (the rendezvous server as a daemon; see meshrun server --help)\n"
-      "       meshrun mesh [flags]     (print a mesh layout; see meshrun mesh --help)",
+      "       meshrun mesh [flags]     (print a mesh layout; see meshrun mesh --help)\n"
+      "       meshrun status [flags]   (a run as the server sees it; see meshrun status --help)",
       "meshrun"};
   app.prefix_command();
   app.set_version_flag("--version", "meshrun " MESHRUN_VERSION);
@@ -163,9 +171,11 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   std::string nnodes = "1:1", nproc = "1", backend, endpoint, run_id = "none", rdzv_conf;
   std::string role = "default", master_addr = "127.0.0.1", local_addr, log_dir, start_method, signals;
   std::string shutdown_timeout, redirects, tee, local_ranks_filter;
-  int node_rank = -1, master_port = 29500, max_restarts = 0;
+  std::string prefix_template, dup_stdout, dup_stderr, numa_binding, logs_specs, event_log_handler;
+  int node_rank = -1, master_port = 29500, max_restarts = 0, permanent_code = 78;
   double monitor_interval = 0;
-  bool standalone = false, module = false, no_python = false, help_env = false;
+  bool standalone = false, module = false, no_python = false, help_env = false, keep_orphans = false;
+  bool run_path = false, virtual_local_rank = false;
 
   const std::string g_job = "Job size";
   const std::string g_rdzv = "Rendezvous";
@@ -219,6 +229,25 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                  "Only these local ranks (e.g. 0,1) reach the console; files keep everything")
       ->envname("PET_LOCAL_RANKS_FILTER")->group(g_workers);
 
+  app.add_flag("--run_path,--run-path", run_path,
+               "Run prog as a Python script ($PYTHON_EXEC -u prog), whatever its name; wins over --no_python")
+      ->envname("PET_RUN_PATH")->group(g_workers);
+  app.add_option("--log_line_prefix_template,--log-line-prefix-template", prefix_template,
+                 "Console prefix of worker lines: ${role_name}, ${rank}, ${local_rank} (default [n<node>:r<rank>] )")
+      ->envname(std::string(env::kLogLinePrefixTemplate.name))->group(g_workers);
+  app.add_option("--duplicate_stdout_filters,--duplicate-stdout-filters", dup_stdout,
+                 "Comma list of substrings (,, for a comma): matching stdout lines also go to attempt_<round>/filtered_stdout.log")
+      ->envname("PET_DUPLICATE_STDOUT_FILTERS")->group(g_workers);
+  app.add_option("--duplicate_stderr_filters,--duplicate-stderr-filters", dup_stderr,
+                 "The same for stderr (filtered_stderr.log)")
+      ->envname("PET_DUPLICATE_STDERR_FILTERS")->group(g_workers);
+  app.add_flag("--virtual_local_rank,--virtual-local-rank", virtual_local_rank,
+               "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its one device")
+      ->envname("PET_VIRTUAL_LOCAL_RANK")->group(g_workers);
+  app.add_option("--numa_binding,--numa-binding", numa_binding,
+                 "Bind local rank i to the CPUs and memory near GPU i: node, socket, exclusive or core-complex")
+      ->envname("PET_NUMA_BINDING")->group(g_workers);
+
   app.add_option("--max_restarts,--max-restarts", max_restarts,
                  "Job-wide restarts allowed after worker failures")
       ->envname("PET_MAX_RESTARTS")->group(g_fault)->default_str("0");
@@ -226,8 +255,14 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                  "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)")
       ->envname("PET_SHUTDOWN_TIMEOUT")->group(g_fault);
   app.add_option("--signals_to_handle,--signals-to-handle", signals,
-                 "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)")
+                 "Signals passed to each worker's main process (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)")
       ->envname("PET_SIGNALS_TO_HANDLE")->group(g_fault);
+  app.add_option("--permanent_failure_exit_code,--permanent-failure-exit-code", permanent_code,
+                 "A worker exiting with this code fails the job at once, without restarts (1..255; 0: none)")
+      ->envname("PET_PERMANENT_FAILURE_EXIT_CODE")->group(g_fault)->default_str("78");
+  app.add_flag("--keep_orphans,--keep-orphans", keep_orphans,
+               "At the end of the job, leave running what the workers left behind (default: stop it)")
+      ->envname("PET_KEEP_ORPHANS")->group(g_fault);
 
   app.add_option("--master_addr,--master-addr", master_addr, "Node rank 0's address (static backend)")
       ->envname("PET_MASTER_ADDR")->group(g_static)->default_str("127.0.0.1");
@@ -240,6 +275,11 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       ->envname("PET_MONITOR_INTERVAL")->group(g_compat);
   app.add_option("--start_method,--start-method", start_method, "Ignored: workers are always exec'ed")
       ->envname("PET_START_METHOD")->group(g_compat);
+  app.add_option("--logs_specs,--logs-specs", logs_specs, "Ignored: meshrun's log layout is fixed (see --log_dir)")
+      ->envname("PET_LOGS_SPECS")->group(g_compat);
+  app.add_option("--event_log_handler,--event-log-handler", event_log_handler,
+                 "Ignored: meshrun logs its events through MESHRUN_LOG_LEVEL")
+      ->envname("PET_EVENT_LOG_HANDLER")->group(g_compat);
 
   app.add_flag("--help-env,--help_env", help_env, "List every environment variable meshrun reads or sets")
       ->group("Help");
@@ -315,6 +355,39 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                                                   ": must be a number of seconds >= 0"))};
   }
   a.shutdown_timeout = absl::Seconds(grace);
+  a.keep_orphans = keep_orphans;
+  if (permanent_code < 0 || permanent_code > 255) {
+    return {std::nullopt, UsageError(absl::StrCat("--permanent_failure_exit_code=", permanent_code,
+                                                  ": must be an exit code 1..255, or 0 for none"))};
+  }
+  a.permanent_failure_exit_code = permanent_code;
+  if (!prefix_template.empty()) {
+    if (auto p = agent::ExpandLogLinePrefix(prefix_template, role, 0, 0); !p.ok()) {
+      return {std::nullopt, UsageError(std::string(p.status().message()))};
+    }
+  }
+  a.log_line_prefix_template = prefix_template;
+  a.duplicate_stdout_filters = agent::ParseDuplicateFilters(dup_stdout);
+  a.duplicate_stderr_filters = agent::ParseDuplicateFilters(dup_stderr);
+  a.virtual_local_rank = virtual_local_rank;
+  if (!numa_binding.empty()) {
+    absl::StatusOr<NumaMode> mode = ParseNumaMode(numa_binding);
+    if (!mode.ok()) return {std::nullopt, UsageError(std::string(mode.status().message()))};
+    auto placed = PlaceOnThisMachine(*mode, a.nproc, env::Get(env::kCudaVisibleDevices));
+    if (!placed.ok()) return {std::nullopt, UsageError(std::string(placed.status().message()))};
+    for (const NumaPlacement& p : *placed) a.numa_bindings.push_back({p.cpus, p.mem_nodes});
+  }
+  if (virtual_local_rank) {
+    std::optional<std::string> visible = env::Get(env::kCudaVisibleDevices);
+    if (visible) {
+      std::vector<std::string> list = absl::StrSplit(*visible, ',');
+      if (static_cast<int>(list.size()) < a.nproc) {
+        return {std::nullopt, UsageError(absl::StrCat("--virtual_local_rank: CUDA_VISIBLE_DEVICES=", *visible, " lists ",
+                                                      list.size(), " devices for --nproc_per_node=", a.nproc,
+                                                      "; give one device per worker"))};
+      }
+    }
+  }
 
   if (!signals.empty()) {
     a.forwarded_signals.clear();
@@ -356,6 +429,13 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
 
   if (monitor_interval != 0) cfg.notes.push_back("--monitor_interval is not needed: meshrun is told of worker exits at once");
   if (!start_method.empty()) cfg.notes.push_back("--start_method is not needed: meshrun always execs its workers");
+  if (!logs_specs.empty()) {
+    cfg.notes.push_back(absl::StrCat("--logs_specs=", logs_specs, " is ignored: meshrun has one log layout (see --log_dir)"));
+  }
+  if (!event_log_handler.empty()) {
+    cfg.notes.push_back(absl::StrCat("--event_log_handler=", event_log_handler,
+                                     " is ignored: meshrun's events go to its log (MESHRUN_LOG_LEVEL=info)"));
+  }
 
   // --standalone: one node, an embedded server on a free loopback port, a
   // fresh run id (torchrun's meaning).
@@ -396,7 +476,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   std::string prog = rest[0];
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   std::vector<std::string>& cmd = a.command;
-  bool python = module || (!no_python && absl::EndsWith(prog, ".py"));
+  // --run_path (torchrun runs the file with runpy.run_path in a child
+  // interpreter): a Python script whatever its name, even with --no_python.
+  bool python = module || run_path || (!no_python && absl::EndsWith(prog, ".py"));
   if (python) {
     std::string interpreter = env::Get(env::kPythonExec).value_or("python3");
     auto resolved = agent::ResolveProgram(interpreter);
@@ -405,6 +487,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                    std::string(resolved.status().message()).c_str());
       return {std::nullopt, 127};
     }
+    if (run_path) module = false;  // torchrun: --run_path wins over -m.
     if (!module && ::access(prog.c_str(), R_OK) != 0) {
       std::fprintf(stderr, "meshrun: error: training script '%s' does not exist or is not readable\n",
                    prog.c_str());

@@ -47,6 +47,7 @@ int Launch(LaunchConfig config) {
     so.port = config.endpoint_port;
     so.token = a.token;
     so.limits = config.server_limits;
+    so.metrics_port = config.metrics_port;
     // One meshrun per network namespace tries the port (DESIGN.md 4b).
     std::optional<HostClaim> claim;
     absl::Status started_status;
@@ -67,6 +68,9 @@ int Launch(LaunchConfig config) {
       a.endpoint = config.standalone ? server->endpoint()
                                      : Endpoint{config.endpoint_host, server->port()}.ToString();
       Logger("launcher")->info("hosting the rendezvous server on port {}", server->port());
+      if (server->metrics_port() >= 0) {
+        std::fprintf(stderr, "meshrun: metrics on http://%s:%d/metrics\n", so.host.c_str(), server->metrics_port());
+      }
     } else if (config.is_host.value_or(false)) {
       std::fprintf(stderr, "meshrun: error: is_host=1 but %s\n", std::string(started.status().message()).c_str());
       return 1;
@@ -120,6 +124,8 @@ int ServerMain(int argc, char** argv) {
   app.add_option("--limit", limits,
                  "NAME=VALUE: a server limit (repeatable); names and defaults in docs/user-guide.md, Server limits")
       ->allow_extra_args(false);
+  int metrics_port = -1;
+  std::string metrics_host;
   app.add_option("--host", host, "Address to bind: :: (all), 0.0.0.0 (all IPv4), 127.0.0.1, ...")
       ->default_str("::");
   app.add_option("--port", port, "TCP port; 0 lets the OS pick (printed, and written to --port_file)")
@@ -127,7 +133,14 @@ int ServerMain(int argc, char** argv) {
   app.add_option("--port_file,--port-file", port_file, "Write the bound port to this file once listening");
   app.add_option("--shutdown_grace,--shutdown-grace", grace, "Seconds open calls get at shutdown")
       ->default_str("5");
+  app.add_option("--metrics_port,--metrics-port", metrics_port,
+                 "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics (0: any free port; default off)");
+  app.add_option("--metrics_host,--metrics-host", metrics_host, "Address for the metrics port (default: --host)");
   if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun server")) return *done;
+  if (metrics_port < -1 || metrics_port > 65535) {
+    std::fprintf(stderr, "meshrun server: error: --metrics_port=%d: must be in 0..65535\n", metrics_port);
+    return 2;
+  }
   if (port < 0 || port > 65535) {
     std::fprintf(stderr, "meshrun server: error: --port=%d: must be in 0..65535\n", port);
     return 2;
@@ -150,6 +163,8 @@ int ServerMain(int argc, char** argv) {
   so.host = host;
   so.port = port;
   so.token = env::Get(env::kToken).value_or("");
+  so.metrics_port = metrics_port;
+  so.metrics_host = metrics_host;
   auto server = rendezvous::RendezvousServer::Start(so);
   if (!server.ok()) {
     std::fprintf(stderr, "meshrun server: error: %s\n", std::string(server.status().message()).c_str());
@@ -171,6 +186,10 @@ int ServerMain(int argc, char** argv) {
   }
   std::printf("meshrun server listening on %s port %d%s\n", host.c_str(), (*server)->port(),
               so.token.empty() ? "" : " (token required)");
+  if ((*server)->metrics_port() >= 0) {
+    std::printf("meshrun server: metrics on http://%s:%d/metrics\n", (metrics_host.empty() ? host : metrics_host).c_str(),
+                (*server)->metrics_port());
+  }
   std::fflush(stdout);
   // Signals were blocked in main(); wait for one synchronously.
   sigset_t set;

@@ -20,6 +20,9 @@ struct LaunchConfig {
   bool standalone = false;
   // rdzv_conf is_host: nullopt = infer from the endpoint's host.
   std::optional<bool> is_host;
+  // rdzv_conf metrics_port (meshrun's key): the embedded server, when this
+  // meshrun hosts it, serves Prometheus metrics on this port; -1: none.
+  int metrics_port = -1;
   // Host and port of --rdzv_endpoint (or master_addr:master_port for static).
   std::string endpoint_host;
   int endpoint_port = 29400;

@@ -74,7 +74,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   void DropRoundsBelow(int64_t round);
 
   int64_t size() const;
-  // Bytes held (keys and values).
+  // Bytes held: the sum of every stored key's and value's length. O(1).
   int64_t bytes() const;
 
  private:

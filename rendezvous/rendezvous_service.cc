@@ -193,8 +193,14 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::S
 
 }  // namespace
 
-RendezvousService::RendezvousService(RunRegistry* registry, std::string token, const ServerLimits& limits)
-    : registry_(registry), token_(std::move(token)), limits_(limits) {}
+RendezvousService::RendezvousService(RunRegistry* registry, std::string token, ServerMetrics* metrics,
+                                     const ServerLimits& limits)
+    : registry_(registry), token_(std::move(token)), limits_(limits), metrics_(metrics) {}
+
+int RendezvousService::open_watchers() {
+  absl::MutexLock lock(&watch_mu_);
+  return open_watches_;
+}
 
 void RendezvousService::WatchStarted() {
   absl::MutexLock lock(&watch_mu_);
@@ -323,6 +329,9 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
   if (!run) return Reply(kReportFailure, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
   absl::StatusOr<FailureVerdict> v = run->ReportFailure(FromProto(req->failure()), req->session());
   if (!v.ok()) return Reply(kReportFailure, ctx, ToGrpc(v.status()));
+  if (metrics_ != nullptr && v->is_root_cause) {
+    metrics_->RecordFailure(v->root_cause.permanent ? "permanent" : v->root_cause.signal > 0 ? "signal" : "exit_code");
+  }
   resp->set_decision(v->decision == Decision::kRestart ? pb::ReportFailureResponse::RESTART
                                                        : pb::ReportFailureResponse::STOP);
   resp->set_next_round(v->next_round);
@@ -497,14 +506,7 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
   if (auto s = Admit(kStatus, req->run(), /*need_run_id=*/false); !s.ok()) return Reply(kStatus, ctx, s);
   for (const RunStatus& r : registry_->Status()) {
     if (!req->run().run_id().empty() && r.run_id != req->run().run_id()) continue;
-    pb::RunStatus* out = resp->add_runs();
-    out->set_run_id(r.run_id);
-    out->set_round(r.round);
-    out->set_state(r.state);
-    out->set_nodes(r.nodes);
-    out->set_world_size(r.world_size);
-    out->set_restart_count(r.restart_count);
-    out->set_kv_keys(r.kv_keys);
+    ToProto(r, resp->add_runs());
   }
   for (int m = 0; m < kNumMethods; ++m) {
     (*resp->mutable_request_counts())[kMethodNames[m]] = counts_[m].load(std::memory_order_relaxed);

@@ -10,6 +10,7 @@
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "absl/synchronization/mutex.h"
+#include "rendezvous/metrics.h"
 #include "rendezvous/run.h"
 
 namespace meshrun::rendezvous {
@@ -21,9 +22,15 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
     kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kNumMethods
   };
 
-  // `registry` must outlive the service. `token`: required on every request
-  // when non-empty. `limits`: lengths and sizes checked at the door.
-  RendezvousService(RunRegistry* registry, std::string token, const ServerLimits& limits = ServerLimits());
+  // `registry` (and `metrics`, when not null) must outlive the service.
+  // `token`: required on every request when non-empty. `metrics` counts the
+  // root causes of failures by cause. `limits`: lengths and sizes checked
+  // at the door.
+  RendezvousService(RunRegistry* registry, std::string token, ServerMetrics* metrics = nullptr,
+                    const ServerLimits& limits = ServerLimits());
+
+  // Watch streams open now (one per connected agent). Thread-safe.
+  int open_watchers();
 
   void set_port(int port) { port_ = port; }
 
@@ -84,6 +91,7 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   RunRegistry* const registry_;
   const std::string token_;
   const ServerLimits limits_;
+  ServerMetrics* const metrics_;
   int port_ = 0;
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
   std::array<std::atomic<int64_t>, kNumMethods> refused_{};

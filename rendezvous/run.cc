@@ -599,7 +599,8 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
   has_root_cause_ = true;
   RunEvent ev;
   ev.root_cause = root_cause_;
-  if (restart_count_ < config_.max_restarts) {
+  // A permanent failure is not retried: the run fails now, budget or not.
+  if (!root_cause_.permanent && restart_count_ < config_.max_restarts) {
     ++restart_count_;
     // Every member re-forms, plus nodes waiting.
     const int survivors = static_cast<int>(members_.size());
@@ -764,8 +765,39 @@ RunStatus Run::Status() const {
     s.nodes = static_cast<int>(state_ == State::kJoining ? pending_.size() : members_.size());
     for (const auto& m : members_) s.world_size += m.node.nproc;
     s.restart_count = restart_count_;
+    s.max_restarts = config_.max_restarts;
+    s.min_nodes = config_.min_nodes;
+    s.max_nodes = config_.max_nodes;
+    s.lost_nodes = static_cast<int>(lost_.size());
+    const absl::Time now = absl::Now();
+    auto age = [&](const std::string& id) {
+      auto it = last_seen_.find(id);
+      return it == last_seen_.end() ? absl::Seconds(-1) : now - it->second;
+    };
+    for (const auto& m : members_) {
+      NodeStatus n{m.node.node_id, m.node.hostname, m.node.addr, m.assignment.node_rank, m.node.nproc, "",
+                   age(m.node.node_id)};
+      if (finished_.contains(m.node.node_id)) {
+        n.state = "finished";
+      } else {
+        n.state = state_ == State::kRunning ? "running" : StateName(state_);
+      }
+      s.node_list.push_back(std::move(n));
+    }
+    std::sort(s.node_list.begin(), s.node_list.end(),
+              [](const NodeStatus& a, const NodeStatus& b) { return a.node_rank < b.node_rank; });
+    for (const auto& j : pending_) {
+      NodeStatus n{j.node.node_id, j.node.hostname, j.node.addr, -1, j.node.nproc, "", age(j.node.node_id)};
+      if (state_ == State::kRunning) {
+        n.state = static_cast<int>(members_.size()) >= config_.max_nodes ? "standing by" : "waiting";
+      } else {
+        n.state = "joining";
+      }
+      s.node_list.push_back(std::move(n));
+    }
   }
   s.kv_keys = kv_->size();
+  s.kv_bytes = kv_->bytes();
   return s;
 }
 

@@ -69,10 +69,12 @@ class Run : public std::enable_shared_from_this<Run> {
 
   // Accepts a worker failure of round `failure.round`. The first report of a
   // round is the root cause: the budget pays one restart (round+1 opens,
-  // RESTART is pushed) or, when spent, the run fails (RUN_FAILED). Later
-  // reports of that round are secondary and get the same decision. Only
-  // from a member (of the running round, or of the round being re-formed)
-  // with its credential: else PERMISSION_DENIED and nothing changes.
+  // RESTART is pushed) or, when spent or when the failure is permanent
+  // (`failure.permanent`), the run fails (RUN_FAILED) and no restart is used.
+  // Later reports of that round are secondary and get the same decision.
+  // Only from a member (of the running round, or of the round being
+  // re-formed) with its credential: else PERMISSION_DENIED and nothing
+  // changes.
   absl::StatusOr<FailureVerdict> ReportFailure(WorkerFailure failure, const std::string& session);
 
   // The exit barrier: `node_id` finished round `round`; `done` is answered

@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/http_text_server.h"
 #include "rendezvous/rendezvous_service.h"
+#include "rendezvous/rpc_metrics.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -32,7 +34,9 @@ struct RendezvousServer::Impl {
   ServerOptions options;
   DeadlineTimer timer;
   std::unique_ptr<RunRegistry> registry;
+  ServerMetrics metrics;
   std::unique_ptr<RendezvousService> service;
+  std::unique_ptr<HttpTextServer> http;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   bool shut_down = false;
@@ -58,11 +62,16 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
-  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, options.limits);
+  impl->service =
+      std::make_unique<RendezvousService>(impl->registry.get(), options.token, &impl->metrics, options.limits);
 
   std::string host = options.host;
   std::string addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", options.port)
                                                  : absl::StrCat(host, ":", options.port);
+  // gRPC's standard health service (grpc.health.v1.Health, Check and Watch)
+  // on the same port, outside the token: "" and "meshrun.v1.Rendezvous"
+  // answer SERVING while the server runs, NOT_SERVING once it shuts down.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // One server per port: a second agent on this host must fail to bind and
   // become a client (DESIGN.md §1.2).
@@ -82,12 +91,33 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
                                                                                 options.limits.handshake_timeout))));
   builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(&impl->metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     return absl::AlreadyExistsError(absl::StrCat(
         "cannot bind the rendezvous server to ", addr, " (address in use or not local)"));
   }
   impl->service->set_port(impl->port);
+  if (options.metrics_port >= 0) {
+    Impl* raw = impl.get();
+    auto http = HttpTextServer::Start(
+        options.metrics_host.empty() ? host : options.metrics_host, options.metrics_port, "/metrics",
+        "text/plain; version=0.0.4; charset=utf-8",
+        [raw] { return raw->metrics.Render(raw->registry->Status(), raw->service->open_watchers()); });
+    if (!http.ok()) {
+      impl->server->Shutdown(absl::ToChronoTime(absl::Now()));
+      impl->server->Wait();
+      return http.status();
+    }
+    impl->http = std::move(*http);
+    Logger("rdzv")->info("metrics on http://{}:{}/metrics", options.metrics_host.empty() ? host : options.metrics_host,
+                         impl->http->port());
+  }
+  if (grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService()) {
+    health->SetServingStatus(kHealthServiceName, true);
+  }
   Logger("rdzv")->info("rendezvous server listening on {} (port {})", addr, impl->port);
   return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(impl)));
 }
@@ -97,6 +127,10 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
   impl_->shut_down = true;
   // Parked calls (joins, store waits, barriers) are answered ABORTED first,
   // so the graceful phase does not wait on them.
+  if (grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService()) {
+    health->SetServingStatus(false);  // Probes see NOT_SERVING during the grace period.
+  }
+  impl_->http.reset();
   impl_->registry->CloseAll(why);
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   impl_->server->Wait();
@@ -107,6 +141,8 @@ bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
 }
 
 int RendezvousServer::port() const { return impl_->port; }
+
+int RendezvousServer::metrics_port() const { return impl_->http ? impl_->http->port() : -1; }
 
 std::string RendezvousServer::endpoint() const {
   std::string host = impl_->options.host;

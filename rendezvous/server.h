@@ -24,7 +24,16 @@ struct ServerOptions {
   std::string token;
   // Bounds on everything a client may ask for (limits.h).
   ServerLimits limits;
+  // Prometheus metrics (metrics.h) over HTTP at GET /metrics on this port:
+  // -1 none, 0 the OS picks (read it back with metrics_port()). The address
+  // is `metrics_host`, or `host` when empty.
+  int metrics_port = -1;
+  std::string metrics_host;
 };
+
+// The service name the standard health service reports for the rendezvous
+// service (besides "", the whole server).
+inline constexpr const char* kHealthServiceName = "meshrun.v1.Rendezvous";
 
 class RendezvousServer {
  public:
@@ -32,7 +41,10 @@ class RendezvousServer {
   // same port fails with ALREADY_EXISTS ("address in use") — that is how an
   // agent learns another agent on its host already hosts the server.
   // INVALID_ARGUMENT for a bad host. Callback API: a waiting get, a join or
-  // a watch parks a reactor, never a thread.
+  // a watch parks a reactor, never a thread. The same port also serves
+  // gRPC's standard health service (grpc.health.v1.Health: Check, Watch),
+  // without the token, as grpc_health_probe and Kubernetes' gRPC probes
+  // expect: "" and kHealthServiceName are SERVING until Shutdown starts.
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(const ServerOptions& options);
 
   // Shuts down: parked calls are answered ABORTED and event streams end
@@ -49,6 +61,8 @@ class RendezvousServer {
 
   // The bound port (the OS's choice when options.port was 0).
   int port() const;
+  // The metrics port, or -1 when metrics are off.
+  int metrics_port() const;
   // "host:port" to reach this server, with the host as given in options
   // ("127.0.0.1" when it bound to all addresses).
   std::string endpoint() const;

@@ -68,6 +68,9 @@ struct WorkerFailure {
   std::string message;
   int64_t round = 0;
   absl::Time time;  // Server clock when accepted.
+  // Not worth a restart (the worker said so): as the root cause it fails
+  // the run at once, restarts left or not.
+  bool permanent = false;
 };
 
 struct RunEvent {
@@ -99,6 +102,21 @@ struct BarrierResult {
   int node_count = 0;
 };
 
+// One node as the server sees it, for `meshrun status`.
+struct NodeStatus {
+  std::string node_id;
+  std::string hostname;
+  std::string addr;
+  int node_rank = -1;   // -1 while it waits or stands by.
+  int nproc = 0;
+  // "running", "finished" (at the exit barrier), "joining" (a member of the
+  // round being formed), "waiting" (wants the next round) or "standing by"
+  // (at MAX, taken in when a node is lost).
+  std::string state;
+  // Time since its last keep-alive (or join); negative when never seen.
+  absl::Duration keepalive_age = absl::Seconds(-1);
+};
+
 struct RunStatus {
   std::string run_id;
   int64_t round = 0;
@@ -107,6 +125,13 @@ struct RunStatus {
   int world_size = 0;
   int restart_count = 0;
   int64_t kv_keys = 0;
+  int max_restarts = 0;
+  int min_nodes = 0;
+  int max_nodes = 0;
+  // Members of the current round (by node rank), then joiners in join order.
+  std::vector<NodeStatus> node_list;
+  int lost_nodes = 0;  // Nodes declared lost in this run so far.
+  int64_t kv_bytes = 0;  // Bytes of keys and values in its store.
 };
 
 // Receives a run's events, in order. Implementations must not block and must

@@ -29,6 +29,7 @@ void ToProto(const WorkerFailure& f, pb::WorkerFailure* out) {
   out->set_signal(f.signal);
   out->set_message(f.message);
   out->set_round(f.round);
+  out->set_permanent(f.permanent);
   out->set_timestamp_ms(f.time == absl::Time() ? 0 : absl::ToUnixMillis(f.time));
 }
 
@@ -43,6 +44,7 @@ WorkerFailure FromProto(const pb::WorkerFailure& f) {
   out.signal = f.signal();
   out.message = f.message();
   out.round = f.round();
+  out.permanent = f.permanent();
   if (f.timestamp_ms() != 0) out.time = absl::FromUnixMillis(f.timestamp_ms());
   return out;
 }
@@ -154,6 +156,51 @@ std::string PeerIp(const std::string& grpc_peer) {
     return "";
   }
   return ip;
+}
+
+void ToProto(const RunStatus& r, v1::RunStatus* out) {
+  out->set_run_id(r.run_id);
+  out->set_round(r.round);
+  out->set_state(r.state);
+  out->set_nodes(r.nodes);
+  out->set_world_size(r.world_size);
+  out->set_restart_count(r.restart_count);
+  out->set_kv_keys(r.kv_keys);
+  out->set_max_restarts(r.max_restarts);
+  out->set_min_nodes(r.min_nodes);
+  out->set_max_nodes(r.max_nodes);
+  out->set_lost_nodes(r.lost_nodes);
+  for (const NodeStatus& n : r.node_list) {
+    v1::NodeStatus* p = out->add_node_list();
+    p->set_node_id(n.node_id);
+    p->set_hostname(n.hostname);
+    p->set_addr(n.addr);
+    p->set_node_rank(n.node_rank);
+    p->set_nproc(n.nproc);
+    p->set_state(n.state);
+    p->set_keepalive_age_ms(n.keepalive_age < absl::ZeroDuration() ? -1 : absl::ToInt64Milliseconds(n.keepalive_age));
+  }
+}
+
+RunStatus FromProto(const v1::RunStatus& r) {
+  RunStatus out;
+  out.run_id = r.run_id();
+  out.round = r.round();
+  out.state = r.state();
+  out.nodes = r.nodes();
+  out.world_size = r.world_size();
+  out.restart_count = r.restart_count();
+  out.kv_keys = r.kv_keys();
+  out.max_restarts = r.max_restarts();
+  out.min_nodes = r.min_nodes();
+  out.max_nodes = r.max_nodes();
+  out.lost_nodes = r.lost_nodes();
+  for (const auto& p : r.node_list()) {
+    NodeStatus n{p.node_id(), p.hostname(), p.addr(), p.node_rank(), p.nproc(), p.state(),
+                 p.keepalive_age_ms() < 0 ? absl::Seconds(-1) : absl::Milliseconds(p.keepalive_age_ms())};
+    out.node_list.push_back(std::move(n));
+  }
+  return out;
 }
 
 }  // namespace meshrun::rendezvous::wire

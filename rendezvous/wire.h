@@ -29,5 +29,7 @@ v1::RunEvent ToProto(const RunEvent& e);
 // Empty for anything else (e.g. "unix:/path"). Pure function.
 std::string PeerIp(const std::string& grpc_peer);
 RunEvent FromProto(const v1::RunEvent& e);
+void ToProto(const RunStatus& r, v1::RunStatus* out);
+RunStatus FromProto(const v1::RunStatus& r);
 
 }  // namespace meshrun::rendezvous::wire

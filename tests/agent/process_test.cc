@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "agent/process.h"
 
@@ -49,4 +50,24 @@ TEST_CASE("spawned children run in their own process group and report exec failu
   absl::Status s = CheckExec(*bad, "/no/such/binary");
   CHECK(absl::IsNotFound(s));
   waitpid(bad->pid, &status, 0);
+}
+
+TEST_CASE("a spawned child with a binding runs on its CPUs only", "[process]") {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const int cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
+  CpuBinding binding{{cpu}, {0}};
+  auto child = Spawn({"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"}, {"PATH=/bin:/usr/bin"}, fds[1], -1,
+                     false, &binding);
+  close(fds[1]);
+  REQUIRE(child.ok());
+  REQUIRE(CheckExec(*child, "/bin/sh").ok());
+  std::string out;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, n);
+  close(fds[0]);
+  int status = 0;
+  waitpid(child->pid, &status, 0);
+  CHECK(out == "Cpus_allowed_list:\t" + std::to_string(cpu) + "\n");
+  CHECK(ExitCodeOf(status) == 0);
 }

@@ -66,7 +66,7 @@ TEST_CASE("two nodes: a worker failing on node A restarts both nodes in the same
   CHECK(CountOccurrences(a.out() + b.out(), "round=1 restarts=1") == 4);
 }
 
-TEST_CASE("two nodes, no restarts left: both exit with the code; both name node A's rank", "[e2e][elastic]") {
+TEST_CASE("two nodes, no restarts left: both exit with the code: both name node A's rank", "[e2e][elastic]") {
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "f.sh", "[ \"$RANK\" = 1 ] && exit 5\nexec sleep 30");
@@ -96,7 +96,7 @@ TEST_CASE("two failures on two nodes in one round cost one restart", "[e2e][elas
   CHECK(CountOccurrences(a.out() + b.out(), "restarts=1") == 4);
 }
 
-TEST_CASE("elastic 1:2: a SIGKILLed node's workers die; the survivor re-forms halved; a new node rejoins",
+TEST_CASE("elastic 1:2: a SIGKILLed node's workers die: the survivor re-forms halved: a new node rejoins",
           "[e2e][elastic]") {
   std::string dir = TempDir();
   int port = FreePort();
@@ -167,7 +167,7 @@ TEST_CASE("elastic 1:2: a SIGSTOPped node is dropped after the keep-alive limit,
   WaitCommand(b.pid, 20);
 }
 
-TEST_CASE("SIGTERM: workers that ignore it are killed after the grace period, grandchildren too; exit 143",
+TEST_CASE("SIGTERM: workers that ignore it are killed after the grace period, grandchildren too: exit 143",
           "[e2e][elastic]") {
   std::string dir = TempDir();
   std::string script = WriteScript(dir, "stubborn.sh",

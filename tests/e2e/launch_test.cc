@@ -126,7 +126,7 @@ TEST_CASE("two standalone jobs started together both succeed on different ports"
   CHECK(la != lb);
 }
 
-TEST_CASE("SIGTERM to meshrun reaches every worker's process group; exit 143", "[e2e]") {
+TEST_CASE("SIGTERM to meshrun stops every worker and its grandchildren: exit 143", "[e2e]") {
   std::string dir = TempDir();
   std::string marker = dir + "/children";
   // Each worker leaves a grandchild behind in its process group.
@@ -194,4 +194,31 @@ TEST_CASE("monitor_interval and start_method are accepted with a note", "[e2e]")
                             "/bin/true"}, {}, 30);
   CHECK(r.exit_code == 0);
   CHECK(CountLines(r.err, "note:") == 2);
+}
+
+TEST_CASE("permanent failures: the error file's \"permanent\": true stops the job, code 0 turns the exit code off",
+          "[e2e]") {
+  std::string dir = TempDir();
+  std::string by_file = WriteScript(dir, "ef.sh",
+      "echo \"attempt $TORCHELASTIC_RESTART_COUNT\"\n"
+      "printf '{\"message\": \"bad dataset path\", \"permanent\": true}' > \"$TORCHELASTIC_ERROR_FILE\"\nexit 1");
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--max_restarts=2", by_file}, {}, 60);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(CountOccurrences(r.out, "attempt ") == 1);
+  CHECK(Contains(r.err, "its error file says \"permanent\": true"));
+  CHECK(Contains(r.err, "message   : bad dataset path"));
+
+  // With the exit code turned off, 78 is an ordinary failure: restarts are used.
+  std::string by_code = WriteScript(dir, "c.sh", "echo \"attempt $TORCHELASTIC_RESTART_COUNT\"\nexit 78");
+  RunResult off = RunCommand({MeshrunBinary(), "--standalone", "--max_restarts=1",
+                              "--permanent-failure-exit-code=0", by_code}, {}, 60);
+  INFO(off.err);
+  CHECK(off.exit_code == 78);
+  CHECK(CountOccurrences(off.out, "attempt ") == 2);
+  CHECK_FALSE(Contains(off.err, "permanent"));
+
+  RunResult bad = RunCommand({MeshrunBinary(), "--permanent_failure_exit_code=300", by_code}, {}, 10);
+  CHECK(bad.exit_code == 2);
+  CHECK(Contains(bad.err, "--permanent_failure_exit_code=300: must be an exit code 1..255, or 0 for none"));
 }

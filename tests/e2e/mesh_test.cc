@@ -120,7 +120,7 @@ TEST_CASE("meshrun mesh names an empty dimension name instead of dropping it", "
   CHECK(Contains(r.err, "mesh dimension names must not be empty"));
 }
 
-TEST_CASE("GPU checks from a bundle: skipped (77) without a GPU; a foreign folder is never replaced",
+TEST_CASE("GPU checks from a bundle: skipped (77) without a GPU: a foreign folder is never replaced",
           "[e2e][gpu-scripts]") {
   std::string dir = TempDir();
   RunResult bundle = RunCommand({"/bin/bash", SourceDir() + "/scripts/gpu-bundle.sh", dir + "/bundle"}, {}, 120);

@@ -69,7 +69,7 @@ void CheckNode(const NodeProc& node, int first, int n, int group, int world, std
 
 }  // namespace
 
-TEST_CASE("two nodes, the second 2 s late: contiguous ranks, one master; the late one is a client",
+TEST_CASE("two nodes, the second 2 s late: contiguous ranks, one master: the late one is a client",
           "[e2e][multinode]") {
   std::string dir = TempDir();
   std::string script = EnvScript(dir);
@@ -175,7 +175,7 @@ TEST_CASE("nodes that disagree on nnodes are refused naming the field", "[e2e][m
   CHECK(Contains(b.err, "--nnodes=2"));
 }
 
-TEST_CASE("a worker failing on node B stops both nodes; A's summary names B's rank", "[e2e][multinode]") {
+TEST_CASE("a worker failing on node B stops both nodes: A's summary names B's rank", "[e2e][multinode]") {
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "f.sh", "[ \"$RANK\" = 3 ] && exit 9\nexec sleep 60");
@@ -206,7 +206,7 @@ TEST_CASE("static backend: --master_addr, --master_port and --node_rank", "[e2e]
   CheckNode(b, 2, 2, 1, 4, &master);
 }
 
-TEST_CASE("a node that finishes early waits at the exit barrier; both exit 0", "[e2e][multinode]") {
+TEST_CASE("a node that finishes early waits at the exit barrier: both exit 0", "[e2e][multinode]") {
   std::string dir = TempDir();
   int port = FreePort();
   std::string script = WriteScript(dir, "e.sh", "[ \"$GROUP_RANK\" = 1 ] && sleep 3\nexit 0");
@@ -259,4 +259,30 @@ TEST_CASE("killing the meshrun that hosts the server stops the other node, namin
   CHECK(b.code == 1);
   CHECK(absl::Now() - start < absl::Seconds(5));
   CHECK(Contains(b.err(), "127.0.0.1:" + std::to_string(port)));
+}
+
+TEST_CASE("a permanent failure on node B stops both nodes at once with no restart used", "[e2e][multinode]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string script = WriteScript(dir, "p.sh",
+      "echo \"start round=$MESHRUN_ROUND code=$MESHRUN_PERMANENT_FAILURE_EXIT_CODE\"\n"
+      "[ \"$RANK\" = 3 ] && sleep 0.5 && exit 78\nexec sleep 60");
+  auto started = absl::Now();
+  auto [a, b] = StartTwoNodes(
+      dir, Plus(Common(port, "perm", 2), {"--nproc_per_node=2", "--max_restarts=3", "--shutdown_timeout=2"}), script,
+      300000);
+  WaitBoth(a, b);
+  INFO(a.err() << "\n----\n" << b.err());
+  CHECK(absl::Now() - started < absl::Seconds(15));
+  CHECK(a.code == 78);
+  CHECK(b.code == 78);
+  for (const NodeProc* n : {&a, &b}) {
+    CHECK(Contains(n->err(), "a permanent failure, not restarted"));
+    CHECK(Contains(n->err(), "permanent : yes, not restarted (exit code 78 is --permanent_failure_exit_code); "
+                             "restarts used: 0 of 3"));
+    CHECK_FALSE(Contains(n->err(), "restart 1 of 3"));
+    CHECK_FALSE(Contains(n->err(), "restarting workers"));
+    CHECK(CountOccurrences(n->out(), "start round=0 code=78") == 2);
+    CHECK_FALSE(Contains(n->out(), "round=1"));
+  }
 }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/e2e/e2e_util.h"
+#include "tests/support/grpc_health.h"
 
 using namespace meshrun::testing;
 
@@ -97,4 +98,19 @@ TEST_CASE("is_host=0 on an endpoint nobody serves fails as unreachable", "[e2e]"
   CHECK(r.exit_code == 1);
   CHECK(Contains(r.err, "unreachable"));
   CHECK(r.seconds < 10);
+}
+
+TEST_CASE("the daemon's port answers a gRPC health client: SERVING, token or not", "[e2e][daemon][health]") {
+  std::string dir = TempDir();
+  Daemon d;
+  StartDaemon(d, dir, {{"MESHRUN_TOKEN", "t0k"}});
+  std::string target = "127.0.0.1:" + std::to_string(d.port);
+  HealthAnswer h = CheckHealth(target, "");
+  CHECK(h.code == grpc::StatusCode::OK);
+  CHECK(h.status == 1);
+  CHECK(CheckHealth(target, "meshrun.v1.Rendezvous").status == 1);
+  kill(d.pid, SIGTERM);
+  CHECK(WaitCommand(d.pid, 10) == 0);
+  d.pid = -1;
+  CHECK(CheckHealth(target, "", 1).code == grpc::StatusCode::UNAVAILABLE);
 }

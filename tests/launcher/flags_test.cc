@@ -19,7 +19,7 @@ TEST_CASE("nnodes takes N or MIN:MAX", "[flags]") {
   }
 }
 
-TEST_CASE("nproc_per_node resolves numbers, cpu, auto; gpu needs a GPU", "[flags]") {
+TEST_CASE("nproc_per_node resolves numbers, cpu, auto: gpu needs a GPU", "[flags]") {
   CHECK(*ResolveNprocPerNode("8") == 8);
   CHECK(*ResolveNprocPerNode("cpu") >= 1);
   CHECK(*ResolveNprocPerNode("auto") >= 1);

@@ -99,7 +99,7 @@ int64_t KvRequests(const std::map<std::string, int64_t>& counts) {
 
 }  // namespace
 
-TEST_CASE("members that agree: one store request each, two for the first; collectives work", "[mesh]") {
+TEST_CASE("members that agree: one store request each, two for the first: collectives work", "[mesh]") {
   auto server = StartServer();
   auto statuses = OnEightRanks(*server, "agree", [](DeviceMesh& mesh) -> absl::Status {
     for (int d = 0; d < 2; ++d) {
@@ -385,7 +385,7 @@ absl::StatusOr<std::vector<std::string>> ExchangeIds(const rendezvous::Rendezvou
 
 }  // namespace
 
-TEST_CASE("NCCL id exchange: each row gets its leader's id; one request per rank and one verdict", "[mesh]") {
+TEST_CASE("NCCL id exchange: each row gets its leader's id: one request per rank and one verdict", "[mesh]") {
   auto server = StartServer();
   std::map<int, std::vector<std::string>> ids;
   absl::Mutex mu;
@@ -481,7 +481,7 @@ TEST_CASE("agreement: members on different backends get the mismatch at once, no
                         "mesh mismatch: rank 3 and rank 0 disagree on the device type: cuda vs cpu (rank 3 vs rank 0)");
 }
 
-TEST_CASE("agreement: two members of one node on one GPU fail every member; other nodes may reuse it", "[mesh]") {
+TEST_CASE("agreement: two members of one node on one GPU fail every member: other nodes may reuse it", "[mesh]") {
   auto server = StartServer();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     // Nodes of 4; local rank l on bus "l", except rank 6 (node 1, local 2) on bus "1".

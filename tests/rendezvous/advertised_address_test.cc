@@ -36,7 +36,7 @@ TEST_CASE("the server's host takes the address the others dialed (Debian's 127.0
   CHECK(nodes[2].addr == "192.168.64.12");
 }
 
-TEST_CASE("the most common dialed address wins; ties go to the smallest", "[addresses]") {
+TEST_CASE("the most common dialed address wins, ties go to the smallest", "[addresses]") {
   std::vector<NodeDesc> nodes{Node("host0", "127.0.0.1", "127.0.0.1"), Node("h1", "10.0.0.11", "10.0.0.9"),
                               Node("h2", "10.0.0.12", "10.0.0.10"), Node("h3", "10.0.0.13", "10.0.0.10")};
   REQUIRE(DecideAddresses(nodes).ok());

@@ -79,11 +79,11 @@ TEST_CASE("a join's fields are checked: integers, ports, lengths", "[limits]") {
   CHECK_THAT(Msg(CheckJoin("job", Node("a"), Config(3, 2), l)), Contains("nnodes=3:2"));
 }
 
-TEST_CASE("a run's store is bounded in keys, bytes and value size; Add does not wrap", "[limits]") {
+TEST_CASE("a run's store is bounded in keys, bytes and value size, and Add does not wrap", "[limits]") {
   DeadlineTimer timer;
   ServerLimits l;
   l.max_keys_per_run = 3;
-  l.max_store_bytes_per_run = 100;
+  l.max_store_bytes_per_run = 80;
   l.max_value_bytes = 40;
   auto kv = std::make_shared<KvStore>("run", &timer, l);
   REQUIRE(kv->Set(0, "a", "1").ok());
@@ -91,7 +91,7 @@ TEST_CASE("a run's store is bounded in keys, bytes and value size; Add does not 
   REQUIRE(kv->Set(0, "b", std::string(40, 'v')).ok());
   absl::Status full = kv->Set(0, "c", std::string(40, 'v'));
   CHECK(absl::IsResourceExhausted(full));
-  CHECK_THAT(Msg(full), Contains("max_store_bytes_per_run=100"));
+  CHECK_THAT(Msg(full), Contains("max_store_bytes_per_run=80"));
   REQUIRE(kv->Set(0, "c", "3").ok());
   CHECK_THAT(Msg(kv->Set(0, "d", "4")), Contains("max_keys_per_run=3"));
   // All or nothing.
@@ -137,7 +137,7 @@ TEST_CASE("waits and waiters are bounded", "[limits]") {
   CHECK(first.ok());
 }
 
-TEST_CASE("the server holds at most max_runs runs; ended ones make room", "[limits]") {
+TEST_CASE("the server holds at most max_runs runs, ended ones make room", "[limits]") {
   DeadlineTimer timer;
   ServerLimits l;
   l.max_runs = 2;
@@ -215,7 +215,7 @@ TEST_CASE("forged reports from invented or foreign nodes are refused and change 
   CHECK(run->Status().restart_count == 1);
 }
 
-TEST_CASE("a new node's stream starts with its credential; a second stream for it needs it", "[limits][auth]") {
+TEST_CASE("a new node's stream starts with its credential, a second stream for it needs it", "[limits][auth]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
   auto sink = std::make_shared<Sink>();

@@ -119,7 +119,7 @@ TEST_CASE("conflicting --nnodes is refused naming the field", "[run]") {
   CHECK(std::string(refused.message()).find("--nnodes") != std::string::npos);
 }
 
-TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
+TEST_CASE("one incident costs one restart: the budget is job-wide", "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
   auto sink = std::make_shared<Recorder>();
@@ -168,6 +168,38 @@ TEST_CASE("one incident costs one restart; the budget is job-wide", "[run]") {
   REQUIRE(v3.ok());
   CHECK(v3->decision == Decision::kStop);
   CHECK(sink->events.back().kind == RunEvent::Kind::kRunFailed);
+}
+
+TEST_CASE("a permanent failure fails the run at once with restarts left: none is used", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  auto sink = std::make_shared<Recorder>();
+  int closed = 0;
+  for (const char* id : {"a", "b"}) {
+    creds.Join(*run, Node(id, 2, id), Config(2, 2, /*restarts=*/3), -1, [&](absl::StatusOr<Assignment> a) {
+      REQUIRE(a.ok());
+      ++closed;
+    });
+  }
+  REQUIRE(closed == 2);
+  creds.Watch(*run, "a", sink, 0);
+  WorkerFailure f;
+  f.node_id = "b";
+  f.rank = 3;
+  f.exit_code = 78;
+  f.round = 0;
+  f.permanent = true;
+  auto v = creds.ReportFailure(*run, f);
+  REQUIRE(v.ok());
+  CHECK(v->decision == Decision::kStop);
+  CHECK(v->is_root_cause);
+  CHECK(v->root_cause.permanent);
+  REQUIRE(sink->events.size() == 1);
+  CHECK(sink->events[0].kind == RunEvent::Kind::kRunFailed);
+  CHECK(sink->events[0].restart_count == 0);
+  CHECK(sink->events[0].root_cause->permanent);
+  CHECK(run->Status().restart_count == 0);
+  CHECK(run->Status().state == "failed");
 }
 
 TEST_CASE("the exit barrier waits for every node, and the id can be reused", "[run]") {

@@ -2,6 +2,8 @@
 // waiting call cancelled by its client.
 #include <catch2/catch.hpp>
 
+#include "tests/support/grpc_health.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
@@ -32,7 +34,7 @@ pb::JoinRequest JoinReq(const std::string& run, const std::string& token) {
 
 }  // namespace
 
-TEST_CASE("join over gRPC returns the assignment; status counts requests", "[server]") {
+TEST_CASE("join over gRPC returns the assignment: status counts requests", "[server]") {
   rendezvous::ServerOptions o;
   o.host = "127.0.0.1";
   auto server = rendezvous::RendezvousServer::Start(o);
@@ -87,7 +89,7 @@ TEST_CASE("with a token, a wrong one gets no assignment", "[server][auth]") {
   CHECK(resp.assignment().world_size() == 4);
 }
 
-TEST_CASE("a parked get is released when its client gives up; shutdown does not hang", "[server]") {
+TEST_CASE("a parked get is released when its client gives up: shutdown does not hang", "[server]") {
   rendezvous::ServerOptions o;
   o.host = "127.0.0.1";
   auto server = rendezvous::RendezvousServer::Start(o);
@@ -121,4 +123,23 @@ TEST_CASE("a parked get is released when its client gives up; shutdown does not 
   for (int i = 0; i < 300 && !answered; ++i) absl::SleepFor(absl::Milliseconds(10));
   CHECK(answered);
   CHECK_FALSE(s2.ok());
+}
+
+TEST_CASE("the standard gRPC health service answers SERVING, without the token", "[server][health]") {
+  meshrun::rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.token = "secret";
+  auto server = meshrun::rendezvous::RendezvousServer::Start(o);
+  REQUIRE(server.ok());
+  std::string target = "127.0.0.1:" + std::to_string((*server)->port());
+  meshrun::testing::HealthAnswer whole = meshrun::testing::CheckHealth(target, "");
+  CHECK(whole.code == grpc::StatusCode::OK);
+  CHECK(whole.status == 1);  // SERVING
+  meshrun::testing::HealthAnswer rdzv = meshrun::testing::CheckHealth(target, "meshrun.v1.Rendezvous");
+  CHECK(rdzv.code == grpc::StatusCode::OK);
+  CHECK(rdzv.status == 1);
+  CHECK(meshrun::testing::CheckHealth(target, "no.such.Service").code == grpc::StatusCode::NOT_FOUND);
+  (*server)->Shutdown(absl::Seconds(1));
+  CHECK(meshrun::testing::CheckHealth(target, "", 1).code != grpc::StatusCode::OK);
 }

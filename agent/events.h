@@ -1,0 +1,54 @@
+// What the node agent's one thread reacts to, and the queue every source
+// (signal thread, gRPC callbacks, the watch and heartbeat threads) feeds.
+#pragma once
+
+#include <sys/types.h>
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "rendezvous/types.h"
+
+namespace meshrun::agent {
+
+struct ChildExit { pid_t pid; int status; };
+struct SignalReceived { int signo; };
+struct JoinDone { absl::StatusOr<rendezvous::Assignment> result; };
+struct BarrierDone { absl::StatusOr<rendezvous::BarrierResult> result; };
+// Events from the server carry the membership generation they belong to:
+// after this node rejoins as a new member, the old stream's are ignored.
+struct ServerEvent { rendezvous::RunEvent event; int gen; };
+struct StreamClosed { absl::Status status; int gen; };
+struct Stale { std::string why; int gen; };
+using Event = std::variant<ChildExit, SignalReceived, JoinDone, BarrierDone, ServerEvent, StreamClosed, Stale>;
+
+// A FIFO of events. Push from any thread; Pop from the agent's thread.
+// Waiting is a condition wait, never a sleep. Thread-safe.
+class EventQueue {
+ public:
+  void Push(Event e) {
+    absl::MutexLock lock(&mu_);
+    q_.push_back(std::move(e));
+  }
+  // The oldest event, or nullopt once `deadline` passes with none.
+  std::optional<Event> Pop(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !q_.empty(); };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (q_.empty()) return std::nullopt;
+    Event e = std::move(q_.front());
+    q_.pop_front();
+    return e;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<Event> q_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshrun::agent

@@ -1,0 +1,145 @@
+#include "launcher/status_cmd.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/endpoint.h"
+#include "common/env_registry.h"
+#include "launcher/cli.h"
+#include "nlohmann/json.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+std::string Age(absl::Duration d) {
+  if (d < absl::ZeroDuration()) return "-";
+  return absl::StrFormat("%.1fs ago", absl::ToDoubleSeconds(d));
+}
+
+std::string Nnodes(const rendezvous::RunStatus& r) {
+  return r.min_nodes == r.max_nodes ? absl::StrCat(r.max_nodes) : absl::StrCat(r.min_nodes, ":", r.max_nodes);
+}
+
+int Usage(const std::string& msg) {
+  std::fprintf(stderr, "meshrun status: error: %s\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+std::string FormatStatusTable(const rendezvous::ServerStatus& status, const std::string& endpoint) {
+  std::string out;
+  if (status.runs.empty()) return absl::StrCat("no runs on the server at ", endpoint, "\n");
+  for (const auto& r : status.runs) {
+    absl::StrAppend(&out, "run '", r.run_id, "' at ", endpoint, ": ", r.state, ", round ", r.round, ", restarts ",
+                    r.restart_count, " of ", r.max_restarts, ", world size ", r.world_size, ", nnodes ", Nnodes(r));
+    if (r.lost_nodes > 0) absl::StrAppend(&out, ", ", r.lost_nodes, " lost so far");
+    absl::StrAppend(&out, "\n");
+    if (r.node_list.empty()) {
+      absl::StrAppend(&out, "  (no nodes)\n");
+      continue;
+    }
+    absl::StrAppend(&out, absl::StrFormat("  %-9s %-20s %-39s %-7s %-11s %s\n", "NODE_RANK", "HOST", "ADDRESS",
+                                          "WORKERS", "STATE", "KEEP-ALIVE"));
+    for (const auto& n : r.node_list) {
+      absl::StrAppend(&out, absl::StrFormat("  %-9s %-20s %-39s %-7d %-11s %s\n",
+                                            n.node_rank >= 0 ? absl::StrCat(n.node_rank) : "-", n.hostname, n.addr,
+                                            n.nproc, n.state, Age(n.keepalive_age)));
+    }
+  }
+  return out;
+}
+
+std::string FormatStatusJson(const rendezvous::ServerStatus& status, const std::string& endpoint) {
+  nlohmann::json j;
+  j["endpoint"] = endpoint;
+  j["version"] = status.version;
+  j["runs"] = nlohmann::json::array();
+  for (const auto& r : status.runs) {
+    nlohmann::json run = {{"run_id", r.run_id},         {"state", r.state},
+                          {"round", r.round},           {"restarts", r.restart_count},
+                          {"max_restarts", r.max_restarts}, {"world_size", r.world_size},
+                          {"min_nodes", r.min_nodes},   {"max_nodes", r.max_nodes},
+                          {"lost_nodes", r.lost_nodes}, {"kv_keys", r.kv_keys}};
+    run["nodes"] = nlohmann::json::array();
+    for (const auto& n : r.node_list) {
+      nlohmann::json node = {{"node_rank", n.node_rank}, {"hostname", n.hostname}, {"addr", n.addr},
+                             {"workers", n.nproc},       {"state", n.state}};
+      if (n.keepalive_age < absl::ZeroDuration()) {
+        node["keepalive_age_s"] = nullptr;
+      } else {
+        node["keepalive_age_s"] = absl::ToDoubleSeconds(n.keepalive_age);
+      }
+      run["nodes"].push_back(node);
+    }
+    j["runs"].push_back(run);
+  }
+  return j.dump() + "\n";
+}
+
+int StatusMain(int argc, char** argv) {
+  CLI::App app{"meshrun status: a run as the rendezvous server sees it (token: MESHRUN_TOKEN)", "meshrun status"};
+  std::string endpoint, run_id;
+  bool watch = false, json = false;
+  double interval = 2, watch_limit = 3600, timeout = 10;
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The server, host:port (default port 29400)")
+      ->envname("PET_RDZV_ENDPOINT");
+  app.add_option("--rdzv_id,--rdzv-id", run_id, "Only this run (default: every run on the server)");
+  app.add_flag("--watch", watch, "Redraw in place every --interval seconds until Ctrl-C");
+  app.add_option("--interval", interval, "Seconds between redraws with --watch (0.1..3600)")->default_str("2");
+  app.add_option("--watch_limit,--watch-limit", watch_limit, "Stop watching after this many seconds")
+      ->default_str("3600");
+  app.add_option("--timeout", timeout, "Seconds to wait for the server to answer (> 0)")->default_str("10");
+  app.add_flag("--json", json, "One JSON object per line instead of the table");
+  if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun status")) return *done;
+  if (endpoint.empty()) return Usage("--rdzv_endpoint is required (the server's host:port)");
+  auto ep = ParseEndpoint(endpoint, 29400);
+  if (!ep.ok()) return Usage(absl::StrCat("--rdzv_endpoint: ", ep.status().message()));
+  if (!(interval >= 0.1 && interval <= 3600)) {
+    return Usage(absl::StrCat("--interval=", interval, ": must be 0.1..3600 seconds"));
+  }
+  if (!(watch_limit > 0)) return Usage(absl::StrCat("--watch_limit=", watch_limit, ": must be > 0 seconds"));
+  if (!(timeout > 0)) return Usage(absl::StrCat("--timeout=", timeout, ": must be > 0 seconds"));
+  const std::string target = ep->ToString();
+  const std::string token = env::Get(env::kToken).value_or("");
+
+  // Ctrl-C ends --watch cleanly: wait for it between redraws.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  if (watch) pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  const absl::Time end = absl::Now() + absl::Seconds(watch_limit);
+  for (;;) {
+    absl::StatusOr<rendezvous::ServerStatus> s =
+        rendezvous::QueryServerStatus(target, token, run_id, absl::Seconds(timeout));
+    std::string frame;
+    if (s.ok()) {
+      frame = json ? FormatStatusJson(*s, target) : FormatStatusTable(*s, target);
+    } else if (!watch) {
+      std::fprintf(stderr, "meshrun status: error: %s\n", std::string(s.status().message()).c_str());
+      return 1;
+    } else {
+      frame = absl::StrCat("meshrun status: ", s.status().message(), "\n");
+    }
+    if (watch && !json) {
+      frame = absl::StrCat("\033[H\033[2J", "meshrun status, every ", interval, " s (Ctrl-C to stop), ",
+                           absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()), "\n", frame);
+    }
+    std::fputs(frame.c_str(), stdout);
+    std::fflush(stdout);
+    if (!watch) return 0;
+    const absl::Duration left = std::min(absl::Seconds(interval), end - absl::Now());
+    if (left <= absl::ZeroDuration()) return 0;
+    timespec ts = absl::ToTimespec(left);
+    if (sigtimedwait(&stop, nullptr, &ts) > 0) return 0;
+  }
+}
+
+}  // namespace meshrun::launcher

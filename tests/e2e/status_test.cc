@@ -1,0 +1,155 @@
+// `meshrun status` against real jobs on loopback: the table and JSON of a
+// 2-node job, a job that lost a node, --watch redrawing in place, bad flags.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "absl/time/clock.h"
+#include "tests/e2e/e2e_util.h"
+
+using namespace meshrun::testing;
+
+namespace {
+
+template <typename P>
+bool WaitFor(P pred, double seconds) {
+  auto deadline = absl::Now() + absl::Seconds(seconds);
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    usleep(50000);
+  }
+  return pred();
+}
+
+RunResult Status(int port, std::vector<std::string> extra) {
+  std::vector<std::string> argv = {MeshrunBinary(), "status", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return RunCommand(argv, {}, 20);
+}
+
+}  // namespace
+
+TEST_CASE("meshrun status shows a 2-node job as a table and as JSON", "[e2e][status]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string go = dir + "/go";
+  std::string script = WriteScript(dir, "w.sh", "echo ready\nwhile [ ! -e " + go + " ]; do sleep 0.05; done");
+  std::vector<std::string> flags = {"--nnodes=2", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=st",
+                                    "--max_restarts=1"};
+  auto a_flags = flags;
+  a_flags.push_back("--nproc_per_node=2");
+  auto [a, b] = StartTwoNodes(dir, a_flags, script);
+  REQUIRE(WaitFor([&] { return CountOccurrences(a.out() + b.out(), "ready") == 4; }, 20));
+  RunResult t = Status(port, {"--rdzv_id=st"});
+  INFO(t.out << t.err);
+  CHECK(t.exit_code == 0);
+  CHECK(Contains(t.out, "run 'st' at 127.0.0.1:" + std::to_string(port) +
+                            ": running, round 0, restarts 0 of 1, world size 4, nnodes 2\n"));
+  CHECK(Contains(t.out, "NODE_RANK"));
+  CHECK(Contains(t.out, "KEEP-ALIVE"));
+  CHECK(CountLines(t.out, " running ") == 2);
+  CHECK(CountLines(t.out, "127.0.0.1 ") == 1);
+  CHECK(CountLines(t.out, "127.0.0.2 ") == 1);
+  CHECK(CountLines(t.out, "s ago") == 2);
+
+  RunResult j = Status(port, {"--rdzv_id=st", "--json"});
+  INFO(j.out);
+  CHECK(j.exit_code == 0);
+  CHECK(Contains(j.out, "\"run_id\":\"st\""));
+  CHECK(Contains(j.out, "\"state\":\"running\""));
+  CHECK(Contains(j.out, "\"max_restarts\":1"));
+  CHECK(Contains(j.out, "\"world_size\":4"));
+  CHECK(Contains(j.out, "\"addr\":\"127.0.0.2\",\"hostname\":"));
+  CHECK(Contains(j.out, "\"node_rank\":1,\"state\":\"running\",\"workers\":2"));
+
+  RunResult missing = Status(port, {"--rdzv_id=other"});
+  CHECK(missing.exit_code == 1);
+  CHECK(Contains(missing.err, "has no run 'other'"));
+
+  std::ofstream(go) << "1";
+  WaitBoth(a, b);
+  CHECK(a.code == 0);
+  CHECK(b.code == 0);
+}
+
+TEST_CASE("meshrun status while a node is lost: the survivor waits, the loss is counted", "[e2e][status]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string script = WriteScript(dir, "w.sh", "echo ready\nexec sleep 60");
+  std::vector<std::string> flags = {"--nnodes=2", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                                    "--rdzv_id=lost", "--max_restarts=1", "--rdzv_conf=join_timeout=30",
+                                    "--shutdown_timeout=1"};
+  auto [a, b] = StartTwoNodes(dir, flags, script);
+  REQUIRE(WaitFor([&] { return CountOccurrences(a.out() + b.out(), "ready") == 2; }, 20));
+  kill(b.pid, SIGKILL);
+  WaitCommand(b.pid, 10);
+  RunResult t;
+  REQUIRE(WaitFor([&] {
+    t = Status(port, {"--rdzv_id=lost"});
+    return Contains(t.out, "round 1");
+  }, 10));
+  INFO(t.out << t.err);
+  CHECK(Contains(t.out, ": joining, round 1, restarts 0 of 1"));
+  CHECK(Contains(t.out, "1 lost so far"));
+  CHECK(CountLines(t.out, " joining ") == 1);  // Node A, waiting for a replacement.
+  CHECK_FALSE(Contains(t.out, "127.0.0.2"));
+  kill(a.pid, SIGTERM);
+  CHECK(WaitCommand(a.pid, 20) == 143);
+}
+
+TEST_CASE("meshrun status --watch redraws in place and stops at its limit", "[e2e][status]") {
+  std::string dir = TempDir();
+  std::string script = WriteScript(dir, "w.sh", "exec sleep 30");
+  int port = FreePort();
+  NodeProc n = StartNode(dir, "n", {"--nnodes=1", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                                    "--rdzv_id=watched", script});
+  RunResult w;
+  REQUIRE(WaitFor([&] {
+    w = Status(port, {"--rdzv_id=watched"});
+    return w.exit_code == 0 && Contains(w.out, "running");
+  }, 20));
+  auto started = absl::Now();
+  w = Status(port, {"--watch", "--interval=0.2", "--watch-limit=1.1"});
+  INFO(w.out << w.err);
+  CHECK(w.exit_code == 0);
+  CHECK(absl::Now() - started < absl::Seconds(5));
+  CHECK(CountOccurrences(w.out, "\033[H\033[2J") >= 4);
+  CHECK(CountOccurrences(w.out, "run 'watched'") >= 4);
+  kill(n.pid, SIGTERM);
+  WaitCommand(n.pid, 20);
+
+  RunResult bad = Status(port, {"--watch", "--interval=0"});
+  CHECK(bad.exit_code == 2);
+  CHECK(Contains(bad.err, "meshrun status: error: --interval=0: must be 0.1..3600 seconds"));
+  RunResult none = RunCommand({MeshrunBinary(), "status"}, {{"PET_RDZV_ENDPOINT", "<unset>"}}, 10);
+  CHECK(none.exit_code == 2);
+  CHECK(Contains(none.err, "--rdzv_endpoint is required"));
+}
+
+TEST_CASE("meshrun status lists a node standing by at MAX after the members", "[e2e][status]") {
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string go = dir + "/go";
+  std::string script = WriteScript(dir, "w.sh", "echo ready\nwhile [ ! -e " + go + " ]; do sleep 0.05; done");
+  std::vector<std::string> flags = {"--nnodes=1:1", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                                    "--rdzv_id=full", "--rdzv_conf=join_timeout=30"};
+  auto [a, b] = StartTwoNodes(dir, flags, script);
+  RunResult t;
+  REQUIRE(WaitFor([&] {
+    t = Status(port, {"--rdzv_id=full"});
+    return Contains(t.out, "standing by");
+  }, 15));
+  INFO(t.out);
+  CHECK(Contains(t.out, ": running, round 0, restarts 0 of 0, world size 1, nnodes 1\n"));
+  // The member (node rank 0) first, then the node standing by (no rank yet).
+  size_t member = t.out.find("  0         ");
+  size_t standby = t.out.find("  -         ");
+  CHECK(member != std::string::npos);
+  CHECK(standby != std::string::npos);
+  CHECK(member < standby);
+  CHECK(CountLines(t.out, "standing by") == 1);
+  std::ofstream(go) << "1";
+  WaitBoth(a, b);
+  CHECK(a.code == 0);
+}
