@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/security.h"
 #include "rendezvous/types.h"
 
 namespace meshrun::agent {
@@ -22,6 +23,12 @@ struct WorkerEnvInput {
   // The interface holding assignment.node_addr: GLOO_SOCKET_IFNAME when the
   // base environment lacks it (empty: not set).
   std::string gloo_socket_ifname;
+  // When non-empty: MESHRUN_TOKEN_FILE, and MESHRUN_TOKEN is removed (the
+  // token travels as its file, not its value).
+  std::string token_file;
+  // MESHRUN_TLS_CERT / _KEY / _CA for the worker's store client; each set
+  // when non-empty (overriding the base environment).
+  TlsFiles tls;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the
@@ -31,7 +38,9 @@ struct WorkerEnvInput {
 // (OMP only when nproc > 1), as torchrun does; GLOO_SOCKET_IFNAME only when
 // `base` lacks it (torchrun sets none: PyTorch's Gloo then binds what the
 // host name resolves to, 127.0.1.1 on Debian). MESHRUN_NODE_ADDR is the
-// assignment's node_addr. Pure function.
+// assignment's node_addr. The token: MESHRUN_TOKEN_FILE when in.token_file
+// is set (MESHRUN_TOKEN removed), else MESHRUN_TOKEN when in.token is set
+// (MESHRUN_TOKEN_FILE removed). Pure function.
 std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, const WorkerEnvInput& in);
 
 // The calling process's environment as "K=V" strings.

@@ -13,7 +13,7 @@ constexpr Var kAll[] = {
     kRoleRank, kRoleName, kRoleWorldSize, kMasterAddr, kMasterPort, kRunId,
     kRestartCount, kMaxRestarts, kUseAgentStore, kErrorFile, kOmpNumThreads,
     kTorchNcclAsyncErrorHandling, kNcclAsyncErrorHandling, kStoreEndpoint,
-    kMeshrunRunId, kRound, kNodeRank, kNodeAddr, kGlooSocketIfname, kToken, kPythonExec, kLogLevel,
+    kMeshrunRunId, kRound, kNodeRank, kNodeAddr, kGlooSocketIfname, kToken, kTokenFile, kTlsCert, kTlsKey, kTlsCa, kPythonExec, kLogLevel,
     kShutdownTimeoutEnv, kCudaVisibleDevices,
 };
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "rendezvous/rendezvous_service.h"
@@ -27,6 +28,14 @@ void RouteGrpcLogs(gpr_log_func_args* args) {
 }
 
 }  // namespace
+
+std::string ExposureWarning(const ServerOptions& options) {
+  if (!options.token.empty() || options.tls.server_tls() || IsLoopbackName(options.host)) return "";
+  return absl::StrCat("the rendezvous server listens on ", options.host,
+                      " without a token or TLS: anyone who reaches its port can join runs, report failures, "
+                      "and read and write the store; set MESHRUN_TOKEN (or a token file: MESHRUN_TOKEN_FILE, "
+                      "token_file) and/or TLS (MESHRUN_TLS_CERT, MESHRUN_TLS_KEY, MESHRUN_TLS_CA)");
+}
 
 struct RendezvousServer::Impl {
   ServerOptions options;
@@ -72,7 +81,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddListeningPort(addr, ServerCredentials(options.tls), &impl->port);
   builder.RegisterService(impl->service.get());
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
@@ -80,7 +89,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
         "cannot bind the rendezvous server to ", addr, " (address in use or not local)"));
   }
   impl->service->set_port(impl->port);
-  Logger("rdzv")->info("rendezvous server listening on {} (port {})", addr, impl->port);
+  Logger("rdzv")->info("rendezvous server listening on {} (port {}{})", addr, impl->port,
+                       options.tls.mutual() ? ", mutual TLS" : options.tls.server_tls() ? ", TLS" : ", plain");
   return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(impl)));
 }
 

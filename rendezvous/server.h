@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 
 namespace grpc {
 class Channel;
@@ -21,7 +22,14 @@ struct ServerOptions {
   int port = 0;
   // When non-empty, every request must carry this token (MESHRUN_TOKEN).
   std::string token;
+  // TLS: served when tls.server_tls(); client certificates signed by
+  // tls.ca_pem required when tls.mutual(). Plain gRPC otherwise.
+  TlsMaterial tls;
 };
+
+// The one warning for a server that anyone on the network may use: its host
+// is not loopback and it has neither a token nor TLS. Empty otherwise.
+std::string ExposureWarning(const ServerOptions& options);
 
 class RendezvousServer {
  public:
