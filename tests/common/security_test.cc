@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "common/security.h"
+#include "tests/support/certs.h"
 
 using meshrun::LoadTls;
 using meshrun::ReadTokenFile;
@@ -33,22 +34,6 @@ struct TempDir {
     return p;
   }
 };
-
-// Runs a shell command in `dir`; true on exit 0.
-bool Sh(const std::string& dir, const std::string& cmd) {
-  return std::system(("cd " + dir + " && (" + cmd + ") >/dev/null 2>&1").c_str()) == 0;
-}
-
-// A CA and a certificate for localhost signed by it (valid for `days`,
-// negative: already expired), in `dir`.
-void MakeCerts(const std::string& dir, int days) {
-  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  REQUIRE(Sh(dir, "openssl req -x509 " + ec + " -keyout ca.key -out ca.crt -days 2 -subj /CN=ca"));
-  REQUIRE(Sh(dir, "openssl req " + ec + " -keyout a.key -out a.csr -subj /CN=a"));
-  REQUIRE(Sh(dir, "openssl x509 -req -in a.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days " + std::to_string(days) +
-                      " -out a.crt"));
-  REQUIRE(Sh(dir, "openssl req " + ec + " -keyout b.key -out b.csr -subj /CN=b"));
-}
 
 }  // namespace
 
@@ -85,39 +70,64 @@ TEST_CASE("tokens compare by digest, whatever their lengths", "[security]") {
 }
 
 TEST_CASE("TLS files are checked at start, each fault naming the file", "[security]") {
-  TempDir d;
-  MakeCerts(d.path, 2);
-  const std::string p = d.path + "/";
+  meshrun::testing::TestCerts certs;
+  REQUIRE(certs.ok());
+  auto p = [&](const std::string& name) { return certs.Path(name); };
 
   auto none = LoadTls(TlsFiles{});
   REQUIRE(none.ok());
   CHECK_FALSE(none->client_tls());
   CHECK_FALSE(none->server_tls());
 
-  auto full = LoadTls(TlsFiles{p + "a.crt", p + "a.key", p + "ca.crt"});
+  auto full = LoadTls(TlsFiles{p("host.crt"), p("host.key"), p("ca.crt")});
   REQUIRE(full.ok());
   CHECK(full->client_tls());
   CHECK(full->mutual());
-  auto server_only = LoadTls(TlsFiles{p + "a.crt", p + "a.key", ""});
+  auto server_only = LoadTls(TlsFiles{p("host.crt"), p("host.key"), ""});
   REQUIRE(server_only.ok());
   CHECK(server_only->server_tls());
   CHECK_FALSE(server_only->mutual());
   CHECK_FALSE(server_only->client_tls());
 
   auto message = [](const TlsFiles& f) { return std::string(LoadTls(f).status().message()); };
-  CHECK(message(TlsFiles{p + "a.crt", "", ""}) ==
-        "MESHRUN_TLS_CERT=" + p + "a.crt is set without MESHRUN_TLS_KEY (tls_key): set both or neither");
-  CHECK(message(TlsFiles{"", "", p + "nope.pem"}) ==
-        "MESHRUN_TLS_CA=" + p + "nope.pem: cannot read (No such file or directory)");
+  CHECK(message(TlsFiles{p("host.crt"), "", ""}) ==
+        "MESHRUN_TLS_CERT=" + p("host.crt") + " is set without MESHRUN_TLS_KEY (tls_key): set both or neither");
+  CHECK(message(TlsFiles{"", "", p("nope.pem")}) ==
+        "MESHRUN_TLS_CA=" + p("nope.pem") + ": cannot read (No such file or directory)");
+  TempDir d;
   const std::string junk = d.File("junk.pem", "hello\n", 0644);
   CHECK(absl::StrContains(message(TlsFiles{"", "", junk}), "MESHRUN_TLS_CA=" + junk + ": not a PEM certificate"));
-  CHECK(absl::StrContains(message(TlsFiles{junk, p + "a.key", ""}), "MESHRUN_TLS_CERT=" + junk + ": not a PEM certificate"));
-  CHECK(absl::StrContains(message(TlsFiles{p + "a.crt", junk, ""}), "MESHRUN_TLS_KEY=" + junk + ": not a PEM private key"));
-  CHECK(message(TlsFiles{p + "a.crt", p + "b.key", ""}) ==
-        "MESHRUN_TLS_KEY=" + p + "b.key is not the key of the certificate MESHRUN_TLS_CERT=" + p + "a.crt");
+  CHECK(absl::StrContains(message(TlsFiles{junk, p("host.key"), ""}), "MESHRUN_TLS_CERT=" + junk + ": not a PEM certificate"));
+  CHECK(absl::StrContains(message(TlsFiles{p("host.crt"), junk, ""}), "MESHRUN_TLS_KEY=" + junk + ": not a PEM private key"));
+  CHECK(message(TlsFiles{p("host.crt"), p("spare.key"), ""}) ==
+        "MESHRUN_TLS_KEY=" + p("spare.key") + " is not the key of the certificate MESHRUN_TLS_CERT=" + p("host.crt"));
 
-  TempDir old;
-  MakeCerts(old.path, -1);
-  std::string expired = message(TlsFiles{old.path + "/a.crt", old.path + "/a.key", ""});
-  CHECK(absl::StartsWith(expired, "MESHRUN_TLS_CERT=" + old.path + "/a.crt: the certificate expired on "));
+  meshrun::testing::TestCerts old(-1);
+  REQUIRE(old.ok());
+  std::string expired = message(TlsFiles{old.Path("host.crt"), old.Path("host.key"), ""});
+  CHECK(absl::StartsWith(expired, "MESHRUN_TLS_CERT=" + old.Path("host.crt") + ": the certificate expired on "));
+}
+
+TEST_CASE("the token comes from a flag's file, MESHRUN_TOKEN_FILE or MESHRUN_TOKEN; both variables is an error",
+          "[security]") {
+  TempDir d;
+  const std::string a = d.File("a", "from-a\n", 0600);
+  const std::string b = d.File("b", "from-b\n", 0600);
+  ::unsetenv("MESHRUN_TOKEN");
+  ::unsetenv("MESHRUN_TOKEN_FILE");
+  CHECK(meshrun::ResolveToken("")->value.empty());
+  ::setenv("MESHRUN_TOKEN", "plain", 1);
+  CHECK(meshrun::ResolveToken("")->value == "plain");
+  CHECK(meshrun::ResolveToken("")->file.empty());
+  CHECK(meshrun::ResolveToken(a)->value == "from-a");  // The flag's file wins.
+  ::setenv("MESHRUN_TOKEN_FILE", b.c_str(), 1);
+  auto both = meshrun::ResolveToken("");
+  REQUIRE_FALSE(both.ok());
+  CHECK(std::string(both.status().message()) == "both MESHRUN_TOKEN and MESHRUN_TOKEN_FILE=" + b + " are set: set only one");
+  ::unsetenv("MESHRUN_TOKEN");
+  auto t = meshrun::ResolveToken("");
+  REQUIRE(t.ok());
+  CHECK(t->value == "from-b");
+  CHECK(t->file == b);
+  ::unsetenv("MESHRUN_TOKEN_FILE");
 }
