@@ -171,6 +171,14 @@ join_once "$SERVER_PORT" MESHRUN_TLS_CA="$T/ca.crt"
 expect_fast "TLS client, plain server" "does not speak TLS .*start it with MESHRUN_TLS_CERT and MESHRUN_TLS_KEY, or unset MESHRUN_TLS_CA"
 stop_server
 
+# A meshrun that would host the server with only a CA.
+HPORT=$(free_port)
+start=$(date +%s.%N)
+OUT=$(MESHRUN_TLS_CA="$T/ca.crt" "$MESHRUN" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="localhost:$HPORT" \
+      --rdzv_id=caonly "$STORE_PROBE" 2>&1); RC=$?
+ELAPSED=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
+expect_fast "hosting with only a CA" "hosts the rendezvous server on port $HPORT but has only MESHRUN_TLS_CA \(tls_ca\): a TLS server also needs MESHRUN_TLS_CERT and MESHRUN_TLS_KEY"
+
 # Bad files, at start, naming the file.
 echo "not a certificate" >"$T/garbage.pem"
 join_once 1 MESHRUN_TLS_CA="$T/garbage.pem"
