@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -146,6 +148,39 @@ std::string ClientCertRefused(const TlsMaterial& tls, const std::string& how) {
                       "): is it signed by the CA the server trusts (its MESHRUN_TLS_CA)?");
 }
 
+// Blocks SIGPIPE on this thread while it lives (the probe may write to a
+// connection the server has closed), discarding one it raised.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &s, &old_);
+    sigset_t p;
+    sigpending(&p);
+    pending_before_ = sigismember(&p, SIGPIPE) == 1;
+  }
+  ~SigpipeGuard() {
+    if (!pending_before_) {
+      sigset_t p;
+      sigpending(&p);
+      if (sigismember(&p, SIGPIPE) == 1) {
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, SIGPIPE);
+        timespec zero{0, 0};
+        sigtimedwait(&s, nullptr, &zero);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_;
+  bool pending_before_ = false;
+};
+
 bool IsAlert(const std::string& reason) { return absl::StrContains(reason, "alert"); }
 
 }  // namespace
@@ -274,6 +309,7 @@ absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& files) {
 std::string ProbeTlsMismatch(const std::string& host, const std::string& addr, int port, const TlsMaterial& tls,
                              absl::Duration timeout) {
   const std::string where = absl::StrCat(host, ":", port);
+  SigpipeGuard no_sigpipe;
   int fd = ConnectTcp(addr, port, timeout);
   if (fd < 0) return "";
   SetIoTimeout(fd, timeout);
