@@ -178,7 +178,7 @@ class Session {
     EndMembership();
     ++gen_;
     node_.node_id = absl::StrCat(node_.hostname, ":", node_.pid, ":", RandomSuffix());
-    auto client = RendezvousClient::Connect(endpoint_, o_.run_id, o_.token, o_.read_timeout);
+    auto client = RendezvousClient::Connect(endpoint_, o_.run_id, o_.token, o_.read_timeout, o_.tls);
     if (!client.ok() && !o_.endpoint_note.empty()) {
       return absl::Status(client.status().code(), absl::StrCat(client.status().message(), " (", o_.endpoint_note, ")"));
     }
@@ -375,7 +375,7 @@ class Session {
       const int rank = a.rank_base + lr;
       w.error_file = (attempt / absl::StrCat("rank_", rank, ".error.json")).string();
       WorkerEnvInput in{a, lr, o_.nproc, o_.role, o_.run_id, store_endpoint, o_.token, w.error_file, ifname,
-                        o_.permanent_failure_exit_code, o_.virtual_local_rank};
+                        o_.permanent_failure_exit_code, o_.virtual_local_rank, o_.token_file, o_.tls.files};
       absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
       if (!pipes.ok()) {
         StopWorkers(SIGKILL, absl::ZeroDuration());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/endpoint.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
@@ -70,7 +71,7 @@ RendezvousClient::~RendezvousClient() {
 
 absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     const std::string& endpoint, const std::string& run_id, const std::string& token,
-    absl::Duration connect_timeout) {
+    absl::Duration connect_timeout, const TlsMaterial& tls) {
   absl::StatusOr<Endpoint> ep = ParseEndpoint(endpoint, 29400);
   if (!ep.ok()) return ep.status();
   // Dial a numeric address this node actually reached (the server learns
@@ -107,15 +108,45 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 4000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  auto channel = grpc::CreateCustomChannel(NumericTarget(route->remote, ep->port), grpc::InsecureChannelCredentials(),
-                                           args);
-  if (!channel->WaitForConnected(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))))) {
-    return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint, " (", route->remote,
-                                               ") accepted a connection but no gRPC channel came up within ",
-                                               absl::FormatDuration(connect_timeout)));
+  // The channel dials the numeric address; the server's certificate is
+  // checked against the name the user gave.
+  SetTlsTargetName(tls, ep->host, &args);
+  auto channel = grpc::CreateCustomChannel(NumericTarget(route->remote, ep->port), ClientCredentials(tls), args);
+  // gRPC retries a failing handshake quietly until the deadline: on the
+  // first failure, probe once to name a TLS mismatch (plain against TLS,
+  // wrong CA, expired or wrong-host certificate, missing client
+  // certificate) and fail at once when one is found.
+  const absl::Time wait_until = std::max(deadline, absl::Now() + absl::Seconds(1));
+  // Probed at the first failure (TRANSIENT_FAILURE, or back to IDLE after
+  // trying: a handshake the server ends with an alert), else after 1.5 s
+  // without a channel, then every 5 s.
+  absl::Time next_probe = absl::Now() + absl::Milliseconds(1500);
+  absl::Time last_probe = absl::InfinitePast();
+  bool tried = false;
+  while (true) {
+    grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) break;
+    if (state == GRPC_CHANNEL_CONNECTING) tried = true;
+    const bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE || (tried && state == GRPC_CHANNEL_IDLE);
+    if ((failed && absl::Now() - last_probe >= absl::Seconds(5)) || absl::Now() >= next_probe) {
+      std::string cause = ProbeTlsMismatch(ep->host, route->remote, ep->port, tls,
+                                           std::clamp(wait_until - absl::Now(), absl::Milliseconds(100), absl::Seconds(5)));
+      if (!cause.empty()) {
+        return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint, " (", route->remote, "): ", cause));
+      }
+      last_probe = absl::Now();
+      next_probe = last_probe + absl::Seconds(5);
+    }
+    if (absl::Now() >= wait_until) {
+      return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint, " (", route->remote,
+                                                 ") accepted a connection but no gRPC channel came up within ",
+                                                 absl::FormatDuration(connect_timeout)));
+    }
+    channel->WaitForStateChange(state, absl::ToChronoTime(std::min(wait_until, absl::Now() + absl::Milliseconds(200))));
   }
   auto client = std::unique_ptr<RendezvousClient>(new RendezvousClient(endpoint, run_id, token, std::move(channel)));
   client->route_ = *route;
+  client->tls_ = tls;
   return client;
 }
 

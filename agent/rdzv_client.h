@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "rendezvous/types.h"
 
 namespace grpc {
@@ -29,10 +30,16 @@ class RendezvousClient {
   // dialed_addr() is an address this node really reached the server on.
   // UNAVAILABLE naming the endpoint, the addresses tried and their errors
   // when it is unreachable by then; INVALID_ARGUMENT for a malformed one.
+  // `tls`: TLS when tls.client_tls() (the server's certificate verified
+  // against tls.ca_pem and the endpoint's host name; cert/key presented when
+  // set), plain gRPC otherwise. A TLS mismatch with the server (see
+  // ProbeTlsMismatch) fails at the first failed handshake, UNAVAILABLE
+  // naming the cause, rather than at connect_timeout.
   static absl::StatusOr<std::unique_ptr<RendezvousClient>> Connect(const std::string& endpoint,
                                                                    const std::string& run_id,
                                                                    const std::string& token,
-                                                                   absl::Duration connect_timeout);
+                                                                   absl::Duration connect_timeout,
+                                                                   const TlsMaterial& tls = {});
   ~RendezvousClient();
 
   // Joins the run's open round; `done` runs on a gRPC thread with the
@@ -87,6 +94,7 @@ class RendezvousClient {
   const std::string endpoint_;
   const std::string run_id_;
   const std::string token_;
+  TlsMaterial tls_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stubs> stubs_;
   TcpRoute route_;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/security.h"
 #include "rendezvous/types.h"
 
 namespace meshrun::agent {
@@ -27,6 +28,12 @@ struct WorkerEnvInput {
   // the worker's one device: entry `local_rank` of `base`'s list when set
   // (the launcher checks it is long enough), else `local_rank` itself.
   bool virtual_local_rank = false;
+  // When non-empty: MESHRUN_TOKEN_FILE, and MESHRUN_TOKEN is removed (the
+  // token travels as its file, not its value).
+  std::string token_file;
+  // MESHRUN_TLS_CERT / _KEY / _CA for the worker's store client; each set
+  // when non-empty (overriding the base environment).
+  TlsFiles tls;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the
@@ -36,7 +43,9 @@ struct WorkerEnvInput {
 // (OMP only when nproc > 1), as torchrun does; GLOO_SOCKET_IFNAME only when
 // `base` lacks it (torchrun sets none: PyTorch's Gloo then binds what the
 // host name resolves to, 127.0.1.1 on Debian). MESHRUN_NODE_ADDR is the
-// assignment's node_addr. Pure function.
+// assignment's node_addr. The token: MESHRUN_TOKEN_FILE when in.token_file
+// is set (MESHRUN_TOKEN removed), else MESHRUN_TOKEN when in.token is set
+// (MESHRUN_TOKEN_FILE removed). Pure function.
 std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, const WorkerEnvInput& in);
 
 // The calling process's environment as "K=V" strings.

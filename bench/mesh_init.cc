@@ -21,6 +21,8 @@
 
 #include "absl/time/clock.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
+#include "common/grpc_store.h"
+#include "common/grpc_tls.h"
 #include "common/server_status.h"
 #include "meshrun/device_mesh.h"
 
@@ -53,9 +55,12 @@ int main(int argc, char** argv) {
   // rendezvous server is this job's own and nothing else uses its store, so
   // the mesh's requests are the server's KV counts at the end less those of
   // the barrier.
+  // TLS as the worker's environment says (MESHRUN_TLS_*).
+  meshrun::TlsMaterial tls;
+  if (auto env_store = meshrun::GrpcStoreOptionsFromEnv(); env_store.ok()) tls = env_store->tls;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(world->store_endpoint, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(world->store_endpoint, meshrun::ClientCredentials(tls), args);
   auto stub = meshrun::v1::Rendezvous::NewStub(channel);
   auto call = [&](auto method, auto& req, auto& resp, absl::Duration limit) {
     req.mutable_run()->set_run_id(world->run_id);
@@ -101,7 +106,7 @@ int main(int argc, char** argv) {
   }
   // The last rank to reach the barrier reports, once every rank is done.
   if (reporter) {
-    auto counts = meshrun::QueryRequestCounts(world->store_endpoint, world->token);
+    auto counts = meshrun::QueryRequestCounts(world->store_endpoint, world->token, tls);
     if (!counts.ok()) return 1;
     std::map<std::string, int64_t> mesh_kv;
     for (const auto& [m, n] : *counts) {

@@ -13,8 +13,9 @@ constexpr Var kAll[] = {
     kRoleRank, kRoleName, kRoleWorldSize, kMasterAddr, kMasterPort, kRunId,
     kRestartCount, kMaxRestarts, kUseAgentStore, kErrorFile, kOmpNumThreads,
     kTorchNcclAsyncErrorHandling, kNcclAsyncErrorHandling, kStoreEndpoint,
-    kMeshrunRunId, kRound, kNodeRank, kNodeAddr, kGlooSocketIfname, kPermanentFailureExitCode, kToken,
-    kPythonExec, kLogLevel, kShutdownTimeoutEnv, kCudaVisibleDevices, kLogLinePrefixTemplate,
+    kMeshrunRunId, kRound, kNodeRank, kNodeAddr, kGlooSocketIfname, kPermanentFailureExitCode, kToken, kTokenFile,
+    kTlsCert, kTlsKey, kTlsCa, kPythonExec, kLogLevel, kShutdownTimeoutEnv, kCudaVisibleDevices,
+    kLogLinePrefixTemplate,
 };
 
 }  // namespace

@@ -57,6 +57,10 @@ inline constexpr Var kGlooSocketIfname{"GLOO_SOCKET_IFNAME", Type::kString, Use:
 inline constexpr Var kNodeRank{"MESHRUN_NODE_RANK", Type::kInt, Use::kSetForWorkers, "Node rank (same as GROUP_RANK)."};
 inline constexpr Var kPermanentFailureExitCode{"MESHRUN_PERMANENT_FAILURE_EXIT_CODE", Type::kInt, Use::kSetForWorkers, "Exit with this code to mark a failure permanent: the job stops on every node without a restart (--permanent_failure_exit_code; unset when 0)."};
 inline constexpr Var kToken{"MESHRUN_TOKEN", Type::kString, Use::kReadEverywhere, "Shared secret: the server requires it on every request; agents and workers send it."};
+inline constexpr Var kTokenFile{"MESHRUN_TOKEN_FILE", Type::kString, Use::kReadEverywhere, "A file holding the token (mode 0600 or stricter; one trailing newline stripped); instead of MESHRUN_TOKEN. Workers get it when the token came from a file."};
+inline constexpr Var kTlsCert{"MESHRUN_TLS_CERT", Type::kString, Use::kReadEverywhere, "PEM file: this process's TLS certificate (server: served; client: presented for mutual TLS). Passed to workers."};
+inline constexpr Var kTlsKey{"MESHRUN_TLS_KEY", Type::kString, Use::kReadEverywhere, "PEM file: the private key of MESHRUN_TLS_CERT. Passed to workers."};
+inline constexpr Var kTlsCa{"MESHRUN_TLS_CA", Type::kString, Use::kReadEverywhere, "PEM file: the CA peers are verified against (client: TLS on, server checked; server: client certificates required). Passed to workers."};
 
 // What meshrun itself reads.
 inline constexpr Var kPythonExec{"PYTHON_EXEC", Type::kString, Use::kReadByLauncher, "Interpreter for .py programs and -m modules (default python3)."};

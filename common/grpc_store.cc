@@ -12,12 +12,23 @@
 #include "common/checks.h"
 #include "common/endpoint.h"
 #include "common/env_registry.h"
+#include "common/grpc_tls.h"
+#include "common/net.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 
 namespace meshrun {
 namespace {
 
 namespace pb = ::meshrun::v1;
+
+// Why the server at `ep` cannot be reached over this TLS setting, as
+// " (cause)", or "" when the probe finds nothing (see ProbeTlsMismatch).
+std::string TlsCause(const Endpoint& ep, const TlsMaterial& tls) {
+  absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(ep.host);
+  if (!addrs.ok() || addrs->empty()) return "";
+  std::string cause = ProbeTlsMismatch(ep.host, addrs->front(), ep.port, tls, absl::Seconds(5));
+  return cause.empty() ? "" : absl::StrCat(": ", cause);
+}
 
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -32,11 +43,12 @@ int64_t ToMs(absl::Duration d) {
 
 class GrpcStore : public Store {
  public:
-  GrpcStore(GrpcStoreOptions options, std::shared_ptr<grpc::Channel> channel, std::string target)
+  GrpcStore(GrpcStoreOptions options, std::shared_ptr<grpc::Channel> channel, Endpoint ep)
       : options_(std::move(options)),
+        ep_(ep),
         channel_(channel),
         stub_(pb::Rendezvous::NewStub(channel)),
-        target_(std::move(target)),
+        target_(ep.ToString()),
         connected_(options_.wait_for_connection) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override {
@@ -198,7 +210,7 @@ class GrpcStore : public Store {
                         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
       if (down && channel_->GetState(false) != GRPC_CHANNEL_READY) {
         return absl::UnavailableError(absl::StrCat("rendezvous store at ", target_, " is unreachable (", what, ": ",
-                                                   s.error_message(), ")"));
+                                                   s.error_message(), ")", TlsCause(ep_, options_.tls)));
       }
       connected_.store(true, std::memory_order_relaxed);
     }
@@ -206,6 +218,7 @@ class GrpcStore : public Store {
   }
 
   const GrpcStoreOptions options_;
+  const Endpoint ep_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<pb::Rendezvous::Stub> stub_;
   const std::string target_;
@@ -218,15 +231,15 @@ namespace {
 
 // One channel per server endpoint for the whole process: every store (every
 // mesh a worker builds) shares its connection instead of opening a new one.
-std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target) {
+std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target, const TlsMaterial& tls) {
   static absl::Mutex mu;
   static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
   absl::MutexLock lock(&mu);
-  auto& slot = (*channels)[target];
+  auto& slot = (*channels)[absl::StrCat(target, "\n", tls.files.cert, "\n", tls.files.key, "\n", tls.files.ca)];
   if (!slot) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-    slot = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    slot = grpc::CreateCustomChannel(target, ClientCredentials(tls), args);
   }
   return slot;
 }
@@ -235,17 +248,17 @@ std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target) {
 
 absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& options) {
   MESHRUN_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(options.endpoint, 29400));
-  auto channel = SharedChannel(ep.ToString());
+  auto channel = SharedChannel(ep.ToString(), options.tls);
   if (!options.wait_for_connection) {
     channel->GetState(/*try_to_connect=*/true);
-    return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep.ToString()));
+    return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep));
   }
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "rendezvous store at ", ep.ToString(), " is unreachable (waited ",
-        absl::FormatDuration(options.connect_timeout), ")"));
+        absl::FormatDuration(options.connect_timeout), ")", TlsCause(ep, options.tls)));
   }
-  return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep.ToString()));
+  return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep));
 }
 
 absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv() {
@@ -263,7 +276,12 @@ absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv() {
   MESHRUN_ASSIGN_OR_RETURN(std::optional<long long> round, env::GetInt(env::kRound));
   if (!round) return absl::FailedPreconditionError("MESHRUN_ROUND is not set: was this process started by meshrun?");
   o.round = *round;
-  o.token = env::Get(env::kToken).value_or("");
+  absl::StatusOr<Token> token = ResolveToken("");
+  if (!token.ok()) return token.status();
+  o.token = std::move(token->value);
+  absl::StatusOr<TlsMaterial> tls = LoadTls(TlsFilesFromEnv());
+  if (!tls.ok()) return tls.status();
+  o.tls = std::move(*tls);
   return o;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/security.h"
 #include "common/store.h"
 
 namespace meshrun {
@@ -19,6 +20,9 @@ struct GrpcStoreOptions {
   int64_t round = 0;
   // Sent with every request; must match the server's MESHRUN_TOKEN.
   std::string token;
+  // TLS to the server (MESHRUN_TLS_*): used when tls.client_tls(). A
+  // connection that fails is probed once so the error names a TLS mismatch.
+  TlsMaterial tls;
   // How long ConnectGrpcStore waits for the connection to the server to
   // become ready.
   absl::Duration connect_timeout = absl::Seconds(30);
@@ -40,8 +44,10 @@ struct GrpcStoreOptions {
 absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& options);
 
 // Builds the options from a worker's environment (MESHRUN_STORE_ENDPOINT,
-// MESHRUN_RUN_ID, MESHRUN_ROUND, MESHRUN_TOKEN). FAILED_PRECONDITION naming
-// the missing variable when the process was not started by meshrun.
+// MESHRUN_RUN_ID, MESHRUN_ROUND, MESHRUN_TOKEN or MESHRUN_TOKEN_FILE,
+// MESHRUN_TLS_CERT/KEY/CA). FAILED_PRECONDITION naming the missing variable
+// when the process was not started by meshrun; the errors of ResolveToken
+// and LoadTls (common/security.h) for a bad token file or TLS file.
 absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv();
 
 }  // namespace meshrun

@@ -14,6 +14,7 @@
 #include "agent/process.h"
 #include "common/endpoint.h"
 #include "common/env_registry.h"
+#include "common/security.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
 #include "rendezvous/limits.h"
@@ -24,7 +25,8 @@ namespace {
 
 constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port"};
+    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
+    "token_file", "tls_cert", "tls_key", "tls_ca"};
 
 int UsageError(const std::string& msg) {
   std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
@@ -139,6 +141,14 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
         return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a TCP port 0..65535 (0: any free)"));
       }
       config->metrics_port = port;
+    } else if (key == "token_file") {
+      config->token_file = value;
+    } else if (key == "tls_cert") {
+      config->tls_files.cert = value;
+    } else if (key == "tls_key") {
+      config->tls_files.key = value;
+    } else if (key == "tls_ca") {
+      config->tls_files.ca = value;
     } else if (key == "is_host") {
       auto b = ParseBool(key, value);
       if (!b.ok()) return b.status();
@@ -505,7 +515,15 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     cmd = {*resolved};
   }
   cmd.insert(cmd.end(), args.begin(), args.end());
-  a.token = env::Get(env::kToken).value_or("");
+  // The token and the TLS files are read and checked now, so a bad one
+  // fails at start naming the file.
+  absl::StatusOr<Token> token = ResolveToken(cfg.token_file);
+  if (!token.ok()) return {std::nullopt, UsageError(std::string(token.status().message()))};
+  a.token = std::move(token->value);
+  a.token_file = std::move(token->file);
+  absl::StatusOr<TlsMaterial> tls = LoadTls(TlsFilesFromEnv(cfg.tls_files));
+  if (!tls.ok()) return {std::nullopt, UsageError(std::string(tls.status().message()))};
+  a.tls = std::move(*tls);
   out.config = std::move(cfg);
   return out;
 }

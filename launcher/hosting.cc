@@ -37,7 +37,8 @@ std::string Holder(const sockaddr_un& addr, socklen_t len) {
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 && cred.pid > 0) {
       who = absl::StrCat("pid ", cred.pid);
       std::ifstream f(absl::StrCat("/proc/", cred.pid, "/cmdline"));
-      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      std::string cmd;
+      std::getline(f, cmd);  // No newline in cmdline; never throws (a gone process reads as empty).
       while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
       if (cmd.size() > 120) cmd = cmd.substr(0, 117) + "...";
       if (!cmd.empty()) absl::StrAppend(&who, " (", absl::StrReplaceAll(cmd, {{std::string(1, '\0'), " "}}), ")");

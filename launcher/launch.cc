@@ -16,6 +16,7 @@
 #include "common/env_registry.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "rendezvous/server.h"
 
 namespace meshrun::launcher {
@@ -48,6 +49,7 @@ int Launch(LaunchConfig config) {
     so.token = a.token;
     so.limits = config.server_limits;
     so.metrics_port = config.metrics_port;
+    so.tls = a.tls;
     // One meshrun per network namespace tries the port (DESIGN.md 4b).
     std::optional<HostClaim> claim;
     absl::Status started_status;
@@ -62,7 +64,19 @@ int Launch(LaunchConfig config) {
     absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>> started =
         started_status.ok() ? rendezvous::RendezvousServer::Start(so)
                             : absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>>(started_status);
+    if (started.ok() && a.tls.client_tls() && !a.tls.server_tls()) {
+      (*started)->Shutdown(absl::ZeroDuration());
+      std::fprintf(stderr,
+                   "meshrun: error: this meshrun hosts the rendezvous server on port %d but has only MESHRUN_TLS_CA "
+                   "(tls_ca): a TLS server also needs MESHRUN_TLS_CERT and MESHRUN_TLS_KEY (tls_cert, tls_key); or "
+                   "set is_host=0 and run the server elsewhere\n",
+                   config.endpoint_port);
+      return 1;
+    }
     if (started.ok()) {
+      if (std::string w = rendezvous::ExposureWarning(so); !w.empty()) {
+        std::fprintf(stderr, "meshrun: warning: %s\n", w.c_str());
+      }
       server = std::move(*started);
       host_claim = std::move(claim);
       a.endpoint = config.standalone ? server->endpoint()
@@ -126,6 +140,8 @@ int ServerMain(int argc, char** argv) {
       ->allow_extra_args(false);
   int metrics_port = -1;
   std::string metrics_host;
+  std::string token_file;
+  TlsFiles tls_files;
   app.add_option("--host", host, "Address to bind: :: (all), 0.0.0.0 (all IPv4), 127.0.0.1, ...")
       ->default_str("::");
   app.add_option("--port", port, "TCP port; 0 lets the OS pick (printed, and written to --port_file)")
@@ -136,6 +152,12 @@ int ServerMain(int argc, char** argv) {
   app.add_option("--metrics_port,--metrics-port", metrics_port,
                  "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics (0: any free port; default off)");
   app.add_option("--metrics_host,--metrics-host", metrics_host, "Address for the metrics port (default: --host)");
+  app.add_option("--token_file,--token-file", token_file,
+                 "File holding the token every request must carry (mode 0600; instead of MESHRUN_TOKEN)");
+  app.add_option("--tls_cert,--tls-cert", tls_files.cert, "PEM certificate to serve TLS with (MESHRUN_TLS_CERT)");
+  app.add_option("--tls_key,--tls-key", tls_files.key, "PEM private key of --tls_cert (MESHRUN_TLS_KEY)");
+  app.add_option("--tls_ca,--tls-ca", tls_files.ca,
+                 "PEM CA: clients must present a certificate it signed (mutual TLS; MESHRUN_TLS_CA)");
   if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun server")) return *done;
   if (metrics_port < -1 || metrics_port > 65535) {
     std::fprintf(stderr, "meshrun server: error: --metrics_port=%d: must be in 0..65535\n", metrics_port);
@@ -162,7 +184,26 @@ int ServerMain(int argc, char** argv) {
   }
   so.host = host;
   so.port = port;
-  so.token = env::Get(env::kToken).value_or("");
+  absl::StatusOr<Token> token = ResolveToken(token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "meshrun server: error: %s\n", std::string(token.status().message()).c_str());
+    return 2;
+  }
+  so.token = std::move(token->value);
+  absl::StatusOr<TlsMaterial> tls = LoadTls(TlsFilesFromEnv(tls_files));
+  if (!tls.ok()) {
+    std::fprintf(stderr, "meshrun server: error: %s\n", std::string(tls.status().message()).c_str());
+    return 2;
+  }
+  if (tls->client_tls() && !tls->server_tls()) {
+    std::fprintf(stderr, "meshrun server: error: --tls_ca (MESHRUN_TLS_CA) is set without --tls_cert and --tls_key: "
+                         "a TLS server needs its own certificate and key\n");
+    return 2;
+  }
+  so.tls = std::move(*tls);
+  if (std::string w = rendezvous::ExposureWarning(so); !w.empty()) {
+    std::fprintf(stderr, "meshrun server: warning: %s\n", w.c_str());
+  }
   so.metrics_port = metrics_port;
   so.metrics_host = metrics_host;
   auto server = rendezvous::RendezvousServer::Start(so);
@@ -184,8 +225,9 @@ int ServerMain(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("meshrun server listening on %s port %d%s\n", host.c_str(), (*server)->port(),
-              so.token.empty() ? "" : " (token required)");
+  std::printf("meshrun server listening on %s port %d%s%s\n", host.c_str(), (*server)->port(),
+              so.token.empty() ? "" : " (token required)",
+              so.tls.mutual() ? " (mutual TLS)" : so.tls.server_tls() ? " (TLS)" : "");
   if ((*server)->metrics_port() >= 0) {
     std::printf("meshrun server: metrics on http://%s:%d/metrics\n", (metrics_host.empty() ? host : metrics_host).c_str(),
                 (*server)->metrics_port());

@@ -30,6 +30,10 @@ struct LaunchConfig {
   // Limits of the embedded server, when this node hosts it (rdzv_conf keys
   // named as in rendezvous/limits.h).
   rendezvous::ServerLimits server_limits;
+  // rdzv_conf tls_cert / tls_key / tls_ca and token_file, before they are
+  // read (ParseCommandLine then fills agent.tls, agent.token, agent.token_file).
+  TlsFiles tls_files;
+  std::string token_file;
 };
 
 // Result of parsing: either a config to run, or an exit code to return now
@@ -58,7 +62,8 @@ absl::StatusOr<int> ResolveNprocPerNode(const std::string& text);
 // CUDA_VISIBLE_DEVICES (entries are used up to the first invalid one).
 int CountVisibleGpus();
 
-// Parses --rdzv_conf "k1=v1,k2=v2" into `config`. Known keys: see the
+// Parses --rdzv_conf "k1=v1,k2=v2" into `config` (tls_* and token_file
+// are recorded as paths, not read). Known keys: see the
 // table in docs/user-guide.md; an unknown key is an error listing them.
 absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config);
 

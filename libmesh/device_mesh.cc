@@ -185,6 +185,10 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   so.run_id = world.run_id;
   so.round = world.round;
   so.token = world.token;
+  // TLS to the server as the worker's environment says (MESHRUN_TLS_*).
+  if (absl::StatusOr<GrpcStoreOptions> env_store = GrpcStoreOptionsFromEnv(); env_store.ok()) {
+    so.tls = std::move(env_store->tls);
+  }
   so.connect_timeout = options.timeout;
   // A store request may take its own wait plus this much: at most the mesh
   // timeout again, so an unreachable store fails within twice the timeout.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/security.h"
 #include "rendezvous/wire.h"
 
 namespace meshrun::rendezvous {
@@ -14,14 +15,6 @@ namespace pb = ::meshrun::v1;
 constexpr const char* kMethodNames[] = {
     "Join", "Heartbeat", "Watch", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvAdd",
     "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "Status"};
-
-// Constant-time comparison, so the token cannot be guessed byte by byte.
-bool TokenEquals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 using wire::FromProto;
 using wire::ToGrpc;
@@ -238,7 +231,7 @@ grpc::ServerUnaryReactor* RendezvousService::Reply(Method m, grpc::CallbackServe
 
 grpc::Status RendezvousService::Admit(Method m, const pb::RunRef& run, bool need_run_id) {
   (void)m;
-  if (!token_.empty() && !TokenEquals(run.token(), token_)) {
+  if (!token_.empty() && !meshrun::TokenEquals(run.token(), token_)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         run.token().empty() ? "this server requires a token (MESHRUN_TOKEN)"
                                             : "wrong token (MESHRUN_TOKEN)");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/http_text_server.h"
@@ -29,6 +30,14 @@ void RouteGrpcLogs(gpr_log_func_args* args) {
 }
 
 }  // namespace
+
+std::string ExposureWarning(const ServerOptions& options) {
+  if (!options.token.empty() || options.tls.server_tls() || IsLoopbackName(options.host)) return "";
+  return absl::StrCat("the rendezvous server listens on ", options.host,
+                      " without a token or TLS: anyone who reaches its port can join runs, report failures, "
+                      "and read and write the store; set MESHRUN_TOKEN (or a token file: MESHRUN_TOKEN_FILE, "
+                      "token_file) and/or TLS (MESHRUN_TLS_CERT, MESHRUN_TLS_KEY, MESHRUN_TLS_CA)");
+}
 
 struct RendezvousServer::Impl {
   ServerOptions options;
@@ -89,7 +98,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
                                                                                 options.limits.handshake_timeout))));
-  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddListeningPort(addr, ServerCredentials(options.tls), &impl->port);
   builder.RegisterService(impl->service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(&impl->metrics));
@@ -118,7 +127,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   if (grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService()) {
     health->SetServingStatus(kHealthServiceName, true);
   }
-  Logger("rdzv")->info("rendezvous server listening on {} (port {})", addr, impl->port);
+  Logger("rdzv")->info("rendezvous server listening on {} (port {}{})", addr, impl->port,
+                       options.tls.mutual() ? ", mutual TLS" : options.tls.server_tls() ? ", TLS" : ", plain");
   return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(impl)));
 }
 

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "rendezvous/limits.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 
 namespace grpc {
 class Channel;
@@ -29,11 +30,18 @@ struct ServerOptions {
   // is `metrics_host`, or `host` when empty.
   int metrics_port = -1;
   std::string metrics_host;
+  // TLS: served when tls.server_tls(); client certificates signed by
+  // tls.ca_pem required when tls.mutual(). Plain gRPC otherwise.
+  TlsMaterial tls;
 };
 
 // The service name the standard health service reports for the rendezvous
 // service (besides "", the whole server).
 inline constexpr const char* kHealthServiceName = "meshrun.v1.Rendezvous";
+
+// The one warning for a server that anyone on the network may use: its host
+// is not loopback and it has neither a token nor TLS. Empty otherwise.
+std::string ExposureWarning(const ServerOptions& options);
 
 class RendezvousServer {
  public:

@@ -78,3 +78,23 @@ TEST_CASE("${local_rank} is substituted in arguments", "[env]") {
   auto args = SubstituteLocalRank({"--out=/d/${local_rank}.log", "x", "${local_rank}${local_rank}"}, 5);
   CHECK(args == std::vector<std::string>{"--out=/d/5.log", "x", "55"});
 }
+
+TEST_CASE("workers get the token file rather than the token, and the TLS files", "[env]") {
+  WorkerEnvInput in;
+  in.token = "value";
+  in.token_file = "/etc/meshrun/token";
+  in.tls = meshrun::TlsFiles{"/c.pem", "/k.pem", "/ca.pem"};
+  auto env = AsMap(BuildWorkerEnv({"MESHRUN_TOKEN=old", "MESHRUN_TLS_CA=/other.pem"}, in));
+  CHECK(env["MESHRUN_TOKEN_FILE"] == "/etc/meshrun/token");
+  CHECK(env.count("MESHRUN_TOKEN") == 0);
+  CHECK(env["MESHRUN_TLS_CERT"] == "/c.pem");
+  CHECK(env["MESHRUN_TLS_KEY"] == "/k.pem");
+  CHECK(env["MESHRUN_TLS_CA"] == "/ca.pem");
+
+  in.token_file.clear();
+  in.tls = {};
+  env = AsMap(BuildWorkerEnv({"MESHRUN_TOKEN_FILE=/stale"}, in));
+  CHECK(env["MESHRUN_TOKEN"] == "value");
+  CHECK(env.count("MESHRUN_TOKEN_FILE") == 0);
+  CHECK(env.count("MESHRUN_TLS_CERT") == 0);
+}

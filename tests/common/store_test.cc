@@ -3,10 +3,12 @@
 
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_store.h"
 #include "common/server_status.h"
 #include "rendezvous/server.h"
+#include "tests/support/certs.h"
 
 using namespace meshrun;
 
@@ -169,4 +171,56 @@ TEST_CASE("a store that does not wait for the connection fails UNAVAILABLE namin
   CHECK(absl::Now() - start < absl::Seconds(5));
   CHECK(absl::IsUnavailable(v.status()));
   CHECK(v.status().message().find("rendezvous store at 127.0.0.1:1 is unreachable") != absl::string_view::npos);
+}
+
+TEST_CASE("the store and the status query over mutual TLS, and a client that does not match is told why", "[store][tls]") {
+  meshrun::testing::TestCerts certs;
+  REQUIRE(certs.ok());
+  auto load = [&](const std::string& cert, const std::string& key, const std::string& ca) {
+    auto m = LoadTls(TlsFiles{cert.empty() ? "" : certs.Path(cert), key.empty() ? "" : certs.Path(key),
+                              ca.empty() ? "" : certs.Path(ca)});
+    REQUIRE(m.ok());
+    return *m;
+  };
+  rendezvous::ServerOptions so;
+  so.host = "127.0.0.1";
+  so.tls = load("host.crt", "host.key", "ca.crt");
+  auto server = rendezvous::RendezvousServer::Start(so);
+  REQUIRE(server.ok());
+  const std::string endpoint = (*server)->endpoint();  // 127.0.0.1:port, in the certificate's SAN.
+
+  GrpcStoreOptions o;
+  o.endpoint = endpoint;
+  o.run_id = "tls";
+  o.connect_timeout = absl::Seconds(5);
+  o.tls = load("host.crt", "host.key", "ca.crt");
+  auto store = ConnectGrpcStore(o);
+  REQUIRE(store.ok());
+  CHECK((*store)->Set("k", "v").ok());
+  CHECK(*(*store)->Get("k", absl::Seconds(1)) == "v");
+  auto counts = QueryRequestCounts(endpoint, "", o.tls);
+  REQUIRE(counts.ok());
+  CHECK((*counts)["KvSet"] == 1);
+
+  // A plain status query: the server speaks TLS.
+  auto plain = QueryRequestCounts(endpoint, "");
+  REQUIRE_FALSE(plain.ok());
+  CHECK(absl::StrContains(plain.status().message(), "speaks TLS and this node does not (set MESHRUN_TLS_CA"));
+  // A store client without its certificate under mutual TLS.
+  GrpcStoreOptions no_cert = o;
+  no_cert.tls = load("", "", "ca.crt");
+  no_cert.connect_timeout = absl::Seconds(2);
+  auto refused = ConnectGrpcStore(no_cert);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(absl::StrContains(refused.status().message(), "the server requires a client certificate (mutual TLS"));
+  // A client trusting another CA.
+  GrpcStoreOptions wrong_ca = o;
+  wrong_ca.tls = load("other.crt", "other.key", "otherca.crt");
+  wrong_ca.connect_timeout = absl::Seconds(2);
+  auto untrusted = ConnectGrpcStore(wrong_ca);
+  REQUIRE_FALSE(untrusted.ok());
+  INFO(untrusted.status().message());
+  CHECK(absl::StrContains(untrusted.status().message(), "the server's certificate failed verification ("));
+  CHECK(absl::StrContains(untrusted.status().message(),
+                          "): it is not signed by the CA in MESHRUN_TLS_CA=" + certs.Path("otherca.crt")));
 }

@@ -44,6 +44,17 @@ TEST_CASE("rdzv_conf takes torchrun's keys and names unknown ones", "[flags]") {
   CHECK_FALSE(ApplyRdzvConf("novalue", &c).ok());
 }
 
+TEST_CASE("rdzv_conf takes token_file and the TLS files", "[flags]") {
+  LaunchConfig c;
+  REQUIRE(ApplyRdzvConf("token_file=/t,tls_cert=/c.pem,tls_key=/k.pem,tls_ca=/ca.pem", &c).ok());
+  CHECK(c.token_file == "/t");
+  CHECK(c.tls_files.cert == "/c.pem");
+  CHECK(c.tls_files.key == "/k.pem");
+  CHECK(c.tls_files.ca == "/ca.pem");
+  absl::Status bad = ApplyRdzvConf("bogus=1", &c);
+  CHECK(std::string(bad.message()).find("tls_ca") != std::string::npos);
+}
+
 namespace {
 
 // Parses `meshrun <args> /bin/true`; the config, or nullopt on a usage error.

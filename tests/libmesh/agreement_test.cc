@@ -77,7 +77,8 @@ int ThreadsWithNice(int nice) {
   int n = 0;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
     std::ifstream f(task.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string stat;
+    std::getline(f, stat);  // A thread that just ended reads as empty (no exception).
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream fields(stat.substr(close + 2));  // field 3 onwards

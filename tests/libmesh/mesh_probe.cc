@@ -35,7 +35,9 @@ static int NcclIds(const World& world) {
   const int rank = world.rank;
   auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"});
   if (!mesh.ok()) return Fail(rank, mesh.status().ToString());
-  auto counts = [&]() { return meshrun::QueryRequestCounts(world.store_endpoint, world.token); };
+  meshrun::TlsMaterial tls;
+  if (auto env_store = meshrun::GrpcStoreOptionsFromEnv(); env_store.ok()) tls = env_store->tls;
+  auto counts = [&]() { return meshrun::QueryRequestCounts(world.store_endpoint, world.token, tls); };
   // A barrier over both dimensions: every rank has finished what came before.
   auto barrier = [&]() {
     for (int d = 0; d < 2; ++d) (void)(*mesh->GetGroup(d))->Barrier();
