@@ -158,8 +158,14 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     }
     if (refused.ok()) {
       last_seen_[node.node_id] = absl::Now();
-      std::erase_if(reforming_, [&](const Member& m) { return m.node.node_id == node.node_id; });
-      pending_.push_back(Joiner{node, last_round, std::move(done)});
+      std::optional<Member> was_member;
+      auto r = std::find_if(reforming_.begin(), reforming_.end(),
+                            [&](const Member& m) { return m.node.node_id == node.node_id; });
+      if (r != reforming_.end()) {
+        was_member = std::move(*r);
+        reforming_.erase(r);
+      }
+      pending_.push_back(Joiner{node, last_round, std::move(done), std::move(was_member)});
       if (state_ == State::kRunning) {
         RunEvent ev;
         ev.kind = RunEvent::Kind::kNodeWaiting;
@@ -573,6 +579,9 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
       later.push_back([cb = std::move(p->done)]() mutable {
         cb(absl::CancelledError("the joining agent disconnected"));
       });
+      // A member that had re-joined the round being re-formed is lost from
+      // it, and named (below), as one that had not re-joined yet.
+      if (p->was_member && state_ == State::kJoining) reforming_.push_back(std::move(*p->was_member));
       pending_.erase(p);
     }
     if ((state_ == State::kRunning && !finished_.contains(node_id)) || state_ == State::kJoining) {

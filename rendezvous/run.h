@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,14 +96,17 @@ class Run : public std::enable_shared_from_this<Run> {
   void Close(const std::string& why);
 
  private:
+  struct Member {
+    NodeDesc node;
+    Assignment assignment;
+  };
   struct Joiner {
     NodeDesc node;
     int64_t last_round;
     JoinCallback done;
-  };
-  struct Member {
-    NodeDesc node;
-    Assignment assignment;
+    // Set when the node was a member of the round being re-formed: should
+    // it vanish before the round closes, it is named as lost.
+    std::optional<Member> was_member;
   };
   struct Barrier {
     uint64_t id;

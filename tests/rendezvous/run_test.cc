@@ -309,3 +309,40 @@ TEST_CASE("a node joining below MAX makes the running job re-form with it", "[ru
   CHECK(b->world_size == 4);
   CHECK(b->round == 1);
 }
+
+TEST_CASE("a member that re-joined a re-forming round and vanishes is named, and not waited for", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  RunConfig c = Config(1, 3);
+  c.last_call_timeout = absl::Seconds(30);  // Only the re-form target may close the round.
+  std::map<std::string, Assignment> got;
+  for (const char* id : {"a", "b", "c"}) {
+    creds.Join(*run, Node(id, 1, id), c, -1, [&, id](absl::StatusOr<Assignment> r) {
+      if (r.ok()) got[id] = *r;
+    });
+  }
+  REQUIRE(got.size() == 3);
+  auto sink_a = std::make_shared<Recorder>();
+  auto sink_b = std::make_shared<Recorder>();
+  auto sink_c = std::make_shared<Recorder>();
+  REQUIRE(creds.Watch(*run, "a", sink_a, 0).ok());
+  REQUIRE(creds.Watch(*run, "b", sink_b, 0).ok());
+  REQUIRE(creds.Watch(*run, "c", sink_c, 0).ok());
+  run->Unwatch("c", sink_c.get());  // c is lost: a and b re-form (round 1).
+  // b re-joins, then vanishes before the round closes.
+  absl::Status b_join;
+  creds.Join(*run, Node("b", 1, "b"), c, 0, [&](absl::StatusOr<Assignment> r) { b_join = r.status(); });
+  run->Unwatch("b", sink_b.get());
+  CHECK(absl::IsCancelled(b_join));
+  bool named = false;
+  for (const auto& e : sink_a->events) {
+    if (e.kind == RunEvent::Kind::kNodeLost && e.node_id == "b") named = true;
+  }
+  CHECK(named);
+  // a alone closes round 1 at once (b is no longer waited for).
+  std::optional<Assignment> a1;
+  creds.Join(*run, Node("a", 1, "a"), c, 0, [&](absl::StatusOr<Assignment> r) { a1 = *r; });
+  REQUIRE(a1.has_value());
+  CHECK(a1->round == 1);
+  CHECK(a1->world_size == 1);
+}
