@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "rendezvous/requests.h"
 #include "rendezvous/wire.h"
 
 namespace meshrun::rendezvous {
@@ -15,19 +16,9 @@ constexpr const char* kMethodNames[] = {
     "Join", "Heartbeat", "Watch", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvAdd",
     "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "Status"};
 
-// Constant-time comparison, so the token cannot be guessed byte by byte.
-bool TokenEquals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 using wire::FromProto;
 using wire::ToGrpc;
 using wire::ToProto;
-
-absl::Duration FromMs(int64_t ms) { return absl::Milliseconds(ms); }
 
 // A unary reactor that may finish later, from any thread, exactly once; on
 // client cancellation it runs `on_cancel` (which must lead to Complete).
@@ -180,42 +171,18 @@ bool RendezvousService::WaitForNoWatchers(absl::Duration timeout) {
 
 grpc::Status RendezvousService::Admit(Method m, const pb::RunRef& run, bool need_run_id) {
   counts_[m].fetch_add(1, std::memory_order_relaxed);
-  if (!token_.empty() && !TokenEquals(run.token(), token_)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        run.token().empty() ? "this server requires a token (MESHRUN_TOKEN)"
-                                            : "wrong token (MESHRUN_TOKEN)");
-  }
-  if (need_run_id && run.run_id().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty run id");
-  }
-  return grpc::Status::OK;
+  return ToGrpc(requests::Admit(token_, run, need_run_id));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
                                                   const pb::JoinRequest* req, pb::JoinResponse* resp) {
   if (auto s = Admit(kJoin, req->run()); !s.ok()) return Answer(ctx, s);
-  const pb::NodeInfo& n = req->node();
-  const pb::RunConfig& c = req->config();
-  if (n.node_id().empty() || n.nproc() <= 0 || c.min_nodes() <= 0 || c.max_nodes() < c.min_nodes()) {
-    return Answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                    "join needs a node id, nproc > 0 and 0 < min_nodes <= max_nodes"));
-  }
-  NodeDesc node{n.node_id(), n.hostname(), n.addr(), n.pid(), n.nproc(), n.node_rank_hint(),
-                n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role(),
-                n.local_addr(), n.dialed_addr()};
-  // Without an explicit --local_addr, a node's address is the source of the
-  // connection this server sees (DESIGN.md section 4b), not its own guess.
-  if (node.local_addr.empty()) {
-    if (std::string seen = wire::PeerIp(ctx->peer()); !seen.empty()) node.addr = seen;
-  }
-  RunConfig config{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
-                   FromMs(c.exit_barrier_timeout_ms())};
-  if (c.keep_alive_interval_ms() > 0) config.keep_alive_interval = FromMs(c.keep_alive_interval_ms());
-  if (c.keep_alive_max_attempt() > 0) config.keep_alive_max_attempt = c.keep_alive_max_attempt();
+  absl::StatusOr<requests::JoinArgs> args = requests::JoinFromProto(*req, wire::PeerIp(ctx->peer()));
+  if (!args.ok()) return Answer(ctx, ToGrpc(args.status()));
   std::shared_ptr<Run> run = registry_->ForJoin(req->run().run_id(), req->last_round());
   auto* reactor = new ParkedReactor();
-  reactor->SetOnCancel([run, id = n.node_id()] { run->CancelJoin(id); });
-  run->Join(node, config, req->last_round(), [reactor, resp](absl::StatusOr<Assignment> a) {
+  reactor->SetOnCancel([run, id = args->node.node_id] { run->CancelJoin(id); });
+  run->Join(args->node, args->config, req->last_round(), [reactor, resp](absl::StatusOr<Assignment> a) {
     if (a.ok()) ToProto(*a, resp->mutable_assignment());
     reactor->Complete(ToGrpc(a.status()));
   });
@@ -278,7 +245,7 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServer
   if (!run) return Answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
   auto* reactor = new ParkedReactor();
   uint64_t id = run->ReportFinished(
-      req->node_id(), req->round(), FromMs(req->timeout_ms()),
+      req->node_id(), req->round(), absl::Milliseconds(req->timeout_ms()),
       [reactor, resp](absl::StatusOr<BarrierResult> r) {
         if (r.ok()) {
           resp->set_all_finished(r->all_finished);
