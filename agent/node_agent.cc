@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
+#include "agent/error_file.h"
 #include "agent/output.h"
 #include "agent/process.h"
 #include "agent/rdzv_client.h"
@@ -29,7 +30,6 @@
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include "nlohmann/json.hpp"
 
 namespace meshrun::agent {
 namespace {
@@ -88,26 +88,6 @@ struct Worker {
 std::string RandomSuffix() {
   std::random_device rd;
   return absl::StrCat(absl::Hex(rd(), absl::kZeroPad8));
-}
-
-// The message of a torchrun-format error file, or "" (both the nested
-// {"message": {"message": ...}} and the flat {"message": "..."} forms).
-std::string ReadErrorFileMessage(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.contains("message")) return "";
-  const auto& m = j["message"];
-  if (m.is_string()) return m.get<std::string>();
-  if (m.is_object()) {
-    std::string text = m.value("message", "");
-    if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
-      std::string stack = m["extraInfo"].value("py_callstack", "");
-      if (!stack.empty()) text = stack;
-    }
-    return text;
-  }
-  return "";
 }
 
 // meshrun-worker-shim next to the running meshrun binary, or "" (then

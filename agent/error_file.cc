@@ -1,0 +1,45 @@
+#include "agent/error_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "nlohmann/json.hpp"
+
+namespace meshrun::agent {
+namespace {
+
+// The string at `key` of object `o`, or "" when absent or not a string
+// (json::value() would throw on a type mismatch).
+std::string StringField(const nlohmann::json& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
+
+std::string ErrorFileMessage(std::string_view json_text) {
+  nlohmann::json j = nlohmann::json::parse(json_text.begin(), json_text.end(), nullptr,
+                                           /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return "";
+  auto m = j.find("message");
+  if (m == j.end()) return "";
+  if (m->is_string()) return m->get<std::string>();
+  if (!m->is_object()) return "";
+  std::string text = StringField(*m, "message");
+  auto extra = m->find("extraInfo");
+  if (extra != m->end() && extra->is_object()) {
+    std::string stack = StringField(*extra, "py_callstack");
+    if (!stack.empty()) text = stack;
+  }
+  return text;
+}
+
+std::string ReadErrorFileMessage(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ErrorFileMessage(text.str());
+}
+
+}  // namespace meshrun::agent
