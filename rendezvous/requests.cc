@@ -1,5 +1,6 @@
 #include "rendezvous/requests.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
 namespace meshrun::rendezvous::requests {
@@ -33,6 +34,15 @@ absl::StatusOr<JoinArgs> JoinFromProto(const pb::JoinRequest& req, const std::st
   const pb::RunConfig& c = req.config();
   if (n.node_id().empty() || n.nproc() <= 0 || c.min_nodes() <= 0 || c.max_nodes() < c.min_nodes()) {
     return absl::InvalidArgumentError("join needs a node id, nproc > 0 and 0 < min_nodes <= max_nodes");
+  }
+  // Found by fuzzing: two nodes of nproc 2^31-1 overflowed the world size (int).
+  if (n.nproc() > kMaxNprocPerNode) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("join: nproc ", n.nproc(), " is more than the limit of ", kMaxNprocPerNode, " per node"));
+  }
+  if (c.max_nodes() > kMaxNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("join: max_nodes ", c.max_nodes(), " is more than the limit of ", kMaxNodes, " nodes"));
   }
   JoinArgs out;
   out.node = NodeDesc{n.node_id(), n.hostname(), n.addr(), n.pid(), n.nproc(), n.node_rank_hint(),

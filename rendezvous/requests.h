@@ -18,12 +18,18 @@ namespace meshrun::rendezvous::requests {
 // `need_run_id`).
 absl::Status Admit(const std::string& server_token, const v1::RunRef& run, bool need_run_id = true);
 
+// Bounds of a Join: the world size (nodes x workers per node, summed in int)
+// must not overflow, whatever a client claims.
+inline constexpr int kMaxNprocPerNode = 1 << 16;
+inline constexpr int kMaxNodes = 1 << 14;
+
 struct JoinArgs {
   NodeDesc node;
   RunConfig config;
 };
 
-// Validates a Join request (INVALID_ARGUMENT naming what is wrong) and
+// Validates a Join request (INVALID_ARGUMENT naming what is wrong or the
+// limit passed: nproc <= kMaxNprocPerNode, max_nodes <= kMaxNodes) and
 // translates it. `peer_ip`: the source address the server saw (wire::PeerIp),
 // which becomes the node's address unless it gave an explicit local_addr.
 absl::StatusOr<JoinArgs> JoinFromProto(const v1::JoinRequest& req, const std::string& peer_ip);
