@@ -1,35 +1,55 @@
 #include "agent/error_file.h"
 
 #include <fstream>
+#include <sstream>
 
 #include "nlohmann/json.hpp"
 
 namespace meshrun::agent {
+namespace {
 
-ErrorFileInfo ReadErrorFile(const std::string& path) {
+// The string at `key` of object `o`, or "" when absent or not a string
+// (json::value() would throw on a type mismatch).
+std::string StringField(const nlohmann::json& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+bool PermanentField(const nlohmann::json& o) {
+  auto it = o.find("permanent");
+  return it != o.end() && it->is_boolean() && it->get<bool>();
+}
+
+}  // namespace
+
+ErrorFileInfo ParseErrorFile(std::string_view json_text) {
   ErrorFileInfo info;
-  std::ifstream in(path);
-  if (!in) return info;
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(json_text.begin(), json_text.end(), nullptr,
+                                           /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return info;
-  auto is_true = [](const nlohmann::json& o) {
-    return o.is_object() && o.contains("permanent") && o["permanent"].is_boolean() && o["permanent"].get<bool>();
-  };
-  info.permanent = is_true(j);
-  if (!j.contains("message")) return info;
-  const auto& m = j["message"];
-  if (m.is_string()) {
-    info.message = m.get<std::string>();
-  } else if (m.is_object()) {
-    info.permanent = info.permanent || is_true(m);
-    if (m.contains("message") && m["message"].is_string()) info.message = m["message"].get<std::string>();
-    if (m.contains("extraInfo") && m["extraInfo"].is_object() && m["extraInfo"].contains("py_callstack") &&
-        m["extraInfo"]["py_callstack"].is_string()) {
-      std::string stack = m["extraInfo"]["py_callstack"].get<std::string>();
+  info.permanent = PermanentField(j);
+  auto m = j.find("message");
+  if (m == j.end()) return info;
+  if (m->is_string()) {
+    info.message = m->get<std::string>();
+  } else if (m->is_object()) {
+    info.permanent = info.permanent || PermanentField(*m);
+    info.message = StringField(*m, "message");
+    auto extra = m->find("extraInfo");
+    if (extra != m->end() && extra->is_object()) {
+      std::string stack = StringField(*extra, "py_callstack");
       if (!stack.empty()) info.message = stack;
     }
   }
   return info;
+}
+
+ErrorFileInfo ReadErrorFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseErrorFile(text.str());
 }
 
 }  // namespace meshrun::agent

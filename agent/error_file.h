@@ -1,8 +1,10 @@
 // Reading a worker's error file (TORCHELASTIC_ERROR_FILE, torchrun's
-// @record format) after it failed.
+// @record format) after it failed. Pure parsing, no exceptions: a worker's
+// file of any shape must not stop the agent that has to stop the others.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace meshrun::agent {
 
@@ -15,6 +17,10 @@ struct ErrorFileInfo {
   // nested "message" object) marks the failure as not worth a restart.
   bool permanent = false;
 };
+
+// Parses an error file's text. Text that is not such a file, and fields of
+// unexpected types, give empty fields. Pure function.
+ErrorFileInfo ParseErrorFile(std::string_view json_text);
 
 // Parses the error file at `path`. A missing, unreadable or malformed file
 // gives an empty ErrorFileInfo (no error: most workers write none).

@@ -1,5 +1,6 @@
 #include "common/endpoint.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,17 @@ absl::Status Bad(absl::string_view text, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(
       "invalid endpoint '", text, "': ", why,
       "; allowed: host, host:port, 1.2.3.4:port, [v6addr]:port"));
+}
+
+// A host name or IPv4 address: letters, digits, '.', '-', '_'. Inside
+// brackets also ':' and '%' (an IPv6 address, with a zone: "fe80::1%eth0").
+bool HostCharsOk(absl::string_view host, bool bracketed) {
+  for (char c : host) {
+    const bool ok = absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+                    (bracketed && (c == ':' || c == '%'));
+    if (!ok) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -50,6 +62,13 @@ absl::StatusOr<Endpoint> ParseEndpoint(absl::string_view text, int default_port)
     }
   }
   if (ep.host.empty()) return Bad(text, "empty host");
+  if (text.front() == '[' && !absl::StrContains(ep.host, ':')) {
+    return Bad(text, absl::StrCat("brackets are for IPv6 addresses, and '", ep.host, "' is not one"));
+  }
+  if (!HostCharsOk(ep.host, text.front() == '[')) {
+    return Bad(text, absl::StrCat("host '", ep.host, "' may only have letters, digits, '.', '-', '_' ",
+                                  "(and ':', '%' inside brackets)"));
+  }
   if (port_text.empty()) {
     ep.port = default_port;
   } else {

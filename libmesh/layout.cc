@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -31,8 +32,11 @@ absl::StatusOr<MeshLayout> MeshLayout::Create(std::vector<int> shape, std::vecto
       inferred = static_cast<int>(i);
     } else if (shape[i] <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("mesh shape ", Tuple(shape), ": sizes must be >= 1 (or -1)"));
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, static_cast<long long>(shape[i]), &known)) {
+      // Found by fuzzing (`meshrun mesh --shape` of huge sizes): the product overflowed.
+      return absl::InvalidArgumentError(absl::StrCat("mesh shape ", Tuple(shape), " has more ranks than ",
+                                                     std::numeric_limits<long long>::max(), "; ",
+                                                     members, " ranks to lay out"));
     }
   }
   if (inferred >= 0) {

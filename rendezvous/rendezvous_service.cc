@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/security.h"
+#include "rendezvous/requests.h"
 #include "rendezvous/wire.h"
 
 namespace meshrun::rendezvous {
@@ -19,8 +20,6 @@ constexpr const char* kMethodNames[] = {
 using wire::FromProto;
 using wire::ToGrpc;
 using wire::ToProto;
-
-absl::Duration FromMs(int64_t ms) { return absl::Milliseconds(ms); }
 
 // A unary reactor that may finish later, from any thread, exactly once; on
 // client cancellation it runs `on_cancel` (which must lead to Complete).
@@ -231,44 +230,19 @@ grpc::ServerUnaryReactor* RendezvousService::Reply(Method m, grpc::CallbackServe
 
 grpc::Status RendezvousService::Admit(Method m, const pb::RunRef& run, bool need_run_id) {
   (void)m;
-  if (!token_.empty() && !meshrun::TokenEquals(run.token(), token_)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        run.token().empty() ? "this server requires a token (MESHRUN_TOKEN)"
-                                            : "wrong token (MESHRUN_TOKEN)");
-  }
-  if (need_run_id) {
-    if (absl::Status s = CheckLength("run id", run.run_id(), limits_.max_run_id_bytes, "max_run_id_bytes"); !s.ok()) {
-      return ToGrpc(s);
-    }
-  }
-  return grpc::Status::OK;
+  return ToGrpc(requests::Admit(token_, run, need_run_id, limits_));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
                                                   const pb::JoinRequest* req, pb::JoinResponse* resp) {
   if (auto s = Admit(kJoin, req->run()); !s.ok()) return Reply(kJoin, ctx, s);
-  const pb::NodeInfo& n = req->node();
-  const pb::RunConfig& c = req->config();
-  NodeDesc node{n.node_id(), n.hostname(), n.addr(), n.pid(), n.nproc(), n.node_rank_hint(),
-                n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role(),
-                n.local_addr(), n.dialed_addr()};
-  // Without an explicit --local_addr, a node's address is the source of the
-  // connection this server sees (DESIGN.md section 4b), not its own guess.
-  if (node.local_addr.empty()) {
-    if (std::string seen = wire::PeerIp(ctx->peer()); !seen.empty()) node.addr = seen;
-  }
-  RunConfig config{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
-                   FromMs(c.exit_barrier_timeout_ms())};
-  if (c.keep_alive_interval_ms() != 0) config.keep_alive_interval = FromMs(c.keep_alive_interval_ms());
-  if (c.keep_alive_max_attempt() != 0) config.keep_alive_max_attempt = c.keep_alive_max_attempt();
-  if (absl::Status s = CheckJoin(req->run().run_id(), node, config, limits_); !s.ok()) {
-    return Reply(kJoin, ctx, ToGrpc(s));
-  }
+  absl::StatusOr<requests::JoinArgs> args = requests::JoinFromProto(*req, wire::PeerIp(ctx->peer()), limits_);
+  if (!args.ok()) return Reply(kJoin, ctx, ToGrpc(args.status()));
   absl::StatusOr<std::shared_ptr<Run>> run = registry_->ForJoin(req->run().run_id(), req->last_round());
   if (!run.ok()) return Reply(kJoin, ctx, ToGrpc(run.status()));
   auto* reactor = new ParkedReactor();
-  reactor->SetOnCancel([run = *run, id = n.node_id()] { run->CancelJoin(id); });
-  (*run)->Join(node, config, req->last_round(), req->session(),
+  reactor->SetOnCancel([run = *run, id = args->node.node_id] { run->CancelJoin(id); });
+  (*run)->Join(args->node, args->config, req->last_round(), req->session(),
                [this, reactor, resp](absl::StatusOr<Assignment> a) {
                  if (a.ok()) ToProto(*a, resp->mutable_assignment());
                  Count(kJoin, ToGrpc(a.status()));
@@ -339,7 +313,7 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServer
   if (auto s = Admit(kReportFinished, req->run()); !s.ok()) return Reply(kReportFinished, ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
   if (!run) return Reply(kReportFinished, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
-  const absl::Duration timeout = FromMs(req->timeout_ms());
+  const absl::Duration timeout = absl::Milliseconds(req->timeout_ms());
   if (timeout < absl::ZeroDuration() || timeout > limits_.max_wait) {
     return Reply(kReportFinished, ctx,
                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

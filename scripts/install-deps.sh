@@ -7,6 +7,7 @@ PKGS=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev catch2 libgloo-dev nlohmann-json3-dev
+  clang libclang-rt-14-dev
   python3-torch python3-numpy
   libhwloc-dev
   libssl-dev openssl

@@ -34,4 +34,12 @@ TEST_CASE("bad endpoints are refused with the value named", "[common]") {
   CHECK_FALSE(ParseEndpoint("host:abc", 1).ok());
   CHECK_FALSE(ParseEndpoint(":29400", 1).ok());
   CHECK_FALSE(ParseEndpoint("[::1", 1).ok());
+  // Found by fuzzing: a host with brackets or other stray characters, which
+  // printed back ("[f:29400") as an endpoint that does not parse.
+  CHECK_FALSE(ParseEndpoint("[[f]", 1).ok());
+  CHECK_FALSE(ParseEndpoint("a]:5", 1).ok());
+  CHECK_FALSE(ParseEndpoint("host name:5", 1).ok());
+  CHECK_FALSE(ParseEndpoint("[fl%]", 1).ok());  // Brackets hold IPv6 addresses only.
+  CHECK(ParseEndpoint("[fe80::1%eth0]:5", 1).ok());
+  CHECK(ParseEndpoint("node_1.example-2.org:5", 1).ok());
 }

@@ -46,6 +46,11 @@ TEST_CASE("bad meshes are refused naming the values", "[mesh]") {
   CHECK(msg(MeshLayout::Create({2, 4}, {"a", "a"}, 8)).find("repeated mesh_dim_name 'a'") != std::string::npos);
   CHECK(msg(MeshLayout::Create({2, 4}, {"a", ""}, 8)).find("empty") != std::string::npos);
   CHECK(msg(MeshLayout::Create({-1, -1}, {}, 8)).find("at most one") != std::string::npos);
+  // Found by fuzzing: the product of huge sizes overflowed (undefined behaviour).
+  CHECK(msg(MeshLayout::Create({2147483647, 2147483647, 2147483647}, {}, 8)).find("has more ranks than") !=
+        std::string::npos);
+  CHECK(msg(MeshLayout::Create({-1, 2147483647, 2147483647, 2147483647}, {}, 8)).find("has more ranks than") !=
+        std::string::npos);
   CHECK(msg(MeshLayout::Create({-1, 3}, {}, 8)).find("cannot be divided") != std::string::npos);
   CHECK(msg(MeshLayout::Create({2}, {}, 8, {1, 1})).find("twice") != std::string::npos);
   CHECK(msg(MeshLayout::Create({2}, {}, 8, {1, 9})).find("outside the world") != std::string::npos);

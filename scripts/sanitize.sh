@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds meshrun with AddressSanitizer and UndefinedBehaviorSanitizer (g++) into
+# build-asan/ and runs the whole test suite there. Any ASan/UBSan report fails the
+# test that triggered it (UBSan is made fatal). Python (torch) workers are not
+# instrumented, which is fine: the launcher, agent and server that run them are.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+cmake --build build-asan -j2
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+# The install test builds a program against the installed libmesh: it must be
+# instrumented too (an uninstrumented main before libasan crashes at start).
+export CXXFLAGS="$SAN" LDFLAGS="-fsanitize=address,undefined"
+cd build-asan
+ctest --output-on-failure -j2 --timeout 600
