@@ -1,12 +1,11 @@
 #include "rendezvous/run.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "rendezvous/advertised_address.h"
+#include "rendezvous/credential.h"
 #include "rendezvous/node_order.h"
 
 namespace meshrun::rendezvous {
@@ -36,34 +35,6 @@ Run::Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits,
       limits_(limits),
       kv_(std::make_shared<KvStore>(run_id_, timer, limits, std::move(server_bytes))) {}
 
-namespace {
-
-// 128 bits from the kernel's CSPRNG, as hex.
-std::string NewCredential() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(2 * sizeof(bytes), '0');
-  for (size_t i = 0; i < sizeof(bytes); ++i) {
-    out[2 * i] = kHex[bytes[i] >> 4];
-    out[2 * i + 1] = kHex[bytes[i] & 15];
-  }
-  return out;
-}
-
-// Constant time for equal lengths; credentials all have one length.
-bool CredentialEquals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-}  // namespace
 
 absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::string& session) const {
   auto it = sessions_.find(node_id);
@@ -365,155 +336,6 @@ absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::st
   }
   last_seen_[node_id] = absl::Now();
   return round_;
-}
-
-void Run::ArmLivenessLocked() {
-  if (liveness_armed_) return;
-  liveness_armed_ = true;
-  std::weak_ptr<Run> weak = weak_from_this();
-  timer_->Schedule(absl::Now() + config_.keep_alive_interval, [weak] {
-    if (auto self = weak.lock()) self->OnLivenessTimer();
-  });
-}
-
-void Run::OnLivenessTimer() {
-  Deferred later;
-  {
-    absl::MutexLock lock(&mu_);
-    liveness_armed_ = false;
-    if (state_ == State::kFinished || state_ == State::kFailed) return;
-    const absl::Time now = absl::Now();
-    const absl::Duration limit = config_.keep_alive_interval * config_.keep_alive_max_attempt;
-    std::vector<std::string> silent;
-    for (const auto& m : members_) {
-      if (finished_.contains(m.node.node_id)) continue;
-      auto seen = last_seen_.find(m.node.node_id);
-      if (seen != last_seen_.end() && now - seen->second > limit) silent.push_back(m.node.node_id);
-    }
-    for (const auto& id : silent) {
-      LoseNodeLocked(id, absl::StrCat("no keep-alive for ", absl::FormatDuration(now - last_seen_[id]), " (limit ",
-                                      absl::FormatDuration(limit), ")"),
-                     later);
-    }
-    if (!members_.empty() || !pending_.empty()) ArmLivenessLocked();
-  }
-  RunAll(later);
-}
-
-void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later) {
-  auto is_node = [&](const Member& mem) { return mem.node.node_id == node_id; };
-  auto m = std::find_if(members_.begin(), members_.end(), is_node);
-  if (m == members_.end()) {
-    // A member of the round being re-formed that had not rejoined yet.
-    auto r = std::find_if(reforming_.begin(), reforming_.end(), is_node);
-    if (r != reforming_.end() && state_ == State::kJoining) LoseReformingLocked(r, why, later);
-    return;
-  }
-  lost_.insert(node_id);
-  WorkerFailure cause;
-  cause.node_id = node_id;
-  cause.hostname = m->node.hostname;
-  cause.node_rank = m->assignment.node_rank;
-  cause.round = round_;
-  cause.message = absl::StrCat("node ", m->node.hostname, " (node rank ", cause.node_rank, ") was lost: ", why);
-  Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
-  members_.erase(m);
-  RunEvent lost;
-  lost.kind = RunEvent::Kind::kNodeLost;
-  lost.round = round_;
-  lost.node_id = node_id;
-  lost.root_cause = cause;
-  PushLocked(lost);
-  if (auto w = watchers_.find(node_id); w != watchers_.end()) {
-    w->second->CloseStale(cause.message);
-    watchers_.erase(w);
-  }
-  const int can_rejoin = static_cast<int>(members_.size() + pending_.size());
-  if (can_rejoin < config_.min_nodes && restart_count_ >= config_.max_restarts) {
-    // Too few nodes left and no restart to wait for a replacement with: the
-    // job fails now, on every node, naming the lost node.
-    cause.exit_code = 1;
-    cause.time = absl::Now();
-    root_cause_ = cause;
-    has_root_cause_ = true;
-    FailRunLocked(later);
-    return;
-  }
-  ReformLocked(std::move(cause), later);
-}
-
-void Run::LoseReformingLocked(std::vector<Member>::iterator r, const std::string& why, Deferred& later) {
-  lost_.insert(r->node.node_id);
-  WorkerFailure cause;
-  cause.node_id = r->node.node_id;
-  cause.hostname = r->node.hostname;
-  cause.node_rank = r->assignment.node_rank;
-  cause.round = round_;
-  cause.message = absl::StrCat("node ", r->node.hostname, " (node rank ", cause.node_rank, " of round ",
-                               r->assignment.round, ") was lost too: ", why);
-  Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
-  reforming_.erase(r);
-  RunEvent lost;
-  lost.kind = RunEvent::Kind::kNodeLost;
-  lost.round = round_;
-  lost.node_id = cause.node_id;
-  lost.root_cause = cause;
-  PushLocked(lost);
-  if (auto w = watchers_.find(cause.node_id); w != watchers_.end()) {
-    w->second->CloseStale(cause.message);
-    watchers_.erase(w);
-  }
-  // The re-form no longer waits for it.
-  reform_target_ = std::max(1, reform_target_ - 1);
-  const int can_rejoin = static_cast<int>(reforming_.size() + pending_.size());
-  if (can_rejoin < config_.min_nodes && restart_count_ >= config_.max_restarts) {
-    cause.exit_code = 1;
-    cause.time = absl::Now();
-    root_cause_ = cause;
-    has_root_cause_ = true;
-    FailRunLocked(later);
-    return;
-  }
-  MaybeCloseLocked(later);
-}
-
-void Run::FailRunLocked(Deferred& later) {
-  state_ = State::kFailed;
-  RunEvent ev;
-  ev.kind = RunEvent::Kind::kRunFailed;
-  ev.round = round_;
-  ev.restart_count = restart_count_;
-  ev.root_cause = root_cause_;
-  PushLocked(ev);
-  // Nobody will finish: release the exit barrier and any node standing by.
-  for (auto& b : barriers_) {
-    timer_->Cancel(b.timer_id);
-    later.push_back([cb = std::move(b.done)]() mutable { cb(absl::AbortedError("the run failed on another node")); });
-  }
-  barriers_.clear();
-  for (auto& j : pending_) {
-    later.push_back([cb = std::move(j.done)]() mutable { cb(absl::AbortedError("the run failed")); });
-  }
-  pending_.clear();
-}
-
-void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
-  cause.time = absl::Now();
-  const int survivors = static_cast<int>(members_.size());
-  reform_target_ = std::max(1, std::min(config_.max_nodes, survivors + static_cast<int>(pending_.size())));
-  ++round_;
-  state_ = State::kJoining;
-  reforming_ = std::move(members_);
-  members_.clear();
-  finished_.clear();
-  RunEvent ev;
-  ev.kind = RunEvent::Kind::kRestart;
-  ev.round = round_;
-  ev.restart_count = restart_count_;
-  ev.membership_change = true;
-  ev.root_cause = std::move(cause);
-  PushLocked(ev);
-  MaybeCloseLocked(later);
 }
 
 absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
@@ -837,90 +659,6 @@ void Run::Close(const std::string& why) {
   }
   RunAll(later);
   kv_->Close(why);
-}
-
-RunRegistry::RunRegistry(DeadlineTimer* timer, const ServerLimits& limits)
-    : timer_(timer), limits_(limits), server_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {}
-
-RunRegistry::~RunRegistry() { CloseAll("the rendezvous server is shutting down"); }
-
-absl::Status RunRegistry::MakeRoomLocked(const std::string& run_id, std::shared_ptr<Run>* evicted) {
-  if (absl::Status s = CheckLength("run id", run_id, limits_.max_run_id_bytes, "max_run_id_bytes"); !s.ok()) return s;
-  if (static_cast<int64_t>(runs_.size()) < limits_.max_runs) return absl::OkStatus();
-  // Full: an ended run makes room (the oldest id first would need an
-  // index; any ended one will do, its agents are gone or going).
-  for (auto it = runs_.begin(); it != runs_.end(); ++it) {
-    if (it->second && it->second->terminal()) {
-      *evicted = std::move(it->second);
-      runs_.erase(it);
-      return absl::OkStatus();
-    }
-  }
-  return absl::ResourceExhaustedError(absl::StrCat("the server holds ", runs_.size(),
-                                                   " live runs: max_runs=", limits_.max_runs,
-                                                   "; refused new run '", run_id.substr(0, 64), "'"));
-}
-
-absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run_id, int64_t last_round) {
-  std::shared_ptr<Run> old;
-  std::shared_ptr<Run> evicted;
-  std::shared_ptr<Run> fresh;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = runs_.find(run_id);
-    if (it != runs_.end() && !(it->second->terminal() && last_round < 0)) return it->second;
-    if (it == runs_.end()) {
-      if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
-    }
-    auto& slot = runs_[run_id];
-    old = std::move(slot);
-    slot = std::make_shared<Run>(run_id, timer_, limits_, server_bytes_);
-    fresh = slot;
-  }
-  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
-  if (old) old->Close(absl::StrCat("run '", run_id, "' was restarted by a new job with the same id"));
-  return fresh;
-}
-
-std::shared_ptr<Run> RunRegistry::Find(const std::string& run_id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = runs_.find(run_id);
-  return it == runs_.end() ? nullptr : it->second;
-}
-
-absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string& run_id) {
-  std::shared_ptr<Run> evicted;
-  std::shared_ptr<Run> run;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = runs_.find(run_id);
-    if (it != runs_.end()) return it->second;
-    if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
-    run = runs_[run_id] = std::make_shared<Run>(run_id, timer_, limits_, server_bytes_);
-  }
-  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
-  return run;
-}
-
-std::vector<RunStatus> RunRegistry::Status() const {
-  std::vector<std::shared_ptr<Run>> runs;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, run] : runs_) runs.push_back(run);
-  }
-  std::vector<RunStatus> out;
-  for (const auto& r : runs) out.push_back(r->Status());
-  std::sort(out.begin(), out.end(), [](const RunStatus& a, const RunStatus& b) { return a.run_id < b.run_id; });
-  return out;
-}
-
-void RunRegistry::CloseAll(const std::string& why) {
-  std::vector<std::shared_ptr<Run>> runs;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [id, run] : runs_) runs.push_back(run);
-  }
-  for (auto& r : runs) r->Close(why);
 }
 
 }  // namespace meshrun::rendezvous
