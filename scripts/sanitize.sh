@@ -15,6 +15,8 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build build-asan -j2
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+# Leaks inside system libraries (tests/lsan.supp says which and why).
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}"
 # The install test builds a program against the installed libmesh: it must be
 # instrumented too (an uninstrumented main before libasan crashes at start).
 export CXXFLAGS="$SAN" LDFLAGS="-fsanitize=address,undefined"

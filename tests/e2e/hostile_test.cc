@@ -30,6 +30,15 @@ namespace {
 
 constexpr const char* kToken = "hostile-test-token";
 
+// Memory bounds speak of the product; under AddressSanitizer (whose
+// quarantine keeps freed blocks, and whose shadow memory costs more) the
+// figures are printed but not held to them.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssBounds = false;
+#else
+constexpr bool kRssBounds = true;
+#endif
+
 struct Server {
   pid_t pid = -1;
   int port = 0;
@@ -320,7 +329,7 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
     WARN("slow watchers: " << cut << " of 100 cut off; server RSS peak during the attack " << peak << " MiB");
     CHECK(reported == 30);
     CHECK(cut > 0);
-    CHECK(peak < 200);
+    if (kRssBounds) CHECK(peak < 200);
   }
   // Forged reports for a run the caller is not a member of.
   {
@@ -386,5 +395,5 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
                          << " MiB");
   CHECK(victim.errors == 0);
   CHECK(victim.P99() < 100);
-  CHECK(hwm < 256);
+  if (kRssBounds) CHECK(hwm < 256);
 }
