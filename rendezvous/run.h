@@ -135,6 +135,12 @@ class Run : public std::enable_shared_from_this<Run> {
   // and the survivors (plus waiting nodes) re-form in the next round.
   void LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes NODE_LOST for `cause.node_id` and ends its stream as stale.
+  void AnnounceLostLocked(const WorkerFailure& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the run (RUN_FAILED, `cause` as root cause) when `can_rejoin`
+  // nodes are fewer than MIN and no restart is left to wait for a
+  // replacement with; true when it did.
+  bool FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Loses a member of the round being re-formed (`r` in reforming_).
   void LoseReformingLocked(std::vector<Member>::iterator r, const std::string& why, Deferred& later)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

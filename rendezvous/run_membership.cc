@@ -60,28 +60,34 @@ void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Def
   cause.message = absl::StrCat("node ", m->node.hostname, " (node rank ", cause.node_rank, ") was lost: ", why);
   Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
   members_.erase(m);
+  AnnounceLostLocked(cause);
+  if (FailIfTooFewLocked(cause, static_cast<int>(members_.size() + pending_.size()), later)) return;
+  ReformLocked(std::move(cause), later);
+}
+
+void Run::AnnounceLostLocked(const WorkerFailure& cause) {
   RunEvent lost;
   lost.kind = RunEvent::Kind::kNodeLost;
   lost.round = round_;
-  lost.node_id = node_id;
+  lost.node_id = cause.node_id;
   lost.root_cause = cause;
   PushLocked(lost);
-  if (auto w = watchers_.find(node_id); w != watchers_.end()) {
+  if (auto w = watchers_.find(cause.node_id); w != watchers_.end()) {
     w->second->CloseStale(cause.message);
     watchers_.erase(w);
   }
-  const int can_rejoin = static_cast<int>(members_.size() + pending_.size());
-  if (can_rejoin < config_.min_nodes && restart_count_ >= config_.max_restarts) {
-    // Too few nodes left and no restart to wait for a replacement with: the
-    // job fails now, on every node, naming the lost node.
-    cause.exit_code = 1;
-    cause.time = absl::Now();
-    root_cause_ = cause;
-    has_root_cause_ = true;
-    FailRunLocked(later);
-    return;
-  }
-  ReformLocked(std::move(cause), later);
+}
+
+bool Run::FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& later) {
+  if (can_rejoin >= config_.min_nodes || restart_count_ < config_.max_restarts) return false;
+  // Too few nodes left and no restart to wait for a replacement with: the
+  // job fails now, on every node, naming the lost node.
+  cause.exit_code = 1;
+  cause.time = absl::Now();
+  root_cause_ = std::move(cause);
+  has_root_cause_ = true;
+  FailRunLocked(later);
+  return true;
 }
 
 void Run::LoseReformingLocked(std::vector<Member>::iterator r, const std::string& why, Deferred& later) {
@@ -95,27 +101,10 @@ void Run::LoseReformingLocked(std::vector<Member>::iterator r, const std::string
                                r->assignment.round, ") was lost too: ", why);
   Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
   reforming_.erase(r);
-  RunEvent lost;
-  lost.kind = RunEvent::Kind::kNodeLost;
-  lost.round = round_;
-  lost.node_id = cause.node_id;
-  lost.root_cause = cause;
-  PushLocked(lost);
-  if (auto w = watchers_.find(cause.node_id); w != watchers_.end()) {
-    w->second->CloseStale(cause.message);
-    watchers_.erase(w);
-  }
+  AnnounceLostLocked(cause);
   // The re-form no longer waits for it.
   reform_target_ = std::max(1, reform_target_ - 1);
-  const int can_rejoin = static_cast<int>(reforming_.size() + pending_.size());
-  if (can_rejoin < config_.min_nodes && restart_count_ >= config_.max_restarts) {
-    cause.exit_code = 1;
-    cause.time = absl::Now();
-    root_cause_ = cause;
-    has_root_cause_ = true;
-    FailRunLocked(later);
-    return;
-  }
+  if (FailIfTooFewLocked(cause, static_cast<int>(reforming_.size() + pending_.size()), later)) return;
   MaybeCloseLocked(later);
 }
 
