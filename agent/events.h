@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::agent {
 

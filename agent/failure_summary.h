@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::agent {
 

@@ -8,7 +8,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
-#include "rendezvous/wire.h"
+#include "proto/wire.h"
 
 namespace meshrun::agent {
 namespace {

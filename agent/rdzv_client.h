@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "common/net.h"
 #include "common/security.h"
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace grpc {
 class Channel;

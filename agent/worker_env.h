@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/security.h"
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::agent {
 

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::rendezvous {
 

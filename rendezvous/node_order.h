@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::rendezvous {
 

@@ -6,7 +6,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/security.h"
 #include "rendezvous/requests.h"
-#include "rendezvous/wire.h"
+#include "proto/wire.h"
 
 namespace meshrun::rendezvous {
 namespace {

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "meshrun/proto/rendezvous.pb.h"
 #include "rendezvous/limits.h"
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::rendezvous::requests {
 

@@ -17,7 +17,7 @@
 #include "rendezvous/kv_store.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/timer.h"
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::rendezvous {
 

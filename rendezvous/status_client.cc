@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
-#include "rendezvous/wire.h"
+#include "proto/wire.h"
 
 namespace meshrun::rendezvous {
 

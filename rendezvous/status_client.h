@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::rendezvous {
 

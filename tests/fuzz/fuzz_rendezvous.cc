@@ -25,7 +25,7 @@
 #include "rendezvous/requests.h"
 #include "rendezvous/run.h"
 #include "rendezvous/timer.h"
-#include "rendezvous/wire.h"
+#include "proto/wire.h"
 
 namespace {
 

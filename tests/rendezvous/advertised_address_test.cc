@@ -2,7 +2,7 @@
 
 #include "common/net.h"
 #include "rendezvous/advertised_address.h"
-#include "rendezvous/wire.h"
+#include "proto/wire.h"
 
 using namespace meshrun::rendezvous;
 

@@ -1,5 +1,6 @@
-// Domain types of the rendezvous server. No gRPC or Protobuf here: the
-// adapter in rendezvous_service.cc translates to and from the wire.
+// The rendezvous protocol's domain types, shared by the server (rendezvous/)
+// and the node agent (agent/). No gRPC or Protobuf here: proto/wire.cc
+// translates them to and from the wire.
 #pragma once
 
 #include <cstdint>

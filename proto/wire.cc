@@ -1,4 +1,4 @@
-#include "rendezvous/wire.h"
+#include "proto/wire.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

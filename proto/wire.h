@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "meshrun/proto/rendezvous.pb.h"
-#include "rendezvous/types.h"
+#include "proto/types.h"
 
 namespace meshrun::rendezvous::wire {
 
