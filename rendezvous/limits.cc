@@ -45,6 +45,7 @@ constexpr DurationLimit kDurationLimits[] = {
     {"max_wait", &ServerLimits::max_wait},
     {"connection_idle_timeout", &ServerLimits::connection_idle_timeout},
     {"handshake_timeout", &ServerLimits::handshake_timeout},
+    {"metrics_request_timeout", &ServerLimits::metrics_request_timeout},
 };
 
 std::string Shown(absl::string_view v) {

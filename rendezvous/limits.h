@@ -56,6 +56,9 @@ struct ServerLimits {
   // preface, or TLS) within handshake_timeout is closed.
   absl::Duration connection_idle_timeout = absl::Minutes(5);
   absl::Duration handshake_timeout = absl::Seconds(10);
+  // A scrape of the metrics port must send its request within this time
+  // (civetweb's request_timeout_ms).
+  absl::Duration metrics_request_timeout = absl::Seconds(10);
 };
 
 // Sets the limit `name` (a field name above, e.g. "max_runs") from `value`

@@ -1,9 +1,46 @@
 #include "rendezvous/metrics.h"
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include <map>
+
+#include <prometheus/text_serializer.h>
 
 namespace meshrun::rendezvous {
+namespace {
+
+prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = prometheus::MetricType::Gauge;
+  return f;
+}
+
+void AddGauge(prometheus::MetricFamily* f, prometheus::ClientMetric::Label label, double value) {
+  prometheus::ClientMetric m;
+  if (!label.name.empty()) m.label.push_back(std::move(label));
+  m.gauge.value = value;
+  f->metric.push_back(std::move(m));
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      rpcs_(prometheus::BuildCounter()
+                .Name("meshrun_rpcs_total")
+                .Help("RPCs answered, by method and gRPC status code.")
+                .Register(*registry_)),
+      latency_(prometheus::BuildHistogram()
+                   .Name("meshrun_rpc_duration_seconds")
+                   .Help("Time from an RPC's arrival to its answer, by method.")
+                   .Register(*registry_)),
+      failures_(prometheus::BuildCounter()
+                    .Name("meshrun_failures_total")
+                    .Help("Worker failures accepted as a round's root cause, by cause.")
+                    .Register(*registry_)) {
+  // Every cause is shown from the start (at 0), so a rate() sees the first one.
+  for (const char* cause : {"exit_code", "signal", "permanent"}) failures_.Add({{"cause", cause}});
+}
 
 const std::vector<double>& ServerMetrics::LatencyBuckets() {
   static const std::vector<double> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -11,52 +48,22 @@ const std::vector<double>& ServerMetrics::LatencyBuckets() {
   return kBuckets;
 }
 
-std::string EscapeLabel(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 void ServerMetrics::RecordRpc(const std::string& method, const std::string& code, double seconds) {
-  absl::MutexLock lock(&mu_);
-  ++rpcs_[{method, code}];
-  Histogram& h = latency_[method];
-  const auto& bounds = LatencyBuckets();
-  if (h.buckets.empty()) h.buckets.assign(bounds.size(), 0);
-  for (size_t i = 0; i < bounds.size(); ++i) {
-    if (seconds <= bounds[i]) {
-      ++h.buckets[i];
-      break;
-    }
-  }
-  ++h.count;
-  h.sum += seconds;
+  // Family::Add returns the existing series for known labels (thread-safe).
+  rpcs_.Add({{"method", method}, {"code", code}}).Increment();
+  latency_.Add({{"method", method}}, LatencyBuckets()).Observe(seconds);
 }
 
-void ServerMetrics::RecordFailure(const std::string& cause) {
-  absl::MutexLock lock(&mu_);
-  ++failures_[cause];
-}
+void ServerMetrics::RecordFailure(const std::string& cause) { failures_.Add({{"cause", cause}}).Increment(); }
 
-std::string ServerMetrics::Render(const std::vector<RunStatus>& runs, int open_watchers) const {
-  std::string out;
-  auto family = [&](const char* name, const char* type, const char* help) {
-    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-  };
-  family("meshrun_runs", "gauge", "Runs on this server by state.");
+std::vector<prometheus::MetricFamily> ServerMetrics::StateGauges(const std::vector<RunStatus>& runs,
+                                                                 int open_watchers) {
+  std::vector<prometheus::MetricFamily> out;
+  prometheus::MetricFamily by_state_family = GaugeFamily("meshrun_runs", "Runs on this server by state.");
   std::map<std::string, int> by_state = {{"joining", 0}, {"running", 0}, {"finished", 0}, {"failed", 0}};
   for (const auto& r : runs) ++by_state[r.state];
-  for (const auto& [state, n] : by_state) absl::StrAppend(&out, "meshrun_runs{state=\"", EscapeLabel(state), "\"} ", n, "\n");
+  for (const auto& [state, n] : by_state) AddGauge(&by_state_family, {"state", state}, n);
+  out.push_back(std::move(by_state_family));
   struct PerRun {
     const char* name;
     const char* help;
@@ -81,39 +88,30 @@ std::string ServerMetrics::Render(const std::vector<RunStatus>& runs, int open_w
        [](const RunStatus& r) -> int64_t { return r.kv_bytes; }},
   };
   for (const PerRun& m : per_run) {
-    family(m.name, "gauge", m.help);
-    for (const auto& r : runs) absl::StrAppend(&out, m.name, "{run_id=\"", EscapeLabel(r.run_id), "\"} ", m.value(r), "\n");
+    prometheus::MetricFamily f = GaugeFamily(m.name, m.help);
+    for (const auto& r : runs) AddGauge(&f, {"run_id", r.run_id}, static_cast<double>(m.value(r)));
+    out.push_back(std::move(f));
   }
-  family("meshrun_watchers_open", "gauge", "Open event streams (one per connected agent).");
-  absl::StrAppend(&out, "meshrun_watchers_open ", open_watchers, "\n");
+  prometheus::MetricFamily watchers = GaugeFamily("meshrun_watchers_open", "Open event streams (one per connected agent).");
+  AddGauge(&watchers, {}, open_watchers);
+  out.push_back(std::move(watchers));
+  return out;
+}
 
-  absl::MutexLock lock(&mu_);
-  family("meshrun_failures_total", "counter", "Worker failures accepted as a round's root cause, by cause.");
-  std::map<std::string, int64_t> failures = {{"exit_code", 0}, {"signal", 0}, {"permanent", 0}};
-  for (const auto& [cause, n] : failures_) failures[cause] = n;
-  for (const auto& [cause, n] : failures) {
-    absl::StrAppend(&out, "meshrun_failures_total{cause=\"", EscapeLabel(cause), "\"} ", n, "\n");
-  }
-  family("meshrun_rpcs_total", "counter", "RPCs answered, by method and gRPC status code.");
-  for (const auto& [key, n] : rpcs_) {
-    absl::StrAppend(&out, "meshrun_rpcs_total{method=\"", EscapeLabel(key.first), "\",code=\"", EscapeLabel(key.second),
-                    "\"} ", n, "\n");
-  }
-  family("meshrun_rpc_duration_seconds", "histogram", "Time from an RPC's arrival to its answer, by method.");
-  const auto& bounds = LatencyBuckets();
-  for (const auto& [method, h] : latency_) {
-    const std::string m = EscapeLabel(method);
-    int64_t cumulative = 0;
-    for (size_t i = 0; i < bounds.size(); ++i) {
-      cumulative += h.buckets[i];
-      absl::StrAppend(&out, "meshrun_rpc_duration_seconds_bucket{method=\"", m, "\",le=\"", absl::StrFormat("%g", bounds[i]),
-                      "\"} ", cumulative, "\n");
-    }
-    absl::StrAppend(&out, "meshrun_rpc_duration_seconds_bucket{method=\"", m, "\",le=\"+Inf\"} ", h.count, "\n");
-    absl::StrAppend(&out, "meshrun_rpc_duration_seconds_sum{method=\"", m, "\"} ", absl::StrFormat("%.6f", h.sum), "\n");
-    absl::StrAppend(&out, "meshrun_rpc_duration_seconds_count{method=\"", m, "\"} ", h.count, "\n");
+std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
+  std::vector<prometheus::MetricFamily> out = registry_->Collect();
+  if (source_.runs && source_.open_watchers) {
+    std::vector<prometheus::MetricFamily> gauges = StateGauges(source_.runs(), source_.open_watchers());
+    out.insert(out.begin(), std::make_move_iterator(gauges.begin()), std::make_move_iterator(gauges.end()));
   }
   return out;
+}
+
+std::string ServerMetrics::Render(const std::vector<RunStatus>& runs, int open_watchers) const {
+  std::vector<prometheus::MetricFamily> families = StateGauges(runs, open_watchers);
+  std::vector<prometheus::MetricFamily> counters = registry_->Collect();
+  families.insert(families.end(), std::make_move_iterator(counters.begin()), std::make_move_iterator(counters.end()));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace meshrun::rendezvous

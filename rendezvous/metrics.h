@@ -1,24 +1,48 @@
-// The rendezvous server's metrics, rendered in Prometheus' text exposition
-// format (version 0.0.4) for `GET /metrics`. Pure domain: no gRPC, no HTTP.
+// The rendezvous server's metrics, kept in a prometheus-cpp registry and
+// rendered in Prometheus' text exposition format (version 0.0.4). Pure
+// domain: no gRPC, no HTTP (metrics_exposer.h serves them).
 //
-// Debian 12 has no prometheus-cpp package, so the few metric kinds needed
-// (labelled counters, one histogram family, gauges computed at scrape time)
-// are written here.
+//   meshrun_runs{state}                   runs by state (joining, running, finished, failed)
+//   meshrun_run_nodes{run_id}             nodes of the current round (joiners while it forms)
+//   meshrun_run_world_size{run_id}
+//   meshrun_run_round{run_id}             rounds opened so far = round + 1
+//   meshrun_run_restarts{run_id}          restarts used (and meshrun_run_restarts_budget)
+//   meshrun_run_lost_nodes{run_id}
+//   meshrun_store_keys{run_id}, meshrun_store_bytes{run_id}
+//   meshrun_watchers_open                 agents' open event streams
+//   meshrun_failures_total{cause}         root-cause failures: exit_code, signal, permanent
+//   meshrun_rpcs_total{code,method}       RPCs answered
+//   meshrun_rpc_duration_seconds{method}  histogram, arrival to answer
+// The per-run gauges are computed at scrape time from the registry's status
+// (a Collectable), the counters and the histogram are prometheus-cpp's.
 #pragma once
 
-#include <map>
+#include <functional>
+#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
 #include "proto/types.h"
 
 namespace meshrun::rendezvous {
 
-class ServerMetrics {
+class ServerMetrics : public prometheus::Collectable {
  public:
+  // What the scrape-time gauges read: every run's status and the number of
+  // open event streams. Both must be thread-safe.
+  struct Source {
+    std::function<std::vector<RunStatus>()> runs;
+    std::function<int()> open_watchers;
+  };
+
+  ServerMetrics();
+
   // Upper bounds (seconds) of the RPC latency histogram's buckets.
   static const std::vector<double>& LatencyBuckets();
 
@@ -31,35 +55,28 @@ class ServerMetrics {
   // "exit_code", "signal" or "permanent". Thread-safe.
   void RecordFailure(const std::string& cause);
 
-  // The text for a scrape: the counters above plus gauges from `runs` (the
-  // registry's status now) and `open_watchers` (agents' event streams):
-  //   meshrun_runs{state}                 runs by state
-  //   meshrun_run_nodes{run_id}           nodes of the current round
-  //   meshrun_run_world_size{run_id}
-  //   meshrun_run_round{run_id}           rounds opened so far = round + 1
-  //   meshrun_run_restarts{run_id}        restarts used (and _budget)
-  //   meshrun_run_lost_nodes{run_id}
-  //   meshrun_store_keys{run_id}, meshrun_store_bytes{run_id}
-  //   meshrun_watchers_open
-  //   meshrun_failures_total{cause}
-  //   meshrun_rpcs_total{method,code}
-  //   meshrun_rpc_duration_seconds{method} (histogram)
-  // Thread-safe.
+  // Sets what Collect() reads for the gauges; before it is set (or when a
+  // function is empty) they are left out. Call before serving scrapes.
+  void SetSource(Source source) { source_ = std::move(source); }
+
+  // prometheus::Collectable: counters, histogram and the gauges of the
+  // source, for prometheus::Exposer. Thread-safe.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+  // The text of a scrape with the gauges computed from `runs` and
+  // `open_watchers` instead of the source. Thread-safe.
   std::string Render(const std::vector<RunStatus>& runs, int open_watchers) const;
 
- private:
-  struct Histogram {
-    std::vector<int64_t> buckets;  // Cumulative at render time; per bucket here.
-    int64_t count = 0;
-    double sum = 0;
-  };
-  mutable absl::Mutex mu_;
-  std::map<std::pair<std::string, std::string>, int64_t> rpcs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Histogram> latency_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int64_t> failures_ ABSL_GUARDED_BY(mu_);
-};
+  // The scrape-time gauges alone (runs by state, per-run gauges, open
+  // watchers) as metric families. Pure.
+  static std::vector<prometheus::MetricFamily> StateGauges(const std::vector<RunStatus>& runs, int open_watchers);
 
-// A label value escaped for the text format (backslash, quote, newline).
-std::string EscapeLabel(const std::string& value);
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Family<prometheus::Counter>& failures_;
+  Source source_;
+};
 
 }  // namespace meshrun::rendezvous

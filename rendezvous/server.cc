@@ -8,7 +8,9 @@
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include "common/http_text_server.h"
+#include <prometheus/exposer.h>
+
+#include "rendezvous/metrics_exposer.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/rpc_metrics.h"
 
@@ -43,9 +45,9 @@ struct RendezvousServer::Impl {
   ServerOptions options;
   DeadlineTimer timer;
   std::unique_ptr<RunRegistry> registry;
-  ServerMetrics metrics;
+  std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
   std::unique_ptr<RendezvousService> service;
-  std::unique_ptr<HttpTextServer> http;
+  std::unique_ptr<prometheus::Exposer> exposer;  // GET /metrics, when metrics_port >= 0.
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   bool shut_down = false;
@@ -72,7 +74,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
   impl->service =
-      std::make_unique<RendezvousService>(impl->registry.get(), options.token, &impl->metrics, options.limits);
+      std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(), options.limits);
 
   std::string host = options.host;
   std::string addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", options.port)
@@ -101,7 +103,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   builder.AddListeningPort(addr, ServerCredentials(options.tls), &impl->port);
   builder.RegisterService(impl->service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(&impl->metrics));
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(impl->metrics.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
@@ -111,18 +113,17 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->service->set_port(impl->port);
   if (options.metrics_port >= 0) {
     Impl* raw = impl.get();
-    auto http = HttpTextServer::Start(
-        options.metrics_host.empty() ? host : options.metrics_host, options.metrics_port, "/metrics",
-        "text/plain; version=0.0.4; charset=utf-8",
-        [raw] { return raw->metrics.Render(raw->registry->Status(), raw->service->open_watchers()); });
-    if (!http.ok()) {
+    raw->metrics->SetSource({[raw] { return raw->registry->Status(); }, [raw] { return raw->service->open_watchers(); }});
+    const std::string metrics_host = options.metrics_host.empty() ? host : options.metrics_host;
+    auto exposer = StartMetricsExposer(metrics_host, options.metrics_port, impl->metrics,
+                                        options.limits.metrics_request_timeout);
+    if (!exposer.ok()) {
       impl->server->Shutdown(absl::ToChronoTime(absl::Now()));
       impl->server->Wait();
-      return http.status();
+      return exposer.status();
     }
-    impl->http = std::move(*http);
-    Logger("rdzv")->info("metrics on http://{}:{}/metrics", options.metrics_host.empty() ? host : options.metrics_host,
-                         impl->http->port());
+    impl->exposer = std::move(*exposer);
+    Logger("rdzv")->info("metrics on http://{}:{}/metrics", metrics_host, MetricsPort(*impl->exposer));
   }
   if (grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService()) {
     health->SetServingStatus(kHealthServiceName, true);
@@ -140,7 +141,7 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
   if (grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService()) {
     health->SetServingStatus(false);  // Probes see NOT_SERVING during the grace period.
   }
-  impl_->http.reset();
+  impl_->exposer.reset();
   impl_->registry->CloseAll(why);
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   impl_->server->Wait();
@@ -152,7 +153,7 @@ bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
 
 int RendezvousServer::port() const { return impl_->port; }
 
-int RendezvousServer::metrics_port() const { return impl_->http ? impl_->http->port() : -1; }
+int RendezvousServer::metrics_port() const { return impl_->exposer ? MetricsPort(*impl_->exposer) : -1; }
 
 std::string RendezvousServer::endpoint() const {
   std::string host = impl_->options.host;

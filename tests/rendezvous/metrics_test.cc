@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
+#include <prometheus/exposer.h>
 
 #include "rendezvous/metrics.h"
+#include "rendezvous/metrics_exposer.h"
 #include "rendezvous/rpc_metrics.h"
 
 using meshrun::rendezvous::RunStatus;
@@ -20,8 +22,8 @@ TEST_CASE("server metrics render in Prometheus' text format", "[metrics]") {
   std::string text = m.Render({r}, 3);
   INFO(text);
   CHECK(text.find("# TYPE meshrun_rpcs_total counter\n") != std::string::npos);
-  CHECK(text.find("meshrun_rpcs_total{method=\"Join\",code=\"OK\"} 2\n") != std::string::npos);
-  CHECK(text.find("meshrun_rpcs_total{method=\"KvGet\",code=\"DEADLINE_EXCEEDED\"} 1\n") != std::string::npos);
+  CHECK(text.find("meshrun_rpcs_total{code=\"OK\",method=\"Join\"} 2\n") != std::string::npos);
+  CHECK(text.find("meshrun_rpcs_total{code=\"DEADLINE_EXCEEDED\",method=\"KvGet\"} 1\n") != std::string::npos);
   // Buckets are cumulative: 0.003 falls in le=0.005, 2.0 in le=2.5.
   CHECK(text.find("meshrun_rpc_duration_seconds_bucket{method=\"Join\",le=\"0.0025\"} 0\n") != std::string::npos);
   CHECK(text.find("meshrun_rpc_duration_seconds_bucket{method=\"Join\",le=\"0.005\"} 1\n") != std::string::npos);
@@ -44,4 +46,29 @@ TEST_CASE("rpc metric labels: method names and status code names", "[metrics]") 
   CHECK(CodeName(0) == "OK");
   CHECK(CodeName(16) == "UNAUTHENTICATED");
   CHECK(CodeName(99) == "CODE_99");
+}
+
+TEST_CASE("metrics listen address: IPv4 only, 'all' maps to 0.0.0.0", "[metrics]") {
+  using meshrun::rendezvous::MetricsListenAddress;
+  CHECK(*MetricsListenAddress("::", 9400) == "0.0.0.0:9400");
+  CHECK(*MetricsListenAddress("", 0) == "0.0.0.0:0");
+  CHECK(*MetricsListenAddress("10.1.2.3", 9400) == "10.1.2.3:9400");
+  auto v6 = MetricsListenAddress("fd00::1", 9400);
+  REQUIRE(!v6.ok());
+  CHECK(v6.status().message().find("'fd00::1'") != std::string::npos);
+  CHECK(!MetricsListenAddress("host0", 9400).ok());
+  CHECK(!MetricsListenAddress("127.0.0.1", 70000).ok());
+}
+
+TEST_CASE("metrics exposer: serves a scrape, refuses a port in use", "[metrics]") {
+  auto metrics = std::make_shared<meshrun::rendezvous::ServerMetrics>();
+  metrics->RecordRpc("Join", "OK", 0.001);
+  auto first = meshrun::rendezvous::StartMetricsExposer("127.0.0.1", 0, metrics);
+  REQUIRE(first.ok());
+  const int port = meshrun::rendezvous::MetricsPort(**first);
+  REQUIRE(port > 0);
+  auto second = meshrun::rendezvous::StartMetricsExposer("127.0.0.1", port, metrics);
+  REQUIRE(!second.ok());
+  CHECK(second.status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK(second.status().message().find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
 }
