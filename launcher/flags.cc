@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -47,8 +48,10 @@ std::string RandomRunId() {
 
 absl::StatusOr<absl::Duration> ParseSeconds(const std::string& key, const std::string& value) {
   double s = 0;
-  if (!absl::SimpleAtod(value, &s) || s < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a number of seconds >= 0"));
+  // NaN and infinities parse as numbers but are no timeout; a year bounds the rest.
+  if (!absl::SimpleAtod(value, &s) || !std::isfinite(s) || s < 0 || s > 365.0 * 86400) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, "=", value, ": must be a number of seconds, 0..31536000 (a year)"));
   }
   return absl::Seconds(s);
 }
@@ -360,9 +363,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     shutdown_timeout = env::Get(env::kShutdownTimeoutEnv).value_or("30");
   }
   double grace = 0;
-  if (!absl::SimpleAtod(shutdown_timeout, &grace) || grace < 0) {
+  if (!absl::SimpleAtod(shutdown_timeout, &grace) || !std::isfinite(grace) || grace < 0 || grace > 365.0 * 86400) {
     return {std::nullopt, UsageError(absl::StrCat("--shutdown_timeout=", shutdown_timeout,
-                                                  ": must be a number of seconds >= 0"))};
+                                                  ": must be a number of seconds, 0..31536000 (a year)"))};
   }
   a.shutdown_timeout = absl::Seconds(grace);
   a.keep_orphans = keep_orphans;

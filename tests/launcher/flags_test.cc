@@ -42,6 +42,13 @@ TEST_CASE("rdzv_conf takes torchrun's keys and names unknown ones", "[flags]") {
   CHECK(std::string(bad.message()).find("join_timeout") != std::string::npos);
   CHECK_FALSE(ApplyRdzvConf("join_timeout=abc", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("novalue", &c).ok());
+  // Numbers that are no timeout: NaN, infinities, negatives, past a year.
+  for (const char* v : {"nan", "inf", "-inf", "-1", "1e300"}) {
+    absl::Status s = ApplyRdzvConf(std::string("join_timeout=") + v, &c);
+    REQUIRE_FALSE(s.ok());
+    CHECK(std::string(s.message()) ==
+          std::string("join_timeout=") + v + ": must be a number of seconds, 0..31536000 (a year)");
+  }
 }
 
 TEST_CASE("rdzv_conf takes token_file and the TLS files", "[flags]") {
