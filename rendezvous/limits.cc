@@ -45,6 +45,7 @@ constexpr DurationLimit kDurationLimits[] = {
     {"max_wait", &ServerLimits::max_wait},
     {"connection_idle_timeout", &ServerLimits::connection_idle_timeout},
     {"handshake_timeout", &ServerLimits::handshake_timeout},
+    {"ended_run_ttl", &ServerLimits::ended_run_ttl},
 };
 
 std::string Shown(absl::string_view v) {

@@ -56,6 +56,9 @@ struct ServerLimits {
   // preface, or TLS) within handshake_timeout is closed.
   absl::Duration connection_idle_timeout = absl::Minutes(5);
   absl::Duration handshake_timeout = absl::Seconds(10);
+  // A finished or failed run is removed this long after it ended (its
+  // store and memory freed); `meshrun status` shows it until then.
+  absl::Duration ended_run_ttl = absl::Minutes(10);
 };
 
 // Sets the limit `name` (a field name above, e.g. "max_runs") from `value`

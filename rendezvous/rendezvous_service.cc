@@ -471,9 +471,11 @@ grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,
                                                     const pb::StatusRequest* req, pb::StatusResponse* resp) {
   if (auto s = Admit(kStatus, req->run(), /*need_run_id=*/false); !s.ok()) return Reply(kStatus, ctx, s);
-  for (const RunStatus& r : registry_->Status()) {
-    if (!req->run().run_id().empty() && r.run_id != req->run().run_id()) continue;
-    ToProto(r, resp->add_runs());
+  if (req->run().run_id().empty()) {
+    for (const RunStatus& r : registry_->Status()) ToProto(r, resp->add_runs());
+  } else if (std::optional<RunStatus> r = registry_->StatusOf(req->run().run_id())) {
+    // One run costs that run, however many the server holds.
+    ToProto(*r, resp->add_runs());
   }
   for (int m = 0; m < kNumMethods; ++m) {
     (*resp->mutable_request_counts())[kMethodNames[m]] = counts_[m].load(std::memory_order_relaxed);

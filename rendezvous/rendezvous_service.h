@@ -11,7 +11,7 @@
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "absl/synchronization/mutex.h"
 #include "rendezvous/metrics.h"
-#include "rendezvous/run.h"
+#include "rendezvous/run_registry.h"
 
 namespace meshrun::rendezvous {
 

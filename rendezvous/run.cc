@@ -5,6 +5,7 @@
 #include "rendezvous/run.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -355,6 +356,16 @@ RunStatus Run::Status() const {
   s.kv_keys = kv_->size();
   s.kv_bytes = kv_->bytes();
   return s;
+}
+
+void Run::SetOnEnded(absl::AnyInvocable<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  on_ended_ = std::move(fn);
+}
+
+void Run::EndLocked(State state, Deferred& later) {
+  state_ = state;
+  if (on_ended_) later.push_back(std::exchange(on_ended_, nullptr));
 }
 
 bool Run::terminal() const {

@@ -36,7 +36,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
     } else {
       finished_.insert(node_id);
       if (finished_.size() >= members_.size()) {
-        state_ = State::kFinished;
+        EndLocked(State::kFinished, later);
         now.all_finished = true;
         now.finished_nodes = now.node_count;
         for (auto& b : barriers_) {
