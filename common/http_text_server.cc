@@ -90,7 +90,16 @@ void HttpTextServer::Loop() {
     }
     if (fds[1].revents != 0) return;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors (or buffers): the connection stays queued and
+      // poll would report it again at once. Wait a little (or for stop)
+      // rather than spin; it is accepted once descriptors are free.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd stop = {stop_fd_, POLLIN, 0};
+        ::poll(&stop, 1, 100);
+      }
+      continue;
+    }
     Serve(fd);
     ::close(fd);
   }

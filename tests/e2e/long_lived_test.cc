@@ -13,6 +13,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <sstream>
 
 #include "absl/time/clock.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
@@ -138,9 +139,9 @@ grpc::Status OneNodeRun(pb::Rendezvous::Stub& stub, const std::string& run, int 
   return stub.ReportFinished(Ctx().get(), fin, &fin_resp);
 }
 
-RunResult Status(int port, const std::vector<std::string>& extra = {}) {
+RunResult Status(int port, const std::vector<std::string>& extra = {}, const std::string& timeout_s = "2") {
   std::vector<std::string> argv = {MeshrunBinary(), "status", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
-                                   "--timeout=2"};
+                                   "--timeout=" + timeout_s};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return RunCommand(argv, {}, 20);
 }
@@ -190,4 +191,122 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
               full, after);
   CHECK(full > idle + 40);
   if (kRssBounds) CHECK(after < idle + (full - idle) / 4);
+}
+
+namespace {
+
+// Kills a started process group when the test leaves early.
+struct Started {
+  pid_t pid = -1;
+  ~Started() {
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      WaitCommand(pid, 10);
+    }
+  }
+  int Wait(double seconds) {
+    const int code = WaitCommand(pid, seconds);
+    pid = -1;
+    return code;
+  }
+};
+
+// Idle TCP connections to 127.0.0.1:`port`, closed when destroyed.
+struct IdleConnections {
+  std::vector<int> fds;
+  IdleConnections(int port, int n) {
+    for (int i = 0; i < n; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        close(fd);
+        continue;
+      }
+      fds.push_back(fd);
+    }
+  }
+  void CloseAll() {
+    for (int fd : fds) close(fd);
+    fds.clear();
+  }
+  ~IdleConnections() { CloseAll(); }
+};
+
+}  // namespace
+
+TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, and accepts again once they are free",
+          "[e2e][daemon][long-lived][descriptors]") {
+  std::string dir = TempDir();
+  Daemon d;
+  // 256 descriptors, soft and hard (a shell's ulimit sets both): meshrun
+  // cannot raise it.
+  // Idle connections are closed after handshake_timeout: a minute here,
+  // so that only the test frees descriptors.
+  StartDaemon(d, dir, {"--metrics_port", "0", "--limit", "handshake_timeout=60"},
+              {"/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" \"$@\""});
+  const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port);
+  std::string out = ReadFile(dir + "/server.out");
+  const size_t m = out.find("metrics on http://127.0.0.1:");
+  REQUIRE(m != std::string::npos);
+  const int metrics_port = std::stoi(out.substr(m + std::string("metrics on http://127.0.0.1:").size()));
+
+  // A run in progress before: its worker waits for `go`.
+  const std::string go = dir + "/go";
+  const std::string script =
+      WriteScript(dir, "w.sh", "echo started\nwhile [ ! -e " + go + " ]; do sleep 0.05; done\necho done");
+  Started before;
+  before.pid = StartCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=before", "--rdzv_conf=is_host=0",
+                             script},
+                            {}, dir + "/before.out", dir + "/before.err");
+  REQUIRE(WaitFor([&] { return Contains(ReadFile(dir + "/before.out"), "started"); }, 30));
+
+  // More idle connections than descriptors: gRPC's accept fails (EMFILE).
+  IdleConnections idle(d.port, 300);
+  REQUIRE(idle.fds.size() == 300);
+  const std::string warning = "stopped accepting new connections (Too many open files";
+  REQUIRE(WaitFor([&] { return Contains(d.err(), warning); }, 10));
+  CHECK(Contains(d.err(), "256 of 256 file descriptors open"));
+  // The metrics port is out of luck too (within its listen backlog of 16),
+  // but nothing spins.
+  IdleConnections scrapes(metrics_port, 4);
+  const double cpu0 = d.CpuSeconds();
+  usleep(2000000);
+  const double cpu = d.CpuSeconds() - cpu0;
+  std::printf("server CPU while out of descriptors: %.2f s in 2 s\n", cpu);
+  CHECK(cpu < 0.5);
+  // No new connection is served meanwhile.
+  CHECK(Status(d.port).exit_code != 0);
+
+  // Descriptors free again: a new connection is served within 5 s.
+  idle.CloseAll();
+  scrapes.CloseAll();
+  const absl::Time freed = absl::Now();
+  RunResult st;
+  REQUIRE(WaitFor(
+      [&] {
+        st = Status(d.port, {"--rdzv_id=before"}, "1");
+        return st.exit_code == 0;
+      },
+      10));
+  const absl::Duration took = absl::Now() - freed;
+  std::printf("a new connection was served %s after the descriptors were freed\n", absl::FormatDuration(took).c_str());
+  CHECK(took < absl::Seconds(5));
+  INFO(st.out << st.err << d.err());
+  // The run from before is still known, and still running.
+  CHECK(Contains(st.out, "run 'before' at 127.0.0.1:" + std::to_string(d.port) + ": running"));
+  // A new job works; the old one, whose connection was kept, finishes.
+  RunResult after = RunCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=after", "--rdzv_conf=is_host=0",
+                                "/bin/true"},
+                               {}, 60);
+  CHECK(after.exit_code == 0);
+  std::ofstream(go) << "go";
+  CHECK(before.Wait(30) == 0);
+  CHECK(Contains(ReadFile(dir + "/before.out"), "done"));
+  CHECK_FALSE(Contains(ReadFile(dir + "/before.err"), "lost the rendezvous server"));
+  // Warned once, not once per refused connection.
+  CHECK(CountOccurrences(d.err(), warning) == 1);
 }
