@@ -38,8 +38,6 @@ void RouteGrpcLogs(gpr_log_func_args* args) {
   }
 }
 
-int Millis(absl::Duration d) { return static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(d))); }
-
 // Counts the calls open on one server generation (an interceptor lives as
 // long as its call), so that a generation whose listener was replaced is
 // shut down once nothing runs on it any more.
@@ -122,8 +120,12 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // Connections that make no call (or never finish their handshake) are
   // closed; clients reconnect by themselves (limits.h).
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, Millis(options.limits.connection_idle_timeout));
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, Millis(options.limits.handshake_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
+                                                                                options.limits.connection_idle_timeout))));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
+                                                                                options.limits.handshake_timeout))));
   builder.AddListeningPort(where, ServerCredentials(options.tls), bound);
   builder.RegisterService(service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
