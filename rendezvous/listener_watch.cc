@@ -39,7 +39,10 @@ void Log(const ListenerHealth::Decision& d) {
 
 ListenerHealth::Decision ListenerHealth::Check(const Observation& o, absl::Time now) {
   Decision d;
-  if (o.accept_failures > 0 && !stopped_) {
+  // A stopped listener keeps the connection it failed to accept in its
+  // queue: an empty queue means the failure was another server's of this
+  // process (the log line does not say whose).
+  if (o.accept_failures > 0 && o.queue != 0 && !stopped_) {
     stopped_ = true;
     reason_ = o.failure.empty() ? "an accept failed" : o.failure;
   }

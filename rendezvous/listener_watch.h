@@ -60,7 +60,8 @@ class ListenerHealth {
   explicit ListenerHealth(int port) : port_(port) {}
 
   // One check at `now`. An episode starts when gRPC reported a failed
-  // accept, or when the accept queue stayed non-empty and did not shrink
+  // accept while connections wait in this listener's queue (or its queue is
+  // unknown), or when the accept queue stayed non-empty and did not shrink
   // for kStuckChecks checks; its first decision carries the warning. While
   // it lasts, `rebuild` is set once kHeadroom descriptors are free (or
   // that was not probed), at most once per backoff (0 s, doubling up to

@@ -24,6 +24,7 @@ namespace pb = ::meshrun::v1;
 
 namespace {
 
+// The sanitizer build (scripts/sanitize.sh: ASan and UBSan together).
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kRssBounds = false;  // ASan's quarantine keeps freed blocks.
 #else
@@ -76,14 +77,14 @@ struct Daemon {
 
 // Starts `meshrun server` on a free port, through `prefix` (e.g. prlimit).
 void StartDaemon(Daemon& d, const std::string& dir, std::vector<std::string> args,
-                 const std::vector<std::string>& prefix = {}) {
+                 const std::vector<std::string>& prefix = {}, const std::map<std::string, std::string>& env = {}) {
   const std::string port_file = dir + "/port";
   std::vector<std::string> argv = prefix;
   argv.push_back(MeshrunBinary());
   argv.insert(argv.end(), {"server", "--host", "127.0.0.1", "--port", "0", "--port_file", port_file});
   argv.insert(argv.end(), args.begin(), args.end());
   d.err_path = dir + "/server.err";
-  d.pid = StartCommand(argv, {}, dir + "/server.out", d.err_path);
+  d.pid = StartCommand(argv, env, dir + "/server.out", d.err_path);
   REQUIRE(WaitFor([&] { return !ReadFile(port_file).empty(); }, 10));
   d.port = std::stoi(ReadFile(port_file));
   REQUIRE(d.port > 0);
@@ -193,6 +194,12 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
               full, after);
   CHECK(full > idle + 40);
   if (kRssBounds) CHECK(after < idle + (full - idle) / 4);
+  // It stops cleanly (and, under the sanitizers, leaks nothing).
+  kill(d.pid, SIGTERM);
+  CHECK(WaitCommand(d.pid, 20) == 0);
+  d.pid = -1;
+  INFO(d.err());
+  CHECK_FALSE(Contains(d.err(), "Sanitizer"));
 }
 
 namespace {
@@ -242,6 +249,15 @@ struct IdleConnections {
 
 TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, and accepts again once they are free",
           "[e2e][daemon][long-lived][descriptors]") {
+  if (!kRssBounds) {
+    // UBSan checks that memory is readable with a pipe(2); with no
+    // descriptor left that fails, and it reports the next virtual call it
+    // checks as one on an invalid object, and aborts (no suppression can
+    // name the type it could not read). The product needs no descriptor
+    // there; the sanitizer runtime does.
+    WARN("SKIPPED: the sanitizers' runtime needs file descriptors of its own");
+    return;
+  }
   std::string dir = TempDir();
   Daemon d;
   // 256 descriptors, soft and hard (a shell's ulimit sets both): meshrun
@@ -311,6 +327,9 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   CHECK_FALSE(Contains(ReadFile(dir + "/before.err"), "lost the rendezvous server"));
   // Warned once, not once per refused connection.
   CHECK(CountOccurrences(d.err(), warning) == 1);
+  kill(d.pid, SIGTERM);
+  CHECK(WaitCommand(d.pid, 20) == 0);
+  d.pid = -1;
 }
 
 // A measurement, not run by ctest (hidden): `build/tests/e2e_tests "[.status-scale]"`.

@@ -69,6 +69,19 @@ TEST_CASE("a failed accept starts one episode: one warning, a rebuild once descr
   CHECK_FALSE(h.Check(calm, t += absl::Seconds(1)).rebuild);
 }
 
+TEST_CASE("a failed accept while this listener's queue is empty was another server's", "[listener]") {
+  ListenerHealth h(1);
+  Obs other = Exhausted();
+  other.queue = 0;
+  ListenerHealth::Decision d = h.Check(other, absl::FromUnixSeconds(1000));
+  CHECK_FALSE(h.stopped());
+  CHECK(d.warning.empty());
+  CHECK_FALSE(d.rebuild);
+  other.queue = -1;  // Unknown: taken as this listener's.
+  CHECK_FALSE(h.Check(other, absl::FromUnixSeconds(1001)).warning.empty());
+  CHECK(h.stopped());
+}
+
 TEST_CASE("a failed rebuild is warned about once and retried at every check", "[listener]") {
   ListenerHealth h(1);
   absl::Time t = absl::FromUnixSeconds(1000);
