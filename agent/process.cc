@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "agent/signal_policy.h"
 #include "common/checks.h"
+#include "common/open_files.h"
 
 namespace meshrun::agent {
 namespace {
@@ -111,6 +112,9 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vec
     // survive exec, so give the worker the default back (unless meshrun's
     // own parent had it ignored: leave it as meshrun found it).
     if (restore_sigpipe) ::signal(SIGPIPE, SIG_DFL);
+    // meshrun raised its own open-files limit; the worker gets the one
+    // meshrun was started with (common/open_files.h).
+    RestoreOpenFilesLimitInChild();
     ::execve(cargv[0], cargv.data(), cenv.data());
     int err = errno;
     ssize_t unused = ::write(pipefd[1], &err, sizeof(err));

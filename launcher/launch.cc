@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -16,15 +17,34 @@
 #include "common/env_registry.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/open_files.h"
 #include "common/security.h"
 #include "rendezvous/server.h"
 
 namespace meshrun::launcher {
+namespace {
+
+// Raises the soft open-files limit to the hard one (common/open_files.h)
+// and logs the figures at debug; a failure is a warning, not fatal.
+std::optional<OpenFilesLimit> RaiseOpenFiles(const char* logger) {
+  absl::StatusOr<OpenFilesLimit> limit = RaiseOpenFilesLimit();
+  if (!limit.ok()) {
+    Logger(logger)->warn("cannot raise the open files limit: {}", std::string(limit.status().message()));
+    return std::nullopt;
+  }
+  Logger(logger)->debug("open files limit: soft {} (was {}), hard {}", limit->soft, limit->soft_at_start,
+                        limit->hard);
+  return *limit;
+}
+
+}  // namespace
 
 int Launch(LaunchConfig config) {
   agent::AgentOptions& a = config.agent;
   for (const auto& note : config.notes) std::fprintf(stderr, "meshrun: note: %s\n", note.c_str());
 
+  // Before anything opens a descriptor: a hosted server holds one per agent.
+  const std::optional<OpenFilesLimit> open_files = RaiseOpenFiles("launcher");
   std::unique_ptr<rendezvous::RendezvousServer> server;
   std::optional<HostClaim> host_claim;  // Held while `server` serves.
   const bool local = config.standalone || IsLocalHost(config.endpoint_host);
@@ -50,6 +70,7 @@ int Launch(LaunchConfig config) {
     so.limits = config.server_limits;
     so.metrics_port = config.metrics_port;
     so.tls = a.tls;
+    so.open_files_warning = false;  // Said below, once, with this node's workers counted.
     // One meshrun per network namespace tries the port (DESIGN.md 4b).
     std::optional<HostClaim> claim;
     absl::Status started_status;
@@ -102,6 +123,15 @@ int Launch(LaunchConfig config) {
     }
   }
   if (a.endpoint.empty()) a.endpoint = Endpoint{config.endpoint_host, config.endpoint_port}.ToString();
+  if (open_files) {
+    const std::string need_for =
+        server ? absl::StrCat("the rendezvous server for --nnodes MAX=", a.max_nodes, " with this node's ", a.nproc,
+                              " worker(s)")
+               : absl::StrCat("this node's ", a.nproc, " worker(s)");
+    const std::string w =
+        OpenFilesWarning(*open_files, DescriptorsNeeded(server ? a.max_nodes : 0, a.nproc), need_for);
+    if (!w.empty()) std::fprintf(stderr, "meshrun: warning: %s\n", w.c_str());
+  }
   if (config.standalone && a.nproc > 1 && !env::Get(env::kOmpNumThreads)) {
     Logger("launcher")->info("setting OMP_NUM_THREADS=1 for each worker (unset in the environment)");
   }
@@ -159,6 +189,9 @@ int ServerMain(int argc, char** argv) {
   app.add_option("--tls_ca,--tls-ca", tls_files.ca,
                  "PEM CA: clients must present a certificate it signed (mutual TLS; MESHRUN_TLS_CA)");
   if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun server")) return *done;
+  // One descriptor per agent connection: the server warns at a join whose
+  // --nnodes MAX needs more than this (rendezvous/server.h).
+  RaiseOpenFiles("rdzv");
   if (metrics_port < -1 || metrics_port > 65535) {
     std::fprintf(stderr, "meshrun server: error: --metrics_port=%d: must be in 0..65535\n", metrics_port);
     return 2;

@@ -46,6 +46,8 @@ constexpr DurationLimit kDurationLimits[] = {
     {"connection_idle_timeout", &ServerLimits::connection_idle_timeout},
     {"handshake_timeout", &ServerLimits::handshake_timeout},
     {"metrics_request_timeout", &ServerLimits::metrics_request_timeout},
+    {"ended_run_ttl", &ServerLimits::ended_run_ttl},
+    {"listener_check_interval", &ServerLimits::listener_check_interval},
 };
 
 std::string Shown(absl::string_view v) {

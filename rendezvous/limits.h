@@ -59,6 +59,13 @@ struct ServerLimits {
   // A scrape of the metrics port must send its request within this time
   // (civetweb's request_timeout_ms).
   absl::Duration metrics_request_timeout = absl::Seconds(10);
+  // A finished or failed run is removed this long after it ended (its
+  // store and memory freed); `meshrun status` shows it until then.
+  absl::Duration ended_run_ttl = absl::Minutes(10);
+  // How often the server checks that its listener still accepts
+  // connections (after running out of file descriptors gRPC's listener
+  // stops; the server then rebuilds it once descriptors are free).
+  absl::Duration listener_check_interval = absl::Seconds(1);
 };
 
 // Sets the limit `name` (a field name above, e.g. "max_runs") from `value`

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/logging.h"
 #include "common/security.h"
 #include "rendezvous/requests.h"
 #include "proto/wire.h"
@@ -233,6 +234,15 @@ grpc::Status RendezvousService::Admit(Method m, const pb::RunRef& run, bool need
   return ToGrpc(requests::Admit(token_, run, need_run_id, limits_));
 }
 
+void RendezvousService::CheckOpenFiles(int64_t max_nodes) {
+  int64_t warned = warned_nodes_.load(std::memory_order_relaxed);
+  if (open_files_.soft == 0 || max_nodes <= warned) return;
+  const uint64_t needed = DescriptorsNeeded(max_nodes, 0);
+  if (needed <= open_files_.soft || !warned_nodes_.compare_exchange_strong(warned, max_nodes)) return;
+  Logger("rdzv")->warn("{}", OpenFilesWarning(open_files_, needed,
+                                              absl::StrCat("a run with --nnodes MAX=", max_nodes)));
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
                                                   const pb::JoinRequest* req, pb::JoinResponse* resp) {
   if (auto s = Admit(kJoin, req->run()); !s.ok()) return Reply(kJoin, ctx, s);
@@ -240,6 +250,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   if (!args.ok()) return Reply(kJoin, ctx, ToGrpc(args.status()));
   absl::StatusOr<std::shared_ptr<Run>> run = registry_->ForJoin(req->run().run_id(), req->last_round());
   if (!run.ok()) return Reply(kJoin, ctx, ToGrpc(run.status()));
+  CheckOpenFiles(args->config.max_nodes);
   auto* reactor = new ParkedReactor();
   reactor->SetOnCancel([run = *run, id = args->node.node_id] { run->CancelJoin(id); });
   (*run)->Join(args->node, args->config, req->last_round(), req->session(),
@@ -471,9 +482,11 @@ grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,
                                                     const pb::StatusRequest* req, pb::StatusResponse* resp) {
   if (auto s = Admit(kStatus, req->run(), /*need_run_id=*/false); !s.ok()) return Reply(kStatus, ctx, s);
-  for (const RunStatus& r : registry_->Status()) {
-    if (!req->run().run_id().empty() && r.run_id != req->run().run_id()) continue;
-    ToProto(r, resp->add_runs());
+  if (req->run().run_id().empty()) {
+    for (const RunStatus& r : registry_->Status()) ToProto(r, resp->add_runs());
+  } else if (std::optional<RunStatus> r = registry_->StatusOf(req->run().run_id())) {
+    // One run costs that run, however many the server holds.
+    ToProto(*r, resp->add_runs());
   }
   for (int m = 0; m < kNumMethods; ++m) {
     (*resp->mutable_request_counts())[kMethodNames[m]] = counts_[m].load(std::memory_order_relaxed);

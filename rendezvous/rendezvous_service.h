@@ -10,8 +10,9 @@
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "absl/synchronization/mutex.h"
+#include "common/open_files.h"
 #include "rendezvous/metrics.h"
-#include "rendezvous/run.h"
+#include "rendezvous/run_registry.h"
 
 namespace meshrun::rendezvous {
 
@@ -33,6 +34,11 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   int open_watchers();
 
   void set_port(int port) { port_ = port; }
+  // The open files limit to compare each join's --nnodes MAX with: a join
+  // that needs more descriptors (one per agent connection, plus margin)
+  // is warned about, once per larger MAX. Unset: no warning. Call before
+  // serving.
+  void set_open_files_limit(const OpenFilesLimit& limit) { open_files_ = limit; }
 
   // Waits until no Watch stream is open (every agent has gone) or `timeout`
   // passes; true when none is open. Thread-safe.
@@ -88,11 +94,16 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   // The run a store request goes to (created for a store-only run).
   absl::StatusOr<std::shared_ptr<Run>> StoreRun(const v1::RunRef& run);
 
+  // Warns when `max_nodes` agents need more descriptors than open_files_.
+  void CheckOpenFiles(int64_t max_nodes);
+
   RunRegistry* const registry_;
   const std::string token_;
   const ServerLimits limits_;
   ServerMetrics* const metrics_;
   int port_ = 0;
+  OpenFilesLimit open_files_;
+  std::atomic<int64_t> warned_nodes_{0};
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
   std::array<std::atomic<int64_t>, kNumMethods> refused_{};
   absl::Mutex watch_mu_;

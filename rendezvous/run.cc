@@ -1,12 +1,15 @@
+// Run: sessions, joining a round (and its progress events), heartbeats,
+// event streams, status and closing. The other parts of Run: run_round.cc
+// (closing a round), run_membership.cc (lost nodes, re-forms, liveness),
+// run_failure.cc (failures, restarts), run_exit.cc (the exit barrier).
 #include "rendezvous/run.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/advertised_address.h"
 #include "rendezvous/credential.h"
-#include "rendezvous/node_order.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -217,116 +220,6 @@ void Run::CancelJoin(const std::string& node_id) {
   cb(absl::CancelledError("join cancelled by the client"));
 }
 
-void Run::MaybeCloseLocked(Deferred& later) {
-  if (state_ != State::kJoining) return;
-  const int joined = static_cast<int>(pending_.size());
-  if (joined >= config_.max_nodes || (reform_target_ > 0 && joined >= reform_target_ &&
-                                      joined >= config_.min_nodes)) {
-    CloseRoundLocked(later);
-    return;
-  }
-  if (joined >= config_.min_nodes && !last_call_armed_) {
-    last_call_armed_ = true;
-    std::weak_ptr<Run> weak = weak_from_this();
-    int64_t round = round_;
-    last_call_timer_ = timer_->Schedule(absl::Now() + config_.last_call_timeout, [weak, round] {
-      if (auto self = weak.lock()) self->OnLastCall(round);
-    });
-  }
-}
-
-void Run::OnLastCall(int64_t round) {
-  Deferred later;
-  {
-    absl::MutexLock lock(&mu_);
-    if (round != round_ || state_ != State::kJoining) return;
-    last_call_armed_ = false;
-    if (static_cast<int>(pending_.size()) >= config_.min_nodes) {
-      CloseRoundLocked(later);
-    }
-  }
-  RunAll(later);
-}
-
-void Run::CloseRoundLocked(Deferred& later) {
-  if (last_call_armed_) {
-    timer_->Cancel(last_call_timer_);
-    last_call_armed_ = false;
-  }
-  const int take = std::min<int>(static_cast<int>(pending_.size()), config_.max_nodes);
-  std::vector<Joiner> joining(std::make_move_iterator(pending_.begin()),
-                              std::make_move_iterator(pending_.begin() + take));
-  pending_.erase(pending_.begin(), pending_.begin() + take);
-
-  std::vector<NodeDesc> descs;
-  descs.reserve(joining.size());
-  for (const auto& j : joining) descs.push_back(j.node);
-  int64_t world64 = 0;
-  for (const auto& d : descs) world64 += d.nproc;  // Each nproc <= max_nproc: no overflow.
-  absl::Status shape = world64 > limits_.max_world_size
-                           ? absl::InvalidArgumentError(absl::StrCat(
-                                 "round ", round_, " of run '", run_id_.substr(0, 64), "' would have world size ",
-                                 world64, ": allowed: 1..", limits_.max_world_size, " (max_world_size)"))
-                           : DecideAddresses(descs);
-  if (absl::Status s = shape; !s.ok()) {
-    // No usable address for some node: nobody can run this round.
-    Logger("rdzv")->error("run '{}' round {}: {}", run_id_, round_, std::string(s.message()));
-    for (auto& j : joining) later.push_back([cb = std::move(j.done), s]() mutable { cb(s); });
-    return;
-  }
-  for (size_t i = 0; i < joining.size(); ++i) joining[i].node.addr = descs[i].addr;
-  NodeOrder order = OrderNodes(descs);
-  if (!order.warning.empty()) Logger("rdzv")->warn("run '{}': {}", run_id_, order.warning);
-
-  int world = 0;
-  absl::flat_hash_map<std::string, int> role_size;
-  for (const auto& d : descs) {
-    world += d.nproc;
-    role_size[d.role] += d.nproc;
-  }
-  const NodeDesc& first = descs[order.order[0]];
-  members_.clear();
-  reforming_.clear();
-  finished_.clear();
-  int base = 0;
-  absl::flat_hash_map<std::string, int> role_base;
-  for (int r = 0; r < static_cast<int>(order.order.size()); ++r) {
-    Joiner& j = joining[order.order[r]];
-    Assignment a;
-    a.round = round_;
-    a.node_rank = r;
-    a.node_count = static_cast<int>(joining.size());
-    a.rank_base = base;
-    a.world_size = world;
-    a.master_addr = first.addr;
-    a.node_addr = j.node.addr;
-    a.session = sessions_[j.node.node_id] = NewCredential();
-    a.master_port = first.master_port;
-    a.restart_count = restart_count_;
-    a.max_restarts = config_.max_restarts;
-    a.role_rank_base = role_base[j.node.role];
-    a.role_world_size = role_size[j.node.role];
-    role_base[j.node.role] += j.node.nproc;
-    base += j.node.nproc;
-    members_.push_back(Member{j.node, a});
-    later.push_back([cb = std::move(j.done), a]() mutable { cb(a); });
-  }
-  state_ = State::kRunning;
-  reform_target_ = 0;
-  last_progress_joined_ = -1;
-  const absl::Time now = absl::Now();
-  for (const auto& m : members_) last_seen_[m.node.node_id] = now;
-  ArmLivenessLocked();
-  kv_->DropRoundsBelow(round_);
-  RunEvent ev;
-  ev.kind = RunEvent::Kind::kRoundClosed;
-  ev.round = round_;
-  ev.restart_count = restart_count_;
-  PushLocked(ev);
-  Logger("rdzv")->info("run '{}' round {} closed: {} nodes, world size {}", run_id_, round_,
-                       members_.size(), world);
-}
-
 absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::string& session) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) return s;
@@ -415,173 +308,6 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
   RunAll(later);
 }
 
-FailureVerdict Run::VerdictLocked(bool is_root) const {
-  FailureVerdict v;
-  v.decision = state_ == State::kFailed ? Decision::kStop : Decision::kRestart;
-  v.next_round = round_;
-  v.root_cause = root_cause_;
-  v.is_root_cause = is_root;
-  return v;
-}
-
-FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) {
-  failure.time = absl::Now();
-  root_cause_ = std::move(failure);
-  has_root_cause_ = true;
-  RunEvent ev;
-  ev.root_cause = root_cause_;
-  // A permanent failure is not retried: the run fails now, budget or not.
-  if (!root_cause_.permanent && restart_count_ < config_.max_restarts) {
-    ++restart_count_;
-    // Every member re-forms, plus nodes waiting.
-    const int survivors = static_cast<int>(members_.size());
-    reform_target_ = std::max(1, std::min(config_.max_nodes,
-                                          survivors + static_cast<int>(pending_.size())));
-    ++round_;
-    state_ = State::kJoining;
-    reforming_ = std::move(members_);
-    members_.clear();
-    finished_.clear();
-    ev.kind = RunEvent::Kind::kRestart;
-    ev.round = round_;
-    ev.restart_count = restart_count_;
-    PushLocked(ev);
-    MaybeCloseLocked(later);
-  } else {
-    FailRunLocked(later);
-  }
-  return VerdictLocked(/*is_root=*/true);
-}
-
-absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const std::string& session) {
-  Deferred later;
-  FailureVerdict verdict;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = CheckSessionLocked(failure.node_id, session); !s.ok()) return s;
-    if (!IsParticipantLocked(failure.node_id)) {
-      return absl::PermissionDeniedError(absl::StrCat("node '", failure.node_id.substr(0, 64),
-                                                      "' is not a member of run '", run_id_.substr(0, 64),
-                                                      "' round ", round_));
-    }
-    if (static_cast<int64_t>(failure.message.size()) > limits_.max_message_bytes) {
-      failure.message.resize(static_cast<size_t>(limits_.max_message_bytes));
-      failure.message += " [cut at max_message_bytes]";
-    }
-    if (failure.round > round_) {
-      return absl::InvalidArgumentError(absl::StrCat("failure reported for round ", failure.round,
-                                                     " but run '", run_id_, "' is at round ", round_));
-    }
-    if (failure.round < round_ || state_ != State::kRunning) {
-      // Secondary: this round's incident was already accepted.
-      if (!has_root_cause_) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "failure reported for round ", failure.round, " of run '", run_id_, "', which is ",
-            StateName(state_)));
-      }
-      verdict = VerdictLocked(/*is_root=*/false);
-    } else {
-      verdict = AcceptFailureLocked(std::move(failure), later);
-    }
-  }
-  RunAll(later);
-  return verdict;
-}
-
-uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const std::string& session,
-                             absl::Duration timeout, BarrierCallback done) {
-  Deferred later;
-  uint64_t id = 0;
-  absl::Status refused;
-  {
-    absl::MutexLock lock(&mu_);
-    BarrierResult now;
-    now.node_count = static_cast<int>(members_.size());
-    const bool member = std::any_of(members_.begin(), members_.end(),
-                                    [&](const Member& m) { return m.node.node_id == node_id; });
-    if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
-      refused = s;
-    } else if (!member) {
-      refused = absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",
-                                                         run_id_.substr(0, 64), "' round ", round_));
-    } else if (state_ == State::kFinished && round == round_) {
-      now.all_finished = true;
-      now.finished_nodes = now.node_count;
-      later.push_back([cb = std::move(done), now]() mutable { cb(now); });
-    } else if (state_ != State::kRunning || round != round_) {
-      refused = absl::FailedPreconditionError(absl::StrCat(
-          "finish reported for round ", round, " but run '", run_id_, "' is ", StateName(state_),
-          " at round ", round_));
-    } else {
-      finished_.insert(node_id);
-      if (finished_.size() >= members_.size()) {
-        state_ = State::kFinished;
-        now.all_finished = true;
-        now.finished_nodes = now.node_count;
-        for (auto& b : barriers_) {
-          timer_->Cancel(b.timer_id);
-          later.push_back([cb = std::move(b.done), now]() mutable { cb(now); });
-        }
-        barriers_.clear();
-        later.push_back([cb = std::move(done), now]() mutable { cb(now); });
-        // Nodes standing by are not needed any more.
-        for (auto& j : pending_) {
-          later.push_back([cb = std::move(j.done)]() mutable {
-            cb(absl::AbortedError("finished: the job completed without this node"));
-          });
-        }
-        pending_.clear();
-        RunEvent ev;
-        ev.kind = RunEvent::Kind::kRunFinished;
-        ev.round = round_;
-        ev.restart_count = restart_count_;
-        PushLocked(ev);
-      } else {
-        id = next_barrier_++;
-        std::weak_ptr<Run> weak = weak_from_this();
-        DeadlineTimer::Id tid = timer_->Schedule(absl::Now() + timeout, [weak, id] {
-          if (auto self = weak.lock()) self->OnBarrierTimeout(id);
-        });
-        barriers_.push_back(Barrier{id, tid, std::move(done)});
-      }
-    }
-  }
-  if (!refused.ok()) {
-    done(refused);
-    return 0;
-  }
-  RunAll(later);
-  return id;
-}
-
-void Run::OnBarrierTimeout(uint64_t id) {
-  BarrierCallback cb;
-  BarrierResult result;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = std::find_if(barriers_.begin(), barriers_.end(), [id](const Barrier& b) { return b.id == id; });
-    if (it == barriers_.end()) return;
-    cb = std::move(it->done);
-    barriers_.erase(it);
-    result.finished_nodes = static_cast<int>(finished_.size());
-    result.node_count = static_cast<int>(members_.size());
-  }
-  cb(result);
-}
-
-void Run::CancelFinished(uint64_t id) {
-  BarrierCallback cb;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = std::find_if(barriers_.begin(), barriers_.end(), [id](const Barrier& b) { return b.id == id; });
-    if (it == barriers_.end()) return;
-    timer_->Cancel(it->timer_id);
-    cb = std::move(it->done);
-    barriers_.erase(it);
-  }
-  cb(absl::CancelledError("exit barrier cancelled by the client"));
-}
-
 void Run::PushLocked(const RunEvent& event) {
   for (auto& [node, sink] : watchers_) sink->Push(event);
 }
@@ -630,6 +356,16 @@ RunStatus Run::Status() const {
   s.kv_keys = kv_->size();
   s.kv_bytes = kv_->bytes();
   return s;
+}
+
+void Run::SetOnEnded(absl::AnyInvocable<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  on_ended_ = std::move(fn);
+}
+
+void Run::EndLocked(State state, Deferred& later) {
+  state_ = state;
+  if (on_ended_) later.push_back(std::exchange(on_ended_, nullptr));
 }
 
 bool Run::terminal() const {

@@ -2,6 +2,7 @@
 // barrier, event watchers and key-value store. Pure domain: no gRPC.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -86,8 +87,15 @@ class Run : public std::enable_shared_from_this<Run> {
                           absl::Duration timeout, BarrierCallback done);
   void CancelFinished(uint64_t id);
 
+  // This run's status (its nodes, round, store size): O(its nodes), takes
+  // only this run's lock. Thread-safe.
   RunStatus Status() const;
+  // True once the run finished or failed. Thread-safe.
   bool terminal() const;
+  // `fn` runs once, outside the run's lock, when the run ends (finishes or
+  // fails): the registry times the removal of ended runs with it. Set it
+  // before the run is shared; a second call replaces the first.
+  void SetOnEnded(absl::AnyInvocable<void()> fn);
   KvStore& kv() { return *kv_; }
   const std::string& run_id() const { return run_id_; }
 
@@ -125,6 +133,8 @@ class Run : public std::enable_shared_from_this<Run> {
   // The run fails with root_cause_: RUN_FAILED to all; the exit barrier
   // and nodes standing by are released.
   void FailRunLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves to kFinished or kFailed; the on-ended hook runs with `later`.
+  void EndLocked(State state, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushLocked(const RunEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnBarrierTimeout(uint64_t id);
   // Pushes JOIN_PROGRESS now, or arms a timer so that at most one goes out
@@ -192,43 +202,12 @@ class Run : public std::enable_shared_from_this<Run> {
   bool liveness_armed_ ABSL_GUARDED_BY(mu_) = false;
   // Nodes declared lost: their later requests are refused as stale.
   absl::flat_hash_set<std::string> lost_ ABSL_GUARDED_BY(mu_);
+  // Runs once when the run ends (SetOnEnded).
+  absl::AnyInvocable<void()> on_ended_ ABSL_GUARDED_BY(mu_);
   // Every known node's current session credential.
   absl::flat_hash_map<std::string, std::string> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 const char* StateName(Run::State state);
-
-// All runs of a server, by run id. Thread-safe.
-class RunRegistry {
- public:
-  explicit RunRegistry(DeadlineTimer* timer, const ServerLimits& limits = ServerLimits());
-  ~RunRegistry();
-
-  // The run a join goes to: the existing one, or a fresh one when the id is
-  // new or its previous run ended (finished or failed) and `last_round` is
-  // -1 (a new job reusing the id). A new run needs room: at max_runs an
-  // ended run is removed (its parked calls ABORTED), and when none has
-  // ended the new one is refused with RESOURCE_EXHAUSTED naming max_runs.
-  // INVALID_ARGUMENT for a run id longer than max_run_id_bytes.
-  absl::StatusOr<std::shared_ptr<Run>> ForJoin(const std::string& run_id, int64_t last_round);
-  // The run, or nullptr.
-  std::shared_ptr<Run> Find(const std::string& run_id) const;
-  // The run, created when absent (a store-only run for other launchers);
-  // the same limits as ForJoin.
-  absl::StatusOr<std::shared_ptr<Run>> FindOrCreate(const std::string& run_id);
-  std::vector<RunStatus> Status() const;
-  // Closes every run (server shutdown).
-  void CloseAll(const std::string& why);
-
- private:
-  absl::Status MakeRoomLocked(const std::string& run_id, std::shared_ptr<Run>* evicted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  DeadlineTimer* const timer_;
-  const ServerLimits limits_;
-  const std::shared_ptr<std::atomic<int64_t>> server_bytes_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
-};
 
 }  // namespace meshrun::rendezvous

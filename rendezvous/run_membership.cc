@@ -109,7 +109,7 @@ void Run::LoseReformingLocked(std::vector<Member>::iterator r, const std::string
 }
 
 void Run::FailRunLocked(Deferred& later) {
-  state_ = State::kFailed;
+  EndLocked(State::kFailed, later);
   RunEvent ev;
   ev.kind = RunEvent::Kind::kRunFailed;
   ev.round = round_;

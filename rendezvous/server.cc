@@ -2,14 +2,16 @@
 
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
+#include <prometheus/exposer.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include <prometheus/exposer.h>
-
+#include "common/open_files.h"
+#include "rendezvous/listen_socket.h"
+#include "rendezvous/listener_watch.h"
 #include "rendezvous/metrics_exposer.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/rpc_metrics.h"
@@ -24,12 +26,41 @@ void RouteGrpcLogs(gpr_log_func_args* args) {
   auto log = Logger("grpc");
   const std::string file = args->file ? args->file : "";
   const bool bind_noise = absl::StrContains(file, "chttp2_server") || absl::StrContains(file, "tcp_server");
+  // gRPC's listener stops after an accept fails for want of descriptors
+  // (grpc/grpc#20418): the server's listener watch takes it from here, and
+  // warns once per episode in its own words.
+  if (absl::StrContains(file, "tcp_server") && args->message != nullptr) {
+    ListenerWatch::NoteAcceptFailure(args->message);
+  }
   if (args->severity == GPR_LOG_SEVERITY_ERROR && !bind_noise) {
     log->warn("{}:{}: {}", file, args->line, args->message);
   } else {
     log->debug("{}:{}: {}", file, args->line, args->message);
   }
 }
+
+// Counts the calls open on one server generation (an interceptor lives as
+// long as its call), so that a generation whose listener was replaced is
+// shut down once nothing runs on it any more.
+class CallCounter : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit CallCounter(std::shared_ptr<std::atomic<int64_t>> open) : open_(std::move(open)) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo*) override {
+    return new Counted(open_);
+  }
+
+ private:
+  class Counted : public grpc::experimental::Interceptor {
+   public:
+    explicit Counted(std::shared_ptr<std::atomic<int64_t>> open) : open_(std::move(open)) { open_->fetch_add(1); }
+    ~Counted() override { open_->fetch_sub(1); }
+    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override { methods->Proceed(); }
+
+   private:
+    std::shared_ptr<std::atomic<int64_t>> open_;
+  };
+  std::shared_ptr<std::atomic<int64_t>> open_;
+};
 
 }  // namespace
 
@@ -42,16 +73,122 @@ std::string ExposureWarning(const ServerOptions& options) {
 }
 
 struct RendezvousServer::Impl {
+  // One grpc::Server: the newest listens; older ones (whose listener
+  // stopped and was replaced) serve the connections they had.
+  struct Generation {
+    std::unique_ptr<grpc::Server> server;
+    std::shared_ptr<std::atomic<int64_t>> open_calls = std::make_shared<std::atomic<int64_t>>(0);
+    int idle_checks = 0;
+  };
+
   ServerOptions options;
+  std::string addr;  // host:port as bound.
   DeadlineTimer timer;
   std::unique_ptr<RunRegistry> registry;
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
   std::unique_ptr<RendezvousService> service;
   std::unique_ptr<prometheus::Exposer> exposer;  // GET /metrics, when metrics_port >= 0.
-  std::unique_ptr<grpc::Server> server;
+  absl::Mutex mu;
+  std::vector<Generation> generations ABSL_GUARDED_BY(mu);
+  std::unique_ptr<ListenerWatch> watch;
   int port = 0;
   bool shut_down = false;
+
+  // Builds and starts a server for the service on options.host and
+  // `port_to_bind` (0: the OS picks); the bound port goes to *bound (0 when
+  // binding failed). ALREADY_EXISTS when it could not bind.
+  absl::StatusOr<Generation> Build(int port_to_bind, int* bound);
+  // Replaces the stopped listener (ListenerWatch's rebuild).
+  absl::Status RebuildListener();
+  // Shuts down older generations once no call has been open on them for
+  // two checks: their clients reconnect (to the newest) at their next call.
+  void RetireIdle();
 };
+
+absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build(int port_to_bind, int* bound) {
+  const std::string where = absl::StrContains(options.host, ':')
+                                ? absl::StrCat("[", options.host, "]:", port_to_bind)
+                                : absl::StrCat(options.host, ":", port_to_bind);
+  Generation g;
+  grpc::ServerBuilder builder;
+  // One server per port: a second agent on this host must fail to bind and
+  // become a client (DESIGN.md §1.2).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 1 << 20);
+  // Agents ping every few seconds (HTTP/2 keepalive) to notice a lost server.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Connections that make no call (or never finish their handshake) are
+  // closed; clients reconnect by themselves (limits.h).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
+                                                                                options.limits.connection_idle_timeout))));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
+                                                                                options.limits.handshake_timeout))));
+  builder.AddListeningPort(where, ServerCredentials(options.tls), bound);
+  builder.RegisterService(service.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(metrics.get()));
+  interceptors.push_back(std::make_unique<CallCounter>(g.open_calls));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  g.server = builder.BuildAndStart();
+  if (!g.server || *bound == 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("cannot bind the rendezvous server to ", where, " (address in use or not local)"));
+  }
+  if (grpc::HealthCheckServiceInterface* health = g.server->GetHealthCheckService()) {
+    health->SetServingStatus(kHealthServiceName, true);
+  }
+  return g;
+}
+
+absl::Status RendezvousServer::Impl::RebuildListener() {
+  // A gRPC server that fails to start is best avoided (see Start): only
+  // with descriptors to spare.
+  if (const int64_t free = FreeDescriptors(ListenerHealth::kHeadroom); free < ListenerHealth::kHeadroom) {
+    return absl::ResourceExhaustedError(absl::StrCat("only ", free, " file descriptors free"));
+  }
+  // The stopped listener still holds the port, and its queue fills with
+  // connections nobody accepts: stop it (they are reset, and retry).
+  for (int fd : ListeningSockets(port)) StopListening(fd);
+  // Someone else may have taken the port meanwhile.
+  if (PortInUse(options.host, port)) {
+    return absl::AlreadyExistsError(absl::StrCat("port ", port, " is in use by another socket"));
+  }
+  int bound = 0;
+  absl::StatusOr<Generation> g = Build(port, &bound);
+  if (!g.ok()) return g.status();
+  absl::MutexLock lock(&mu);
+  generations.push_back(std::move(*g));
+  Logger("rdzv")->debug("listener on port {} rebuilt: {} server generation(s)", port, generations.size());
+  return absl::OkStatus();
+}
+
+void RendezvousServer::Impl::RetireIdle() {
+  std::vector<std::unique_ptr<grpc::Server>> retired;
+  {
+    absl::MutexLock lock(&mu);
+    for (size_t i = 0; i + 1 < generations.size();) {
+      Generation& g = generations[i];
+      g.idle_checks = g.open_calls->load() == 0 ? g.idle_checks + 1 : 0;
+      if (g.idle_checks >= 2) {
+        retired.push_back(std::move(g.server));
+        generations.erase(generations.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (auto& server : retired) {
+    // GOAWAY: a client's next call reconnects; a call that slipped in since
+    // the count gets the grace period.
+    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    server->Wait();
+    Logger("rdzv")->debug("an older server generation on port {} had no call open: shut down", port);
+  }
+}
 
 RendezvousServer::RendezvousServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -75,40 +212,22 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
   impl->service =
       std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(), options.limits);
+  if (options.open_files_warning) {
+    if (absl::StatusOr<OpenFilesLimit> l = CurrentOpenFilesLimit(); l.ok()) impl->service->set_open_files_limit(*l);
+  }
 
-  std::string host = options.host;
-  std::string addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", options.port)
-                                                 : absl::StrCat(host, ":", options.port);
+  const std::string& host = options.host;
   // gRPC's standard health service (grpc.health.v1.Health, Check and Watch)
   // on the same port, outside the token: "" and "meshrun.v1.Rendezvous"
   // answer SERVING while the server runs, NOT_SERVING once it shuts down.
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  // One server per port: a second agent on this host must fail to bind and
-  // become a client (DESIGN.md §1.2).
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 1 << 20);
-  // Agents ping every few seconds (HTTP/2 keepalive) to notice a lost server.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // Connections that make no call (or never finish their handshake) are
-  // closed; clients reconnect by themselves (limits.h).
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                             static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
-                                                                                options.limits.connection_idle_timeout))));
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             static_cast<int>(std::min<int64_t>(INT32_MAX, absl::ToInt64Milliseconds(
-                                                                                options.limits.handshake_timeout))));
-  builder.AddListeningPort(addr, ServerCredentials(options.tls), &impl->port);
-  builder.RegisterService(impl->service.get());
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(impl->metrics.get()));
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  impl->server = builder.BuildAndStart();
-  if (!impl->server || impl->port == 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "cannot bind the rendezvous server to ", addr, " (address in use or not local)"));
+  absl::StatusOr<Impl::Generation> first = impl->Build(options.port, &impl->port);
+  if (!first.ok()) return first.status();
+  impl->addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", impl->port)
+                                            : absl::StrCat(host, ":", impl->port);
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->generations.push_back(std::move(*first));
   }
   impl->service->set_port(impl->port);
   if (options.metrics_port >= 0) {
@@ -118,17 +237,22 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     auto exposer = StartMetricsExposer(metrics_host, options.metrics_port, impl->metrics,
                                         options.limits.metrics_request_timeout);
     if (!exposer.ok()) {
-      impl->server->Shutdown(absl::ToChronoTime(absl::Now()));
-      impl->server->Wait();
+      absl::MutexLock lock(&impl->mu);
+      impl->generations.back().server->Shutdown(absl::ToChronoTime(absl::Now()));
+      impl->generations.back().server->Wait();
       return exposer.status();
     }
     impl->exposer = std::move(*exposer);
     Logger("rdzv")->info("metrics on http://{}:{}/metrics", metrics_host, MetricsPort(*impl->exposer));
   }
-  if (grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService()) {
-    health->SetServingStatus(kHealthServiceName, true);
-  }
-  Logger("rdzv")->info("rendezvous server listening on {} (port {}{})", addr, impl->port,
+  Impl* raw = impl.get();
+  ListenerWatch::Options watch;
+  watch.port = impl->port;
+  watch.interval = options.limits.listener_check_interval;
+  watch.rebuild = [raw] { return raw->RebuildListener(); };
+  watch.after_check = [raw] { raw->RetireIdle(); };
+  impl->watch = std::make_unique<ListenerWatch>(std::move(watch));
+  Logger("rdzv")->info("rendezvous server listening on {} (port {}{})", impl->addr, impl->port,
                        options.tls.mutual() ? ", mutual TLS" : options.tls.server_tls() ? ", TLS" : ", plain");
   return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(impl)));
 }
@@ -136,15 +260,20 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
 void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
   if (!impl_ || impl_->shut_down) return;
   impl_->shut_down = true;
-  // Parked calls (joins, store waits, barriers) are answered ABORTED first,
-  // so the graceful phase does not wait on them.
-  if (grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService()) {
-    health->SetServingStatus(false);  // Probes see NOT_SERVING during the grace period.
+  impl_->watch.reset();  // No rebuild or retirement from here on.
+  absl::MutexLock lock(&impl_->mu);
+  for (Impl::Generation& g : impl_->generations) {
+    if (grpc::HealthCheckServiceInterface* health = g.server->GetHealthCheckService()) {
+      health->SetServingStatus(false);  // Probes see NOT_SERVING during the grace period.
+    }
   }
   impl_->exposer.reset();
+  // Parked calls (joins, store waits, barriers) are answered ABORTED first,
+  // so the graceful phase does not wait on them.
   impl_->registry->CloseAll(why);
-  impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-  impl_->server->Wait();
+  const auto deadline = absl::ToChronoTime(absl::Now() + grace);
+  for (Impl::Generation& g : impl_->generations) g.server->Shutdown(deadline);
+  for (Impl::Generation& g : impl_->generations) g.server->Wait();
 }
 
 bool RendezvousServer::WaitForAgents(absl::Duration timeout) {

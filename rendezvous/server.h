@@ -33,6 +33,10 @@ struct ServerOptions {
   // TLS: served when tls.server_tls(); client certificates signed by
   // tls.ca_pem required when tls.mutual(). Plain gRPC otherwise.
   TlsMaterial tls;
+  // Warn (once per larger value) at a join whose --nnodes MAX needs more
+  // file descriptors than the open files limit allows (one per agent
+  // connection, plus margin). The launcher turns it off: it warns itself.
+  bool open_files_warning = true;
 };
 
 // The service name the standard health service reports for the rendezvous
@@ -45,9 +49,15 @@ std::string ExposureWarning(const ServerOptions& options);
 
 class RendezvousServer {
  public:
-  // Binds and starts serving. SO_REUSEPORT is off, so a second server on the
-  // same port fails with ALREADY_EXISTS ("address in use") — that is how an
-  // agent learns another agent on its host already hosts the server.
+  // Binds and starts serving. Running out of file descriptors does not stop
+  // it for good: it warns, goes on serving the connections it has, and
+  // accepts new ones again within limits.listener_check_interval (plus the
+  // rebuild) once descriptors are free, the run state kept (the stopped
+  // gRPC listener is replaced by a new server on the same port; the old one
+  // serves its connections until their calls end: listener_watch.h).
+  // SO_REUSEPORT is off, so a second server on the same port fails with
+  // ALREADY_EXISTS ("address in use") — that is how an agent learns
+  // another agent on its host already hosts the server.
   // INVALID_ARGUMENT for a bad host. Callback API: a waiting get, a join or
   // a watch parks a reactor, never a thread. The same port also serves
   // gRPC's standard health service (grpc.health.v1.Health: Check, Watch),

@@ -29,6 +29,20 @@ bool DeadlineTimer::Cancel(Id id) {
   return true;
 }
 
+bool DeadlineTimer::CancelAndWait(Id id) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(id);
+  if (it != entries_.end()) {
+    by_time_.erase(it->second.pos);
+    entries_.erase(it);
+    return true;
+  }
+  if (std::this_thread::get_id() == thread_.get_id()) return false;
+  auto finished = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ != id; };
+  mu_.Await(absl::Condition(&finished));
+  return false;
+}
+
 void DeadlineTimer::Loop() {
   mu_.Lock();
   while (!stop_) {
@@ -37,9 +51,13 @@ void DeadlineTimer::Loop() {
       Id id = by_time_.begin()->second;
       by_time_.erase(by_time_.begin());
       auto node = entries_.extract(id);
+      running_ = id;
       mu_.Unlock();
       node.mapped().fn();
+      // The callback and what it captured are gone before CancelAndWait returns.
+      node = decltype(node)();
       mu_.Lock();
+      running_ = 0;
       continue;
     }
     absl::Time wake = by_time_.empty() ? absl::InfiniteFuture() : by_time_.begin()->first;

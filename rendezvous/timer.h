@@ -33,6 +33,12 @@ class DeadlineTimer {
   // Removes the entry; true when it had not started running. Thread-safe.
   bool Cancel(Id id);
 
+  // As Cancel, and when the callback is running right now on the timer
+  // thread, waits until it has returned (so that what it uses may then be
+  // destroyed). Must not be called while holding a lock that the callback
+  // takes; from the timer thread itself it does not wait. Thread-safe.
+  bool CancelAndWait(Id id);
+
  private:
   void Loop();
 
@@ -45,6 +51,8 @@ class DeadlineTimer {
     absl::AnyInvocable<void()> fn;
   };
   absl::flat_hash_map<Id, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // The entry whose callback runs now, 0 for none.
+  Id running_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

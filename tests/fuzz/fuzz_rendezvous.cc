@@ -24,6 +24,7 @@
 #include "meshrun/proto/rendezvous.pb.h"
 #include "rendezvous/requests.h"
 #include "rendezvous/run.h"
+#include "rendezvous/run_registry.h"
 #include "rendezvous/timer.h"
 #include "proto/wire.h"
 

@@ -8,6 +8,7 @@
 #include "rendezvous/kv_store.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/run.h"
+#include "rendezvous/run_registry.h"
 
 using namespace meshrun::rendezvous;
 using Catch::Contains;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "rendezvous/run.h"
+#include "rendezvous/run_registry.h"
 
 using namespace meshrun::rendezvous;
 

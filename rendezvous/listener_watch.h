@@ -1,0 +1,133 @@
+// Keeps the server accepting connections after it ran out of file
+// descriptors. gRPC's listener (gRPC 1.51, Debian 12) stops for good after
+// one failed accept4 (EMFILE, ENFILE, ENOBUFS, ENOMEM: grpc/grpc#20418,
+// fixed in gRPC 1.57 by grpc/grpc#33656): it logs "Failed accept4" once, at
+// its error level, and never polls the socket again; the kernel goes on
+// completing handshakes into the socket's queue, so clients connect and
+// then wait forever. The connections it had keep working.
+//
+// ListenerHealth decides (pure); ListenerWatch observes on a thread of its
+// own and acts through the server's callbacks: it rebuilds the listener
+// once descriptors are free, and retires older server generations whose
+// calls have all ended. No gRPC here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+
+namespace meshrun::rendezvous {
+
+class ListenerHealth {
+ public:
+  // Descriptors that must be free before the listener is rebuilt (the new
+  // listener and its first connections need some).
+  static constexpr int64_t kHeadroom = 32;
+  // Checks in a row with a non-empty, non-shrinking accept queue after
+  // which the listener counts as stopped even without a reported failure.
+  static constexpr int kStuckChecks = 5;
+  // A second episode's warning within this time is logged at info.
+  static constexpr absl::Duration kWarnEvery = absl::Minutes(1);
+
+  struct Observation {
+    // Failed accepts (for want of resources) gRPC reported since the last
+    // check, and the last one's reason ("Too many open files").
+    int64_t accept_failures = 0;
+    std::string failure;
+    // Connections waiting in the listen queue; -1 when unknown.
+    int64_t queue = -1;
+    // Descriptors open now and the soft limit; -1 when unknown.
+    int64_t open_fds = -1;
+    int64_t fd_limit = -1;
+    // Descriptors that could be opened now, counted up to kHeadroom; -1
+    // when not probed.
+    int64_t free_fds = -1;
+  };
+  struct Decision {
+    bool rebuild = false;
+    std::string warning;  // Log at warning level (once per episode).
+    std::string info;     // Log at info level.
+  };
+
+  explicit ListenerHealth(int port) : port_(port) {}
+
+  // One check at `now`. An episode starts when gRPC reported a failed
+  // accept while connections wait in this listener's queue (or its queue is
+  // unknown), or when the accept queue stayed non-empty and did not shrink
+  // for kStuckChecks checks; its first decision carries the warning. While
+  // it lasts, `rebuild` is set once kHeadroom descriptors are free (or
+  // that was not probed), at most once per backoff (0 s, doubling up to
+  // 30 s while episodes follow each other within 10 s). Not thread-safe.
+  Decision Check(const Observation& o, absl::Time now);
+  // The outcome of the rebuild Check asked for: OK ends the episode (an
+  // info line says after how long); an error is warned about once per
+  // episode and retried at the next check.
+  Decision Rebuilt(const absl::Status& outcome, absl::Time now);
+  // True while the listener is known to be stopped.
+  bool stopped() const { return stopped_; }
+
+ private:
+  const int port_;
+  bool stopped_ = false;
+  std::string reason_;
+  absl::Time since_ = absl::InfinitePast();
+  int stuck_ = 0;
+  int64_t last_queue_ = -1;
+  absl::Time last_warning_ = absl::InfinitePast();
+  bool warned_rebuild_error_ = false;
+  absl::Time last_rebuild_ = absl::InfinitePast();
+  absl::Duration gap_ = absl::ZeroDuration();
+  absl::Time next_try_ = absl::InfinitePast();
+};
+
+class ListenerWatch {
+ public:
+  struct Options {
+    int port = 0;
+    absl::Duration interval = absl::Seconds(1);
+    // Replaces the stopped listener with a new one on the same port; the
+    // connections of the old one must go on being served.
+    std::function<absl::Status()> rebuild;
+    // Runs after every check (the server retires idle old generations).
+    std::function<void()> after_check;
+  };
+
+  // Starts checking every `options.interval`.
+  explicit ListenerWatch(Options options);
+  // Stops the thread (waits for a check in progress).
+  ~ListenerWatch();
+  ListenerWatch(const ListenerWatch&) = delete;
+  ListenerWatch& operator=(const ListenerWatch&) = delete;
+
+  // Called from gRPC's log hook for its "Failed accept4: <reason>" line:
+  // counts it when the reason is a want of resources (descriptors, buffers,
+  // memory), whose failure stops gRPC's listener. Process-wide (gRPC's log
+  // does not say which server): every watch of the process checks its own
+  // listener then. Thread-safe; takes no lock the log hook could hold.
+  static void NoteAcceptFailure(absl::string_view message);
+  // True for "Failed accept4: Too many open files" and the other reasons
+  // NoteAcceptFailure counts. Pure.
+  static bool IsResourceFailure(absl::string_view message);
+
+ private:
+  void Loop();
+  ListenerHealth::Observation Observe();
+
+  const Options options_;
+  ListenerHealth health_;
+  int64_t failures_seen_ = 0;
+  std::vector<int> fds_;  // The listener's descriptors, when found.
+  bool rescan_ = true;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,107 @@
+// RunRegistry: every run of a server by run id, within max_runs; ended
+// runs are removed ended_run_ttl after they ended. Pure domain: no gRPC.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "rendezvous/limits.h"
+#include "rendezvous/run.h"
+#include "rendezvous/timer.h"
+
+namespace meshrun::rendezvous {
+
+// All runs of a server, by run id. Thread-safe.
+//
+// A long-lived server forgets what has ended: a run that finished or failed
+// stays (and `meshrun status` shows it) for limits.ended_run_ttl, then it
+// is removed, its parked calls answered ABORTED, and its store freed. A
+// store-only run (FindOrCreate, no Join) never ends and is not removed.
+class RunRegistry {
+ public:
+  // The registry's idea of now. Run end times and the sweep both read it;
+  // tests inject one that jumps ahead.
+  using Clock = std::function<absl::Time()>;
+
+  // `timer` must outlive the registry: it runs the periodic sweep (every
+  // ended_run_ttl / 10, at least every second, at most every 10 ms), so a
+  // run is removed between ended_run_ttl and ended_run_ttl + 1 s after it
+  // ended. `clock`: absl::Now when empty.
+  explicit RunRegistry(DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(), Clock clock = nullptr);
+  // Stops the sweep and closes every run.
+  ~RunRegistry();
+  RunRegistry(const RunRegistry&) = delete;
+  RunRegistry& operator=(const RunRegistry&) = delete;
+
+  // The run a join goes to: the existing one, or a fresh one when the id is
+  // new or its previous run ended (finished or failed) and `last_round` is
+  // -1 (a new job reusing the id). A new run needs room: at max_runs the
+  // run that ended first is removed (its parked calls ABORTED), and when
+  // none has ended the new one is refused with RESOURCE_EXHAUSTED naming
+  // max_runs. INVALID_ARGUMENT for a run id longer than max_run_id_bytes.
+  absl::StatusOr<std::shared_ptr<Run>> ForJoin(const std::string& run_id, int64_t last_round);
+  // The run, or nullptr. O(1).
+  std::shared_ptr<Run> Find(const std::string& run_id) const;
+  // The run, created when absent (a store-only run for other launchers);
+  // the same limits as ForJoin.
+  absl::StatusOr<std::shared_ptr<Run>> FindOrCreate(const std::string& run_id);
+  // Every run's status, sorted by run id: O(runs x their nodes), for
+  // listings and metrics.
+  std::vector<RunStatus> Status() const;
+  // One run's status, or nullopt for an unknown id: O(that run's nodes),
+  // whatever else the server holds.
+  std::optional<RunStatus> StatusOf(const std::string& run_id) const;
+  // Runs held now (live and ended ones not yet removed).
+  int64_t size() const;
+
+  // Removes every run that ended at least ended_run_ttl ago (by the clock)
+  // and returns how many it removed. O(removed). The periodic sweep calls
+  // it; tests may too.
+  int SweepEnded();
+
+  // Closes every run (server shutdown).
+  void CloseAll(const std::string& why);
+
+ private:
+  // Runs in the order they ended: (end time, id, the run). Shared with each
+  // run's on-ended hook, which may fire after the registry is gone.
+  struct EndedRuns {
+    absl::Mutex mu;
+    std::deque<std::tuple<absl::Time, std::string, std::weak_ptr<Run>>> queue ABSL_GUARDED_BY(mu);
+  };
+
+  absl::Status MakeRoomLocked(const std::string& run_id, std::shared_ptr<Run>* evicted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new run under `run_id`, whose end is queued in ended_.
+  std::shared_ptr<Run> NewRunLocked(const std::string& run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the first ended run off the queue that is still held (and ended
+  // before `cutoff`) out of runs_; nullptr when there is none.
+  std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ArmSweep();
+
+  DeadlineTimer* const timer_;
+  const ServerLimits limits_;
+  const Clock clock_;
+  const std::shared_ptr<std::atomic<int64_t>> server_bytes_;
+  const std::shared_ptr<EndedRuns> ended_ = std::make_shared<EndedRuns>();
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
+  // The periodic sweep's timer entry; no new one once stopping_.
+  absl::Mutex sweep_mu_;
+  DeadlineTimer::Id sweep_id_ ABSL_GUARDED_BY(sweep_mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(sweep_mu_) = false;
+};
+
+}  // namespace meshrun::rendezvous
