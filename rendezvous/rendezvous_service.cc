@@ -422,8 +422,9 @@ grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContex
   if (auto s = Admit(kKvDelete, req->run()); !s.ok()) return Reply(kKvDelete, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvDelete, ctx, ToGrpc(run.status()));
-  resp->set_deleted((*run)->kv().Delete(req->round(), req->key()));
-  return Reply(kKvDelete, ctx, grpc::Status::OK);
+  absl::StatusOr<bool> deleted = (*run)->kv().Delete(req->round(), req->key());
+  if (deleted.ok()) resp->set_deleted(*deleted);
+  return Reply(kKvDelete, ctx, ToGrpc(deleted.status()));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerContext* ctx,
