@@ -11,6 +11,7 @@
 #include "common/http_text_server.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/rpc_metrics.h"
+#include "rendezvous/traffic_interceptor.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -29,6 +30,16 @@ void RouteGrpcLogs(gpr_log_func_args* args) {
   }
 }
 
+// The traffic counters' bounds from the server's limits.
+TrafficOptions TrafficOptionsFor(const ServerLimits& limits) {
+  TrafficOptions t;
+  t.max_peers = limits.max_counted_peers;
+  t.max_nodes = limits.max_counted_nodes;
+  t.forget_after = limits.connection_idle_timeout;
+  t.max_node_bytes = limits.max_node_id_bytes;
+  return t;
+}
+
 }  // namespace
 
 std::string ExposureWarning(const ServerOptions& options) {
@@ -44,6 +55,7 @@ struct RendezvousServer::Impl {
   DeadlineTimer timer;
   std::unique_ptr<RunRegistry> registry;
   ServerMetrics metrics;
+  std::unique_ptr<TrafficCounters> traffic;  // Connections accepted, store requests per node.
   std::unique_ptr<RendezvousService> service;
   std::unique_ptr<HttpTextServer> http;
   std::unique_ptr<grpc::Server> server;
@@ -71,8 +83,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
-  impl->service =
-      std::make_unique<RendezvousService>(impl->registry.get(), options.token, &impl->metrics, options.limits);
+  impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
+  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, &impl->metrics,
+                                                      options.limits, impl->traffic.get());
 
   std::string host = options.host;
   std::string addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", options.port)
@@ -102,6 +115,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   builder.RegisterService(impl->service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(&impl->metrics));
+  interceptors.push_back(std::make_unique<TrafficInterceptorFactory>(impl->traffic.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
@@ -114,7 +128,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     auto http = HttpTextServer::Start(
         options.metrics_host.empty() ? host : options.metrics_host, options.metrics_port, "/metrics",
         "text/plain; version=0.0.4; charset=utf-8",
-        [raw] { return raw->metrics.Render(raw->registry->Status(), raw->service->open_watchers()); });
+        [raw] {
+          return raw->metrics.Render(raw->registry->Status(), raw->service->open_watchers()) +
+                 raw->traffic->RenderText();
+        });
     if (!http.ok()) {
       impl->server->Shutdown(absl::ToChronoTime(absl::Now()));
       impl->server->Wait();
