@@ -6,6 +6,10 @@
 #include <fstream>
 #include <string>
 
+#include <catch2/catch.hpp>
+
+#include <map>
+
 #include "tests/support/subprocess.h"
 
 namespace meshrun::testing {
@@ -34,6 +38,7 @@ inline int CountOccurrences(const std::string& text, const std::string& needle) 
 }  // namespace meshrun::testing
 
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -94,6 +99,35 @@ inline std::pair<NodeProc, NodeProc> StartTwoNodes(const std::string& dir, const
 inline void WaitBoth(NodeProc& a, NodeProc& b, double timeout_s = 60) {
   a.code = WaitCommand(a.pid, timeout_s);
   b.code = WaitCommand(b.pid, timeout_s);
+}
+
+// A `meshrun server` daemon on 127.0.0.1 and a port of its choosing,
+// stopped (SIGTERM, then waited for) when it goes out of scope.
+struct Daemon {
+  pid_t pid = -1;
+  int port = 0;
+  ~Daemon() {
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      WaitCommand(pid, 10);
+    }
+  }
+};
+
+// Starts `d` with its output in `dir`; REQUIREs that it reports its port
+// within 5 s.
+inline void StartDaemon(Daemon& d, const std::string& dir, const std::map<std::string, std::string>& env = {},
+                        const std::vector<std::string>& extra = {}) {
+  std::string port_file = dir + "/port";
+  std::vector<std::string> argv = {MeshrunBinary(), "server", "--host", "127.0.0.1", "--port", "0", "--port_file",
+                                   port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  d.pid = StartCommand(argv, env, dir + "/server.out", dir + "/server.err");
+  for (int i = 0; i < 250 && ReadFile(port_file).empty(); ++i) usleep(20000);
+  std::string p = ReadFile(port_file);
+  REQUIRE_FALSE(p.empty());
+  d.port = std::stoi(p);
+  REQUIRE(d.port > 0);
 }
 
 }  // namespace meshrun::testing
