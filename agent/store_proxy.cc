@@ -69,6 +69,11 @@ class GrpcUpstream : public StoreUpstream {
     absl::MutexLock lock(&mu_);
     --in_flight_;
   }
+  // Calls in flight to the server now (the cache's and forwarded ones).
+  int64_t in_flight() {
+    absl::MutexLock lock(&mu_);
+    return in_flight_;
+  }
 
   void FillRun(pb::RunRef* run) const {
     run->set_run_id(run_id_);
@@ -193,8 +198,10 @@ class ProxyReactor : public grpc::ServerUnaryReactor {
 // The workers' side: the store methods of the Rendezvous service.
 class ProxyService final : public pb::Rendezvous::CallbackService {
  public:
-  ProxyService(std::string run_id, GrpcUpstream* upstream, StoreCache* cache)
-      : run_id_(std::move(run_id)), upstream_(upstream), cache_(cache) {}
+  // `max_forwarded`: calls sent on as they are, held at once (the
+  // cache bounds its own by the same figure, store_proxy_max_waiters).
+  ProxyService(std::string run_id, GrpcUpstream* upstream, StoreCache* cache, int64_t max_forwarded)
+      : run_id_(std::move(run_id)), upstream_(upstream), cache_(cache), max_forwarded_(max_forwarded) {}
 
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const pb::KvSetRequest* req,
                                   pb::KvSetResponse* resp) override {
@@ -321,6 +328,11 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
     if (check_run) {
       if (absl::Status s = Admit(worker_req.run()); !s.ok()) return Answer(ctx, ToGrpc(s));
     }
+    if (const int64_t n = upstream_->in_flight(); n >= max_forwarded_) {
+      return Answer(ctx, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                      absl::StrCat("store proxy has ", n,
+                                                   " requests in flight: store_proxy_max_waiters=", max_forwarded_)));
+    }
     struct Call {
       Req req;
       std::shared_ptr<grpc::ClientContext> ctx;
@@ -346,6 +358,7 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
   const std::string run_id_;
   GrpcUpstream* const upstream_;
   StoreCache* const cache_;
+  const int64_t max_forwarded_;
 };
 
 // A fresh directory of mode 0700 for the socket: under `base`, $TMPDIR or
@@ -388,7 +401,8 @@ absl::StatusOr<std::unique_ptr<StoreProxy>> StoreProxy::Start(StoreProxyOptions 
   impl->upstream->SetChannel(std::move(server), std::move(node_id));
   if (options.cache.label.empty()) options.cache.label = options.run_id;
   impl->cache = std::make_unique<StoreCache>(impl->upstream.get(), options.cache);
-  impl->service = std::make_unique<ProxyService>(options.run_id, impl->upstream.get(), impl->cache.get());
+  impl->service = std::make_unique<ProxyService>(options.run_id, impl->upstream.get(), impl->cache.get(),
+                                                 options.cache.max_waiters);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(proxy->endpoint_, grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(INT32_MAX, options.max_message_bytes)));
