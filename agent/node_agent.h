@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "agent/process.h"
 #include "agent/signal_policy.h"
+#include "agent/store_cache.h"
 #include "common/security.h"
 
 namespace meshrun::agent {
@@ -25,13 +26,18 @@ struct AgentOptions {
   // it stops its workers (the launcher hosting the server shuts it down
   // first, so the other nodes learn why rather than seeing a lost node).
   std::function<void(int signo)> on_stop_signal;
-  std::string token;                // MESHRUN_TOKEN (or read from token_file); empty: none.
-  // Where the token was read from (MESHRUN_TOKEN_FILE, token_file); empty
-  // when it came from MESHRUN_TOKEN. Workers then get the file, not the value.
-  std::string token_file;
+  // MESHRUN_TOKEN (or read from token_file); empty: none. Sent with the
+  // agent's requests and the workers' store requests it forwards; never
+  // given to the workers.
+  std::string token;
   // TLS to the server (MESHRUN_TLS_*, rdzv_conf tls_*), already loaded and
-  // checked; its file paths are passed to the workers.
+  // checked; used by the agent's one connection, not given to the workers.
   TlsMaterial tls;
+  // The store proxy (agent/store_proxy.h) serving this node's workers:
+  // rdzv_conf store_proxy_cache_bytes, store_proxy_max_waiters, and
+  // store_proxy_max_message_bytes (docs/user-guide.md).
+  StoreCacheOptions store_cache;
+  int64_t store_proxy_max_message_bytes = 4 << 20;
   int nproc = 1;                    // --nproc_per_node (resolved to a number).
   int min_nodes = 1;                // --nnodes MIN.
   int max_nodes = 1;                // --nnodes MAX.

@@ -75,6 +75,10 @@ class RendezvousClient {
                            std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done);
 
   const std::string& endpoint() const { return endpoint_; }
+  // The connection to the server, for the node's store proxy to forward
+  // its workers' store requests over (agent/store_proxy.h): shared, so it
+  // lives as long as either holds it.
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   // This node's current session credential (DESIGN.md section 4c): handed
   // out by the server in the event stream's first event, then renewed with
   // every assignment; sent with every request that speaks for the node.

@@ -51,12 +51,9 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   set(env::kNodeRank, absl::StrCat(a.node_rank));
   if (!a.node_addr.empty()) set(env::kNodeAddr, a.node_addr);
   if (!in.gloo_socket_ifname.empty()) set_default(env::kGlooSocketIfname, in.gloo_socket_ifname);
-  if (!in.token_file.empty()) {
-    set(env::kTokenFile, in.token_file);
-    env.erase(std::string(env::kToken.name));
-  } else if (!in.token.empty()) {
-    set(env::kToken, in.token);
-    env.erase(std::string(env::kTokenFile.name));
+  // The token and TLS material stay with the agent.
+  for (const env::Var* secret : {&env::kToken, &env::kTokenFile, &env::kTlsCert, &env::kTlsKey, &env::kTlsCa}) {
+    env.erase(std::string(secret->name));
   }
   if (in.virtual_local_rank) {
     set(env::kLocalRank, "0");
@@ -71,9 +68,6 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   if (in.permanent_failure_exit_code != 0) {
     set(env::kPermanentFailureExitCode, absl::StrCat(in.permanent_failure_exit_code));
   }
-  if (!in.tls.cert.empty()) set(env::kTlsCert, in.tls.cert);
-  if (!in.tls.key.empty()) set(env::kTlsKey, in.tls.key);
-  if (!in.tls.ca.empty()) set(env::kTlsCa, in.tls.ca);
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));

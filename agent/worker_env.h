@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "common/security.h"
 #include "proto/types.h"
 
 namespace meshrun::agent {
@@ -17,8 +16,9 @@ struct WorkerEnvInput {
   int nproc = 1;                // LOCAL_WORLD_SIZE.
   std::string role = "default";
   std::string run_id;
-  std::string store_endpoint;   // MESHRUN_STORE_ENDPOINT, "host:port".
-  std::string token;            // MESHRUN_TOKEN; not set when empty.
+  // MESHRUN_STORE_ENDPOINT: the node's store proxy, "unix:/dir/store.sock"
+  // (agent/store_proxy.h).
+  std::string store_endpoint;
   std::string error_file;       // TORCHELASTIC_ERROR_FILE.
   // The interface holding assignment.node_addr: GLOO_SOCKET_IFNAME when the
   // base environment lacks it (empty: not set).
@@ -28,12 +28,6 @@ struct WorkerEnvInput {
   // the worker's one device: entry `local_rank` of `base`'s list when set
   // (the launcher checks it is long enough), else `local_rank` itself.
   bool virtual_local_rank = false;
-  // When non-empty: MESHRUN_TOKEN_FILE, and MESHRUN_TOKEN is removed (the
-  // token travels as its file, not its value).
-  std::string token_file;
-  // MESHRUN_TLS_CERT / _KEY / _CA for the worker's store client; each set
-  // when non-empty (overriding the base environment).
-  TlsFiles tls;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the
@@ -43,9 +37,10 @@ struct WorkerEnvInput {
 // (OMP only when nproc > 1), as torchrun does; GLOO_SOCKET_IFNAME only when
 // `base` lacks it (torchrun sets none: PyTorch's Gloo then binds what the
 // host name resolves to, 127.0.1.1 on Debian). MESHRUN_NODE_ADDR is the
-// assignment's node_addr. The token: MESHRUN_TOKEN_FILE when in.token_file
-// is set (MESHRUN_TOKEN removed), else MESHRUN_TOKEN when in.token is set
-// (MESHRUN_TOKEN_FILE removed). Pure function.
+// assignment's node_addr. The token and TLS stay with the agent (DESIGN.md
+// section 3): MESHRUN_TOKEN, MESHRUN_TOKEN_FILE and MESHRUN_TLS_CERT/KEY/CA
+// are removed from `base`, since workers reach the store through the
+// agent's proxy. Pure function.
 std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, const WorkerEnvInput& in);
 
 // The calling process's environment as "K=V" strings.

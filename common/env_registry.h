@@ -49,18 +49,18 @@ inline constexpr Var kTorchNcclAsyncErrorHandling{"TORCH_NCCL_ASYNC_ERROR_HANDLI
 inline constexpr Var kNcclAsyncErrorHandling{"NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "Older PyTorch's name of the above; same value."};
 
 // meshrun's own worker variables.
-inline constexpr Var kStoreEndpoint{"MESHRUN_STORE_ENDPOINT", Type::kString, Use::kSetForWorkers, "host:port of the rendezvous server's key-value store."};
+inline constexpr Var kStoreEndpoint{"MESHRUN_STORE_ENDPOINT", Type::kString, Use::kSetForWorkers, "The store for this worker: unix:/<dir>/store.sock, its node agent's store proxy (a private 0700 directory); host:port of the rendezvous server for a worker started by hand."};
 inline constexpr Var kMeshrunRunId{"MESHRUN_RUN_ID", Type::kString, Use::kSetForWorkers, "The run id (same as TORCHELASTIC_RUN_ID)."};
 inline constexpr Var kRound{"MESHRUN_ROUND", Type::kInt, Use::kSetForWorkers, "The rendezvous round (every re-form counts); scopes store keys."};
 inline constexpr Var kNodeAddr{"MESHRUN_NODE_ADDR", Type::kString, Use::kSetForWorkers, "This node's advertised address (numeric), decided in the rendezvous: what the other nodes reach it on; libmesh's Gloo pairs bind it."};
 inline constexpr Var kGlooSocketIfname{"GLOO_SOCKET_IFNAME", Type::kString, Use::kSetForWorkers, "When unset: the interface holding MESHRUN_NODE_ADDR, so PyTorch's Gloo does not bind what the host name resolves to (127.0.1.1 on Debian). A value the user set is kept."};
 inline constexpr Var kNodeRank{"MESHRUN_NODE_RANK", Type::kInt, Use::kSetForWorkers, "Node rank (same as GROUP_RANK)."};
 inline constexpr Var kPermanentFailureExitCode{"MESHRUN_PERMANENT_FAILURE_EXIT_CODE", Type::kInt, Use::kSetForWorkers, "Exit with this code to mark a failure permanent: the job stops on every node without a restart (--permanent_failure_exit_code; unset when 0)."};
-inline constexpr Var kToken{"MESHRUN_TOKEN", Type::kString, Use::kReadEverywhere, "Shared secret: the server requires it on every request; agents and workers send it."};
-inline constexpr Var kTokenFile{"MESHRUN_TOKEN_FILE", Type::kString, Use::kReadEverywhere, "A file holding the token (mode 0600 or stricter; one trailing newline stripped); instead of MESHRUN_TOKEN. Workers get it when the token came from a file."};
-inline constexpr Var kTlsCert{"MESHRUN_TLS_CERT", Type::kString, Use::kReadEverywhere, "PEM file: this process's TLS certificate (server: served; client: presented for mutual TLS). Passed to workers."};
-inline constexpr Var kTlsKey{"MESHRUN_TLS_KEY", Type::kString, Use::kReadEverywhere, "PEM file: the private key of MESHRUN_TLS_CERT. Passed to workers."};
-inline constexpr Var kTlsCa{"MESHRUN_TLS_CA", Type::kString, Use::kReadEverywhere, "PEM file: the CA peers are verified against (client: TLS on, server checked; server: client certificates required). Passed to workers."};
+inline constexpr Var kToken{"MESHRUN_TOKEN", Type::kString, Use::kReadEverywhere, "Shared secret: the server requires it on every request; meshrun sends it (also for its workers' store requests). Not passed to workers; read by a worker started by hand with a host:port store endpoint."};
+inline constexpr Var kTokenFile{"MESHRUN_TOKEN_FILE", Type::kString, Use::kReadEverywhere, "A file holding the token (mode 0600 or stricter; one trailing newline stripped); instead of MESHRUN_TOKEN. Not passed to workers."};
+inline constexpr Var kTlsCert{"MESHRUN_TLS_CERT", Type::kString, Use::kReadEverywhere, "PEM file: this process's TLS certificate (server: served; client: presented for mutual TLS). Not passed to workers."};
+inline constexpr Var kTlsKey{"MESHRUN_TLS_KEY", Type::kString, Use::kReadEverywhere, "PEM file: the private key of MESHRUN_TLS_CERT. Not passed to workers."};
+inline constexpr Var kTlsCa{"MESHRUN_TLS_CA", Type::kString, Use::kReadEverywhere, "PEM file: the CA peers are verified against (client: TLS on, server checked; server: client certificates required). Not passed to workers."};
 
 // What meshrun itself reads.
 inline constexpr Var kPythonExec{"PYTHON_EXEC", Type::kString, Use::kReadByLauncher, "Interpreter for .py programs and -m modules (default python3)."};

@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 
 #include "absl/synchronization/mutex.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checks.h"
@@ -23,7 +25,9 @@ namespace pb = ::meshrun::v1;
 
 // Why the server at `ep` cannot be reached over this TLS setting, as
 // " (cause)", or "" when the probe finds nothing (see ProbeTlsMismatch).
-std::string TlsCause(const Endpoint& ep, const TlsMaterial& tls) {
+std::string TlsCause(const std::optional<Endpoint>& ep_or_unix, const TlsMaterial& tls) {
+  if (!ep_or_unix) return "";  // The node's store proxy on a Unix socket: no TLS.
+  const Endpoint& ep = *ep_or_unix;
   absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(ep.host);
   if (!addrs.ok() || addrs->empty()) return "";
   std::string cause = ProbeTlsMismatch(ep.host, addrs->front(), ep.port, tls, absl::Seconds(5));
@@ -43,12 +47,14 @@ int64_t ToMs(absl::Duration d) {
 
 class GrpcStore : public Store {
  public:
-  GrpcStore(GrpcStoreOptions options, std::shared_ptr<grpc::Channel> channel, Endpoint ep)
+  // `ep`: the server's endpoint; nullopt for a Unix socket (`target`).
+  GrpcStore(GrpcStoreOptions options, std::shared_ptr<grpc::Channel> channel, std::optional<Endpoint> ep,
+            std::string target)
       : options_(std::move(options)),
-        ep_(ep),
+        ep_(std::move(ep)),
         channel_(channel),
         stub_(pb::Rendezvous::NewStub(channel)),
-        target_(ep.ToString()),
+        target_(std::move(target)),
         connected_(options_.wait_for_connection) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override {
@@ -209,7 +215,8 @@ class GrpcStore : public Store {
       const bool down = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
       if (down && channel_->GetState(false) != GRPC_CHANNEL_READY) {
-        return absl::UnavailableError(absl::StrCat("rendezvous store at ", target_, " is unreachable (", what, ": ",
+        return absl::UnavailableError(absl::StrCat(ep_ ? "rendezvous store at " : "this node's store proxy at ",
+                                                   target_, " is unreachable (", what, ": ",
                                                    s.error_message(), ")", TlsCause(ep_, options_.tls)));
       }
       connected_.store(true, std::memory_order_relaxed);
@@ -218,7 +225,7 @@ class GrpcStore : public Store {
   }
 
   const GrpcStoreOptions options_;
-  const Endpoint ep_;
+  const std::optional<Endpoint> ep_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<pb::Rendezvous::Stub> stub_;
   const std::string target_;
@@ -231,15 +238,20 @@ namespace {
 
 // One channel per server endpoint for the whole process: every store (every
 // mesh a worker builds) shares its connection instead of opening a new one.
-std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target, const TlsMaterial& tls) {
+// A Unix socket ("unix:/path") gets a plain channel: it reaches the node's
+// store proxy, which holds the token and TLS (agent/store_proxy.h).
+std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target, const TlsMaterial& tls, bool unix_socket) {
   static absl::Mutex mu;
   static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
   absl::MutexLock lock(&mu);
-  auto& slot = (*channels)[absl::StrCat(target, "\n", tls.files.cert, "\n", tls.files.key, "\n", tls.files.ca)];
+  auto& slot = (*channels)[unix_socket ? target
+                                       : absl::StrCat(target, "\n", tls.files.cert, "\n", tls.files.key, "\n",
+                                                      tls.files.ca)];
   if (!slot) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-    slot = grpc::CreateCustomChannel(target, ClientCredentials(tls), args);
+    slot = grpc::CreateCustomChannel(
+        target, unix_socket ? grpc::InsecureChannelCredentials() : ClientCredentials(tls), args);
   }
   return slot;
 }
@@ -247,19 +259,33 @@ std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target, const Tl
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& options) {
-  MESHRUN_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(options.endpoint, 29400));
-  auto channel = SharedChannel(ep.ToString(), options.tls);
+  std::optional<Endpoint> ep;
+  std::string target;
+  const bool unix_socket = IsUnixStoreEndpoint(options.endpoint);
+  if (unix_socket) {
+    if (options.endpoint.size() < 7 || options.endpoint[5] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat("store endpoint '", options.endpoint,
+                                                     "': a Unix socket must be unix:/absolute/path"));
+    }
+    target = options.endpoint;
+  } else {
+    MESHRUN_ASSIGN_OR_RETURN(ep, ParseEndpoint(options.endpoint, 29400));
+    target = ep->ToString();
+  }
+  auto channel = SharedChannel(target, options.tls, unix_socket);
   if (!options.wait_for_connection) {
     channel->GetState(/*try_to_connect=*/true);
-    return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep));
+    return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep, target));
   }
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
-        "rendezvous store at ", ep.ToString(), " is unreachable (waited ",
+        unix_socket ? "this node's store proxy at " : "rendezvous store at ", target, " is unreachable (waited ",
         absl::FormatDuration(options.connect_timeout), ")", TlsCause(ep, options.tls)));
   }
-  return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep));
+  return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep, target));
 }
+
+bool IsUnixStoreEndpoint(absl::string_view endpoint) { return absl::StartsWith(endpoint, "unix:"); }
 
 absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv() {
   GrpcStoreOptions o;
@@ -276,6 +302,9 @@ absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv() {
   MESHRUN_ASSIGN_OR_RETURN(std::optional<long long> round, env::GetInt(env::kRound));
   if (!round) return absl::FailedPreconditionError("MESHRUN_ROUND is not set: was this process started by meshrun?");
   o.round = *round;
+  // Through the node's store proxy (a Unix socket), the agent adds the token
+  // and TLS: none is read here.
+  if (IsUnixStoreEndpoint(o.endpoint)) return o;
   absl::StatusOr<Token> token = ResolveToken("");
   if (!token.ok()) return token.status();
   o.token = std::move(token->value);

@@ -11,7 +11,10 @@
 namespace meshrun {
 
 struct GrpcStoreOptions {
-  // "host:port" (or "[v6]:port") of the rendezvous server.
+  // "host:port" (or "[v6]:port") of the rendezvous server, or
+  // "unix:/abs/path", the Unix socket of this node's store proxy (what
+  // meshrun gives its workers: agent/store_proxy.h). Through the proxy the
+  // token and TLS below are not used: the agent adds its own.
   std::string endpoint;
   // The run whose store is used (MESHRUN_RUN_ID / TORCHELASTIC_RUN_ID).
   std::string run_id;
@@ -36,18 +39,26 @@ struct GrpcStoreOptions {
   absl::Duration rpc_slack = absl::Seconds(10);
 };
 
-// Connects to the server (waiting up to options.connect_timeout, unless
-// options.wait_for_connection is false) and returns the store. UNAVAILABLE naming the endpoint when it cannot be reached;
+// Connects to the server, or to the node's store proxy for a "unix:"
+// endpoint (waiting up to options.connect_timeout, unless
+// options.wait_for_connection is false) and returns the store. UNAVAILABLE
+// naming the endpoint when it cannot be reached (a proxy whose agent has
+// died: at once, not at a timeout, once the store has answered a call);
 // INVALID_ARGUMENT for a malformed endpoint. The returned store is
 // thread-safe; every call is one RPC (MultiGet/MultiSet/Wait are one RPC for
 // all their keys).
 absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& options);
 
 // Builds the options from a worker's environment (MESHRUN_STORE_ENDPOINT,
-// MESHRUN_RUN_ID, MESHRUN_ROUND, MESHRUN_TOKEN or MESHRUN_TOKEN_FILE,
-// MESHRUN_TLS_CERT/KEY/CA). FAILED_PRECONDITION naming the missing variable
-// when the process was not started by meshrun; the errors of ResolveToken
-// and LoadTls (common/security.h) for a bad token file or TLS file.
+// MESHRUN_RUN_ID, MESHRUN_ROUND; for a "host:port" endpoint, i.e. a worker
+// started by hand against the server, also MESHRUN_TOKEN or
+// MESHRUN_TOKEN_FILE and MESHRUN_TLS_CERT/KEY/CA). FAILED_PRECONDITION
+// naming the missing variable when the process was not started by meshrun;
+// the errors of ResolveToken and LoadTls (common/security.h) for a bad token
+// file or TLS file.
 absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv();
+
+// True for "unix:..." store endpoints (the node's store proxy). Pure.
+bool IsUnixStoreEndpoint(absl::string_view endpoint);
 
 }  // namespace meshrun

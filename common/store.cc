@@ -1,8 +1,11 @@
 #include "common/store.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace meshrun {
+
+bool IsWriteOnceKey(absl::string_view key) { return absl::StartsWith(key, kWriteOncePrefix); }
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {}

@@ -15,6 +15,18 @@
 
 namespace meshrun {
 
+// Write-once keys (DESIGN.md section 5): every key whose name starts with
+// "mesh/", libmesh's namespace (unique ids, Gloo pair addresses, the
+// members' descriptions and verdicts). Once such a key holds a value in a
+// round, that value never changes: the server refuses any write that would
+// change it, or delete it, with FAILED_PRECONDITION naming the key (a write
+// of the same value succeeds and changes nothing). That is what lets a
+// node's store proxy (agent/store_cache.h) keep these values for the round
+// and answer repeated reads itself; every other key is mutable, c10d's
+// semantics, and always read from the server. Pure.
+inline constexpr absl::string_view kWriteOncePrefix = "mesh/";
+bool IsWriteOnceKey(absl::string_view key);
+
 // A key-value store shared by the workers of one run and round.
 //
 // Values are arbitrary bytes. Timeouts are absl::Duration; waiting

@@ -27,7 +27,17 @@ namespace {
 constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
     "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
-    "token_file", "tls_cert", "tls_key", "tls_ca"};
+    "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
+    "store_proxy_max_message_bytes"};
+
+// A positive integer within [1, max] for rdzv_conf `key`.
+absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n <= 0 || n > max) {
+    return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be an integer 1..", max));
+  }
+  return n;
+}
 
 int UsageError(const std::string& msg) {
   std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
@@ -144,6 +154,18 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
         return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a TCP port 0..65535 (0: any free)"));
       }
       config->metrics_port = port;
+    } else if (key == "store_proxy_cache_bytes") {
+      auto n = ParsePositive(key, value, int64_t{1} << 40);
+      if (!n.ok()) return n.status();
+      a.store_cache.max_cache_bytes = *n;
+    } else if (key == "store_proxy_max_waiters") {
+      auto n = ParsePositive(key, value, int64_t{1} << 24);
+      if (!n.ok()) return n.status();
+      a.store_cache.max_waiters = *n;
+    } else if (key == "store_proxy_max_message_bytes") {
+      auto n = ParsePositive(key, value, INT32_MAX);
+      if (!n.ok()) return n.status();
+      a.store_proxy_max_message_bytes = *n;
     } else if (key == "token_file") {
       config->token_file = value;
     } else if (key == "tls_cert") {
@@ -523,7 +545,6 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   absl::StatusOr<Token> token = ResolveToken(cfg.token_file);
   if (!token.ok()) return {std::nullopt, UsageError(std::string(token.status().message()))};
   a.token = std::move(token->value);
-  a.token_file = std::move(token->file);
   absl::StatusOr<TlsMaterial> tls = LoadTls(TlsFilesFromEnv(cfg.tls_files));
   if (!tls.ok()) return {std::nullopt, UsageError(std::string(tls.status().message()))};
   a.tls = std::move(*tls);

@@ -12,6 +12,10 @@
 
 namespace meshrun::rendezvous {
 
+// The request metadata key with which a node's store proxy names its node
+// (the node id) on every store request it forwards (rendezvous.proto).
+inline constexpr char kNodeMetadataKey[] = "meshrun-node";
+
 // What an agent says about its node (see NodeInfo in rendezvous.proto).
 struct NodeDesc {
   std::string node_id;

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/store.h"
 
 namespace meshrun::rendezvous {
 
@@ -67,6 +68,17 @@ void KvStore::Run(Fire& fire) {
   for (auto& [cb, result] : fire) cb(std::move(result));
 }
 
+absl::Status KvStore::CheckWriteOnceLocked(int64_t round, const std::string& key, const std::string* value,
+                                           absl::string_view op) const {
+  if (!IsWriteOnceKey(key)) return absl::OkStatus();
+  auto it = data_.find(Key{round, key});
+  if (it == data_.end() || (value != nullptr && it->second == *value)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(op, ": key '", key.substr(0, 128), "' is write-once (keys under '",
+                                                    kWriteOncePrefix, "' never change once set) and already holds ",
+                                                    value == nullptr ? "a value" : "another value", " in round ",
+                                                    round));
+}
+
 std::vector<std::string> KvStore::ValuesLocked(int64_t round, const std::vector<std::string>& keys) const {
   std::vector<std::string> out;
   out.reserve(keys.size());
@@ -101,6 +113,7 @@ absl::Status KvStore::Set(int64_t round, const std::string& key, std::string val
   Fire fire;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckWriteOnceLocked(round, key, &value, "set"); !s.ok()) return s;
     if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
     SetLocked(round, key, std::move(value), fire);
   }
@@ -119,7 +132,18 @@ absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& ke
     absl::MutexLock lock(&mu_);
     std::vector<std::pair<const std::string*, size_t>> writes;
     writes.reserve(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) writes.emplace_back(&keys[i], values[i].size());
+    absl::flat_hash_map<absl::string_view, const std::string*> once;  // Write-once keys of this request.
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (absl::Status s = CheckWriteOnceLocked(round, keys[i], &values[i], "multi_set"); !s.ok()) return s;
+      if (IsWriteOnceKey(keys[i])) {
+        auto [it, fresh] = once.emplace(keys[i], &values[i]);
+        if (!fresh && *it->second != values[i]) {
+          return absl::FailedPreconditionError(absl::StrCat("multi_set: write-once key '", keys[i].substr(0, 128),
+                                                            "' is given two different values"));
+        }
+      }
+      writes.emplace_back(&keys[i], values[i].size());
+    }
     if (absl::Status s = CheckWritesLocked(round, writes); !s.ok()) return s;
     for (size_t i = 0; i < keys.size(); ++i) SetLocked(round, keys[i], std::move(values[i]), fire);
   }
@@ -143,6 +167,7 @@ absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int6
                                                      "; adding ", delta, " overflows a 64-bit integer"));
     }
     std::string text = absl::StrCat(result);
+    if (absl::Status s = CheckWriteOnceLocked(round, key, &text, "add"); !s.ok()) return s;
     if (absl::Status s = CheckWritesLocked(round, {{&key, text.size()}}); !s.ok()) return s;
     SetLocked(round, key, std::move(text), fire);
   }
@@ -159,6 +184,7 @@ absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, 
     auto it = data_.find(Key{round, key});
     bool match = (it == data_.end()) ? expected.empty() : it->second == expected;
     if (match) {
+      if (absl::Status s = CheckWriteOnceLocked(round, key, &desired, "compare_set"); !s.ok()) return s;
       if (absl::Status s = CheckWritesLocked(round, {{&key, desired.size()}}); !s.ok()) return s;
       out = {desired, true};
       SetLocked(round, key, std::move(desired), fire);
@@ -177,10 +203,11 @@ bool KvStore::Check(int64_t round, const std::vector<std::string>& keys) {
                      [&](const std::string& k) { return data_.contains(Key{round, k}); });
 }
 
-bool KvStore::Delete(int64_t round, const std::string& key) {
+absl::StatusOr<bool> KvStore::Delete(int64_t round, const std::string& key) {
   absl::MutexLock lock(&mu_);
   auto it = data_.find(Key{round, key});
   if (it == data_.end()) return false;
+  if (absl::Status s = CheckWriteOnceLocked(round, key, nullptr, "delete"); !s.ok()) return s;
   EraseLocked(it);
   return true;
 }

@@ -39,6 +39,10 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // Writes past a limit change nothing: INVALID_ARGUMENT for a key or value
   // longer than allowed, RESOURCE_EXHAUSTED when the run's (or the
   // server's) store is full; both name the limit and the value.
+  // Write-once keys (IsWriteOnceKey, common/store.h) never change once set
+  // in a round: a write of another value (Set, MultiSet, Add, a CompareSet
+  // that would swap) and a Delete are refused FAILED_PRECONDITION naming
+  // the key, and change nothing; a write of the same value succeeds.
   absl::Status Set(int64_t round, const std::string& key, std::string value);
   // All or nothing: every key is checked before any is written.
   absl::Status MultiSet(int64_t round, const std::vector<std::string>& keys,
@@ -50,7 +54,8 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   absl::StatusOr<std::pair<std::string, bool>> CompareSet(int64_t round, const std::string& key,
                                                           const std::string& expected, std::string desired);
   bool Check(int64_t round, const std::vector<std::string>& keys);
-  bool Delete(int64_t round, const std::string& key);
+  // True when the key existed (and is now gone).
+  absl::StatusOr<bool> Delete(int64_t round, const std::string& key);
 
   // Answers `done` with the values of `keys` once all are set: at once (on
   // this thread) when they already are; NOT_FOUND at once when `wait` is zero
@@ -99,6 +104,10 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // Checks that writing these (key, value size) pairs stays within limits.
   absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION when `key` is write-once and holds a value other
+  // than *value (any value, for a delete: `value` null); `op` names the call.
+  absl::Status CheckWriteOnceLocked(int64_t round, const std::string& key, const std::string* value,
+                                    absl::string_view op) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(absl::flat_hash_map<Key, std::string>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> ValuesLocked(int64_t round, const std::vector<std::string>& keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -39,6 +39,8 @@ constexpr IntLimit kIntLimits[] = {
     {"max_world_size", &ServerLimits::max_world_size},
     {"max_nodes", &ServerLimits::max_nodes},
     {"max_restarts", &ServerLimits::max_restarts},
+    {"max_counted_peers", &ServerLimits::max_counted_peers},
+    {"max_counted_nodes", &ServerLimits::max_counted_nodes},
 };
 constexpr DurationLimit kDurationLimits[] = {
     {"min_keep_alive_interval", &ServerLimits::min_keep_alive_interval},

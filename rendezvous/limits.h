@@ -48,6 +48,11 @@ struct ServerLimits {
   int64_t max_nodes = 1 << 20;           // --nnodes MAX.
   int64_t max_restarts = 1 << 20;        // --max_restarts.
   absl::Duration min_keep_alive_interval = absl::Milliseconds(100);
+  // The server's own traffic counts (traffic_counters.h): client addresses
+  // remembered at once to count connections, and distinct nodes whose store
+  // requests are counted apart (further ones count as "(other)").
+  int64_t max_counted_peers = 65536;
+  int64_t max_counted_nodes = 16384;
   // Longest store wait (a KvGet's wait_ms) and exit-barrier timeout a
   // client may ask for.
   absl::Duration max_wait = absl::Hours(24);

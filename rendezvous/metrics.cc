@@ -98,12 +98,44 @@ std::vector<prometheus::MetricFamily> ServerMetrics::StateGauges(const std::vect
   return out;
 }
 
+std::vector<prometheus::MetricFamily> ServerMetrics::TrafficFamilies(const TrafficSnapshot& traffic) {
+  auto counter = [](const std::string& name, const std::string& help) {
+    prometheus::MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = prometheus::MetricType::Counter;
+    return f;
+  };
+  auto add = [](prometheus::MetricFamily* f, const std::string& node, int64_t n) {
+    prometheus::ClientMetric m;
+    if (!node.empty()) m.label.push_back({"node", node});
+    m.counter.value = static_cast<double>(n);
+    f->metric.push_back(std::move(m));
+  };
+  std::vector<prometheus::MetricFamily> out;
+  prometheus::MetricFamily accepted =
+      counter("meshrun_connections_accepted_total", "Connections accepted (counted at their first call).");
+  add(&accepted, "", traffic.connections_accepted);
+  out.push_back(std::move(accepted));
+  prometheus::MetricFamily requests = counter(
+      "meshrun_store_requests_total", "Store requests by node (a store proxy names its node; (direct): clients that did not).");
+  for (const auto& [node, n] : traffic.store_requests_by_node) add(&requests, node, n);
+  out.push_back(std::move(requests));
+  prometheus::MetricFamily keys = counter("meshrun_store_keys_read_total", "Keys that store requests asked to read, by node.");
+  for (const auto& [node, n] : traffic.store_keys_read_by_node) add(&keys, node, n);
+  out.push_back(std::move(keys));
+  return out;
+}
+
 std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
-  std::vector<prometheus::MetricFamily> out = registry_->Collect();
-  if (source_.runs && source_.open_watchers) {
-    std::vector<prometheus::MetricFamily> gauges = StateGauges(source_.runs(), source_.open_watchers());
-    out.insert(out.begin(), std::make_move_iterator(gauges.begin()), std::make_move_iterator(gauges.end()));
+  std::vector<prometheus::MetricFamily> out;
+  if (source_.runs && source_.open_watchers) out = StateGauges(source_.runs(), source_.open_watchers());
+  if (source_.traffic) {
+    std::vector<prometheus::MetricFamily> traffic = TrafficFamilies(source_.traffic());
+    out.insert(out.end(), std::make_move_iterator(traffic.begin()), std::make_move_iterator(traffic.end()));
   }
+  std::vector<prometheus::MetricFamily> registered = registry_->Collect();
+  out.insert(out.end(), std::make_move_iterator(registered.begin()), std::make_move_iterator(registered.end()));
   return out;
 }
 

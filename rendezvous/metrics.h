@@ -13,6 +13,9 @@
 //   meshrun_failures_total{cause}         root-cause failures: exit_code, signal, permanent
 //   meshrun_rpcs_total{code,method}       RPCs answered
 //   meshrun_rpc_duration_seconds{method}  histogram, arrival to answer
+//   meshrun_connections_accepted_total    connections, counted by the server (traffic_counters.h)
+//   meshrun_store_requests_total{node}    store requests by node ("(direct)": no store proxy)
+//   meshrun_store_keys_read_total{node}   keys those requests asked to read
 // The per-run gauges are computed at scrape time from the registry's status
 // (a Collectable), the counters and the histogram are prometheus-cpp's.
 #pragma once
@@ -29,16 +32,19 @@
 #include <prometheus/registry.h>
 
 #include "proto/types.h"
+#include "rendezvous/traffic_counters.h"
 
 namespace meshrun::rendezvous {
 
 class ServerMetrics : public prometheus::Collectable {
  public:
-  // What the scrape-time gauges read: every run's status and the number of
-  // open event streams. Both must be thread-safe.
+  // What a scrape reads besides the registry: every run's status, the
+  // number of open event streams and the traffic counters. All must be
+  // thread-safe; `traffic` may be empty.
   struct Source {
     std::function<std::vector<RunStatus>()> runs;
     std::function<int()> open_watchers;
+    std::function<TrafficSnapshot()> traffic;
   };
 
   ServerMetrics();
@@ -70,6 +76,10 @@ class ServerMetrics : public prometheus::Collectable {
   // The scrape-time gauges alone (runs by state, per-run gauges, open
   // watchers) as metric families. Pure.
   static std::vector<prometheus::MetricFamily> StateGauges(const std::vector<RunStatus>& runs, int open_watchers);
+
+  // The traffic counters (connections accepted, store requests and keys
+  // read by node) as counter families. Pure.
+  static std::vector<prometheus::MetricFamily> TrafficFamilies(const TrafficSnapshot& traffic);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

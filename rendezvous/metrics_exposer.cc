@@ -7,8 +7,28 @@
 #include <prometheus/exposer.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/open_files.h"
 
 namespace meshrun::rendezvous {
+namespace {
+
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> NewExposer(const std::string& addr, absl::Duration request_timeout,
+                                                                const std::weak_ptr<prometheus::Collectable>& metrics) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", addr, "num_threads", "2", "request_timeout_ms",
+        std::to_string(absl::ToInt64Milliseconds(request_timeout))});
+  } catch (const std::exception& e) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("cannot serve metrics on ", addr, " (port in use or address not local): ", e.what()));
+  }
+  exposer->RegisterCollectable(metrics);
+  return exposer;
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> MetricsListenAddress(const std::string& host, int port) {
   if (port < 0 || port > 65535) {
@@ -23,27 +43,61 @@ absl::StatusOr<std::string> MetricsListenAddress(const std::string& host, int po
       "civetweb, has no IPv6)"));
 }
 
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
-    const std::string& host, int port, const std::shared_ptr<prometheus::Collectable>& metrics,
-    absl::Duration request_timeout) {
-  absl::StatusOr<std::string> addr = MetricsListenAddress(host, port);
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const Options& options, std::shared_ptr<prometheus::Collectable> metrics) {
+  absl::StatusOr<std::string> addr = MetricsListenAddress(options.host, options.port);
   if (!addr.ok()) return addr.status();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", *addr, "num_threads", "2", "request_timeout_ms",
-        std::to_string(absl::ToInt64Milliseconds(request_timeout))});
-  } catch (const std::exception& e) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("cannot serve metrics on ", *addr, " (port in use or address not local): ", e.what()));
+  auto exposer = NewExposer(*addr, options.request_timeout, metrics);
+  if (!exposer.ok()) return exposer.status();
+  std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
+  e->options_ = options;
+  std::vector<int> ports = (*exposer)->GetListeningPorts();
+  e->port_ = ports.empty() ? options.port : ports.front();
+  // A restart binds the port first given out, not a new one.
+  e->addr_ = *MetricsListenAddress(options.host, e->port_);
+  e->metrics_ = metrics;
+  {
+    absl::MutexLock lock(&e->mu_);
+    e->exposer_ = std::move(*exposer);
   }
-  exposer->RegisterCollectable(metrics);
-  return exposer;
+  e->thread_ = std::thread([raw = e.get()] { raw->Watch(); });
+  return e;
 }
 
-int MetricsPort(const prometheus::Exposer& exposer) {
-  std::vector<int> ports = exposer.GetListeningPorts();
-  return ports.empty() ? -1 : ports.front();
+MetricsEndpoint::~MetricsEndpoint() {
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  exposer_.reset();
+}
+
+bool MetricsEndpoint::serving() const {
+  absl::MutexLock lock(&mu_);
+  return exposer_ != nullptr;
+}
+
+void MetricsEndpoint::Watch() {
+  while (!stop_.WaitForNotificationWithTimeout(options_.check_interval)) {
+    const bool up = serving();
+    if (up && FreeDescriptors(kLowDescriptors) < kLowDescriptors) {
+      std::unique_ptr<prometheus::Exposer> old;
+      {
+        absl::MutexLock lock(&mu_);
+        old = std::move(exposer_);
+      }
+      old.reset();  // Joins civetweb's threads and closes its socket.
+      Logger("rdzv")->warn("metrics port {}: stopped while the process is out of file descriptors", port_);
+    } else if (!up && FreeDescriptors(kHeadroom) >= kHeadroom) {
+      auto exposer = NewExposer(addr_, options_.request_timeout, metrics_);
+      if (!exposer.ok()) {
+        Logger("rdzv")->debug("metrics port {}: not restarted yet: {}", port_, std::string(exposer.status().message()));
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      exposer_ = std::move(*exposer);
+      Logger("rdzv")->info("metrics port {}: serving again", port_);
+    }
+  }
 }
 
 }  // namespace meshrun::rendezvous

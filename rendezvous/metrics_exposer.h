@@ -5,8 +5,12 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
 namespace prometheus {
@@ -23,16 +27,53 @@ namespace meshrun::rendezvous {
 // (only numeric IPv4 is allowed). Pure.
 absl::StatusOr<std::string> MetricsListenAddress(const std::string& host, int port);
 
-// Starts serving `metrics` on `host`:`port` (0: the OS picks a port; read it
-// with MetricsPort). Two HTTP threads; a request must arrive within
-// `request_timeout`. INVALID_ARGUMENT as MetricsListenAddress;
-// ALREADY_EXISTS naming host:port when it cannot listen (port in use).
-// `metrics` is held weakly: it must outlive the returned exposer to be scraped.
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
-    const std::string& host, int port, const std::shared_ptr<prometheus::Collectable>& metrics,
-    absl::Duration request_timeout = absl::Seconds(10));
+// The metrics port. When the process runs out of file descriptors,
+// civetweb's listening thread polls and fails to accept in a busy loop (one
+// core at 100% for as long as a connection waits); so a thread checks every
+// `check_interval` and, with fewer than kLowDescriptors descriptors free,
+// stops the HTTP server (scrapes are refused meanwhile) and starts it again
+// on the same port once kHeadroom are free.
+class MetricsEndpoint {
+ public:
+  static constexpr int64_t kLowDescriptors = 4;
+  static constexpr int64_t kHeadroom = 32;
 
-// The port an exposer listens on (-1 when none).
-int MetricsPort(const prometheus::Exposer& exposer);
+  struct Options {
+    std::string host;  // See MetricsListenAddress.
+    int port = 0;      // 0: the OS picks one (read it with port()).
+    // A request must arrive within this time (civetweb's request_timeout_ms).
+    absl::Duration request_timeout = absl::Seconds(10);
+    absl::Duration check_interval = absl::Seconds(1);
+  };
+
+  // Starts serving `metrics` (held weakly: it must outlive the endpoint to
+  // be scraped) with two HTTP threads. INVALID_ARGUMENT as
+  // MetricsListenAddress; ALREADY_EXISTS naming host:port when it cannot
+  // listen (port in use).
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const Options& options,
+                                                                std::shared_ptr<prometheus::Collectable> metrics);
+  // Stops the check thread and the HTTP server.
+  ~MetricsEndpoint();
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+
+  // The port it listens on (the same after a restart).
+  int port() const { return port_; }
+  // False while stopped for want of descriptors. Thread-safe.
+  bool serving() const;
+
+ private:
+  MetricsEndpoint() = default;
+  void Watch();
+
+  Options options_;
+  std::string addr_;  // host:port as bound.
+  int port_ = 0;
+  std::weak_ptr<prometheus::Collectable> metrics_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<prometheus::Exposer> exposer_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_;
+  std::thread thread_;
+};
 
 }  // namespace meshrun::rendezvous

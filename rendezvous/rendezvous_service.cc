@@ -187,8 +187,8 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::S
 }  // namespace
 
 RendezvousService::RendezvousService(RunRegistry* registry, std::string token, ServerMetrics* metrics,
-                                     const ServerLimits& limits)
-    : registry_(registry), token_(std::move(token)), limits_(limits), metrics_(metrics) {}
+                                     const ServerLimits& limits, TrafficCounters* traffic)
+    : registry_(registry), token_(std::move(token)), limits_(limits), metrics_(metrics), traffic_(traffic) {}
 
 int RendezvousService::open_watchers() {
   absl::MutexLock lock(&watch_mu_);
@@ -347,12 +347,22 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServer
   return reactor;
 }
 
+void RendezvousService::CountStore(grpc::CallbackServerContext* ctx, int64_t keys_read) {
+  if (traffic_ == nullptr) return;
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find(kNodeMetadataKey);
+  traffic_->OnStoreRequest(it == metadata.end() ? absl::string_view()
+                                                : absl::string_view(it->second.data(), it->second.size()),
+                           keys_read);
+}
+
 absl::StatusOr<std::shared_ptr<Run>> RendezvousService::StoreRun(const pb::RunRef& run) {
   return registry_->FindOrCreate(run.run_id());
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvSet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvSetRequest* req, pb::KvSetResponse*) {
+  CountStore(ctx, 0);
   if (auto s = Admit(kKvSet, req->run()); !s.ok()) return Reply(kKvSet, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvSet, ctx, ToGrpc(run.status()));
@@ -383,6 +393,7 @@ grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round, std
 
 grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvGetRequest* req, pb::KvGetResponse* resp) {
+  CountStore(ctx, 1);
   if (auto s = Admit(kKvGet, req->run()); !s.ok()) return Reply(kKvGet, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvGet, ctx, ToGrpc(run.status()));
@@ -394,6 +405,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* ctx,
                                                    const pb::KvAddRequest* req, pb::KvAddResponse* resp) {
+  CountStore(ctx, 0);
   if (auto s = Admit(kKvAdd, req->run()); !s.ok()) return Reply(kKvAdd, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvAdd, ctx, ToGrpc(run.status()));
@@ -405,6 +417,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerContext* ctx,
                                                           const pb::KvCompareSetRequest* req,
                                                           pb::KvCompareSetResponse* resp) {
+  CountStore(ctx, 0);
   if (auto s = Admit(kKvCompareSet, req->run()); !s.ok()) return Reply(kKvCompareSet, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvCompareSet, ctx, ToGrpc(run.status()));
@@ -419,6 +432,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerCo
 
 grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext* ctx,
                                                      const pb::KvCheckRequest* req, pb::KvCheckResponse* resp) {
+  CountStore(ctx, req->keys_size());
   if (auto s = Admit(kKvCheck, req->run()); !s.ok()) return Reply(kKvCheck, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvCheck, ctx, ToGrpc(run.status()));
@@ -430,16 +444,19 @@ grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContext* ctx,
                                                       const pb::KvDeleteRequest* req,
                                                       pb::KvDeleteResponse* resp) {
+  CountStore(ctx, 0);
   if (auto s = Admit(kKvDelete, req->run()); !s.ok()) return Reply(kKvDelete, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvDelete, ctx, ToGrpc(run.status()));
-  resp->set_deleted((*run)->kv().Delete(req->round(), req->key()));
-  return Reply(kKvDelete, ctx, grpc::Status::OK);
+  absl::StatusOr<bool> deleted = (*run)->kv().Delete(req->round(), req->key());
+  if (deleted.ok()) resp->set_deleted(*deleted);
+  return Reply(kKvDelete, ctx, ToGrpc(deleted.status()));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiGetRequest* req,
                                                         pb::KvMultiGetResponse* resp) {
+  CountStore(ctx, req->keys_size());
   if (auto s = Admit(kKvMultiGet, req->run()); !s.ok()) return Reply(kKvMultiGet, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(run.status()));
@@ -460,6 +477,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiSetRequest* req,
                                                         pb::KvMultiSetResponse*) {
+  CountStore(ctx, 0);
   if (auto s = Admit(kKvMultiSet, req->run()); !s.ok()) return Reply(kKvMultiSet, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvMultiSet, ctx, ToGrpc(run.status()));
@@ -471,6 +489,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext* ctx,
                                                     const pb::KvWaitRequest* req, pb::KvWaitResponse*) {
+  CountStore(ctx, req->keys_size());
   if (auto s = Admit(kKvWait, req->run()); !s.ok()) return Reply(kKvWait, ctx, s);
   absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
   if (!run.ok()) return Reply(kKvWait, ctx, ToGrpc(run.status()));
@@ -491,6 +510,13 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
   for (int m = 0; m < kNumMethods; ++m) {
     (*resp->mutable_request_counts())[kMethodNames[m]] = counts_[m].load(std::memory_order_relaxed);
     (*resp->mutable_refused_counts())[kMethodNames[m]] = refused_[m].load(std::memory_order_relaxed);
+  }
+  if (traffic_ != nullptr) {
+    TrafficSnapshot t = traffic_->Snapshot();
+    resp->set_connections_accepted(t.connections_accepted);
+    resp->mutable_store_requests_by_node()->insert(t.store_requests_by_node.begin(), t.store_requests_by_node.end());
+    resp->mutable_store_keys_read_by_node()->insert(t.store_keys_read_by_node.begin(),
+                                                    t.store_keys_read_by_node.end());
   }
   resp->set_port(port_);
   resp->set_version(MESHRUN_VERSION);

@@ -13,6 +13,8 @@
 #include "common/open_files.h"
 #include "rendezvous/metrics.h"
 #include "rendezvous/run_registry.h"
+#include "rendezvous/run.h"
+#include "rendezvous/traffic_counters.h"
 
 namespace meshrun::rendezvous {
 
@@ -23,12 +25,14 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
     kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kNumMethods
   };
 
-  // `registry` (and `metrics`, when not null) must outlive the service.
-  // `token`: required on every request when non-empty. `metrics` counts the
-  // root causes of failures by cause. `limits`: lengths and sizes checked
-  // at the door.
+  // `registry` (and `metrics` and `traffic`, when not null) must outlive
+  // the service. `token`: required on every request when non-empty.
+  // `metrics` counts the root causes of failures by cause. `limits`:
+  // lengths and sizes checked at the door. `traffic`: store requests are
+  // counted there per node (the "meshrun-node" metadata), and its counts
+  // are part of the Status answer.
   RendezvousService(RunRegistry* registry, std::string token, ServerMetrics* metrics = nullptr,
-                    const ServerLimits& limits = ServerLimits());
+                    const ServerLimits& limits = ServerLimits(), TrafficCounters* traffic = nullptr);
 
   // Watch streams open now (one per connected agent). Thread-safe.
   int open_watchers();
@@ -91,6 +95,9 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   void Count(Method m, const grpc::Status& s);
   // Counts and answers a unary call at once.
   grpc::ServerUnaryReactor* Reply(Method m, grpc::CallbackServerContext* ctx, const grpc::Status& s);
+  // Counts a store request in `traffic_`, for the node its metadata names,
+  // reading `keys_read` keys.
+  void CountStore(grpc::CallbackServerContext* ctx, int64_t keys_read);
   // The run a store request goes to (created for a store-only run).
   absl::StatusOr<std::shared_ptr<Run>> StoreRun(const v1::RunRef& run);
 
@@ -101,6 +108,7 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   const std::string token_;
   const ServerLimits limits_;
   ServerMetrics* const metrics_;
+  TrafficCounters* const traffic_;
   int port_ = 0;
   OpenFilesLimit open_files_;
   std::atomic<int64_t> warned_nodes_{0};

@@ -2,7 +2,6 @@
 
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
-#include <prometheus/exposer.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +14,7 @@
 #include "rendezvous/metrics_exposer.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/rpc_metrics.h"
+#include "rendezvous/traffic_interceptor.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -62,6 +62,16 @@ class CallCounter : public grpc::experimental::ServerInterceptorFactoryInterface
   std::shared_ptr<std::atomic<int64_t>> open_;
 };
 
+// The traffic counters' bounds from the server's limits.
+TrafficOptions TrafficOptionsFor(const ServerLimits& limits) {
+  TrafficOptions t;
+  t.max_peers = limits.max_counted_peers;
+  t.max_nodes = limits.max_counted_nodes;
+  t.forget_after = limits.connection_idle_timeout;
+  t.max_node_bytes = limits.max_node_id_bytes;
+  return t;
+}
+
 }  // namespace
 
 std::string ExposureWarning(const ServerOptions& options) {
@@ -86,8 +96,9 @@ struct RendezvousServer::Impl {
   DeadlineTimer timer;
   std::unique_ptr<RunRegistry> registry;
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
+  std::unique_ptr<TrafficCounters> traffic;  // Connections accepted, store requests per node.
   std::unique_ptr<RendezvousService> service;
-  std::unique_ptr<prometheus::Exposer> exposer;  // GET /metrics, when metrics_port >= 0.
+  std::unique_ptr<MetricsEndpoint> exposer;  // GET /metrics, when metrics_port >= 0.
   absl::Mutex mu;
   std::vector<Generation> generations ABSL_GUARDED_BY(mu);
   std::unique_ptr<ListenerWatch> watch;
@@ -131,6 +142,7 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   builder.RegisterService(service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(metrics.get()));
+  interceptors.push_back(std::make_unique<TrafficInterceptorFactory>(traffic.get()));
   interceptors.push_back(std::make_unique<CallCounter>(g.open_calls));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   g.server = builder.BuildAndStart();
@@ -210,8 +222,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
-  impl->service =
-      std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(), options.limits);
+  impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
+  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(),
+                                                      options.limits, impl->traffic.get());
   if (options.open_files_warning) {
     if (absl::StatusOr<OpenFilesLimit> l = CurrentOpenFilesLimit(); l.ok()) impl->service->set_open_files_limit(*l);
   }
@@ -232,10 +245,15 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->service->set_port(impl->port);
   if (options.metrics_port >= 0) {
     Impl* raw = impl.get();
-    raw->metrics->SetSource({[raw] { return raw->registry->Status(); }, [raw] { return raw->service->open_watchers(); }});
+    raw->metrics->SetSource({[raw] { return raw->registry->Status(); }, [raw] { return raw->service->open_watchers(); },
+                             [raw] { return raw->traffic->Snapshot(); }});
     const std::string metrics_host = options.metrics_host.empty() ? host : options.metrics_host;
-    auto exposer = StartMetricsExposer(metrics_host, options.metrics_port, impl->metrics,
-                                        options.limits.metrics_request_timeout);
+    MetricsEndpoint::Options mo;
+    mo.host = metrics_host;
+    mo.port = options.metrics_port;
+    mo.request_timeout = options.limits.metrics_request_timeout;
+    mo.check_interval = options.limits.listener_check_interval;
+    auto exposer = MetricsEndpoint::Start(mo, impl->metrics);
     if (!exposer.ok()) {
       absl::MutexLock lock(&impl->mu);
       impl->generations.back().server->Shutdown(absl::ToChronoTime(absl::Now()));
@@ -243,7 +261,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
       return exposer.status();
     }
     impl->exposer = std::move(*exposer);
-    Logger("rdzv")->info("metrics on http://{}:{}/metrics", metrics_host, MetricsPort(*impl->exposer));
+    Logger("rdzv")->info("metrics on http://{}:{}/metrics", metrics_host, impl->exposer->port());
   }
   Impl* raw = impl.get();
   ListenerWatch::Options watch;
@@ -282,7 +300,7 @@ bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
 
 int RendezvousServer::port() const { return impl_->port; }
 
-int RendezvousServer::metrics_port() const { return impl_->exposer ? MetricsPort(*impl_->exposer) : -1; }
+int RendezvousServer::metrics_port() const { return impl_->exposer ? impl_->exposer->port() : -1; }
 
 std::string RendezvousServer::endpoint() const {
   std::string host = impl_->options.host;

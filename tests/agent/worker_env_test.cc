@@ -28,7 +28,7 @@ TEST_CASE("worker environment follows torchrun's contract", "[env]") {
   in.local_rank = 3;
   in.nproc = 4;
   in.run_id = "job";
-  in.store_endpoint = "10.0.0.1:29400";
+  in.store_endpoint = "unix:/tmp/meshrun-store-Ab12Cd/store.sock";
   in.error_file = "/tmp/e.json";
   auto env = AsMap(BuildWorkerEnv({"PATH=/bin", "RANK=99", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}, in));
   CHECK(env["PATH"] == "/bin");
@@ -52,7 +52,7 @@ TEST_CASE("worker environment follows torchrun's contract", "[env]") {
   CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3");  // Kept when set.
   CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "3");  // Follows the user's TORCH_ value.
   CHECK(env["MESHRUN_ROUND"] == "2");
-  CHECK(env["MESHRUN_STORE_ENDPOINT"] == "10.0.0.1:29400");
+  CHECK(env["MESHRUN_STORE_ENDPOINT"] == "unix:/tmp/meshrun-store-Ab12Cd/store.sock");
   CHECK(env.count("MESHRUN_TOKEN") == 0);
 }
 
@@ -79,22 +79,18 @@ TEST_CASE("${local_rank} is substituted in arguments", "[env]") {
   CHECK(args == std::vector<std::string>{"--out=/d/5.log", "x", "55"});
 }
 
-TEST_CASE("workers get the token file rather than the token, and the TLS files", "[env]") {
+TEST_CASE("the token, the token file and the TLS files stay with the agent", "[env]") {
   WorkerEnvInput in;
-  in.token = "value";
-  in.token_file = "/etc/meshrun/token";
-  in.tls = meshrun::TlsFiles{"/c.pem", "/k.pem", "/ca.pem"};
-  auto env = AsMap(BuildWorkerEnv({"MESHRUN_TOKEN=old", "MESHRUN_TLS_CA=/other.pem"}, in));
-  CHECK(env["MESHRUN_TOKEN_FILE"] == "/etc/meshrun/token");
-  CHECK(env.count("MESHRUN_TOKEN") == 0);
-  CHECK(env["MESHRUN_TLS_CERT"] == "/c.pem");
-  CHECK(env["MESHRUN_TLS_KEY"] == "/k.pem");
-  CHECK(env["MESHRUN_TLS_CA"] == "/ca.pem");
-
-  in.token_file.clear();
-  in.tls = {};
-  env = AsMap(BuildWorkerEnv({"MESHRUN_TOKEN_FILE=/stale"}, in));
-  CHECK(env["MESHRUN_TOKEN"] == "value");
-  CHECK(env.count("MESHRUN_TOKEN_FILE") == 0);
-  CHECK(env.count("MESHRUN_TLS_CERT") == 0);
+  in.store_endpoint = "unix:/tmp/meshrun-store-Ab12Cd/store.sock";
+  auto env = AsMap(BuildWorkerEnv({"MESHRUN_TOKEN=secret", "MESHRUN_TOKEN_FILE=/etc/meshrun/token",
+                                   "MESHRUN_TLS_CERT=/c.pem", "MESHRUN_TLS_KEY=/k.pem", "MESHRUN_TLS_CA=/ca.pem",
+                                   "HOME=/home/u"},
+                                  in));
+  for (const char* secret : {"MESHRUN_TOKEN", "MESHRUN_TOKEN_FILE", "MESHRUN_TLS_CERT", "MESHRUN_TLS_KEY",
+                             "MESHRUN_TLS_CA"}) {
+    INFO(secret);
+    CHECK(env.count(secret) == 0);
+  }
+  CHECK(env["HOME"] == "/home/u");
+  CHECK(env["MESHRUN_STORE_ENDPOINT"] == "unix:/tmp/meshrun-store-Ab12Cd/store.sock");
 }

@@ -4,7 +4,12 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <sstream>
 #include <string>
+
+#include <catch2/catch.hpp>
+
+#include <map>
 
 #include "tests/support/subprocess.h"
 
@@ -34,6 +39,7 @@ inline int CountOccurrences(const std::string& text, const std::string& needle) 
 }  // namespace meshrun::testing
 
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -94,6 +100,60 @@ inline std::pair<NodeProc, NodeProc> StartTwoNodes(const std::string& dir, const
 inline void WaitBoth(NodeProc& a, NodeProc& b, double timeout_s = 60) {
   a.code = WaitCommand(a.pid, timeout_s);
   b.code = WaitCommand(b.pid, timeout_s);
+}
+
+// A `meshrun server` daemon on 127.0.0.1 and a port of its choosing,
+// stopped (SIGTERM, then waited for) when it goes out of scope.
+struct Daemon {
+  pid_t pid = -1;
+  int port = 0;
+  std::string err_path;  // Its standard error.
+  ~Daemon() {
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      WaitCommand(pid, 10);
+    }
+  }
+  std::string err() const { return ReadFile(err_path); }
+  // Resident memory, MiB.
+  double RssMiB() const {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+    }
+    return 0;
+  }
+  // User plus system CPU seconds so far.
+  double CpuSeconds() const {
+    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    size_t p = stat.rfind(')');
+    if (p == std::string::npos) return 0;
+    std::istringstream in(stat.substr(p + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {
+      if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+    }
+    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+};
+
+// Starts `d` with its output in `dir`; REQUIREs that it reports its port
+// within 5 s.
+inline void StartDaemon(Daemon& d, const std::string& dir, const std::map<std::string, std::string>& env = {},
+                        const std::vector<std::string>& extra = {}) {
+  std::string port_file = dir + "/port";
+  std::vector<std::string> argv = {MeshrunBinary(), "server", "--host", "127.0.0.1", "--port", "0", "--port_file",
+                                   port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  d.err_path = dir + "/server.err";
+  d.pid = StartCommand(argv, env, dir + "/server.out", d.err_path);
+  for (int i = 0; i < 250 && ReadFile(port_file).empty(); ++i) usleep(20000);
+  std::string p = ReadFile(port_file);
+  REQUIRE_FALSE(p.empty());
+  d.port = std::stoi(p);
+  REQUIRE(d.port > 0);
 }
 
 }  // namespace meshrun::testing

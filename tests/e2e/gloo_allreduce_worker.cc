@@ -28,10 +28,12 @@ int main() {
     std::fprintf(stderr, "rank %d: %s\n", rank, store.status().ToString().c_str());
     return 2;
   }
-  // Gloo's tcp device gets a numeric address: the one that reaches the store.
-  auto ep = meshrun::ParseEndpoint(options->endpoint, 29400);
-  auto addr = meshrun::LocalAddressFor(*ep);
-  if (!addr.ok()) return 2;
+  // Gloo's tcp device gets a numeric address: this node's advertised one
+  // (the store is this node's proxy on a Unix socket, which says nothing
+  // about the network).
+  const char* node_addr = std::getenv("MESHRUN_NODE_ADDR");
+  absl::StatusOr<std::string> addr = node_addr != nullptr ? absl::StatusOr<std::string>(node_addr)
+                                                          : absl::StatusOr<std::string>("127.0.0.1");
   try {
     auto prefixed = std::make_shared<meshrun::PrefixStore>("gloo_test", *store);
     meshrun::GlooStoreAdapter adapter(prefixed, absl::Seconds(30));

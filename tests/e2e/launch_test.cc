@@ -159,20 +159,6 @@ TEST_CASE("4 processes build a Gloo full mesh through the store and allreduce", 
   CHECK(CountLines(r.out, "sum=10 OK") == 4);
 }
 
-TEST_CASE("a worker's store requests need the job's token", "[e2e][auth]") {
-  RunResult ok = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=1", STORE_WORKER_BINARY},
-                            {{"MESHRUN_TOKEN", "t0ken"}}, 60);
-  INFO(ok.out << ok.err);
-  CHECK(ok.exit_code == 0);
-  CHECK(Contains(ok.out, "set=OK get=OK"));
-  std::string dir = TempDir();
-  std::string wrong = WriteScript(dir, "wrong.sh", std::string("MESHRUN_TOKEN=wrong exec ") + STORE_WORKER_BINARY);
-  RunResult bad = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=1", wrong},
-                             {{"MESHRUN_TOKEN", "t0ken"}}, 60);
-  CHECK(bad.exit_code == 1);
-  CHECK(Contains(bad.out, "set=UNAUTHENTICATED get=UNAUTHENTICATED"));
-}
-
 TEST_CASE("help groups flags and help-env lists every variable", "[e2e]") {
   RunResult h = RunCommand({MeshrunBinary(), "--help"}, {}, 10);
   CHECK(h.exit_code == 0);

@@ -40,44 +40,9 @@ bool WaitFor(const std::function<bool()>& pred, double seconds) {
   return pred();
 }
 
-struct Daemon {
-  pid_t pid = -1;
-  int port = 0;
-  std::string err_path;
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGTERM);
-      WaitCommand(pid, 10);
-    }
-  }
-  std::string err() const { return ReadFile(err_path); }
-  // Resident memory, MiB.
-  double RssMiB() const {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
-    }
-    return 0;
-  }
-  // User plus system CPU seconds so far.
-  double CpuSeconds() const {
-    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-    size_t p = stat.rfind(')');
-    if (p == std::string::npos) return 0;
-    std::istringstream in(stat.substr(p + 2));
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && in >> field; ++i) {
-      if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-    }
-    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-  }
-};
-
-// Starts `meshrun server` on a free port, through `prefix` (e.g. prlimit).
-void StartDaemon(Daemon& d, const std::string& dir, std::vector<std::string> args,
-                 const std::vector<std::string>& prefix = {}, const std::map<std::string, std::string>& env = {}) {
+// Starts `meshrun server` on a free port with `args`, through `prefix` (e.g. prlimit).
+void StartDaemonArgs(Daemon& d, const std::string& dir, std::vector<std::string> args,
+                     const std::vector<std::string>& prefix = {}, const std::map<std::string, std::string>& env = {}) {
   const std::string port_file = dir + "/port";
   std::vector<std::string> argv = prefix;
   argv.push_back(MeshrunBinary());
@@ -153,7 +118,7 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
           "[e2e][daemon][long-lived]") {
   std::string dir = TempDir();
   Daemon d;
-  StartDaemon(d, dir, {"--limit", "ended_run_ttl=2"});
+  StartDaemonArgs(d, dir, {"--limit", "ended_run_ttl=2"});
   auto stub = Stub(d.port);
   // Warm up (gRPC's and the allocator's first costs), then the idle figure.
   REQUIRE(OneNodeRun(*stub, "warm-up", 1, 16, true).ok());
@@ -221,6 +186,29 @@ struct Started {
 };
 
 // Idle TCP connections to 127.0.0.1:`port`, closed when destroyed.
+// True when GET /metrics on 127.0.0.1:`port` answers 200.
+bool ScrapeOk(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string got;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[256];
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n > 0) got.assign(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return got.rfind("HTTP/1.1 200", 0) == 0;
+}
+
 struct IdleConnections {
   std::vector<int> fds;
   IdleConnections(int port, int n) {
@@ -264,7 +252,7 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   // cannot raise it.
   // Idle connections are closed after handshake_timeout: a minute here,
   // so that only the test frees descriptors.
-  StartDaemon(d, dir, {"--metrics_port", "0", "--limit", "handshake_timeout=60"},
+  StartDaemonArgs(d, dir, {"--metrics_port", "0", "--limit", "handshake_timeout=60"},
               {"/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" \"$@\""});
   const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port);
   std::string out = ReadFile(dir + "/server.out");
@@ -288,8 +276,9 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   const std::string warning = "stopped accepting new connections (Too many open files";
   REQUIRE(WaitFor([&] { return Contains(d.err(), warning); }, 10));
   CHECK(Contains(d.err(), "256 of 256 file descriptors open"));
-  // The metrics port is out of luck too (within its listen backlog of 16),
-  // but nothing spins.
+  // The metrics port is stopped meanwhile (civetweb would spin on a
+  // connection it cannot accept); scrapes are refused, nothing spins.
+  REQUIRE(WaitFor([&] { return Contains(d.err(), "stopped while the process is out of file descriptors"); }, 10));
   IdleConnections scrapes(metrics_port, 4);
   const double cpu0 = d.CpuSeconds();
   usleep(2000000);
@@ -314,6 +303,8 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   std::printf("a new connection was served %s after the descriptors were freed\n", absl::FormatDuration(took).c_str());
   CHECK(took < absl::Seconds(5));
   INFO(st.out << st.err << d.err());
+  // The metrics port serves again, on the same port.
+  CHECK(WaitFor([&] { return ScrapeOk(metrics_port); }, 5));
   // The run from before is still known, and still running.
   CHECK(Contains(st.out, "run 'before' at 127.0.0.1:" + std::to_string(d.port) + ": running"));
   // A new job works; the old one, whose connection was kept, finishes.
@@ -336,7 +327,7 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
 TEST_CASE("status of one run over gRPC with 100,000 runs held", "[.status-scale]") {
   std::string dir = TempDir();
   Daemon d;
-  StartDaemon(d, dir, {"--limit", "max_runs=200000"});
+  StartDaemonArgs(d, dir, {"--limit", "max_runs=200000"});
   auto stub = Stub(d.port);
   constexpr int kRuns = 100000;
   const absl::Time t0 = absl::Now();

@@ -11,31 +11,6 @@
 
 using namespace meshrun::testing;
 
-namespace {
-
-struct Daemon {
-  pid_t pid = -1;
-  int port = 0;
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGTERM);
-      WaitCommand(pid, 10);
-    }
-  }
-};
-
-void StartDaemon(Daemon& d, const std::string& dir, const std::map<std::string, std::string>& env = {}) {
-  std::string port_file = dir + "/port";
-  d.pid = StartCommand({MeshrunBinary(), "server", "--host", "127.0.0.1", "--port", "0", "--port_file", port_file},
-                       env, dir + "/server.out", dir + "/server.err");
-  for (int i = 0; i < 250 && ReadFile(port_file).empty(); ++i) usleep(20000);
-  std::string p = ReadFile(port_file);
-  REQUIRE_FALSE(p.empty());
-  d.port = std::stoi(p);
-  REQUIRE(d.port > 0);
-}
-
-}  // namespace
 
 TEST_CASE("two run ids on one server daemon are separate worlds", "[e2e][daemon]") {
   std::string dir = TempDir();

@@ -123,6 +123,16 @@ two_node_job() {
 start_server "$T/server_tls.log" --tls_cert "$T/host.crt" --tls_key "$T/host.key"
 grep -q '(TLS)' "$T/server_tls.log" || fail "server does not say TLS: $(cat "$T/server_tls.log")"
 two_node_job tls "$SERVER_PORT" MESHRUN_TLS_CA="$T/ca.crt"
+# A worker started by hand against the server (not through an agent's store
+# proxy) brings its own TLS settings.
+OUT=$(env MESHRUN_STORE_ENDPOINT="localhost:$SERVER_PORT" MESHRUN_RUN_ID=byhand MESHRUN_ROUND=0 \
+      MESHRUN_TLS_CA="$T/ca.crt" timeout 30 "$STORE_PROBE" 2>&1)
+if grep -q 'set=OK get=OK' <<<"$OUT"; then pass "a worker by hand with host:port and MESHRUN_TLS_CA uses the store"
+else fail "worker by hand over TLS: $OUT"; fi
+OUT=$(env MESHRUN_STORE_ENDPOINT="localhost:$SERVER_PORT" MESHRUN_RUN_ID=byhand MESHRUN_ROUND=0 \
+      timeout 30 "$STORE_PROBE" 2>&1)
+if grep -q 'connect=UNAVAILABLE' <<<"$OUT"; then pass "a worker by hand without MESHRUN_TLS_CA is refused: $OUT"
+else fail "worker by hand, plain against TLS: $OUT"; fi
 # Mis-configurations against this TLS server.
 join_once "$SERVER_PORT"
 expect_fast "plain client, TLS server" "speaks TLS and this node does not \(set MESHRUN_TLS_CA"
@@ -209,8 +219,8 @@ echo "$OUT" >"$T/out.token_good"
 OUT=$(MESHRUN_TOKEN_FILE="$T/token" "$MESHRUN" --nnodes=1 --nproc_per_node=1 --rdzv_endpoint="localhost:$SERVER_PORT" \
       --rdzv_id=tok2 --rdzv_conf=is_host=0 sh -c 'cat /proc/$$/cmdline | tr "\0" " "; echo; env | grep ^MESHRUN_TOKEN' 2>&1)
 echo "$OUT" >"$T/out.token_env"
-if grep -q "] MESHRUN_TOKEN_FILE=$T/token\$" <<<"$OUT" && ! grep -q 'MESHRUN_TOKEN=' <<<"$OUT"; then
-  pass "MESHRUN_TOKEN_FILE: workers get the file, not the value"
+if ! grep -qE '\] MESHRUN_TOKEN(_FILE)?=' <<<"$OUT" && grep -q 'cmdline' <<<"$OUT"; then
+  pass "MESHRUN_TOKEN_FILE: workers get neither the file nor the value (the token stays with the agent)"
 else fail "MESHRUN_TOKEN_FILE worker environment: $OUT"; fi
 join_once "$SERVER_PORT" MESHRUN_TOKEN="wrong"
 expect_fast "wrong token" "wrong token"

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "absl/strings/match.h"
 #include "rendezvous/kv_store.h"
 
 using namespace meshrun::rendezvous;
@@ -65,4 +66,37 @@ TEST_CASE("add and compare-set follow c10d", "[kv]") {
   auto now = *kv->CompareSet(0, "c", "v", "w");
   CHECK(now.second);
   CHECK(now.first == "w");
+}
+
+TEST_CASE("write-once keys (mesh/...) never change once set in a round", "[kv]") {
+  DeadlineTimer timer;
+  auto kv = std::make_shared<KvStore>("run", &timer);
+  REQUIRE(kv->Set(0, "mesh/m0/verdict", "ok").ok());
+  CHECK(kv->Set(0, "mesh/m0/verdict", "ok").ok());  // The same value: fine, nothing changes.
+  absl::Status changed = kv->Set(0, "mesh/m0/verdict", "mismatch");
+  CHECK(absl::IsFailedPrecondition(changed));
+  CHECK(absl::StrContains(changed.message(), "'mesh/m0/verdict' is write-once"));
+  CHECK(absl::IsFailedPrecondition(kv->MultiSet(0, {"mesh/new", "mesh/m0/verdict"}, {"a", "b"})));
+  CHECK_FALSE(kv->Check(0, {"mesh/new"}));  // All or nothing: mesh/new was not written.
+  CHECK(absl::IsFailedPrecondition(kv->MultiSet(0, {"mesh/dup", "mesh/dup"}, {"a", "b"})));
+  CHECK(kv->MultiSet(0, {"mesh/dup", "mesh/dup"}, {"a", "a"}).ok());
+  // Compare-set from empty: the first proposal stays; a swap away is refused.
+  auto first = kv->CompareSet(0, "mesh/m1/verdict", "", "ok");
+  REQUIRE(first.ok());
+  CHECK(first->second);
+  auto second = kv->CompareSet(0, "mesh/m1/verdict", "", "timeout");
+  REQUIRE(second.ok());
+  CHECK(second->first == "ok");
+  CHECK_FALSE(second->second);
+  CHECK(absl::IsFailedPrecondition(kv->CompareSet(0, "mesh/m1/verdict", "ok", "other").status()));
+  CHECK(absl::IsFailedPrecondition(kv->Delete(0, "mesh/m1/verdict").status()));
+  CHECK(*kv->Delete(0, "mesh/absent") == false);
+  REQUIRE(kv->Add(0, "mesh/count", 2).ok());  // Absent: set once.
+  CHECK(*kv->Add(0, "mesh/count", 0) == 2);
+  CHECK(absl::IsFailedPrecondition(kv->Add(0, "mesh/count", 1).status()));
+  // Another round is another key; mutable keys keep c10d's overwrite.
+  CHECK(kv->Set(1, "mesh/m0/verdict", "mismatch").ok());
+  REQUIRE(kv->Set(0, "plain", "1").ok());
+  CHECK(kv->Set(0, "plain", "2").ok());
+  CHECK(*kv->Delete(0, "plain"));
 }

@@ -105,7 +105,7 @@ TEST_CASE("a run's store is bounded in keys, bytes and value size, and Add does 
   CHECK(absl::IsInvalidArgument(wrapped.status()));
   CHECK_THAT(Msg(wrapped.status()), Contains("overflows"));
   // Freed bytes can be used again.
-  CHECK(kv->Delete(0, "b"));
+  CHECK(*kv->Delete(0, "b"));
   CHECK(kv->Set(0, "d", std::string(40, 'w')).ok());
 }
 

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-#include <prometheus/exposer.h>
 
 #include "rendezvous/metrics.h"
 #include "rendezvous/metrics_exposer.h"
@@ -60,14 +59,19 @@ TEST_CASE("metrics listen address: IPv4 only, 'all' maps to 0.0.0.0", "[metrics]
   CHECK(!MetricsListenAddress("127.0.0.1", 70000).ok());
 }
 
-TEST_CASE("metrics exposer: serves a scrape, refuses a port in use", "[metrics]") {
+TEST_CASE("metrics endpoint: serves a scrape, refuses a port in use", "[metrics]") {
+  using meshrun::rendezvous::MetricsEndpoint;
   auto metrics = std::make_shared<meshrun::rendezvous::ServerMetrics>();
   metrics->RecordRpc("Join", "OK", 0.001);
-  auto first = meshrun::rendezvous::StartMetricsExposer("127.0.0.1", 0, metrics);
+  MetricsEndpoint::Options o;
+  o.host = "127.0.0.1";
+  auto first = MetricsEndpoint::Start(o, metrics);
   REQUIRE(first.ok());
-  const int port = meshrun::rendezvous::MetricsPort(**first);
+  const int port = (*first)->port();
   REQUIRE(port > 0);
-  auto second = meshrun::rendezvous::StartMetricsExposer("127.0.0.1", port, metrics);
+  CHECK((*first)->serving());
+  o.port = port;
+  auto second = MetricsEndpoint::Start(o, metrics);
   REQUIRE(!second.ok());
   CHECK(second.status().code() == absl::StatusCode::kAlreadyExists);
   CHECK(second.status().message().find("127.0.0.1:" + std::to_string(port)) != std::string::npos);

@@ -37,13 +37,15 @@ struct World {
   int local_rank = 0;          // LOCAL_RANK: picks the GPU
   int local_world_size = 1;    // LOCAL_WORLD_SIZE
   int node_rank = 0;           // GROUP_RANK
-  std::string store_endpoint;  // MESHRUN_STORE_ENDPOINT, "host:port" of a meshrun server
+  // MESHRUN_STORE_ENDPOINT: "unix:/..." (the node's store proxy, under
+  // meshrun), or "host:port" of a meshrun server.
+  std::string store_endpoint;
   std::string run_id;          // MESHRUN_RUN_ID (any string for a standalone `meshrun server`)
   int64_t round = 0;           // MESHRUN_ROUND: scopes every store key
-  std::string token;           // MESHRUN_TOKEN
+  std::string token;           // MESHRUN_TOKEN (host:port only; the proxy adds meshrun's)
   // MESHRUN_NODE_ADDR: this node's advertised address (numeric), which Gloo
   // pairs bind and publish. Empty: the local address this host uses to
-  // reach store_endpoint.
+  // reach store_endpoint (127.0.0.1 for a unix: one).
   std::string node_addr;
 };
 

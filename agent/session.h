@@ -1,0 +1,154 @@
+// One agent's run of the job (NodeAgent::Run, node_agent.h), split by
+// responsibility over these files (agent internal):
+//   node_agent.cc      Run: set-up, the job, clean-up
+//   session_join.cc    the rendezvous: membership, event stream, heartbeats,
+//                      joining rounds (and the stale-node rejoin)
+//   session_workers.cc spawning and supervising this node's workers, failures
+//   session_finish.cc  the end of the job: exit barrier, failure summary,
+//                      what the workers left behind
+//   session_logs.cc    the run's log folder and where each worker's output goes
+// Everything runs on the agent's one thread (the caller of Run), fed by the
+// event queue (events.h); not thread-safe otherwise.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "agent/events.h"
+#include "agent/node_agent.h"
+#include "agent/output.h"
+#include "agent/process.h"
+#include "agent/rdzv_client.h"
+#include "agent/store_proxy.h"
+#include "agent/worker_stop.h"
+#include "common/logging.h"
+#include "proto/types.h"
+
+namespace meshrun::agent {
+
+// A status that says this node was declared lost (a stale member).
+inline bool IsStale(const absl::Status& s) {
+  return absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "stale");
+}
+
+class Session {
+ public:
+  using Assignment = rendezvous::Assignment;
+  using RunEvent = rendezvous::RunEvent;
+  using WorkerFailure = rendezvous::WorkerFailure;
+
+  explicit Session(const AgentOptions& o) : o_(o), log_(Logger("agent")) {}
+
+  // The whole job (NodeAgent::Run's contract).
+  int Run();
+  int received_signal() const { return received_signal_; }
+
+ private:
+  // ---- node_agent.cc
+  // Prints "meshrun: error: <msg>" and returns 1.
+  int Fatal(const std::string& msg);
+
+  // ---- session_logs.cc
+  // The run's log folder: --log_dir/<run id>_<start time>_<pid> (the pid
+  // keeps nodes sharing one folder, or one host, apart), else a temporary
+  // folder that holds the error files (and redirected streams).
+  absl::Status PrepareLogDir();
+  // Where worker `lr` (global rank `rank`) writes, for this attempt.
+  WorkerRoutes Routes(int lr, int rank, const std::filesystem::path& attempt) const;
+  // Removes the temporary log folder after a successful job.
+  void CleanLogDir(int code);
+
+  // ---- session_join.cc
+  // Connects as a new member (a fresh node id), opens the event stream
+  // before the first join (so join progress, a failure elsewhere and the
+  // loss of the server reach this node at once) and starts heartbeats. The
+  // store proxy is started with the first membership and follows the
+  // agent's connection to later ones.
+  absl::Status NewMembership();
+  // Stops the heartbeats and the event stream.
+  void EndMembership();
+  // The whole job: join, run, and on failure restart through the server.
+  int Loop();
+  // Handles a sign that this node is stale; true when it was one (of the
+  // current membership).
+  bool OnStale(const std::string& why);
+  // Joins the next round; false with `*exit_code` set when the agent must stop.
+  bool Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code);
+  // "N" or "MIN:MAX", as --nnodes.
+  std::string NnodesText() const;
+  // The next event: those held back while workers stopped first.
+  std::optional<Event> NextEvent(absl::Time deadline);
+
+  // ---- session_workers.cc
+  // Spawns this node's workers for round `a` and supervises them. Returns the
+  // exit code when the agent is done, nullopt to join the next round.
+  std::optional<int> RunRound(const Assignment& a);
+  // The worker's command line, behind the shim when it is installed next
+  // to meshrun (it keeps a SIGKILLed agent from leaving grandchildren).
+  std::vector<std::string> WorkerArgv(int local_rank) const;
+  int Running() const;
+  Worker* FindWorker(pid_t pid);
+  // Waits on the workers and the server's events until the round ends.
+  std::optional<int> Supervise();
+  // Reports a failed worker; nullopt to restart (join the next round).
+  std::optional<int> OnWorkerFailure(const Worker& w);
+  // See agent/worker_stop.h: the signal to each main process, the grace,
+  // then everything left below this agent.
+  void StopWorkers(int signo, absl::Duration grace);
+
+  // ---- session_finish.cc
+  // Prints the failure summary (failure_summary.h) and returns the root
+  // cause's exit code (1 when unknown).
+  int Summary(const std::optional<WorkerFailure>& root);
+  // The job is over: what the workers left behind (reparented to this
+  // agent, a subreaper) is stopped, unless --keep_orphans.
+  void EndOfJob();
+  // All of this node's workers exited 0: the exit barrier.
+  std::optional<int> Finish();
+
+  const AgentOptions& o_;
+  std::shared_ptr<spdlog::logger> log_;
+  EventQueue q_;
+  std::deque<Event> deferred_;
+  std::unique_ptr<SignalThread> signals_;
+  std::unique_ptr<RendezvousClient> client_;  // Declared before the heartbeat thread that uses it.
+  // The workers' store (agent/store_proxy.h): forwards over client_'s channel.
+  std::unique_ptr<StoreProxy> proxy_;
+  rendezvous::NodeDesc node_;
+  rendezvous::RunConfig config_;
+  Assignment round_;
+  std::vector<Worker> workers_;
+  int joined_seen_ = 0;
+  // The most nodes seen joined in this join: what a timeout reports, so
+  // that nodes timing out one after the other report the same count.
+  int joined_peak_ = 0;
+  std::string endpoint_;
+  std::string shim_;
+  int gen_ = 0;            // Membership generation (new node id after a stale rejoin).
+  bool stale_ = false;
+  std::atomic<int64_t> hb_round_{-1};
+  std::shared_ptr<absl::Notification> hb_stop_;
+  std::thread hb_thread_;
+  int received_signal_ = 0;
+  std::filesystem::path run_dir_;
+  bool temp_run_dir_ = true;
+  bool keep_run_dir_ = false;
+  std::vector<int> redirects_, tee_;
+  std::vector<bool> console_ranks_;
+  OutputPump pump_;
+  std::string failed_error_file_;
+};
+
+}  // namespace meshrun::agent

@@ -1,0 +1,215 @@
+#include "agent/session.h"
+
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/net.h"
+#include "agent/signal_policy.h"
+
+namespace meshrun::agent {
+namespace {
+
+std::string RandomSuffix() {
+  std::random_device rd;
+  return absl::StrCat(absl::Hex(rd(), absl::kZeroPad8));
+}
+
+}  // namespace
+
+// Connects as a new member (a fresh node id), opens the event stream
+// before the first join (so join progress, a failure elsewhere and the
+// loss of the server reach this node at once) and starts heartbeats.
+absl::Status Session::NewMembership() {
+  EndMembership();
+  ++gen_;
+  node_.node_id = absl::StrCat(node_.hostname, ":", node_.pid, ":", RandomSuffix());
+  auto client = RendezvousClient::Connect(endpoint_, o_.run_id, o_.token, o_.read_timeout, o_.tls);
+  if (!client.ok() && !o_.endpoint_note.empty()) {
+    return absl::Status(client.status().code(), absl::StrCat(client.status().message(), " (", o_.endpoint_note, ")"));
+  }
+  if (!client.ok()) return client.status();
+  client_ = std::move(*client);
+  node_.dialed_addr = client_->dialed_addr();
+  // The workers' store: over this connection, in this node's name.
+  if (proxy_) {
+    proxy_->SetUpstream(client_->channel(), node_.node_id);
+  } else {
+    StoreProxyOptions po;
+    po.run_id = o_.run_id;
+    po.token = o_.token;
+    po.cache = o_.store_cache;
+    po.max_message_bytes = o_.store_proxy_max_message_bytes;
+    absl::StatusOr<std::unique_ptr<StoreProxy>> proxy = StoreProxy::Start(po, client_->channel(), node_.node_id);
+    if (!proxy.ok()) return proxy.status();
+    proxy_ = std::move(*proxy);
+  }
+  if (o_.local_addr.empty()) node_.addr = client_->local_addr();
+  const int gen = gen_;
+  client_->StartWatch(
+      node_.node_id, -1, [this, gen](const RunEvent& e) { q_.Push(ServerEvent{e, gen}); },
+      [this, gen](const absl::Status& s) { q_.Push(StreamClosed{s, gen}); });
+  hb_stop_ = std::make_shared<absl::Notification>();
+  hb_thread_ = std::thread([this, gen, stop = hb_stop_, client = client_.get(), id = node_.node_id] {
+    while (!stop->WaitForNotificationWithTimeout(o_.keep_alive_interval)) {
+      absl::StatusOr<int64_t> r = client->Heartbeat(id, hb_round_.load(), o_.keep_alive_interval + absl::Seconds(2));
+      if (IsStale(r.status())) {
+        q_.Push(Stale{std::string(r.status().message()), gen});
+        return;
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+void Session::EndMembership() {
+  if (hb_stop_) hb_stop_->Notify();
+  if (hb_thread_.joinable()) hb_thread_.join();
+  client_.reset();
+}
+
+// The whole job: join, run, and on failure restart through the server.
+int Session::Loop() {
+  int64_t last_round = -1;
+  for (int attempt = 0;; ++attempt) {
+    if (stale_) {
+      // Declared lost while silent: this node's round is gone; its workers
+      // were stopped. Rejoin as a new member.
+      stale_ = false;
+      last_round = -1;
+      if (absl::Status s = NewMembership(); !s.ok()) return Fatal(std::string(s.message()));
+    }
+    std::optional<int> done;
+    Assignment a;
+    if (!Join(last_round, &a, &done)) {
+      if (stale_) continue;
+      return *done;
+    }
+    last_round = a.round;
+    hb_round_ = a.round;
+    std::optional<int> result = RunRound(a);
+    if (result) return *result;
+  }
+}
+
+// Handles a sign that this node is stale; true when it was one (of the
+// current membership).
+bool Session::OnStale(const std::string& why) {
+  std::fprintf(stderr, "meshrun: this node was declared lost (%s); stopping its workers and rejoining\n",
+               why.c_str());
+  stale_ = true;
+  return true;
+}
+
+// Joins the next round; false with `*exit_code` set when the agent must stop.
+bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code) {
+  absl::StatusOr<int> port = FindFreePort(node_.addr);
+  node_.master_port = port.ok() ? *port : 0;
+  const absl::Time join_deadline = absl::Now() + o_.join_timeout;
+  joined_peak_ = 0;
+  client_->JoinAsync(node_, config_, last_round, o_.join_timeout,
+                     [this](absl::StatusOr<Assignment> r) { q_.Push(JoinDone{std::move(r)}); });
+  for (;;) {
+    // Events held back while the workers stopped come first (a signal, or
+    // another node lost while this round re-forms).
+    std::optional<Event> ev = NextEvent(absl::InfiniteFuture());
+    if (auto* j = std::get_if<JoinDone>(&*ev)) {
+      if (j->result.ok()) {
+        *out = *j->result;
+        log_->info("joined run '{}' round {} as node rank {} of {}", o_.run_id, out->round,
+                   out->node_rank, out->node_count);
+        return true;
+      }
+      const absl::Status& s = j->result.status();
+      if (IsStale(s)) {
+        OnStale(std::string(s.message()));
+        return false;
+      }
+      if (absl::IsAborted(s) && absl::StartsWith(s.message(), "join: finished")) {
+        // Not a success: this node ran nothing (a full job, or a run id
+        // that another job is using).
+        *exit_code = Fatal(absl::StrCat("run '", o_.run_id, "' at ", o_.endpoint,
+                                        " was full and finished while this node stood by; this node ran "
+                                        "nothing (is another job using this --rdzv_id?)"));
+        return false;
+      }
+      if (absl::IsDeadlineExceeded(s)) {
+        *exit_code = Fatal(absl::StrCat("timed out after ", absl::FormatDuration(o_.join_timeout),
+                                        " waiting for nodes to join run '", o_.run_id, "' at ", o_.endpoint,
+                                        ": ", std::max(joined_peak_, 1), " of ", NnodesText(),
+                                        " nodes joined"));
+      } else {
+        *exit_code = Fatal(absl::StrCat("could not join run '", o_.run_id, "' at ", o_.endpoint, ": ",
+                                        s.message()));
+      }
+      return false;
+    }
+    if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
+      if (PassThrough(sig->signo)) continue;  // No workers to pass it to.
+      client_->CancelJoin();
+      std::fprintf(stderr, "meshrun: received %s while joining; exiting\n", SignalName(sig->signo).c_str());
+      received_signal_ = sig->signo;
+      if (o_.on_stop_signal) o_.on_stop_signal(sig->signo);
+      *exit_code = 128 + sig->signo;
+      return false;
+    }
+    if (auto* st = std::get_if<Stale>(&*ev)) {
+      if (st->gen != gen_) continue;
+      client_->CancelJoin();
+      OnStale(st->why);
+      return false;
+    }
+    if (auto* se = std::get_if<ServerEvent>(&*ev)) {
+      if (se->gen != gen_) continue;
+      const RunEvent& e = se->event;
+      if (e.kind == RunEvent::Kind::kRunFailed) {
+        client_->CancelJoin();
+        *exit_code = Summary(e.root_cause);
+        return false;
+      }
+      if (e.kind == RunEvent::Kind::kNodeLost && e.root_cause) {
+        // Another member lost while this round re-forms: say so, since
+        // the round no longer waits for it.
+        std::fprintf(stderr, "meshrun: %s\n", e.root_cause->message.c_str());
+        continue;
+      }
+      if (e.kind == RunEvent::Kind::kJoinProgress && e.joined != joined_seen_) {
+        joined_seen_ = e.joined;
+        joined_peak_ = std::max(joined_peak_, e.joined);
+        if (e.joined < e.max_nodes) {
+          absl::Duration left = std::max(absl::ZeroDuration(), join_deadline - absl::Now());
+          std::fprintf(stderr, "meshrun: %d/%s nodes joined run '%s', waiting up to %.0f s\n", e.joined,
+                       NnodesText().c_str(), o_.run_id.c_str(), absl::ToDoubleSeconds(left));
+        }
+      }
+      continue;
+    }
+    if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
+      if (sc->gen != gen_ || sc->status.ok()) continue;
+      client_->CancelJoin();
+      if (IsStale(sc->status)) {
+        OnStale(std::string(sc->status.message()));
+        return false;
+      }
+      *exit_code = Fatal(std::string(sc->status.message()));
+      return false;
+    }
+    // Child exits of a previous attempt were handled already; ignore.
+  }
+}
+
+std::string Session::NnodesText() const {
+  return o_.min_nodes == o_.max_nodes ? absl::StrCat(o_.max_nodes)
+                                      : absl::StrCat(o_.min_nodes, ":", o_.max_nodes);
+}
+
+std::optional<Event> Session::NextEvent(absl::Time deadline) {
+  if (!deferred_.empty()) {
+    Event e = std::move(deferred_.front());
+    deferred_.pop_front();
+    return e;
+  }
+  return q_.Pop(deadline);
+}
+
+}  // namespace meshrun::agent

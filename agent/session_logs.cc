@@ -1,0 +1,75 @@
+#include "agent/session.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace meshrun::agent {
+
+// The run's log folder: --log_dir/<run id>_<start time>_<pid> (the pid
+// keeps nodes sharing one folder, or one host, apart), else a temporary
+// folder that holds the error files (and redirected streams).
+absl::Status Session::PrepareLogDir() {
+  std::error_code ec;
+  std::filesystem::path base = o_.log_dir.empty()
+                                   ? std::filesystem::temp_directory_path(ec) / absl::StrCat("meshrun-", ::getuid())
+                                   : std::filesystem::path(o_.log_dir);
+  run_dir_ = base / absl::StrCat(o_.run_id, "_", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
+                                 "_", node_.pid);
+  std::filesystem::create_directories(run_dir_, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", run_dir_.string(), ": ", ec.message()));
+  temp_run_dir_ = o_.log_dir.empty();
+  auto redirects = ParseStd(o_.redirects, o_.nproc, "--redirects");
+  if (!redirects.ok()) return redirects.status();
+  auto tee = ParseStd(o_.tee, o_.nproc, "--tee");
+  if (!tee.ok()) return tee.status();
+  auto filter = ParseLocalRanksFilter(o_.local_ranks_filter, o_.nproc);
+  if (!filter.ok()) return filter.status();
+  redirects_ = *redirects;
+  tee_ = *tee;
+  console_ranks_ = *filter;
+  bool any_file = !o_.log_dir.empty();
+  for (int lr = 0; lr < o_.nproc; ++lr) any_file = any_file || redirects_[lr] != 0 || tee_[lr] != 0;
+  if (any_file && o_.log_dir.empty()) {
+    std::fprintf(stderr, "meshrun: worker logs go to %s\n", run_dir_.c_str());
+    keep_run_dir_ = true;
+  }
+  return pump_.Start();
+}
+
+// Where worker `lr` (global rank `rank`) writes, for this attempt.
+WorkerRoutes Session::Routes(int lr, int rank, const std::filesystem::path& attempt) const {
+  WorkerRoutes r;
+  if (o_.log_line_prefix_template.empty()) {
+    r.prefix = absl::StrCat("[n", round_.node_rank, ":r", rank, "] ");
+  } else {
+    // Checked by the launcher: a bad macro never gets here.
+    r.prefix = ExpandLogLinePrefix(o_.log_line_prefix_template, o_.role, rank, lr).value_or("");
+  }
+  const bool all_files = !o_.log_dir.empty();
+  auto route = [&](int bit) {
+    StreamRoute s;
+    const bool redirected = (redirects_[lr] & bit) != 0;
+    const bool teed = (tee_[lr] & bit) != 0;
+    s.console = console_ranks_[lr] && !redirected;
+    if (all_files || redirected || teed) {
+      s.file = (attempt / absl::StrCat("rank_", rank, bit == 1 ? ".stdout" : ".stderr")).string();
+    }
+    return s;
+  };
+  r.out = route(1);
+  r.err = route(2);
+  r.out.duplicate_filters = o_.duplicate_stdout_filters;
+  r.out.duplicate_file = (attempt / "filtered_stdout.log").string();
+  r.err.duplicate_filters = o_.duplicate_stderr_filters;
+  r.err.duplicate_file = (attempt / "filtered_stderr.log").string();
+  return r;
+}
+
+void Session::CleanLogDir(int code) {
+  if (!temp_run_dir_ || keep_run_dir_ || code != 0) return;
+  std::error_code ec;
+  std::filesystem::remove_all(run_dir_, ec);
+}
+
+}  // namespace meshrun::agent

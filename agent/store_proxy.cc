@@ -1,0 +1,449 @@
+#include "agent/store_proxy.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "common/store.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
+#include "proto/types.h"
+
+namespace meshrun::agent {
+namespace {
+
+namespace pb = ::meshrun::v1;
+using Stub = pb::Rendezvous::Stub;
+
+// Longest path a Unix socket address holds (sun_path, with its NUL).
+constexpr size_t kMaxSocketPath = 107;
+// Extra time a forwarded request may take beyond its wait, for the round trip.
+constexpr absl::Duration kRpcSlack = absl::Seconds(30);
+
+int64_t ToMs(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return INT64_MAX / 4;
+  return std::max<int64_t>(0, absl::ToInt64Milliseconds(d));
+}
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+// The server side of the agent's connection: every request the proxy sends
+// (StoreCache's, and the calls it forwards as they are), each with its own
+// context so it can be cancelled; counted so the proxy can wait for them.
+class GrpcUpstream : public StoreUpstream {
+ public:
+  GrpcUpstream(std::string run_id, std::string token) : run_id_(std::move(run_id)), token_(std::move(token)) {}
+
+  void SetChannel(std::shared_ptr<grpc::Channel> channel, std::string node_id) {
+    absl::MutexLock lock(&mu_);
+    stub_ = std::shared_ptr<Stub>(pb::Rendezvous::NewStub(std::move(channel)));
+    node_id_ = std::move(node_id);
+  }
+
+  // A context for one forwarded call: the node id, and `deadline` (a
+  // worker's own deadline passes through).
+  std::shared_ptr<grpc::ClientContext> NewContext(std::chrono::system_clock::time_point deadline,
+                                                  std::shared_ptr<Stub>* stub) {
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    absl::MutexLock lock(&mu_);
+    ctx->AddMetadata(rendezvous::kNodeMetadataKey, node_id_);
+    if (deadline != std::chrono::system_clock::time_point::max()) ctx->set_deadline(deadline);
+    *stub = stub_;
+    ++in_flight_;
+    return ctx;
+  }
+  void CallEnded() {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+  }
+  // Calls in flight to the server now (the cache's and forwarded ones).
+  int64_t in_flight() {
+    absl::MutexLock lock(&mu_);
+    return in_flight_;
+  }
+
+  void FillRun(pb::RunRef* run) const {
+    run->set_run_id(run_id_);
+    run->set_token(token_);
+  }
+
+  void Start(Id id, StoreRequest request, Done done) override {
+    struct Call {
+      pb::KvMultiGetRequest req;
+      pb::KvMultiGetResponse resp;
+      std::shared_ptr<grpc::ClientContext> ctx;
+      std::shared_ptr<Stub> stub;
+    };
+    auto call = std::make_shared<Call>();
+    FillRun(call->req.mutable_run());
+    call->req.set_round(request.round);
+    for (auto& k : request.keys) call->req.add_keys(std::move(k));
+    for (auto& k : request.set_keys) call->req.add_set_keys(std::move(k));
+    for (auto& v : request.set_values) call->req.add_set_values(std::move(v));
+    call->req.set_wait_ms(ToMs(request.wait));
+    call->ctx = NewContext(request.wait == absl::InfiniteDuration()
+                               ? std::chrono::system_clock::time_point::max()
+                               : absl::ToChronoTime(absl::Now() + request.wait + kRpcSlack),
+                           &call->stub);
+    {
+      absl::MutexLock lock(&mu_);
+      calls_[id] = call->ctx;
+    }
+    call->stub->async()->KvMultiGet(
+        call->ctx.get(), &call->req, &call->resp,
+        [this, id, call, done = std::make_shared<Done>(std::move(done))](grpc::Status s) {
+          {
+            absl::MutexLock lock(&mu_);
+            calls_.erase(id);
+          }
+          if (s.ok()) {
+            (*done)(std::vector<std::string>(call->resp.values().begin(), call->resp.values().end()));
+          } else {
+            (*done)(FromGrpc(s));
+          }
+          CallEnded();
+        });
+  }
+
+  void Cancel(Id id) override {
+    std::shared_ptr<grpc::ClientContext> ctx;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = calls_.find(id);
+      if (it == calls_.end()) return;
+      ctx = it->second;
+    }
+    ctx->TryCancel();
+  }
+
+  // Cancels every request of StoreCache's still in flight and waits until
+  // no call is in flight, or `timeout` passes; true when none is.
+  bool Drain(absl::Duration timeout) {
+    std::vector<std::shared_ptr<grpc::ClientContext>> ctxs;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [id, ctx] : calls_) ctxs.push_back(ctx);
+    }
+    for (auto& c : ctxs) c->TryCancel();
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  }
+
+ private:
+  const std::string run_id_;
+  const std::string token_;
+  absl::Mutex mu_;
+  std::shared_ptr<Stub> stub_ ABSL_GUARDED_BY(mu_);
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Id, std::shared_ptr<grpc::ClientContext>> calls_ ABSL_GUARDED_BY(mu_);
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A worker's call answered later, from any thread, exactly once (by
+// Complete); its cancellation runs the function that leads to Complete.
+class ProxyReactor : public grpc::ServerUnaryReactor {
+ public:
+  void Complete(const grpc::Status& s) {
+    if (!finished_.exchange(true)) Finish(s);
+  }
+  // Runs `fn` on cancellation (at once when the call was cancelled already).
+  void SetOnCancel(absl::AnyInvocable<void()> fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!cancelled_) {
+        on_cancel_ = std::move(fn);
+        return;
+      }
+    }
+    fn();
+  }
+  void OnCancel() override {
+    absl::AnyInvocable<void()> fn;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      fn = std::move(on_cancel_);
+    }
+    if (fn) fn();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::atomic<bool> finished_{false};
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::AnyInvocable<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
+};
+
+// Calls method `m` of the stub's callback API (a callable, since the method
+// is overloaded and cannot be named by a member pointer).
+#define MESHRUN_ASYNC(m)                                                              \
+  [](Stub* stub, grpc::ClientContext* c, const auto* req, auto* resp,                  \
+     std::function<void(grpc::Status)> f) { stub->async()->m(c, req, resp, std::move(f)); }
+
+// The workers' side: the store methods of the Rendezvous service.
+class ProxyService final : public pb::Rendezvous::CallbackService {
+ public:
+  // `max_forwarded`: calls sent on as they are, held at once (the
+  // cache bounds its own by the same figure, store_proxy_max_waiters).
+  ProxyService(std::string run_id, GrpcUpstream* upstream, StoreCache* cache, int64_t max_forwarded)
+      : run_id_(std::move(run_id)), upstream_(upstream), cache_(cache), max_forwarded_(max_forwarded) {}
+
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const pb::KvSetRequest* req,
+                                  pb::KvSetResponse* resp) override {
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvSet), [this, req](const pb::KvSetResponse&) {
+      cache_->LearnWrites(req->round(), {req->key()}, {req->value()});
+    });
+  }
+  grpc::ServerUnaryReactor* KvMultiSet(grpc::CallbackServerContext* ctx, const pb::KvMultiSetRequest* req,
+                                       pb::KvMultiSetResponse* resp) override {
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvMultiSet), [this, req](const pb::KvMultiSetResponse&) {
+      cache_->LearnWrites(req->round(), {req->keys().begin(), req->keys().end()},
+                          {req->values().begin(), req->values().end()});
+    });
+  }
+  grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* ctx, const pb::KvAddRequest* req,
+                                  pb::KvAddResponse* resp) override {
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvAdd), nullptr);
+  }
+  grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* ctx, const pb::KvDeleteRequest* req,
+                                     pb::KvDeleteResponse* resp) override {
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvDelete), nullptr);
+  }
+  grpc::ServerUnaryReactor* KvCompareSet(grpc::CallbackServerContext* ctx, const pb::KvCompareSetRequest* req,
+                                         pb::KvCompareSetResponse* resp) override {
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvCompareSet),
+                   [this, req](const pb::KvCompareSetResponse& r) {
+                     cache_->LearnCompareSet(req->round(), req->key(), req->expected(), r.value(), r.swapped());
+                   });
+  }
+  grpc::ServerUnaryReactor* KvCheck(grpc::CallbackServerContext* ctx, const pb::KvCheckRequest* req,
+                                    pb::KvCheckResponse* resp) override {
+    if (Admit(req->run()).ok() && !req->keys().empty() &&
+        cache_->AllCached(req->round(), {req->keys().begin(), req->keys().end()})) {
+      resp->set_all_present(true);
+      return Answer(ctx, grpc::Status::OK);
+    }
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvCheck), nullptr);
+  }
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const pb::KvGetRequest* req,
+                                  pb::KvGetResponse* resp) override {
+    if (!Cached(req->round(), {req->key()})) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvGet), nullptr);
+    StoreRequest r{req->round(), {}, {}, {req->key()}, absl::Milliseconds(req->wait_ms())};
+    return Submit(ctx, req->run(), std::move(r), [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); });
+  }
+  grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* ctx, const pb::KvWaitRequest* req,
+                                   pb::KvWaitResponse* resp) override {
+    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+    if (!Cached(req->round(), keys)) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvWait), nullptr);
+    StoreRequest r{req->round(), {}, {}, std::move(keys), absl::Milliseconds(req->wait_ms())};
+    return Submit(ctx, req->run(), std::move(r), [](std::vector<std::string>&) {});
+  }
+  grpc::ServerUnaryReactor* KvMultiGet(grpc::CallbackServerContext* ctx, const pb::KvMultiGetRequest* req,
+                                       pb::KvMultiGetResponse* resp) override {
+    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+    if (!Cached(req->round(), keys)) {
+      return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvMultiGet), [this, req](const pb::KvMultiGetResponse& r) {
+        cache_->LearnWrites(req->round(), {req->set_keys().begin(), req->set_keys().end()},
+                            {req->set_values().begin(), req->set_values().end()});
+        cache_->LearnWrites(req->round(), {req->keys().begin(), req->keys().end()},
+                            {r.values().begin(), r.values().end()});
+      });
+    }
+    StoreRequest r{req->round(),
+                   {req->set_keys().begin(), req->set_keys().end()},
+                   {req->set_values().begin(), req->set_values().end()},
+                   std::move(keys),
+                   absl::Milliseconds(req->wait_ms())};
+    if (r.set_keys.size() != r.set_values.size()) {
+      return Answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      absl::StrCat("multi_get: ", r.set_keys.size(), " set keys but ",
+                                                   r.set_values.size(), " values")));
+    }
+    return Submit(ctx, req->run(), std::move(r), [resp](std::vector<std::string>& v) {
+      for (auto& s : v) resp->add_values(std::move(s));
+    });
+  }
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const pb::StatusRequest* req,
+                                   pb::StatusResponse* resp) override {
+    // The server's view of this run (workers count requests with it).
+    pb::StatusRequest mine = *req;
+    mine.mutable_run()->set_run_id(run_id_);
+    return Forward(ctx, mine, resp, MESHRUN_ASYNC(Status), nullptr, /*check_run=*/false);
+  }
+
+ private:
+  static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::Status& s) {
+    auto* r = ctx->DefaultReactor();
+    r->Finish(s);
+    return r;
+  }
+
+  absl::Status Admit(const pb::RunRef& run) const {
+    if (run.run_id() == run_id_) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat("this node's store proxy serves run '", run_id_,
+                                                    "' only, not '", run.run_id().substr(0, 256), "'"));
+  }
+
+  // True when the cache takes these keys: all write-once, of the current
+  // round (else the request goes to the server as it is).
+  bool Cached(int64_t round, const std::vector<std::string>& keys) const {
+    return !keys.empty() && round == cache_->round() &&
+           std::all_of(keys.begin(), keys.end(), [](const std::string& k) { return IsWriteOnceKey(k); });
+  }
+
+  template <typename Fill>
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx, const pb::RunRef& run, StoreRequest r,
+                                   Fill fill) {
+    if (absl::Status s = Admit(run); !s.ok()) return Answer(ctx, ToGrpc(s));
+    auto* reactor = new ProxyReactor();
+    StoreCache::ReadId id =
+        cache_->Submit(std::move(r), [reactor, fill = std::move(fill)](absl::StatusOr<std::vector<std::string>> v) mutable {
+          if (v.ok()) fill(*v);
+          reactor->Complete(ToGrpc(v.status()));
+        });
+    if (id != 0) reactor->SetOnCancel([cache = cache_, id] { cache->Cancel(id); });
+    return reactor;
+  }
+
+  // Sends the worker's request on as it is, with the agent's token and node
+  // id and the worker's deadline; `learn` sees a successful answer.
+  template <typename Req, typename Resp, typename Method, typename Learn>
+  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx, const Req& worker_req, Resp* resp,
+                                    Method method, Learn learn, bool check_run = true) {
+    if (check_run) {
+      if (absl::Status s = Admit(worker_req.run()); !s.ok()) return Answer(ctx, ToGrpc(s));
+    }
+    if (const int64_t n = upstream_->in_flight(); n >= max_forwarded_) {
+      return Answer(ctx, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                      absl::StrCat("store proxy has ", n,
+                                                   " requests in flight: store_proxy_max_waiters=", max_forwarded_)));
+    }
+    struct Call {
+      Req req;
+      std::shared_ptr<grpc::ClientContext> ctx;
+      std::shared_ptr<Stub> stub;
+    };
+    auto call = std::make_shared<Call>();
+    call->req = worker_req;
+    upstream_->FillRun(call->req.mutable_run());
+    call->ctx = upstream_->NewContext(ctx->deadline(), &call->stub);
+    auto* reactor = new ProxyReactor();
+    std::function<void(grpc::Status)> done = [this, call, resp, reactor, learn](grpc::Status s) {
+      if constexpr (!std::is_same_v<Learn, std::nullptr_t>) {
+        if (s.ok()) learn(*resp);
+      }
+      reactor->Complete(s);
+      upstream_->CallEnded();
+    };
+    method(call->stub.get(), call->ctx.get(), &call->req, resp, std::move(done));
+    reactor->SetOnCancel([call] { call->ctx->TryCancel(); });
+    return reactor;
+  }
+
+  const std::string run_id_;
+  GrpcUpstream* const upstream_;
+  StoreCache* const cache_;
+  const int64_t max_forwarded_;
+};
+
+// A fresh directory of mode 0700 for the socket: under `base`, $TMPDIR or
+// /tmp, falling back to /tmp when the socket path would be too long.
+absl::StatusOr<std::string> MakePrivateDir(std::string base) {
+  if (base.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  }
+  const std::string leaf = "/meshrun-store-XXXXXX";
+  if (base.size() + leaf.size() + std::string("/store.sock").size() > kMaxSocketPath) base = "/tmp";
+  std::string templ = base + leaf;
+  if (::mkdtemp(templ.data()) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("store proxy: cannot make a directory ", templ, ": ",
+                                                      std::strerror(errno)));
+  }
+  ::chmod(templ.c_str(), 0700);  // mkdtemp's mode already; said again for the record.
+  return templ;
+}
+
+}  // namespace
+
+struct StoreProxy::Impl {
+  std::unique_ptr<GrpcUpstream> upstream;
+  std::unique_ptr<StoreCache> cache;
+  std::unique_ptr<ProxyService> service;
+  std::unique_ptr<grpc::Server> server;
+};
+
+absl::StatusOr<std::unique_ptr<StoreProxy>> StoreProxy::Start(StoreProxyOptions options,
+                                                              std::shared_ptr<grpc::Channel> server,
+                                                              std::string node_id) {
+  absl::StatusOr<std::string> dir = MakePrivateDir(options.dir_base);
+  if (!dir.ok()) return dir.status();
+  std::unique_ptr<StoreProxy> proxy(new StoreProxy());
+  proxy->dir_ = *dir;
+  proxy->endpoint_ = absl::StrCat("unix:", *dir, "/store.sock");
+  auto impl = std::make_unique<Impl>();
+  impl->upstream = std::make_unique<GrpcUpstream>(options.run_id, options.token);
+  impl->upstream->SetChannel(std::move(server), std::move(node_id));
+  if (options.cache.label.empty()) options.cache.label = options.run_id;
+  impl->cache = std::make_unique<StoreCache>(impl->upstream.get(), options.cache);
+  impl->service = std::make_unique<ProxyService>(options.run_id, impl->upstream.get(), impl->cache.get(),
+                                                 options.cache.max_waiters);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(proxy->endpoint_, grpc::InsecureServerCredentials());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(INT32_MAX, options.max_message_bytes)));
+  builder.RegisterService(impl->service.get());
+  impl->server = builder.BuildAndStart();
+  proxy->impl_ = std::move(impl);
+  if (!proxy->impl_->server) {
+    return absl::FailedPreconditionError(absl::StrCat("store proxy: cannot listen on ", proxy->endpoint_));
+  }
+  Logger("agent")->debug("store proxy for run '{}' on {}", options.run_id, proxy->endpoint_);
+  return proxy;
+}
+
+StoreProxy::~StoreProxy() {
+  if (impl_) {
+    if (impl_->server) {
+      // Workers' calls in flight are cancelled: a cancelled call cancels its
+      // server request, whose answer ends the call.
+      impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(100)));
+      impl_->server->Wait();
+    }
+    impl_->cache->Shutdown();
+    if (!impl_->upstream->Drain(absl::Seconds(5))) {
+      Logger("agent")->warn("store proxy: server requests still in flight after 5 s at exit");
+    }
+    const StoreCacheStats s = impl_->cache->stats();
+    Logger("agent")->info(
+        "store proxy: {} worker requests, {} server requests ({} passed through), {} keys from the round's cache, "
+        "{} keys joined a read in flight",
+        s.requests, s.upstream_requests, s.passed_through, s.keys_from_cache, s.keys_coalesced);
+  }
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+void StoreProxy::SetUpstream(std::shared_ptr<grpc::Channel> server, std::string node_id) {
+  impl_->upstream->SetChannel(std::move(server), std::move(node_id));
+}
+
+void StoreProxy::SetRound(int64_t round) { impl_->cache->SetRound(round); }
+
+StoreCacheStats StoreProxy::stats() const { return impl_->cache->stats(); }
+
+}  // namespace meshrun::agent

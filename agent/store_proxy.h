@@ -1,0 +1,78 @@
+// A node's store proxy (DESIGN.md section 1 item 6): the agent serves the
+// store API (the KV methods of rendezvous.proto's Rendezvous service, so a
+// worker's GrpcStore works unchanged) to its own workers on a Unix-domain
+// socket, and forwards to the server over the agent's one connection, with
+// the agent's token, TLS and node id. Workers then need no token and the
+// server sees one connection per node, not one per worker. The domain
+// (coalescing, the round's write-once values) is StoreCache
+// (store_cache.h); this is the gRPC adapter on both sides of it.
+//
+// Access control is the socket's directory: a fresh mkdtemp directory of
+// mode 0700 owned by the agent's user, so only that user (the workers the
+// agent starts run as it) can connect. It is removed when the proxy is
+// destroyed; the agent's death closes the socket, so workers' calls fail at
+// once with UNAVAILABLE rather than at a timeout.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "agent/store_cache.h"
+
+namespace grpc {
+class Channel;
+class Server;
+}  // namespace grpc
+
+namespace meshrun::agent {
+
+struct StoreProxyOptions {
+  std::string run_id;  // The only run it serves (PERMISSION_DENIED for others).
+  std::string token;   // Sent to the server on every request (MESHRUN_TOKEN).
+  StoreCacheOptions cache;
+  // Largest worker request accepted, bytes (rdzv_conf
+  // store_proxy_max_message_bytes; gRPC's default is 4 MiB).
+  int64_t max_message_bytes = 4 << 20;
+  // Where the private directory goes: empty for $TMPDIR, else /tmp (also
+  // when the socket's path would not fit a Unix socket address, 107 bytes).
+  std::string dir_base;
+};
+
+class StoreProxy {
+ public:
+  // Makes the private directory, listens on <dir>/store.sock and serves.
+  // `server`: the agent's channel to the rendezvous server (shared; reused,
+  // not reconnected); `node_id`: sent with every forwarded request (the
+  // "meshrun-node" metadata) so the server counts requests per node.
+  // FAILED_PRECONDITION naming the directory when it cannot be made or the
+  // socket cannot be bound. Workers are told endpoint().
+  static absl::StatusOr<std::unique_ptr<StoreProxy>> Start(StoreProxyOptions options,
+                                                           std::shared_ptr<grpc::Channel> server,
+                                                           std::string node_id);
+  // Stops serving (workers' calls in flight end CANCELLED, their server
+  // requests are cancelled), waits for them (at most a few seconds) and
+  // removes the directory.
+  ~StoreProxy();
+
+  // "unix:<dir>/store.sock", what workers get as MESHRUN_STORE_ENDPOINT.
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& directory() const { return dir_; }
+
+  // After the agent re-joined as a new member: its new channel and node
+  // id. Requests in flight finish on the old channel. Thread-safe.
+  void SetUpstream(std::shared_ptr<grpc::Channel> server, std::string node_id);
+  // The round the agent's workers now run (StoreCache::SetRound). Thread-safe.
+  void SetRound(int64_t round);
+  StoreCacheStats stats() const;
+
+  struct Impl;
+
+ private:
+  StoreProxy() = default;
+  std::unique_ptr<Impl> impl_;
+  std::string dir_;
+  std::string endpoint_;
+};
+
+}  // namespace meshrun::agent

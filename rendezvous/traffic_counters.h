@@ -1,0 +1,84 @@
+// The server's own count of who talks to it: connections accepted, and
+// store requests per node. They show that workers reach the store through
+// their node's agent, so the server sees O(nodes) connections, not
+// O(workers) (DESIGN.md section 1 item 6). Pure domain: no gRPC; the gRPC
+// side feeds it (traffic_interceptor.h for connections, the service's
+// store handlers for store requests).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace meshrun::rendezvous {
+
+struct TrafficOptions {
+  // Client addresses (connections) remembered at once. When more are open,
+  // a new one is still counted but not remembered, so its later calls are
+  // counted again: the count can only grow too high, never hide one.
+  int64_t max_peers = 65536;
+  // Distinct node names counted per node; requests of further nodes are
+  // counted under "(other)".
+  int64_t max_nodes = 16384;
+  // A client address silent this long is forgotten (the server closes a
+  // connection idle for connection_idle_timeout, limits.h, so by then it is
+  // gone): the same address calling again later counts as a new connection.
+  absl::Duration forget_after = absl::Minutes(5);
+  // Node names longer than this are cut (max_node_id_bytes).
+  int64_t max_node_bytes = 256;
+};
+
+// The counts at one moment.
+struct TrafficSnapshot {
+  int64_t connections_accepted = 0;
+  int64_t peers_remembered = 0;
+  std::map<std::string, int64_t> store_requests_by_node;
+  std::map<std::string, int64_t> store_keys_read_by_node;
+};
+
+// Thread-safe; every method costs O(1) amortized (a sweep of forgotten
+// addresses runs at most once per forget_after / 4).
+class TrafficCounters {
+ public:
+  explicit TrafficCounters(TrafficOptions options = TrafficOptions());
+
+  // A call arrived at `now` on the connection from `peer` (gRPC's peer
+  // string, "ipv4:10.0.0.7:53122": the client's address and port, one per
+  // TCP connection). The first call of a connection counts it as accepted;
+  // returns true then. A connection that never makes a call is not counted.
+  // Exact as long as a client port is not reused for a new connection to
+  // this server within forget_after of the old one's last call (Linux
+  // hands out ephemeral ports in turn, so that takes thousands of
+  // connections from one address in that time).
+  bool OnCall(absl::string_view peer, absl::Time now);
+
+  // A store request received for `node` (the "meshrun-node" metadata; ""
+  // when the client sent none: counted as "(direct)"), asking to read
+  // `keys_read` keys (0 for writes).
+  void OnStoreRequest(absl::string_view node, int64_t keys_read);
+
+  TrafficSnapshot Snapshot() const;
+
+
+ private:
+  void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const TrafficOptions options_;
+  mutable absl::Mutex mu_;
+  int64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, absl::Time> peers_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  struct NodeCounts {
+    int64_t requests = 0;
+    int64_t keys_read = 0;
+  };
+  std::map<std::string, NodeCounts> nodes_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshrun::rendezvous

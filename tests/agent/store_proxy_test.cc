@@ -1,0 +1,159 @@
+// The store proxy (agent/store_proxy.h) between the workers' store client
+// (GrpcStore over its Unix socket) and a real in-process server with a token.
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "agent/store_proxy.h"
+#include "common/grpc_store.h"
+#include "common/server_status.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
+#include "rendezvous/server.h"
+
+using namespace meshrun;
+
+namespace {
+
+struct Setup {
+  std::unique_ptr<rendezvous::RendezvousServer> server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<agent::StoreProxy> proxy;
+
+  explicit Setup(agent::StoreProxyOptions o = {}) {
+    rendezvous::ServerOptions so;
+    so.host = "127.0.0.1";
+    so.token = "s3cret";
+    auto s = rendezvous::RendezvousServer::Start(so);
+    REQUIRE(s.ok());
+    server = std::move(*s);
+    channel = grpc::CreateChannel(server->endpoint(), grpc::InsecureChannelCredentials());
+    if (o.run_id.empty()) o.run_id = "job";
+    o.token = "s3cret";
+    auto p = agent::StoreProxy::Start(o, channel, "node-a");
+    REQUIRE(p.ok());
+    proxy = std::move(*p);
+    proxy->SetRound(0);
+  }
+
+  std::shared_ptr<Store> Worker(const std::string& run = "job", int64_t round = 0) const {
+    GrpcStoreOptions o;
+    o.endpoint = proxy->endpoint();
+    o.run_id = run;
+    o.round = round;
+    o.connect_timeout = absl::Seconds(5);
+    auto s = ConnectGrpcStore(o);
+    REQUIRE(s.ok());
+    return *s;
+  }
+
+  v1::StatusResponse ServerStatus() const {
+    auto stub = v1::Rendezvous::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::StatusRequest req;
+    req.mutable_run()->set_token("s3cret");
+    v1::StatusResponse resp;
+    REQUIRE(stub->Status(&ctx, req, &resp).ok());
+    return resp;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("store proxy: every store operation works for a worker with no token, counted for its node",
+          "[store_proxy]") {
+  Setup s;
+  CHECK(absl::StartsWith(s.proxy->endpoint(), "unix:/"));
+  struct stat st {};
+  REQUIRE(::stat(s.proxy->directory().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  auto store = s.Worker();
+  REQUIRE(store->Set("a", "1").ok());
+  CHECK(*store->Get("a", absl::Seconds(1)) == "1");
+  REQUIRE(store->Set("a", "2").ok());  // Mutable: the new value is read.
+  CHECK(*store->Get("a", absl::ZeroDuration()) == "2");
+  CHECK(*store->Add("n", 5) == 5);
+  CHECK(*store->CompareSet("mesh/verdict", "", "ok") == "ok");
+  CHECK(*store->CompareSet("mesh/verdict", "", "timeout") == "ok");
+  CHECK(*store->Check(std::vector<std::string>{"mesh/verdict"}));  // Answered by the proxy.
+  CHECK_FALSE(*store->Check(std::vector<std::string>{"mesh/absent"}));
+  CHECK(*store->Delete("a"));
+  CHECK(absl::IsFailedPrecondition(store->Delete("mesh/verdict").status()));
+  REQUIRE(store->MultiSet(std::vector<std::string>{"mesh/x", "y"}, std::vector<std::string>{"X", "Y"}).ok());
+  auto both = store->SetThenMultiGet(std::vector<std::string>{"mesh/z"}, std::vector<std::string>{"Z"},
+                                     std::vector<std::string>{"mesh/x", "y", "mesh/z"}, absl::Seconds(1));
+  REQUIRE(both.ok());
+  CHECK(*both == std::vector<std::string>{"X", "Y", "Z"});
+  CHECK(store->Wait(std::vector<std::string>{"mesh/x", "mesh/z"}, absl::Seconds(1)).ok());
+  CHECK(absl::IsDeadlineExceeded(store->Get("mesh/never", absl::Milliseconds(100)).status()));
+  CHECK(absl::IsNotFound(store->Get("never", absl::ZeroDuration()).status()));
+  // The server saw every request as the node's, none direct.
+  v1::StatusResponse status = s.ServerStatus();
+  CHECK(status.store_requests_by_node().count("node-a") == 1);
+  CHECK(status.store_requests_by_node().count("(direct)") == 0);
+  // The workers' counters come from the server, through the proxy.
+  auto counts = QueryRequestCounts(s.proxy->endpoint(), "", {});
+  REQUIRE(counts.ok());
+  CHECK(counts->at("KvSet") >= 2);
+}
+
+TEST_CASE("store proxy: 8 workers waiting for one unique id are one server read, then it is local", "[store_proxy]") {
+  Setup s;
+  auto setter = s.Worker();
+  auto before = s.ServerStatus().store_keys_read_by_node();
+  std::vector<std::thread> workers;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i) {
+    workers.emplace_back([&] {
+      auto store = s.Worker();
+      auto v = store->Get("mesh/m0/d0/row0/id", absl::Seconds(20));
+      if (v.ok() && *v == "id-bytes") ++ok;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // All 8 parked (bounded: the wait is 20 s).
+  REQUIRE(setter->Set("mesh/m0/d0/row0/id", "id-bytes").ok());
+  for (auto& t : workers) t.join();
+  CHECK(ok == 8);
+  CHECK(*setter->Get("mesh/m0/d0/row0/id", absl::ZeroDuration()) == "id-bytes");
+  auto after = s.ServerStatus().store_keys_read_by_node();
+  const int64_t keys_read = after["node-a"] - before["node-a"];
+  CHECK(keys_read <= 2);  // One shared read (two if one worker came late); the last Get was local.
+  agent::StoreCacheStats st = s.proxy->stats();
+  CHECK(st.keys_coalesced + st.keys_from_cache >= 7);
+}
+
+TEST_CASE("store proxy: only its own run, and its folder goes with it", "[store_proxy]") {
+  std::string dir;
+  {
+    Setup s;
+    dir = s.proxy->directory();
+    auto other = s.Worker("another-run");
+    absl::Status refused = other->Set("k", "v");
+    CHECK(absl::IsPermissionDenied(refused));
+    CHECK(absl::StrContains(refused.message(), "serves run 'job' only"));
+    // A new round: the old round's values are no longer answered locally.
+    auto r0 = s.Worker("job", 0);
+    REQUIRE(r0->Set("mesh/k", "round0").ok());
+    s.proxy->SetRound(1);
+    auto r1 = s.Worker("job", 1);
+    CHECK(absl::IsNotFound(r1->Get("mesh/k", absl::ZeroDuration()).status()));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir));
+}
+
+TEST_CASE("store proxy: a worker's request larger than the limit is refused", "[store_proxy]") {
+  agent::StoreProxyOptions o;
+  o.max_message_bytes = 64 << 10;
+  Setup s(o);
+  auto store = s.Worker();
+  absl::Status big = store->Set("big", std::string(128 << 10, 'x'));
+  CHECK(absl::IsResourceExhausted(big));
+  CHECK(store->Set("small", std::string(1024, 'x')).ok());
+}

@@ -1,0 +1,49 @@
+// The server's own counts of connections and store requests per node.
+#include <catch2/catch.hpp>
+#include <prometheus/text_serializer.h>
+
+#include "absl/strings/match.h"
+#include "rendezvous/metrics.h"
+#include "rendezvous/traffic_counters.h"
+
+using namespace meshrun::rendezvous;
+
+TEST_CASE("traffic: a connection counts at its first call, again only after it was forgotten", "[traffic]") {
+  TrafficOptions o;
+  o.forget_after = absl::Minutes(5);
+  TrafficCounters t(o);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  CHECK(t.OnCall("ipv4:127.0.0.1:40000", t0));
+  CHECK_FALSE(t.OnCall("ipv4:127.0.0.1:40000", t0 + absl::Seconds(1)));
+  CHECK(t.OnCall("ipv4:127.0.0.1:40002", t0 + absl::Seconds(1)));
+  CHECK_FALSE(t.OnCall("ipv4:127.0.0.1:40000", t0 + absl::Minutes(4)));  // Still in use.
+  CHECK(t.Snapshot().connections_accepted == 2);
+  // Silent past forget_after (the server closed it as idle): a new one.
+  CHECK(t.OnCall("ipv4:127.0.0.1:40002", t0 + absl::Minutes(11)));
+  CHECK(t.Snapshot().connections_accepted == 3);
+  CHECK(t.Snapshot().peers_remembered == 1);  // 40000 was swept.
+}
+
+TEST_CASE("traffic: bounded: more peers than remembered are counted (too often, never too few)", "[traffic]") {
+  TrafficOptions o;
+  o.max_peers = 2;
+  o.max_nodes = 2;
+  o.max_node_bytes = 8;
+  TrafficCounters t(o);
+  const absl::Time now = absl::Now();
+  for (int i = 0; i < 3; ++i) t.OnCall("ipv4:10.0.0.1:" + std::to_string(5000 + i), now);
+  CHECK(t.OnCall("ipv4:10.0.0.1:5002", now));  // Not remembered: counted again.
+  CHECK(t.Snapshot().connections_accepted == 4);
+  t.OnStoreRequest("node-a-with-a-long-name", 3);
+  t.OnStoreRequest("", 1);
+  t.OnStoreRequest("node-b", 0);
+  t.OnStoreRequest("node-a-with-a-long-name", 2);
+  TrafficSnapshot s = t.Snapshot();
+  CHECK(s.store_requests_by_node == std::map<std::string, int64_t>{{"(direct)", 1}, {"(other)", 1}, {"node-a-w", 2}});
+  CHECK(s.store_keys_read_by_node == std::map<std::string, int64_t>{{"(direct)", 1}, {"(other)", 0}, {"node-a-w", 5}});
+  const std::string text =
+      prometheus::TextSerializer().Serialize(meshrun::rendezvous::ServerMetrics::TrafficFamilies(t.Snapshot()));
+  CHECK(absl::StrContains(text, "meshrun_connections_accepted_total 4\n"));
+  CHECK(absl::StrContains(text, "meshrun_store_requests_total{node=\"node-a-w\"} 2\n"));
+  CHECK(absl::StrContains(text, "meshrun_store_keys_read_total{node=\"(direct)\"} 1\n"));
+}
