@@ -37,12 +37,12 @@ Run::Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits,
 
 
 absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::string& session) const {
-  auto it = sessions_.find(node_id);
-  if (it == sessions_.end()) {
+  auto it = known_.find(node_id);
+  if (it == known_.end()) {
     return absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",
                                                     run_id_.substr(0, 64), "'"));
   }
-  if (!CredentialEquals(it->second, session)) {
+  if (!CredentialEquals(it->second.session, session)) {
     return absl::PermissionDeniedError(absl::StrCat("wrong session credential for node '", node_id.substr(0, 64),
                                                     "' in run '", run_id_.substr(0, 64), "'"));
   }
@@ -50,9 +50,14 @@ absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::stri
 }
 
 bool Run::IsParticipantLocked(const std::string& node_id) const {
-  auto is = [&](const auto& x) { return x.node.node_id == node_id; };
-  return std::any_of(members_.begin(), members_.end(), is) || std::any_of(reforming_.begin(), reforming_.end(), is) ||
-         std::any_of(pending_.begin(), pending_.end(), is);
+  return members_.contains(node_id) || reforming_.contains(node_id) || pending_.contains(node_id);
+}
+
+void Run::CompactNodeMapsLocked() {
+  absl::flat_hash_map<std::string, Known> known;
+  known.reserve(known_.size());
+  for (auto& [id, k] : known_) known.emplace(id, Known{std::string(k.session), k.last_seen});
+  known_ = std::move(known);
 }
 
 void Run::RunAll(Deferred& later) {
@@ -81,12 +86,12 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
   {
     absl::ReleasableMutexLock lock(&mu_);
     bool made_session = false;
-    if (sessions_.contains(node.node_id)) {
+    if (known_.contains(node.node_id)) {
       refused = CheckSessionLocked(node.node_id, session);
     } else if (!session.empty()) {
       refused = CheckSessionLocked(node.node_id, session);  // Unknown: PERMISSION_DENIED.
     } else {
-      sessions_[node.node_id] = NewCredential();
+      known_[node.node_id].session = NewCredential();
       made_session = true;
     }
     if (!refused.ok()) {
@@ -107,11 +112,13 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       refused = absl::FailedPreconditionError(absl::StrCat(
           "run '", run_id_, "' has already ", StateName(state_), " at round ", round_));
     }
-    if (refused.ok()) {
+    if (refused.ok() && pending_.contains(node.node_id)) {
+      refused = absl::AlreadyExistsError(absl::StrCat("node ", node.node_id, " is already joining"));
+    }
+    if (refused.ok() && node.node_rank_hint >= 0) {
+      // Only with an explicit --node_rank: O(joining) for such a node.
       for (const auto& j : pending_) {
-        if (j.node.node_id == node.node_id) {
-          refused = absl::AlreadyExistsError(absl::StrCat("node ", node.node_id, " is already joining"));
-        } else if (node.node_rank_hint >= 0 && j.node.node_rank_hint == node.node_rank_hint) {
+        if (j.node.node_rank_hint == node.node_rank_hint) {
           refused = absl::FailedPreconditionError(absl::StrCat(
               "--node_rank=", node.node_rank_hint, " is already taken in run '", run_id_, "' by ",
               j.node.hostname, " (pid ", j.node.pid, ", ", j.node.addr, "); refused for ", node.hostname,
@@ -120,22 +127,14 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       }
     }
     if (refused.ok() && state_ == State::kRunning) {
-      bool member = std::any_of(members_.begin(), members_.end(),
-                                [&](const Member& m) { return m.node.node_id == node.node_id; });
-      if (member && last_round >= round_) {
+      if (members_.contains(node.node_id) && last_round >= round_) {
         refused = absl::FailedPreconditionError(absl::StrCat(
             "node ", node.hostname, " is already a member of running round ", round_));
       }
     }
     if (refused.ok()) {
-      last_seen_[node.node_id] = absl::Now();
-      std::optional<Member> was_member;
-      auto r = std::find_if(reforming_.begin(), reforming_.end(),
-                            [&](const Member& m) { return m.node.node_id == node.node_id; });
-      if (r != reforming_.end()) {
-        was_member = std::move(*r);
-        reforming_.erase(r);
-      }
+      known_[node.node_id].last_seen = absl::Now();
+      std::optional<Member> was_member = reforming_.erase(node.node_id);
       pending_.push_back(Joiner{node, last_round, std::move(done), std::move(was_member)});
       if (state_ == State::kRunning) {
         RunEvent ev;
@@ -157,7 +156,7 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
         if (state_ == State::kJoining) ProgressLocked();
       }
     }
-    if (!refused.ok() && made_session) sessions_.erase(node.node_id);
+    if (!refused.ok() && made_session) known_.erase(node.node_id);
   }
   if (!refused.ok()) {
     done(refused);
@@ -207,11 +206,9 @@ void Run::CancelJoin(const std::string& node_id) {
   JoinCallback cb;
   {
     absl::MutexLock lock(&mu_);
-    auto it = std::find_if(pending_.begin(), pending_.end(),
-                           [&](const Joiner& j) { return j.node.node_id == node_id; });
-    if (it == pending_.end()) return;
-    cb = std::move(it->done);
-    pending_.erase(it);
+    std::optional<Joiner> j = pending_.erase(node_id);
+    if (!j) return;
+    cb = std::move(j->done);
     if (state_ == State::kJoining) ProgressLocked();
   }
   cb(absl::CancelledError("join cancelled by the client"));
@@ -254,9 +251,7 @@ void Run::CloseRoundLocked(Deferred& later) {
     last_call_armed_ = false;
   }
   const int take = std::min<int>(static_cast<int>(pending_.size()), config_.max_nodes);
-  std::vector<Joiner> joining(std::make_move_iterator(pending_.begin()),
-                              std::make_move_iterator(pending_.begin() + take));
-  pending_.erase(pending_.begin(), pending_.begin() + take);
+  std::vector<Joiner> joining = pending_.take_front(static_cast<size_t>(take));
 
   std::vector<NodeDesc> descs;
   descs.reserve(joining.size());
@@ -287,7 +282,7 @@ void Run::CloseRoundLocked(Deferred& later) {
   const NodeDesc& first = descs[order.order[0]];
   members_.clear();
   reforming_.clear();
-  finished_.clear();
+  finished_count_ = 0;
   int base = 0;
   absl::flat_hash_map<std::string, int> role_base;
   for (int r = 0; r < static_cast<int>(order.order.size()); ++r) {
@@ -300,7 +295,6 @@ void Run::CloseRoundLocked(Deferred& later) {
     a.world_size = world;
     a.master_addr = first.addr;
     a.node_addr = j.node.addr;
-    a.session = sessions_[j.node.node_id] = NewCredential();
     a.master_port = first.master_port;
     a.restart_count = restart_count_;
     a.max_restarts = config_.max_restarts;
@@ -308,14 +302,18 @@ void Run::CloseRoundLocked(Deferred& later) {
     a.role_world_size = role_size[j.node.role];
     role_base[j.node.role] += j.node.nproc;
     base += j.node.nproc;
+    // The member keeps no copy of its credential (known_ has it).
     members_.push_back(Member{j.node, a});
+    Known& k = known_[j.node.node_id];
+    a.session = k.session = NewCredential();
     later.push_back([cb = std::move(j.done), a]() mutable { cb(a); });
   }
   state_ = State::kRunning;
   reform_target_ = 0;
   last_progress_joined_ = -1;
   const absl::Time now = absl::Now();
-  for (const auto& m : members_) last_seen_[m.node.node_id] = now;
+  for (const auto& m : members_) known_[m.node.node_id].last_seen = now;
+  CompactNodeMapsLocked();
   ArmLivenessLocked();
   kv_->DropRoundsBelow(round_);
   RunEvent ev;
@@ -334,7 +332,7 @@ absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::st
     return absl::FailedPreconditionError(absl::StrCat("stale: this node was declared lost in run '", run_id_,
                                                       "' (now at round ", round_, "); rejoin as a new member"));
   }
-  last_seen_[node_id] = absl::Now();
+  known_[node_id].last_seen = absl::Now();
   return round_;
 }
 
@@ -346,13 +344,13 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
                                                      " event streams open: max_watchers_per_run=",
                                                      limits_.max_watchers_per_run));
   }
-  if (sessions_.contains(node_id) || !session.empty()) {
+  if (known_.contains(node_id) || !session.empty()) {
     if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) return s;
   } else {
     RunEvent hello;
     hello.kind = RunEvent::Kind::kSession;
     hello.round = round_;
-    hello.session = sessions_[node_id] = NewCredential();
+    hello.session = known_[node_id].session = NewCredential();
     sink->Push(hello);
   }
   RunEvent catch_up;
@@ -362,9 +360,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   if (known_round < 0) {
     // A node before its first round learns its round from Join; the
     // progress of the open round is all it needs now.
-    const bool pending = std::any_of(pending_.begin(), pending_.end(),
-                                     [&](const Joiner& j) { return j.node.node_id == node_id; });
-    if (state_ == State::kJoining && pending) {
+    if (state_ == State::kJoining && pending_.contains(node_id)) {
       RunEvent progress;
       progress.kind = RunEvent::Kind::kJoinProgress;
       progress.round = round_;
@@ -395,22 +391,20 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     if (it == watchers_.end() || it->second.get() != sink) return;
     watchers_.erase(it);
     // A pending joiner whose agent is gone leaves the round.
-    auto p = std::find_if(pending_.begin(), pending_.end(),
-                          [&](const Joiner& j) { return j.node.node_id == node_id; });
-    if (p != pending_.end()) {
+    if (std::optional<Joiner> p = pending_.erase(node_id)) {
       later.push_back([cb = std::move(p->done)]() mutable {
         cb(absl::CancelledError("the joining agent disconnected"));
       });
       // A member that had re-joined the round being re-formed is lost from
       // it, and named (below), as one that had not re-joined yet.
       if (p->was_member && state_ == State::kJoining) reforming_.push_back(std::move(*p->was_member));
-      pending_.erase(p);
     }
-    if ((state_ == State::kRunning && !finished_.contains(node_id)) || state_ == State::kJoining) {
+    const Member* m = members_.find(node_id);
+    if ((state_ == State::kRunning && !(m != nullptr && m->finished)) || state_ == State::kJoining) {
       LoseNodeLocked(node_id, "its agent disconnected", later);
     }
     // A node that watched and left without taking part is forgotten.
-    if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) sessions_.erase(node_id);
+    if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) known_.erase(node_id);
   }
   RunAll(later);
 }
@@ -441,7 +435,7 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
     state_ = State::kJoining;
     reforming_ = std::move(members_);
     members_.clear();
-    finished_.clear();
+    finished_count_ = 0;
     ev.kind = RunEvent::Kind::kRestart;
     ev.round = round_;
     ev.restart_count = restart_count_;
@@ -497,8 +491,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
     absl::MutexLock lock(&mu_);
     BarrierResult now;
     now.node_count = static_cast<int>(members_.size());
-    const bool member = std::any_of(members_.begin(), members_.end(),
-                                    [&](const Member& m) { return m.node.node_id == node_id; });
+    Member* member = members_.find(node_id);
     if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
       refused = s;
     } else if (!member) {
@@ -513,12 +506,15 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
           "finish reported for round ", round, " but run '", run_id_, "' is ", StateName(state_),
           " at round ", round_));
     } else {
-      finished_.insert(node_id);
-      if (finished_.size() >= members_.size()) {
+      if (!member->finished) {
+        member->finished = true;
+        ++finished_count_;
+      }
+      if (finished_count_ >= static_cast<int>(members_.size())) {
         state_ = State::kFinished;
         now.all_finished = true;
         now.finished_nodes = now.node_count;
-        for (auto& b : barriers_) {
+        for (auto& [bid, b] : barriers_) {
           timer_->Cancel(b.timer_id);
           later.push_back([cb = std::move(b.done), now]() mutable { cb(now); });
         }
@@ -542,7 +538,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
         DeadlineTimer::Id tid = timer_->Schedule(absl::Now() + timeout, [weak, id] {
           if (auto self = weak.lock()) self->OnBarrierTimeout(id);
         });
-        barriers_.push_back(Barrier{id, tid, std::move(done)});
+        barriers_.emplace(id, Barrier{id, tid, std::move(done)});
       }
     }
   }
@@ -559,11 +555,11 @@ void Run::OnBarrierTimeout(uint64_t id) {
   BarrierResult result;
   {
     absl::MutexLock lock(&mu_);
-    auto it = std::find_if(barriers_.begin(), barriers_.end(), [id](const Barrier& b) { return b.id == id; });
+    auto it = barriers_.find(id);
     if (it == barriers_.end()) return;
-    cb = std::move(it->done);
+    cb = std::move(it->second.done);
     barriers_.erase(it);
-    result.finished_nodes = static_cast<int>(finished_.size());
+    result.finished_nodes = finished_count_;
     result.node_count = static_cast<int>(members_.size());
   }
   cb(result);
@@ -573,10 +569,10 @@ void Run::CancelFinished(uint64_t id) {
   BarrierCallback cb;
   {
     absl::MutexLock lock(&mu_);
-    auto it = std::find_if(barriers_.begin(), barriers_.end(), [id](const Barrier& b) { return b.id == id; });
+    auto it = barriers_.find(id);
     if (it == barriers_.end()) return;
-    timer_->Cancel(it->timer_id);
-    cb = std::move(it->done);
+    timer_->Cancel(it->second.timer_id);
+    cb = std::move(it->second.done);
     barriers_.erase(it);
   }
   cb(absl::CancelledError("exit barrier cancelled by the client"));
@@ -602,13 +598,14 @@ RunStatus Run::Status() const {
     s.lost_nodes = static_cast<int>(lost_.size());
     const absl::Time now = absl::Now();
     auto age = [&](const std::string& id) {
-      auto it = last_seen_.find(id);
-      return it == last_seen_.end() ? absl::Seconds(-1) : now - it->second;
+      auto it = known_.find(id);
+      return it == known_.end() || it->second.last_seen == absl::InfinitePast() ? absl::Seconds(-1)
+                                                                                  : now - it->second.last_seen;
     };
     for (const auto& m : members_) {
       NodeStatus n{m.node.node_id, m.node.hostname, m.node.addr, m.assignment.node_rank, m.node.nproc, "",
                    age(m.node.node_id)};
-      if (finished_.contains(m.node.node_id)) {
+      if (m.finished) {
         n.state = "finished";
       } else {
         n.state = state_ == State::kRunning ? "running" : StateName(state_);
@@ -645,7 +642,7 @@ void Run::Close(const std::string& why) {
       later.push_back([cb = std::move(j.done), why]() mutable { cb(absl::AbortedError(why)); });
     }
     pending_.clear();
-    for (auto& b : barriers_) {
+    for (auto& [id, b] : barriers_) {
       timer_->Cancel(b.timer_id);
       later.push_back([cb = std::move(b.done), why]() mutable { cb(absl::AbortedError(why)); });
     }
