@@ -45,6 +45,7 @@ constexpr DurationLimit kDurationLimits[] = {
     {"max_wait", &ServerLimits::max_wait},
     {"connection_idle_timeout", &ServerLimits::connection_idle_timeout},
     {"handshake_timeout", &ServerLimits::handshake_timeout},
+    {"memory_release_delay", &ServerLimits::memory_release_delay},
 };
 
 std::string Shown(absl::string_view v) {

@@ -56,6 +56,10 @@ struct ServerLimits {
   // preface, or TLS) within handshake_timeout is closed.
   absl::Duration connection_idle_timeout = absl::Minutes(5);
   absl::Duration handshake_timeout = absl::Seconds(10);
+  // After a burst (a round closed: its parked joins were answered; the last
+  // agent's event stream closed), the heap's free memory is given back to
+  // the system this long after (memory_release.h): one trim per delay.
+  absl::Duration memory_release_delay = absl::Seconds(2);
 };
 
 // Sets the limit `name` (a field name above, e.g. "max_runs") from `value`

@@ -10,6 +10,7 @@
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "absl/synchronization/mutex.h"
+#include "rendezvous/memory_release.h"
 #include "rendezvous/metrics.h"
 #include "rendezvous/run.h"
 
@@ -33,6 +34,10 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   int open_watchers();
 
   void set_port(int port) { port_ = port; }
+  // Asked to return free heap memory after a burst: when a join is answered
+  // (a round closed) and when the last event stream closes. Optional; must
+  // outlive the service. Set before serving.
+  void set_memory_releaser(MemoryReleaser* releaser) { releaser_ = releaser; }
 
   // Waits until no Watch stream is open (every agent has gone) or `timeout`
   // passes; true when none is open. Thread-safe.
@@ -93,6 +98,7 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   const ServerLimits limits_;
   ServerMetrics* const metrics_;
   int port_ = 0;
+  MemoryReleaser* releaser_ = nullptr;
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
   std::array<std::atomic<int64_t>, kNumMethods> refused_{};
   absl::Mutex watch_mu_;
