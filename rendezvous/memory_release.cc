@@ -36,9 +36,11 @@ void MemoryReleaser::Request() {
   if (state_->pending.exchange(true)) return;
   timer_->Schedule(absl::Now() + delay_, [state = state_] {
     state->pending = false;
+    const absl::Time start = absl::Now();
     const int64_t freed = ReleaseFreeMemory();
     state->releases.fetch_add(1);
-    Logger("rdzv")->debug("returned {} KiB of free heap memory to the system", freed / 1024);
+    Logger("rdzv")->debug("returned {} KiB of free heap memory to the system in {}", freed / 1024,
+                          absl::FormatDuration(absl::Now() - start));
   });
 }
 
