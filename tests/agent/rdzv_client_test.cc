@@ -47,7 +47,7 @@ void StartServer(ServerProc* s) {
 
 }  // namespace
 
-TEST_CASE("a server that stops answering is lost after the run's keep-alive limit of heartbeats; refusals are answers",
+TEST_CASE("a server that stops answering is lost after the run's keep-alive limit of heartbeats, refusals being answers",
           "[agent][rdzv_client]") {
   ServerProc server;
   StartServer(&server);
