@@ -99,13 +99,23 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  // Each client owns its connection: without this, gRPC shares one
+  // connection among a process's channels with the same target and
+  // settings (its global subchannel pool), so several clients in one process
+  // (bench/rdzv_scale's simulated agents) would be one connection to the
+  // server. An agent has one client at a time either way.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Fail fast on a dead server rather than retrying for minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  // HTTP/2 keepalive, so a vanished (not just closed) server breaks the
-  // event stream within seconds rather than at the TCP timeout.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 4000);
+  // A vanished (not just closed) server is noticed by the heartbeats
+  // (Heartbeat below: the run's keep-alive limit without an answer). HTTP/2
+  // keepalive is the backstop for a client that sends none; it is slow on
+  // purpose: pings every 2 s with a 4 s timeout went unanswered while a
+  // server busy with 10,000 joining agents caught up, and every agent
+  // dropped its connection at once (bench/rdzv_scale, docs/performance.md).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTime)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // The channel dials the numeric address; the server's certificate is
@@ -153,6 +163,10 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
 void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
                                  int64_t last_round, absl::Duration timeout,
                                  std::function<void(absl::StatusOr<Assignment>)> done) {
+  {
+    absl::MutexLock lock(&mu_);
+    silence_limit_ = config.keep_alive_interval * std::max(1, config.keep_alive_max_attempt);
+  }
   auto req = std::make_shared<pb::JoinRequest>();
   req->mutable_run()->set_run_id(run_id_);
   req->mutable_run()->set_token(token_);
@@ -279,7 +293,14 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
                               s.error_message());
         continue;
       }
-      if (s.error_code() == grpc::StatusCode::CANCELLED) {
+      std::string server_lost;
+      {
+        absl::MutexLock lock(&mu_);
+        server_lost = server_lost_;
+      }
+      if (s.error_code() == grpc::StatusCode::CANCELLED && !server_lost.empty()) {
+        on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_, ": ", server_lost)));
+      } else if (s.error_code() == grpc::StatusCode::CANCELLED) {
         on_closed(absl::OkStatus());
       } else if (s.ok()) {
         on_closed(absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint_,
@@ -325,8 +346,37 @@ absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, 
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::Status s = stubs_->stub->Heartbeat(&ctx, req, &resp);
+  NoteHeartbeat(s);
   if (!s.ok()) return FromGrpc(s, "heartbeat");
   return resp.current_round();
+}
+
+void RendezvousClient::NoteHeartbeat(const grpc::Status& s) {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  // Any answer, a refusal included, shows the server is there.
+  const bool unanswered = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                          s.error_code() == grpc::StatusCode::UNAVAILABLE;
+  if (!unanswered) {
+    last_answer_ = now;
+    missed_heartbeats_ = 0;
+    return;
+  }
+  if (last_answer_ == absl::InfinitePast()) last_answer_ = now;  // Nothing answered yet: count from here.
+  ++missed_heartbeats_;
+  // The server declares a node lost after keep_alive_interval x
+  // keep_alive_max_attempt without a heartbeat; the node gives the server
+  // as long, and at least two heartbeats in a row.
+  if (silence_limit_ <= absl::ZeroDuration() || missed_heartbeats_ < 2 || now - last_answer_ < silence_limit_ ||
+      !server_lost_.empty() || stopping_) {
+    return;
+  }
+  server_lost_ = absl::StrCat("no answer to ", missed_heartbeats_, " heartbeats in a row for ",
+                              absl::FormatDuration(absl::Trunc(now - last_answer_, absl::Milliseconds(100))),
+                              " (keep-alive limit ", absl::FormatDuration(silence_limit_), "; last: ", DescribeLoss(s),
+                              ")");
+  Logger("agent")->debug("rendezvous server at {}: {}", endpoint_, server_lost_);
+  if (watch_ctx_) watch_ctx_->TryCancel();  // The stream's end says why (StartWatch).
 }
 
 absl::StatusOr<rendezvous::FailureVerdict> RendezvousClient::ReportFailure(

@@ -17,6 +17,7 @@
 namespace grpc {
 class Channel;
 class ClientContext;
+class Status;
 }  // namespace grpc
 
 namespace meshrun::agent {
@@ -62,6 +63,14 @@ class RendezvousClient {
 
   // Records this node's heartbeat; returns the run's current round, or
   // FAILED_PRECONDITION when the node was declared lost (stale). Blocking.
+  // Heartbeats also watch the server: once the run's config is known (the
+  // first JoinAsync), a server that answered no heartbeat (DEADLINE_EXCEEDED
+  // or UNAVAILABLE; any answer, a refusal too, counts as one) for
+  // keep_alive_interval x keep_alive_max_attempt, over at least two
+  // heartbeats in a row, is lost: the event stream ends with UNAVAILABLE
+  // "lost the rendezvous server at ENDPOINT: no answer to N heartbeats in a
+  // row ...". This mirrors the server's own rule for a silent node (torchrun
+  // has no such check: its agent notices at its next store call).
   absl::StatusOr<int64_t> Heartbeat(const std::string& node_id, int64_t round, absl::Duration timeout);
 
   // Reports a worker failure; the verdict says restart or stop. Blocking,
@@ -73,6 +82,14 @@ class RendezvousClient {
   // `timeout` plus a few seconds.
   void ReportFinishedAsync(const std::string& node_id, int64_t round, absl::Duration timeout,
                            std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done);
+
+  // HTTP/2 keepalive of the connection: a ping after this long without
+  // traffic, and the connection is dropped when its answer takes longer
+  // than kKeepaliveTimeout. The backstop for a client that sends no
+  // heartbeats (see Heartbeat); both far above what a busy server needs to
+  // answer.
+  static constexpr absl::Duration kKeepaliveTime = absl::Seconds(30);
+  static constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(20);
 
   const std::string& endpoint() const { return endpoint_; }
   // The connection to the server, for the node's store proxy to forward
@@ -93,6 +110,9 @@ class RendezvousClient {
                    std::shared_ptr<grpc::Channel> channel);
   // Runs a blocking call on a thread of its own, joined at destruction.
   void StartCall(std::function<void()> call);
+  // Counts a heartbeat's outcome; ends the event stream when the server has
+  // been silent past the run's keep-alive limit (see Heartbeat).
+  void NoteHeartbeat(const grpc::Status& s);
   struct Stubs;
 
   const std::string endpoint_;
@@ -114,6 +134,13 @@ class RendezvousClient {
   std::shared_ptr<grpc::ClientContext> watch_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> finish_ctx_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> calls_ ABSL_GUARDED_BY(mu_);
+  // Server liveness, from the heartbeats: the run's keep-alive limit (zero
+  // until the first JoinAsync), the last answer, the misses since, and why
+  // the server counts as lost ("" while it does not).
+  absl::Duration silence_limit_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int missed_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string server_lost_ ABSL_GUARDED_BY(mu_);
   std::thread watch_thread_;
 };
 

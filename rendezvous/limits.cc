@@ -50,6 +50,7 @@ constexpr DurationLimit kDurationLimits[] = {
     {"metrics_request_timeout", &ServerLimits::metrics_request_timeout},
     {"ended_run_ttl", &ServerLimits::ended_run_ttl},
     {"listener_check_interval", &ServerLimits::listener_check_interval},
+    {"memory_release_delay", &ServerLimits::memory_release_delay},
 };
 
 std::string Shown(absl::string_view v) {

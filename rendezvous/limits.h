@@ -71,6 +71,10 @@ struct ServerLimits {
   // connections (after running out of file descriptors gRPC's listener
   // stops; the server then rebuilds it once descriptors are free).
   absl::Duration listener_check_interval = absl::Seconds(1);
+  // After a burst (a round closed: its parked joins were answered; the last
+  // agent's event stream closed), the heap's free memory is given back to
+  // the system this long after (memory_release.h): one trim per delay.
+  absl::Duration memory_release_delay = absl::Seconds(2);
 };
 
 // Sets the limit `name` (a field name above, e.g. "max_runs") from `value`

@@ -11,6 +11,7 @@
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "absl/synchronization/mutex.h"
 #include "common/open_files.h"
+#include "rendezvous/memory_release.h"
 #include "rendezvous/metrics.h"
 #include "rendezvous/run_registry.h"
 #include "rendezvous/run.h"
@@ -43,6 +44,10 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   // is warned about, once per larger MAX. Unset: no warning. Call before
   // serving.
   void set_open_files_limit(const OpenFilesLimit& limit) { open_files_ = limit; }
+  // Asked to return free heap memory after a burst: when a join is answered
+  // (a round closed) and when the last event stream closes. Optional; must
+  // outlive the service. Set before serving.
+  void set_memory_releaser(MemoryReleaser* releaser) { releaser_ = releaser; }
 
   // Waits until no Watch stream is open (every agent has gone) or `timeout`
   // passes; true when none is open. Thread-safe.
@@ -112,6 +117,7 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   int port_ = 0;
   OpenFilesLimit open_files_;
   std::atomic<int64_t> warned_nodes_{0};
+  MemoryReleaser* releaser_ = nullptr;
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
   std::array<std::atomic<int64_t>, kNumMethods> refused_{};
   absl::Mutex watch_mu_;

@@ -40,12 +40,12 @@ Run::Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits,
 
 
 absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::string& session) const {
-  auto it = sessions_.find(node_id);
-  if (it == sessions_.end()) {
+  auto it = known_.find(node_id);
+  if (it == known_.end()) {
     return absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",
                                                     run_id_.substr(0, 64), "'"));
   }
-  if (!CredentialEquals(it->second, session)) {
+  if (!CredentialEquals(it->second.session, session)) {
     return absl::PermissionDeniedError(absl::StrCat("wrong session credential for node '", node_id.substr(0, 64),
                                                     "' in run '", run_id_.substr(0, 64), "'"));
   }
@@ -53,9 +53,14 @@ absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::stri
 }
 
 bool Run::IsParticipantLocked(const std::string& node_id) const {
-  auto is = [&](const auto& x) { return x.node.node_id == node_id; };
-  return std::any_of(members_.begin(), members_.end(), is) || std::any_of(reforming_.begin(), reforming_.end(), is) ||
-         std::any_of(pending_.begin(), pending_.end(), is);
+  return members_.contains(node_id) || reforming_.contains(node_id) || pending_.contains(node_id);
+}
+
+void Run::CompactNodeMapsLocked() {
+  absl::flat_hash_map<std::string, Known> known;
+  known.reserve(known_.size());
+  for (auto& [id, k] : known_) known.emplace(id, Known{std::string(k.session), k.last_seen});
+  known_ = std::move(known);
 }
 
 void Run::RunAll(Deferred& later) {
@@ -84,12 +89,12 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
   {
     absl::ReleasableMutexLock lock(&mu_);
     bool made_session = false;
-    if (sessions_.contains(node.node_id)) {
+    if (known_.contains(node.node_id)) {
       refused = CheckSessionLocked(node.node_id, session);
     } else if (!session.empty()) {
       refused = CheckSessionLocked(node.node_id, session);  // Unknown: PERMISSION_DENIED.
     } else {
-      sessions_[node.node_id] = NewCredential();
+      known_[node.node_id].session = NewCredential();
       made_session = true;
     }
     if (!refused.ok()) {
@@ -110,11 +115,13 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       refused = absl::FailedPreconditionError(absl::StrCat(
           "run '", run_id_, "' has already ", StateName(state_), " at round ", round_));
     }
-    if (refused.ok()) {
+    if (refused.ok() && pending_.contains(node.node_id)) {
+      refused = absl::AlreadyExistsError(absl::StrCat("node ", node.node_id, " is already joining"));
+    }
+    if (refused.ok() && node.node_rank_hint >= 0) {
+      // Only with an explicit --node_rank: O(joining) for such a node.
       for (const auto& j : pending_) {
-        if (j.node.node_id == node.node_id) {
-          refused = absl::AlreadyExistsError(absl::StrCat("node ", node.node_id, " is already joining"));
-        } else if (node.node_rank_hint >= 0 && j.node.node_rank_hint == node.node_rank_hint) {
+        if (j.node.node_rank_hint == node.node_rank_hint) {
           refused = absl::FailedPreconditionError(absl::StrCat(
               "--node_rank=", node.node_rank_hint, " is already taken in run '", run_id_, "' by ",
               j.node.hostname, " (pid ", j.node.pid, ", ", j.node.addr, "); refused for ", node.hostname,
@@ -123,22 +130,14 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       }
     }
     if (refused.ok() && state_ == State::kRunning) {
-      bool member = std::any_of(members_.begin(), members_.end(),
-                                [&](const Member& m) { return m.node.node_id == node.node_id; });
-      if (member && last_round >= round_) {
+      if (members_.contains(node.node_id) && last_round >= round_) {
         refused = absl::FailedPreconditionError(absl::StrCat(
             "node ", node.hostname, " is already a member of running round ", round_));
       }
     }
     if (refused.ok()) {
-      last_seen_[node.node_id] = absl::Now();
-      std::optional<Member> was_member;
-      auto r = std::find_if(reforming_.begin(), reforming_.end(),
-                            [&](const Member& m) { return m.node.node_id == node.node_id; });
-      if (r != reforming_.end()) {
-        was_member = std::move(*r);
-        reforming_.erase(r);
-      }
+      known_[node.node_id].last_seen = absl::Now();
+      std::optional<Member> was_member = reforming_.erase(node.node_id);
       pending_.push_back(Joiner{node, last_round, std::move(done), std::move(was_member)});
       if (state_ == State::kRunning) {
         RunEvent ev;
@@ -160,7 +159,7 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
         if (state_ == State::kJoining) ProgressLocked();
       }
     }
-    if (!refused.ok() && made_session) sessions_.erase(node.node_id);
+    if (!refused.ok() && made_session) known_.erase(node.node_id);
   }
   if (!refused.ok()) {
     done(refused);
@@ -210,11 +209,9 @@ void Run::CancelJoin(const std::string& node_id) {
   JoinCallback cb;
   {
     absl::MutexLock lock(&mu_);
-    auto it = std::find_if(pending_.begin(), pending_.end(),
-                           [&](const Joiner& j) { return j.node.node_id == node_id; });
-    if (it == pending_.end()) return;
-    cb = std::move(it->done);
-    pending_.erase(it);
+    std::optional<Joiner> j = pending_.erase(node_id);
+    if (!j) return;
+    cb = std::move(j->done);
     if (state_ == State::kJoining) ProgressLocked();
   }
   cb(absl::CancelledError("join cancelled by the client"));
@@ -227,7 +224,7 @@ absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::st
     return absl::FailedPreconditionError(absl::StrCat("stale: this node was declared lost in run '", run_id_,
                                                       "' (now at round ", round_, "); rejoin as a new member"));
   }
-  last_seen_[node_id] = absl::Now();
+  known_[node_id].last_seen = absl::Now();
   return round_;
 }
 
@@ -239,13 +236,13 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
                                                      " event streams open: max_watchers_per_run=",
                                                      limits_.max_watchers_per_run));
   }
-  if (sessions_.contains(node_id) || !session.empty()) {
+  if (known_.contains(node_id) || !session.empty()) {
     if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) return s;
   } else {
     RunEvent hello;
     hello.kind = RunEvent::Kind::kSession;
     hello.round = round_;
-    hello.session = sessions_[node_id] = NewCredential();
+    hello.session = known_[node_id].session = NewCredential();
     sink->Push(hello);
   }
   RunEvent catch_up;
@@ -255,9 +252,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   if (known_round < 0) {
     // A node before its first round learns its round from Join; the
     // progress of the open round is all it needs now.
-    const bool pending = std::any_of(pending_.begin(), pending_.end(),
-                                     [&](const Joiner& j) { return j.node.node_id == node_id; });
-    if (state_ == State::kJoining && pending) {
+    if (state_ == State::kJoining && pending_.contains(node_id)) {
       RunEvent progress;
       progress.kind = RunEvent::Kind::kJoinProgress;
       progress.round = round_;
@@ -288,22 +283,20 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     if (it == watchers_.end() || it->second.get() != sink) return;
     watchers_.erase(it);
     // A pending joiner whose agent is gone leaves the round.
-    auto p = std::find_if(pending_.begin(), pending_.end(),
-                          [&](const Joiner& j) { return j.node.node_id == node_id; });
-    if (p != pending_.end()) {
+    if (std::optional<Joiner> p = pending_.erase(node_id)) {
       later.push_back([cb = std::move(p->done)]() mutable {
         cb(absl::CancelledError("the joining agent disconnected"));
       });
       // A member that had re-joined the round being re-formed is lost from
       // it, and named (below), as one that had not re-joined yet.
       if (p->was_member && state_ == State::kJoining) reforming_.push_back(std::move(*p->was_member));
-      pending_.erase(p);
     }
-    if ((state_ == State::kRunning && !finished_.contains(node_id)) || state_ == State::kJoining) {
+    const Member* m = members_.find(node_id);
+    if ((state_ == State::kRunning && !(m != nullptr && m->finished)) || state_ == State::kJoining) {
       LoseNodeLocked(node_id, "its agent disconnected", later);
     }
     // A node that watched and left without taking part is forgotten.
-    if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) sessions_.erase(node_id);
+    if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) known_.erase(node_id);
   }
   RunAll(later);
 }
@@ -328,13 +321,14 @@ RunStatus Run::Status() const {
     s.lost_nodes = static_cast<int>(lost_.size());
     const absl::Time now = absl::Now();
     auto age = [&](const std::string& id) {
-      auto it = last_seen_.find(id);
-      return it == last_seen_.end() ? absl::Seconds(-1) : now - it->second;
+      auto it = known_.find(id);
+      return it == known_.end() || it->second.last_seen == absl::InfinitePast() ? absl::Seconds(-1)
+                                                                                  : now - it->second.last_seen;
     };
     for (const auto& m : members_) {
       NodeStatus n{m.node.node_id, m.node.hostname, m.node.addr, m.assignment.node_rank, m.node.nproc, "",
                    age(m.node.node_id)};
-      if (finished_.contains(m.node.node_id)) {
+      if (m.finished) {
         n.state = "finished";
       } else {
         n.state = state_ == State::kRunning ? "running" : StateName(state_);
@@ -381,7 +375,7 @@ void Run::Close(const std::string& why) {
       later.push_back([cb = std::move(j.done), why]() mutable { cb(absl::AbortedError(why)); });
     }
     pending_.clear();
-    for (auto& b : barriers_) {
+    for (auto& [id, b] : barriers_) {
       timer_->Cancel(b.timer_id);
       later.push_back([cb = std::move(b.done), why]() mutable { cb(absl::AbortedError(why)); });
     }

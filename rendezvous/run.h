@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "rendezvous/kv_store.h"
 #include "rendezvous/limits.h"
+#include "rendezvous/node_list.h"
 #include "rendezvous/timer.h"
 #include "proto/types.h"
 
@@ -107,6 +108,7 @@ class Run : public std::enable_shared_from_this<Run> {
   struct Member {
     NodeDesc node;
     Assignment assignment;
+    bool finished = false;  // At the exit barrier of its round.
   };
   struct Joiner {
     NodeDesc node;
@@ -151,8 +153,8 @@ class Run : public std::enable_shared_from_this<Run> {
   // nodes are fewer than MIN and no restart is left to wait for a
   // replacement with; true when it did.
   bool FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Loses a member of the round being re-formed (`r` in reforming_).
-  void LoseReformingLocked(std::vector<Member>::iterator r, const std::string& why, Deferred& later)
+  // Loses `node_id`, a member of the round being re-formed (in reforming_).
+  void LoseReformingLocked(const std::string& node_id, const std::string& why, Deferred& later)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Opens round+1 for the current members and waiting nodes, without using
   // the restart budget, and pushes RESTART(membership_change) with `cause`.
@@ -166,6 +168,12 @@ class Run : public std::enable_shared_from_this<Run> {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // True when `node_id` is pending, a member, or a member being re-formed.
   bool IsParticipantLocked(const std::string& node_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Re-allocates the per-node map (known_: credentials, last heartbeats) in
+  // one go. Their keys were allocated as nodes connected and joined, scattered
+  // among those connections' gRPC buffers, and each pinned a heap page that
+  // could not go back to the system once the buffers were freed (10,000
+  // agents kept ~150 MiB after they left). O(nodes), once per round.
+  void CompactNodeMapsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string run_id_;
   DeadlineTimer* const timer_;
@@ -180,22 +188,22 @@ class Run : public std::enable_shared_from_this<Run> {
   // A re-form after a failure or loss closes as soon as this many nodes
   // joined; 0 for a fresh round (MIN/MAX and the last call apply).
   int reform_target_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Joiner> pending_ ABSL_GUARDED_BY(mu_);
+  NodeList<Joiner> pending_ ABSL_GUARDED_BY(mu_);
   bool last_call_armed_ ABSL_GUARDED_BY(mu_) = false;
   DeadlineTimer::Id last_call_timer_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
+  NodeList<Member> members_ ABSL_GUARDED_BY(mu_);
   // Members of the round being re-formed that have not rejoined yet; one
   // lost meanwhile is named (NODE_LOST) and no longer waited for.
-  std::vector<Member> reforming_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::string> finished_ ABSL_GUARDED_BY(mu_);
-  std::vector<Barrier> barriers_ ABSL_GUARDED_BY(mu_);
+  NodeList<Member> reforming_ ABSL_GUARDED_BY(mu_);
+  // Members (of members_) at the exit barrier.
+  int finished_count_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint64_t, Barrier> barriers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_barrier_ ABSL_GUARDED_BY(mu_) = 1;
   int restart_count_ ABSL_GUARDED_BY(mu_) = 0;
   // Root cause of the last incident and the round it happened in.
   bool has_root_cause_ ABSL_GUARDED_BY(mu_) = false;
   WorkerFailure root_cause_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<EventSink>> watchers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int last_progress_joined_ ABSL_GUARDED_BY(mu_) = -1;
   bool progress_armed_ ABSL_GUARDED_BY(mu_) = false;
@@ -204,8 +212,13 @@ class Run : public std::enable_shared_from_this<Run> {
   absl::flat_hash_set<std::string> lost_ ABSL_GUARDED_BY(mu_);
   // Runs once when the run ends (SetOnEnded).
   absl::AnyInvocable<void()> on_ended_ ABSL_GUARDED_BY(mu_);
-  // Every known node's current session credential.
-  absl::flat_hash_map<std::string, std::string> sessions_ ABSL_GUARDED_BY(mu_);
+  // Every known node: its current session credential and its last sign of
+  // life (join or heartbeat; InfinitePast before its first join).
+  struct Known {
+    std::string session;
+    absl::Time last_seen = absl::InfinitePast();
+  };
+  absl::flat_hash_map<std::string, Known> known_ ABSL_GUARDED_BY(mu_);
 };
 
 const char* StateName(Run::State state);

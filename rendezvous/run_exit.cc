@@ -18,8 +18,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
     absl::MutexLock lock(&mu_);
     BarrierResult now;
     now.node_count = static_cast<int>(members_.size());
-    const bool member = std::any_of(members_.begin(), members_.end(),
-                                    [&](const Member& m) { return m.node.node_id == node_id; });
+    Member* member = members_.find(node_id);
     if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
       refused = s;
     } else if (!member) {
@@ -34,12 +33,15 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
           "finish reported for round ", round, " but run '", run_id_, "' is ", StateName(state_),
           " at round ", round_));
     } else {
-      finished_.insert(node_id);
-      if (finished_.size() >= members_.size()) {
+      if (!member->finished) {
+        member->finished = true;
+        ++finished_count_;
+      }
+      if (finished_count_ >= static_cast<int>(members_.size())) {
         EndLocked(State::kFinished, later);
         now.all_finished = true;
         now.finished_nodes = now.node_count;
-        for (auto& b : barriers_) {
+        for (auto& [bid, b] : barriers_) {
           timer_->Cancel(b.timer_id);
           later.push_back([cb = std::move(b.done), now]() mutable { cb(now); });
         }
@@ -63,7 +65,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
         DeadlineTimer::Id tid = timer_->Schedule(absl::Now() + timeout, [weak, id] {
           if (auto self = weak.lock()) self->OnBarrierTimeout(id);
         });
-        barriers_.push_back(Barrier{id, tid, std::move(done)});
+        barriers_.emplace(id, Barrier{id, tid, std::move(done)});
       }
     }
   }
@@ -80,11 +82,11 @@ void Run::OnBarrierTimeout(uint64_t id) {
   BarrierResult result;
   {
     absl::MutexLock lock(&mu_);
-    auto it = std::find_if(barriers_.begin(), barriers_.end(), [id](const Barrier& b) { return b.id == id; });
+    auto it = barriers_.find(id);
     if (it == barriers_.end()) return;
-    cb = std::move(it->done);
+    cb = std::move(it->second.done);
     barriers_.erase(it);
-    result.finished_nodes = static_cast<int>(finished_.size());
+    result.finished_nodes = finished_count_;
     result.node_count = static_cast<int>(members_.size());
   }
   cb(result);
@@ -94,10 +96,10 @@ void Run::CancelFinished(uint64_t id) {
   BarrierCallback cb;
   {
     absl::MutexLock lock(&mu_);
-    auto it = std::find_if(barriers_.begin(), barriers_.end(), [id](const Barrier& b) { return b.id == id; });
+    auto it = barriers_.find(id);
     if (it == barriers_.end()) return;
-    timer_->Cancel(it->timer_id);
-    cb = std::move(it->done);
+    timer_->Cancel(it->second.timer_id);
+    cb = std::move(it->second.done);
     barriers_.erase(it);
   }
   cb(absl::CancelledError("exit barrier cancelled by the client"));

@@ -36,7 +36,7 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
     state_ = State::kJoining;
     reforming_ = std::move(members_);
     members_.clear();
-    finished_.clear();
+    finished_count_ = 0;
     ev.kind = RunEvent::Kind::kRestart;
     ev.round = round_;
     ev.restart_count = restart_count_;

@@ -28,12 +28,14 @@ void Run::OnLivenessTimer() {
     const absl::Duration limit = config_.keep_alive_interval * config_.keep_alive_max_attempt;
     std::vector<std::string> silent;
     for (const auto& m : members_) {
-      if (finished_.contains(m.node.node_id)) continue;
-      auto seen = last_seen_.find(m.node.node_id);
-      if (seen != last_seen_.end() && now - seen->second > limit) silent.push_back(m.node.node_id);
+      if (m.finished) continue;
+      auto seen = known_.find(m.node.node_id);
+      if (seen != known_.end() && seen->second.last_seen != absl::InfinitePast() && now - seen->second.last_seen > limit) {
+        silent.push_back(m.node.node_id);
+      }
     }
     for (const auto& id : silent) {
-      LoseNodeLocked(id, absl::StrCat("no keep-alive for ", absl::FormatDuration(now - last_seen_[id]), " (limit ",
+      LoseNodeLocked(id, absl::StrCat("no keep-alive for ", absl::FormatDuration(now - known_[id].last_seen), " (limit ",
                                       absl::FormatDuration(limit), ")"),
                      later);
     }
@@ -43,14 +45,13 @@ void Run::OnLivenessTimer() {
 }
 
 void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later) {
-  auto is_node = [&](const Member& mem) { return mem.node.node_id == node_id; };
-  auto m = std::find_if(members_.begin(), members_.end(), is_node);
-  if (m == members_.end()) {
+  std::optional<Member> m = members_.erase(node_id);
+  if (!m) {
     // A member of the round being re-formed that had not rejoined yet.
-    auto r = std::find_if(reforming_.begin(), reforming_.end(), is_node);
-    if (r != reforming_.end() && state_ == State::kJoining) LoseReformingLocked(r, why, later);
+    if (reforming_.contains(node_id) && state_ == State::kJoining) LoseReformingLocked(node_id, why, later);
     return;
   }
+  if (m->finished) --finished_count_;
   lost_.insert(node_id);
   WorkerFailure cause;
   cause.node_id = node_id;
@@ -59,7 +60,6 @@ void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Def
   cause.round = round_;
   cause.message = absl::StrCat("node ", m->node.hostname, " (node rank ", cause.node_rank, ") was lost: ", why);
   Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
-  members_.erase(m);
   AnnounceLostLocked(cause);
   if (FailIfTooFewLocked(cause, static_cast<int>(members_.size() + pending_.size()), later)) return;
   ReformLocked(std::move(cause), later);
@@ -90,7 +90,9 @@ bool Run::FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& late
   return true;
 }
 
-void Run::LoseReformingLocked(std::vector<Member>::iterator r, const std::string& why, Deferred& later) {
+void Run::LoseReformingLocked(const std::string& node_id, const std::string& why, Deferred& later) {
+  std::optional<Member> r = reforming_.erase(node_id);
+  if (!r) return;
   lost_.insert(r->node.node_id);
   WorkerFailure cause;
   cause.node_id = r->node.node_id;
@@ -100,7 +102,6 @@ void Run::LoseReformingLocked(std::vector<Member>::iterator r, const std::string
   cause.message = absl::StrCat("node ", r->node.hostname, " (node rank ", cause.node_rank, " of round ",
                                r->assignment.round, ") was lost too: ", why);
   Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
-  reforming_.erase(r);
   AnnounceLostLocked(cause);
   // The re-form no longer waits for it.
   reform_target_ = std::max(1, reform_target_ - 1);
@@ -117,7 +118,7 @@ void Run::FailRunLocked(Deferred& later) {
   ev.root_cause = root_cause_;
   PushLocked(ev);
   // Nobody will finish: release the exit barrier and any node standing by.
-  for (auto& b : barriers_) {
+  for (auto& [id, b] : barriers_) {
     timer_->Cancel(b.timer_id);
     later.push_back([cb = std::move(b.done)]() mutable { cb(absl::AbortedError("the run failed on another node")); });
   }
@@ -136,7 +137,7 @@ void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
   state_ = State::kJoining;
   reforming_ = std::move(members_);
   members_.clear();
-  finished_.clear();
+  finished_count_ = 0;
   RunEvent ev;
   ev.kind = RunEvent::Kind::kRestart;
   ev.round = round_;

@@ -50,9 +50,7 @@ void Run::CloseRoundLocked(Deferred& later) {
     last_call_armed_ = false;
   }
   const int take = std::min<int>(static_cast<int>(pending_.size()), config_.max_nodes);
-  std::vector<Joiner> joining(std::make_move_iterator(pending_.begin()),
-                              std::make_move_iterator(pending_.begin() + take));
-  pending_.erase(pending_.begin(), pending_.begin() + take);
+  std::vector<Joiner> joining = pending_.take_front(static_cast<size_t>(take));
 
   std::vector<NodeDesc> descs;
   descs.reserve(joining.size());
@@ -83,7 +81,7 @@ void Run::CloseRoundLocked(Deferred& later) {
   const NodeDesc& first = descs[order.order[0]];
   members_.clear();
   reforming_.clear();
-  finished_.clear();
+  finished_count_ = 0;
   int base = 0;
   absl::flat_hash_map<std::string, int> role_base;
   for (int r = 0; r < static_cast<int>(order.order.size()); ++r) {
@@ -96,7 +94,6 @@ void Run::CloseRoundLocked(Deferred& later) {
     a.world_size = world;
     a.master_addr = first.addr;
     a.node_addr = j.node.addr;
-    a.session = sessions_[j.node.node_id] = NewCredential();
     a.master_port = first.master_port;
     a.restart_count = restart_count_;
     a.max_restarts = config_.max_restarts;
@@ -104,14 +101,18 @@ void Run::CloseRoundLocked(Deferred& later) {
     a.role_world_size = role_size[j.node.role];
     role_base[j.node.role] += j.node.nproc;
     base += j.node.nproc;
+    // The member keeps no copy of its credential (known_ has it).
     members_.push_back(Member{j.node, a});
+    Known& k = known_[j.node.node_id];
+    a.session = k.session = NewCredential();
     later.push_back([cb = std::move(j.done), a]() mutable { cb(a); });
   }
   state_ = State::kRunning;
   reform_target_ = 0;
   last_progress_joined_ = -1;
   const absl::Time now = absl::Now();
-  for (const auto& m : members_) last_seen_[m.node.node_id] = now;
+  for (const auto& m : members_) known_[m.node.node_id].last_seen = now;
+  CompactNodeMapsLocked();
   ArmLivenessLocked();
   kv_->DropRoundsBelow(round_);
   RunEvent ev;

@@ -8,7 +8,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev catch2 libgloo-dev nlohmann-json3-dev
   clang libclang-rt-14-dev
-  python3-torch python3-numpy
+  python3-torch python3-numpy python3-matplotlib
   libhwloc-dev prometheus-cpp-dev
   libssl-dev openssl
   iproute2 iputils-ping procps

@@ -42,12 +42,21 @@ RunConfig Config(int min, int max, int restarts = 0) {
 
 // Keeps each node's session credential, per run, as an agent does: the
 // first join of a node gives none, later requests give the latest one.
+// A run of an earlier test case may have had the same address: an entry
+// whose run is gone is started afresh.
 struct Creds {
-  std::map<std::pair<const Run*, std::string>, std::shared_ptr<std::string>> book;
+  struct Entry {
+    std::weak_ptr<const Run> run;
+    std::shared_ptr<std::string> cred;
+  };
+  std::map<std::pair<const Run*, std::string>, Entry> book;
   std::shared_ptr<std::string> Of(const Run& run, const std::string& id) {
-    auto& slot = book[{&run, id}];
-    if (!slot) slot = std::make_shared<std::string>();
-    return slot;
+    Entry& e = book[{&run, id}];
+    if (!e.cred || e.run.expired()) {
+      e.run = run.weak_from_this();
+      e.cred = std::make_shared<std::string>();
+    }
+    return e.cred;
   }
   void Join(Run& run, const NodeDesc& n, const RunConfig& c, int64_t last,
             std::function<void(absl::StatusOr<Assignment>)> done) {

@@ -1,0 +1,401 @@
+#include "bench/rdzv_scale/driver.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "bench/rdzv_scale/child.h"
+#include "bench/rdzv_scale/server_process.h"
+
+namespace meshrun::bench {
+namespace {
+
+constexpr int kMaxTracked = 256;
+std::atomic<pid_t> g_tracked[kMaxTracked];
+
+void OnStopSignal(int) {
+  for (auto& p : g_tracked) {
+    const pid_t pgid = p.load();
+    if (pgid > 0) kill(-pgid, SIGKILL);
+  }
+  _exit(130);
+}
+
+// One load process: a slice of the agents, commanded over a socket pair
+// that is its stdin and stdout.
+struct LoadProc {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string buffer;
+  std::string log;
+  ~LoadProc() {
+    if (fd >= 0) close(fd);
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (pgid > 0) UntrackProcessGroup(pgid);
+  }
+  pid_t pgid = -1;
+};
+
+std::string Tail(const std::string& path, size_t bytes = 1500) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+}
+
+absl::Status SpawnLoad(const DriverOptions& o, const SimConfig& c, const std::string& log, LoadProc* p) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
+  }
+  int logfd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (logfd < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return absl::InternalError(absl::StrCat("cannot write ", log, ": ", std::strerror(errno)));
+  }
+  std::vector<std::string> args = {
+      o.self_binary, "--child", "--endpoint", c.endpoint, "--run_id", c.run_id, "--first",
+      absl::StrCat(c.first_index), "--count", absl::StrCat(c.count), "--nnodes", absl::StrCat(c.nnodes),
+      "--nproc", absl::StrCat(c.nproc), "--keep_alive_interval",
+      absl::StrCat(absl::ToDoubleSeconds(c.keep_alive_interval)), "--keep_alive_max_attempt",
+      absl::StrCat(c.keep_alive_max_attempt), "--connect_concurrency", absl::StrCat(c.connect_concurrency),
+      "--heartbeat_threads", absl::StrCat(c.heartbeat_threads), "--phase_timeout",
+      absl::StrCat(absl::ToDoubleSeconds(c.phase_timeout))};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, logfd, 2);
+  posix_spawnattr_t at;
+  posix_spawnattr_init(&at);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setpgroup(&at, 0);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+  int rc = posix_spawn(&p->pid, o.self_binary.c_str(), &fa, &at, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  close(sv[1]);
+  close(logfd);
+  p->fd = sv[0];
+  p->log = log;
+  if (rc != 0) {
+    p->pid = -1;
+    return absl::InternalError(absl::StrCat("cannot start ", o.self_binary, ": ", std::strerror(rc)));
+  }
+  p->pgid = p->pid;
+  TrackProcessGroup(p->pgid);
+  return absl::OkStatus();
+}
+
+// Reads one line from each process, all bounded by `deadline`.
+absl::StatusOr<std::vector<std::string>> ReadLines(std::vector<std::unique_ptr<LoadProc>>& procs, absl::Time deadline) {
+  std::vector<std::string> lines(procs.size());
+  std::vector<bool> have(procs.size(), false);
+  size_t left = procs.size();
+  while (left > 0) {
+    std::vector<pollfd> fds;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < procs.size(); ++i) {
+      size_t nl = procs[i]->buffer.find('\n');
+      if (!have[i] && nl != std::string::npos) {
+        lines[i] = procs[i]->buffer.substr(0, nl);
+        procs[i]->buffer.erase(0, nl + 1);
+        have[i] = true;
+        --left;
+      }
+      if (!have[i]) {
+        fds.push_back(pollfd{procs[i]->fd, POLLIN, 0});
+        who.push_back(i);
+      }
+    }
+    if (left == 0) break;
+    const int64_t wait_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (wait_ms <= 0 || poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat(left, " load processes did not answer in time; log: ",
+                                                      Tail(procs[who[0]]->log)));
+    }
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      char buf[4096];
+      ssize_t n = read(fds[k].fd, buf, sizeof buf);
+      if (n <= 0) {
+        return absl::UnavailableError(absl::StrCat("load process ", procs[who[k]]->pid, " exited; log: ",
+                                                   Tail(procs[who[k]]->log)));
+      }
+      procs[who[k]]->buffer.append(buf, static_cast<size_t>(n));
+    }
+  }
+  return lines;
+}
+
+double LoadAvg() {
+  std::ifstream f("/proc/loadavg");
+  double v = 0;
+  f >> v;
+  return v;
+}
+
+std::map<std::string, double> RpcsByMethod(const ServerProcess& server) {
+  absl::StatusOr<std::string> text = server.Metrics(absl::Seconds(20));
+  if (!text.ok()) return {};
+  return SumByLabel(*text, "meshrun_rpcs_total", "method");
+}
+
+std::map<std::string, double> ConnectionMetrics(const ServerProcess& server) {
+  std::map<std::string, double> out;
+  absl::StatusOr<std::string> text = server.Metrics(absl::Seconds(20));
+  if (!text.ok()) return out;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (!absl::StartsWith(line, "meshrun_connection")) continue;
+    size_t end = line.find_first_of("{ ");
+    std::string name(line.substr(0, end));
+    for (const auto& [k, v] : SumByLabel(*text, name, "")) out[name] = v;
+  }
+  return out;
+}
+
+}  // namespace
+
+void TrackProcessGroup(pid_t pgid) {
+  for (auto& p : g_tracked) {
+    pid_t none = 0;
+    if (p.compare_exchange_strong(none, pgid)) return;
+  }
+}
+
+void UntrackProcessGroup(pid_t pgid) {
+  for (auto& p : g_tracked) {
+    pid_t want = pgid;
+    if (p.compare_exchange_strong(want, 0)) return;
+  }
+}
+
+void KillChildrenOnSignal() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+int64_t RaiseOpenFilesLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return -1;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+    getrlimit(RLIMIT_NOFILE, &r);
+  }
+  return static_cast<int64_t>(r.rlim_cur);
+}
+
+RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
+  RunResult res;
+  res.n = n;
+  res.run = run_index;
+  res.load_avg_1m = LoadAvg();
+  const std::string tag = absl::StrCat("n", n, "-run", run_index);
+  auto server = ServerProcess::Start(o.meshrun_binary, o.server_args, absl::StrCat(o.work_dir, "/server-", tag, ".log"),
+                                     absl::Seconds(20));
+  if (!server.ok()) {
+    res.failure = std::string(server.status().message());
+    return res;
+  }
+  ServerProcess& srv = **server;
+  TrackProcessGroup(srv.pid());  // Its own group (agent::Spawn).
+  struct Untrack {
+    pid_t pgid;
+    ~Untrack() { UntrackProcessGroup(pgid); }
+  } untrack_server{srv.pid()};
+  absl::SleepFor(absl::Milliseconds(300));
+  if (auto s = srv.Sample(true); s.ok()) {
+    res.rss_idle_kib = s->rss_kib;
+    res.sockets_idle = s->sockets;
+  }
+  // The load processes.
+  const int procs_n = std::min(n, std::max(o.min_processes, (n + o.agents_per_process - 1) / o.agents_per_process));
+  res.processes = procs_n;
+  std::vector<std::unique_ptr<LoadProc>> procs;
+  for (int p = 0; p < procs_n; ++p) {
+    SimConfig c = o.agent;
+    c.endpoint = srv.endpoint();
+    c.run_id = absl::StrCat("rdzv-scale-", tag, "-", getpid());
+    c.nnodes = n;
+    c.first_index = static_cast<int>(static_cast<int64_t>(n) * p / procs_n);
+    c.count = static_cast<int>(static_cast<int64_t>(n) * (p + 1) / procs_n) - c.first_index;
+    auto lp = std::make_unique<LoadProc>();
+    if (absl::Status s = SpawnLoad(o, c, absl::StrCat(o.work_dir, "/load-", tag, "-", p, ".log"), lp.get()); !s.ok()) {
+      res.failure = std::string(s.message());
+      return res;
+    }
+    procs.push_back(std::move(lp));
+  }
+  if (auto ready = ReadLines(procs, absl::Now() + absl::Seconds(60)); !ready.ok()) {
+    res.failure = std::string(ready.status().message());
+    return res;
+  }
+  // Descriptor peaks, sampled in the background (cheap: no readlink).
+  std::atomic<int> peak_fds{0};
+  absl::Notification stop_sampler;
+  std::thread sampler([&] {
+    while (!stop_sampler.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
+      if (auto s = srv.Sample(false); s.ok()) {
+        int cur = peak_fds.load();
+        while (s->fds > cur && !peak_fds.compare_exchange_weak(cur, s->fds)) {
+        }
+      }
+    }
+  });
+  std::map<std::string, double> rpcs_before = RpcsByMethod(srv);
+  double join_first = 0;
+  bool failed = false;
+  for (const std::string& phase : PhaseNames()) {
+    if (o.connect_only && phase != "connect" && phase != "leave") continue;
+    PhaseStats st;
+    st.expected = n;
+    peak_fds = 0;
+    absl::StatusOr<ProcSample> before = srv.Sample(false);
+    const std::string cmd = (phase == "round_closed" ? "roundclosed" : phase == "exit_barrier" ? "finish" : phase) + "\n";
+    for (auto& p : procs) {
+      if (write(p->fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) {
+        res.failure = absl::StrCat("cannot command load process ", p->pid);
+      }
+    }
+    auto lines = ReadLines(procs, absl::Now() + o.agent.phase_timeout + absl::Seconds(60));
+    absl::StatusOr<ProcSample> after = srv.Sample(true);
+    std::map<std::string, double> rpcs_after = RpcsByMethod(srv);
+    if (before.ok() && after.ok()) {
+      st.server_cpu_s = after->cpu_s - before->cpu_s;
+      st.sockets_end = after->sockets;
+      st.rss_end_kib = after->rss_kib;
+    } else {
+      res.failure = "the server process is gone";
+    }
+    for (const auto& [m, v] : rpcs_after) {
+      double d = v - (rpcs_before.count(m) ? rpcs_before.at(m) : 0);
+      if (d > 0) st.rpcs[m] = d, st.requests += d;
+    }
+    rpcs_before = rpcs_after;
+    st.peak_fds = peak_fds.load();
+    if (!lines.ok()) {
+      res.failure = std::string(lines.status().message());
+      res.phases[phase] = st;
+      failed = true;
+      break;
+    }
+    double start = 1e300, end = 0;
+    int64_t rank_sum = 0;
+    std::string error;
+    SimCounters total;
+    for (const std::string& line : *lines) {
+      ChildResult cr = ParseChildResult(line);
+      if (!cr.parsed) {
+        error = absl::StrCat("malformed answer from a load process: ", line.substr(0, 200));
+        continue;
+      }
+      st.ok += cr.r.ok;
+      rank_sum += cr.r.rank_sum;
+      if (cr.r.start > 0) start = std::min(start, cr.r.start);
+      if (cr.r.first > 0 && phase == "join") join_first = join_first == 0 ? cr.r.first : std::min(join_first, cr.r.first);
+      end = std::max(end, cr.r.end);
+      if (error.empty() && !cr.r.error.empty()) error = cr.r.error;
+      total.heartbeats_ok += cr.counters.heartbeats_ok;
+      total.heartbeats_failed += cr.counters.heartbeats_failed;
+      total.streams_lost += cr.counters.streams_lost;
+      if (res.first_heartbeat_error.empty()) res.first_heartbeat_error = cr.counters.first_heartbeat_error;
+    }
+    // Round-closed delivery: from the first sign that the round closed (an
+    // assignment or a ROUND_CLOSED event, whichever came first) to the last
+    // agent's ROUND_CLOSED event.
+    if (phase == "round_closed") {
+      double first = join_first;
+      for (const std::string& line : *lines) {
+        ChildResult cr = ParseChildResult(line);
+        if (cr.parsed && cr.r.first > 0) first = first == 0 ? cr.r.first : std::min(first, cr.r.first);
+      }
+      start = first > 0 ? first : 1e300;
+    }
+    st.seconds = end > 0 && start < 1e299 ? end - start : -1;
+    res.heartbeats_ok = total.heartbeats_ok;
+    res.heartbeats_failed = total.heartbeats_failed;
+    res.streams_lost = total.streams_lost;
+    if (phase == "join" && after.ok()) res.rss_joined_kib = after->rss_kib;
+    res.phases[phase] = st;
+    if (st.ok < n) {
+      res.failure = absl::StrCat(phase, ": ", st.ok, " of ", n, " agents succeeded", error.empty() ? "" : ": ", error);
+      failed = true;
+      break;
+    }
+    if (phase == "join" && rank_sum != static_cast<int64_t>(n) * (n - 1) / 2) {
+      res.failure = absl::StrCat("join: node ranks are not 0..", n - 1, " each once (sum ", rank_sum, ")");
+      failed = true;
+      break;
+    }
+    if (phase == "round_closed") {
+      // The job runs: every agent connected, heartbeating, its stream open.
+      absl::SleepFor(o.steady_wait);
+      if (auto s = srv.Sample(false); s.ok()) res.rss_steady_kib = s->rss_kib;
+    }
+  }
+  stop_sampler.Notify();
+  sampler.join();
+  if (!failed) {
+    // Every agent left: wait for the server to close their connections,
+    // then let it settle before reading its memory.
+    const absl::Time deadline = absl::Now() + o.close_wait;
+    for (;;) {
+      auto s = srv.Sample(true);
+      if (!s.ok() || s->sockets <= res.sockets_idle || absl::Now() > deadline) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    absl::SleepFor(o.settle);
+    if (auto s = srv.Sample(true); s.ok()) {
+      res.rss_after_kib = s->rss_kib;
+      res.rss_peak_kib = s->hwm_kib;
+      res.sockets_after = s->sockets;
+    }
+    res.connection_metrics = ConnectionMetrics(srv);
+    res.complete = true;
+  } else if (auto s = srv.Sample(false); s.ok()) {
+    res.rss_peak_kib = s->hwm_kib;
+  }
+  for (auto& p : procs) {
+    const char quit[] = "quit\n";
+    (void)!write(p->fd, quit, sizeof quit - 1);
+  }
+  for (auto& p : procs) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    int status = 0;
+    while (waitpid(p->pid, &status, WNOHANG) == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    if (waitpid(p->pid, &status, WNOHANG) != 0) p->pid = -1;  // Reaped (or already).
+  }
+  return res;
+}
+
+}  // namespace meshrun::bench

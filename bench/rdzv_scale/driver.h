@@ -1,0 +1,101 @@
+// bench/rdzv_scale: one measured run at one N. Starts the server, starts the
+// load processes (this binary with --child, each with a slice of the N
+// agents), steps them through the phases together and reads the server
+// between phases. Phases: connect, join (first Join sent -> every
+// assignment), round_closed (first assignment -> every ROUND_CLOSED event),
+// exit_barrier (first ReportFinished -> every barrier answered), leave
+// (every client destroyed).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "bench/rdzv_scale/sim_agents.h"
+
+namespace meshrun::bench {
+
+struct DriverOptions {
+  std::string meshrun_binary;  // The server: `meshrun server`.
+  std::string self_binary;     // This program, started with --child.
+  std::string work_dir;        // Logs of the server and the load processes.
+  int agents_per_process = 1000;
+  int min_processes = 2;
+  SimConfig agent;             // Shared settings (endpoint, slice and run id are set per run).
+  std::vector<std::string> server_args;  // Extra `meshrun server` arguments.
+  // After the last agent left: how long to wait for the server's sockets
+  // to close (bounded), then how long before reading its memory.
+  absl::Duration close_wait = absl::Seconds(30);
+  absl::Duration settle = absl::Seconds(3);
+  // After the round closed, every agent still connected: how long to wait
+  // before reading the server's steady memory (its memory_release_delay
+  // gives the joins' transient memory back meanwhile).
+  absl::Duration steady_wait = absl::Seconds(3);
+  // Diagnostic: connect and leave only (no join, no exit barrier), to see
+  // what the server holds per connection alone.
+  bool connect_only = false;
+};
+
+inline const std::vector<std::string>& PhaseNames() {
+  static const std::vector<std::string> names = {"connect", "join", "round_closed", "exit_barrier", "leave"};
+  return names;
+}
+
+struct PhaseStats {
+  double seconds = -1;      // -1: not reached.
+  int ok = 0;
+  int expected = 0;
+  double server_cpu_s = 0;  // Server CPU time used during the phase.
+  double requests = 0;      // Server RPCs completed during the phase (meshrun_rpcs_total).
+  std::map<std::string, double> rpcs;  // ... by method.
+  int sockets_end = -1;     // Server sockets at the end of the phase.
+  int peak_fds = 0;         // Most server descriptors seen during it (sampled every 250 ms).
+  int64_t rss_end_kib = 0;
+};
+
+struct RunResult {
+  int n = 0;
+  int run = 0;
+  int processes = 0;
+  bool complete = false;
+  std::string failure;  // Why not complete.
+  std::map<std::string, PhaseStats> phases;
+  int64_t rss_idle_kib = 0;    // Before any agent.
+  int64_t rss_joined_kib = 0;  // Every agent connected and assigned, at the end of the join phase.
+  int64_t rss_steady_kib = 0;  // Every agent connected and assigned, steady_wait after the round closed.
+  int64_t rss_peak_kib = 0;    // VmHWM at the end.
+  int64_t rss_after_kib = 0;   // After every agent left (see DriverOptions::settle).
+  int sockets_idle = 0;
+  int sockets_after = 0;
+  int64_t heartbeats_ok = 0;
+  int64_t heartbeats_failed = 0;
+  int64_t streams_lost = 0;
+  std::string first_heartbeat_error;
+  // Other connection counters the server exports (any meshrun_connection*
+  // metric), at the end: name -> value.
+  std::map<std::string, double> connection_metrics;
+  double load_avg_1m = 0;      // /proc/loadavg at the start of the run.
+};
+
+// Runs one measured run of `n` agents. Never throws; a failure is in the
+// result. Every process it started is gone when it returns.
+RunResult RunOnce(const DriverOptions& options, int n, int run_index);
+
+// Kills (SIGKILL) the process group of every process RunOnce and RunC10d
+// have running, then exits 130, on SIGINT, SIGTERM or SIGHUP. Call once,
+// early in main. Without it the server dies with this process anyway
+// (PR_SET_PDEATHSIG) and the load processes at their next command (EOF).
+void KillChildrenOnSignal();
+// Process groups KillChildrenOnSignal kills; at most 256 at a time.
+// Async-signal-safe bookkeeping; thread-safe.
+void TrackProcessGroup(pid_t pgid);
+void UntrackProcessGroup(pid_t pgid);
+
+// Sets the soft RLIMIT_NOFILE to the hard limit (inherited by the server and
+// the load processes). Returns the new soft limit.
+int64_t RaiseOpenFilesLimit();
+
+}  // namespace meshrun::bench

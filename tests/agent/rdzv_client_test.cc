@@ -1,0 +1,106 @@
+// The agent's rendezvous client against a real `meshrun server` process.
+#include "agent/rdzv_client.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
+#include "tests/support/subprocess.h"
+
+namespace meshrun::agent {
+namespace {
+
+using testing::MeshrunBinary;
+using testing::ReadFile;
+using testing::StartCommand;
+using testing::TempDir;
+using testing::WaitCommand;
+
+// A `meshrun server` on a free loopback port; stopped and reaped at the end.
+struct ServerProc {
+  pid_t pid = -1;
+  int port = 0;
+  ~ServerProc() {
+    if (pid <= 0) return;
+    kill(pid, SIGCONT);
+    kill(pid, SIGTERM);
+    WaitCommand(pid, 10);
+  }
+};
+
+void StartServer(ServerProc* s) {
+  const std::string dir = TempDir();
+  s->pid = StartCommand({MeshrunBinary(), "server", "--host", "127.0.0.1", "--port", "0", "--port_file", dir + "/port"},
+                        {}, dir + "/out", dir + "/err");
+  for (int i = 0; i < 200 && s->port == 0; ++i) {
+    std::string text = ReadFile(dir + "/port");
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &s->port)) absl::SleepFor(absl::Milliseconds(50));
+  }
+  REQUIRE(s->port > 0);
+}
+
+}  // namespace
+
+TEST_CASE("a server that stops answering is lost after the run's keep-alive limit of heartbeats, refusals being answers",
+          "[agent][rdzv_client]") {
+  ServerProc server;
+  StartServer(&server);
+  auto c = RendezvousClient::Connect(absl::StrCat("127.0.0.1:", server.port), "silent", "", absl::Seconds(10));
+  REQUIRE(c.ok());
+  absl::Notification closed;
+  absl::Status closed_status;
+  (*c)->StartWatch("n0", -1, [](const rendezvous::RunEvent&) {}, [&](const absl::Status& s) {
+    closed_status = s;
+    closed.Notify();
+  });
+  rendezvous::NodeDesc node;
+  node.node_id = "n0";
+  node.hostname = "n0";
+  node.master_port = 29500;
+  rendezvous::RunConfig config;
+  config.keep_alive_interval = absl::Milliseconds(200);
+  config.keep_alive_max_attempt = 2;  // The limit: 0.4 s without an answer.
+  absl::Notification joined;
+  (*c)->JoinAsync(node, config, -1, absl::Seconds(10), [&](absl::StatusOr<rendezvous::Assignment> a) {
+    CHECK(a.ok());
+    joined.Notify();
+  });
+  REQUIRE(joined.WaitForNotificationWithTimeout(absl::Seconds(10)));
+
+  // Refusals (an unknown node) are answers: the server is there. (n0's own
+  // heartbeats keep it a member meanwhile.)
+  for (int i = 0; i < 4; ++i) {
+    CHECK(absl::IsPermissionDenied((*c)->Heartbeat("nobody", 0, absl::Milliseconds(500)).status()));
+    CHECK((*c)->Heartbeat("n0", 0, absl::Milliseconds(500)).ok());
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  CHECK_FALSE(closed.HasBeenNotified());
+
+  // Stopped: its connection stays open and nothing answers.
+  REQUIRE(kill(server.pid, SIGSTOP) == 0);
+  const absl::Time stopped = absl::Now();
+  for (int i = 0; i < 30 && !closed.HasBeenNotified(); ++i) {
+    CHECK_FALSE((*c)->Heartbeat("n0", 0, absl::Milliseconds(300)).ok());
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  REQUIRE(closed.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  const absl::Duration took = absl::Now() - stopped;
+  INFO(closed_status.ToString());
+  CHECK(absl::IsUnavailable(closed_status));
+  CHECK(absl::StrContains(closed_status.message(),
+                          absl::StrCat("lost the rendezvous server at 127.0.0.1:", server.port, ": no answer to ")));
+  CHECK(absl::StrContains(closed_status.message(), "heartbeats in a row"));
+  // At least two misses and the 0.4 s limit; long before HTTP/2 keepalive
+  // (30 s + 20 s) would.
+  CHECK(took >= absl::Milliseconds(400));
+  CHECK(took < absl::Seconds(5));
+  kill(server.pid, SIGCONT);
+}
+
+}  // namespace meshrun::agent
