@@ -104,7 +104,7 @@ TEST_CASE("store proxy: every store operation works for a worker with no token, 
   CHECK(counts->at("KvSet") >= 2);
 }
 
-TEST_CASE("store proxy: 8 workers waiting for one unique id are one server read; then it is local", "[store_proxy]") {
+TEST_CASE("store proxy: 8 workers waiting for one unique id are one server read, then it is local", "[store_proxy]") {
   Setup s;
   auto setter = s.Worker();
   auto before = s.ServerStatus().store_keys_read_by_node();
