@@ -152,7 +152,10 @@ void StoreCache::ResolveLocked(ReadId id, absl::Time now, StoreRequest* sets, st
   }
   const bool has_sets = sets != nullptr && !sets->set_keys.empty();
   if (fresh.empty() && !has_sets) return;
-  if (sets == nullptr && now >= w.deadline) {
+  // Asked again after a read it joined failed: the server counts waits in
+  // whole milliseconds and answers a wait of 0 at once (NOT_FOUND), so
+  // less than 1 ms left is a timeout here, as it would be there.
+  if (sets == nullptr && w.deadline - now < absl::Milliseconds(1)) {
     // A read it joined timed out and its own time is up too.
     std::vector<std::string> absent(fresh.begin(), fresh.begin() + std::min<size_t>(fresh.size(), 8));
     FinishLocked(id,
@@ -168,8 +171,11 @@ void StoreCache::ResolveLocked(ReadId id, absl::Time now, StoreRequest* sets, st
     r.set_values = std::move(sets->set_values);
   }
   r.keys = fresh;
-  r.wait = w.deadline == absl::InfiniteFuture() ? absl::InfiniteDuration()
-                                                : std::max(absl::ZeroDuration(), w.deadline - now);
+  // Rounded up to the millisecond (the wire's unit), so a waiting read
+  // never becomes an immediate one.
+  r.wait = w.deadline == absl::InfiniteFuture()
+               ? absl::InfiniteDuration()
+               : absl::Ceil(std::max(absl::ZeroDuration(), w.deadline - now), absl::Milliseconds(1));
   const absl::Time deadline = w.deadline;
   const FetchId f = NewFetchLocked(id, std::move(r), deadline, /*indexed=*/!fresh.empty(), starts);
   Waiter& again = waiters_.at(id);

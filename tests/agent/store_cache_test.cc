@@ -37,7 +37,10 @@ class KvUpstream : public StoreUpstream {
       }
     }
     auto shared = std::make_shared<Done>(std::move(done));
-    KvStore::WaiterId w = kv_->Await(r.round, r.keys, r.wait, [this, id, shared](auto v) {
+    // Waits travel in whole milliseconds (wait_ms), as over gRPC.
+    const absl::Duration wait = r.wait == absl::InfiniteDuration() ? absl::Hours(24)
+                                                                   : absl::Trunc(r.wait, absl::Milliseconds(1));
+    KvStore::WaiterId w = kv_->Await(r.round, r.keys, wait, [this, id, shared](auto v) {
       {
         absl::MutexLock lock(&mu_);
         parked_.erase(id);
@@ -222,6 +225,22 @@ TEST_CASE("store cache: each read keeps its own deadline", "[store_cache]") {
   REQUIRE(longer.result.ok());
   CHECK((*longer.result)[0] == "v");
   CHECK(up.requests_ == 4);
+  // A read joins one whose deadline is a fraction of a millisecond earlier:
+  // when that one times out, what is left of its own wait rounds to 0 ms on
+  // the wire, an immediate read; it must still end as a waiting read
+  // (DEADLINE_EXCEEDED), never NOT_FOUND.
+  for (int i = 0; i < 10; ++i) {
+    Answer first, second;
+    const std::string key = absl::StrCat("mesh/late", i);
+    cache.Submit(Read(0, {key}, absl::Milliseconds(50)), first.Callback());
+    absl::SleepFor(absl::Microseconds(100 * (i + 1)));
+    cache.Submit(Read(0, {key}, absl::Milliseconds(50)), second.Callback());
+    REQUIRE(first.Wait());
+    REQUIRE(second.Wait());
+    CHECK(absl::IsDeadlineExceeded(first.result.status()));
+    INFO(second.result.status());
+    CHECK(absl::IsDeadlineExceeded(second.result.status()));
+  }
   REQUIRE(up.kv_->Set(0, "mesh/k", "w").ok());
   REQUIRE(slow.Wait());
   CHECK((*slow.result)[0] == "w");
