@@ -82,7 +82,7 @@ absl::Status SpawnLoad(const DriverOptions& o, const SimConfig& c, const std::st
       absl::StrCat(absl::ToDoubleSeconds(c.keep_alive_interval)), "--keep_alive_max_attempt",
       absl::StrCat(c.keep_alive_max_attempt), "--connect_concurrency", absl::StrCat(c.connect_concurrency),
       "--heartbeat_threads", absl::StrCat(c.heartbeat_threads), "--phase_timeout",
-      absl::StrCat(absl::ToDoubleSeconds(c.phase_timeout))};
+      absl::StrCat(absl::ToDoubleSeconds(c.phase_timeout)), "--workers_per_agent", absl::StrCat(c.workers_per_agent)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -168,6 +168,12 @@ std::map<std::string, double> RpcsByMethod(const ServerProcess& server) {
   return SumByLabel(*text, "meshrun_rpcs_total", "method");
 }
 
+std::map<std::string, double> StoreByNode(const ServerProcess& server) {
+  absl::StatusOr<std::string> text = server.Metrics(absl::Seconds(20));
+  if (!text.ok()) return {};
+  return SumByLabel(*text, "meshrun_store_requests_total", "node");
+}
+
 std::map<std::string, double> ConnectionMetrics(const ServerProcess& server) {
   std::map<std::string, double> out;
   absl::StatusOr<std::string> text = server.Metrics(absl::Seconds(20));
@@ -219,6 +225,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   RunResult res;
   res.n = n;
   res.run = run_index;
+  res.workers_per_agent = o.agent.workers_per_agent;
   res.load_avg_1m = LoadAvg();
   const std::string tag = absl::StrCat("n", n, "-run", run_index);
   auto server = ServerProcess::Start(o.meshrun_binary, o.server_args, absl::StrCat(o.work_dir, "/server-", tag, ".log"),
@@ -273,12 +280,14 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
     }
   });
   std::map<std::string, double> rpcs_before = RpcsByMethod(srv);
+  std::map<std::string, double> store_before = StoreByNode(srv);
   double join_first = 0;
   bool failed = false;
   for (const std::string& phase : PhaseNames()) {
     if (o.connect_only && phase != "connect" && phase != "leave") continue;
+    if (phase == "workers" && o.agent.workers_per_agent <= 0) continue;
     PhaseStats st;
-    st.expected = n;
+    st.expected = phase == "workers" ? n * o.agent.workers_per_agent : n;
     peak_fds = 0;
     absl::StatusOr<ProcSample> before = srv.Sample(false);
     const std::string cmd = (phase == "round_closed" ? "roundclosed" : phase == "exit_barrier" ? "finish" : phase) + "\n";
@@ -302,6 +311,12 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
       if (d > 0) st.rpcs[m] = d, st.requests += d;
     }
     rpcs_before = rpcs_after;
+    std::map<std::string, double> store_after = StoreByNode(srv);
+    for (const auto& [node, v] : store_after) {
+      double d = v - (store_before.count(node) ? store_before.at(node) : 0);
+      if (d > 0) st.store_by_node[node] = d;
+    }
+    store_before = store_after;
     st.peak_fds = peak_fds.load();
     if (!lines.ok()) {
       res.failure = std::string(lines.status().message());
@@ -347,8 +362,9 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
     res.streams_lost = total.streams_lost;
     if (phase == "join" && after.ok()) res.rss_joined_kib = after->rss_kib;
     res.phases[phase] = st;
-    if (st.ok < n) {
-      res.failure = absl::StrCat(phase, ": ", st.ok, " of ", n, " agents succeeded", error.empty() ? "" : ": ", error);
+    if (st.ok < st.expected) {
+      res.failure = absl::StrCat(phase, ": ", st.ok, " of ", st.expected, phase == "workers" ? " workers" : " agents",
+                                 " succeeded", error.empty() ? "" : ": ", error);
       failed = true;
       break;
     }

@@ -40,7 +40,7 @@ struct DriverOptions {
 };
 
 inline const std::vector<std::string>& PhaseNames() {
-  static const std::vector<std::string> names = {"connect", "join", "round_closed", "exit_barrier", "leave"};
+  static const std::vector<std::string> names = {"connect", "join", "round_closed", "workers", "exit_barrier", "leave"};
   return names;
 }
 
@@ -51,6 +51,8 @@ struct PhaseStats {
   double server_cpu_s = 0;  // Server CPU time used during the phase.
   double requests = 0;      // Server RPCs completed during the phase (meshrun_rpcs_total).
   std::map<std::string, double> rpcs;  // ... by method.
+  // Server store requests during the phase by node (meshrun_store_requests_total{node}).
+  std::map<std::string, double> store_by_node;
   int sockets_end = -1;     // Server sockets at the end of the phase.
   int peak_fds = 0;         // Most server descriptors seen during it (sampled every 250 ms).
   int64_t rss_end_kib = 0;
@@ -60,6 +62,7 @@ struct RunResult {
   int n = 0;
   int run = 0;
   int processes = 0;
+  int workers_per_agent = 0;  // The workers phase's (0: not run).
   bool complete = false;
   std::string failure;  // Why not complete.
   std::map<std::string, PhaseStats> phases;

@@ -65,7 +65,6 @@ int main(int argc, char** argv) {
   std::string meshrun = MESHRUN_BINARY;
   std::string work_dir;
   std::vector<std::string> server_args;
-  int workers_per_agent = 0;
   double keep_alive = 5, phase_timeout = 120, settle = 3;
   mb::DriverOptions o;
   mb::C10dOptions c10d;
@@ -99,8 +98,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--connect_only", o.connect_only,
                "Diagnostic: only connect (event streams open) and leave, no rendezvous: the server's cost per connection");
-  app.add_option("--workers_per_agent", workers_per_agent,
-                 "Simulated workers per agent fetching a 3-D mesh's unique ids through their agent (needs the store proxy)")
+  app.add_option("--workers_per_agent", o.agent.workers_per_agent,
+                 "Simulated workers per agent fetching a 3-D mesh's unique ids through their agent's store proxy "
+                 "(0: no workers phase); mesh (N, 2, W/2)")
       ->capture_default_str();
   app.add_option("--c10d_agents", c10d_agents_text, "N for torchrun's c10d rendezvous (empty: skip)")->capture_default_str();
   app.add_option("--c10d_runs", c10d.runs, "Runs per N for c10d (default: --runs)");
@@ -128,11 +128,6 @@ int main(int argc, char** argv) {
   o.steady_wait = absl::Seconds(steady_wait);
   if (child) return mb::ChildMain(o.agent);
 
-  if (workers_per_agent != 0) {
-    std::fprintf(stderr, "rdzv_scale: error: --workers_per_agent=%d: %s\n", workers_per_agent,
-                 mb::SimAgents::WorkersPhaseUnavailable().c_str());
-    return 2;
-  }
   std::vector<int> ns, c10d_ns;
   if (!ParseList(agents_text, "--agents", &ns) || !ParseList(c10d_agents_text, "--c10d_agents", &c10d_ns)) return 2;
   if (c10d.runs <= 0) c10d.runs = runs;

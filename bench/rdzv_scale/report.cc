@@ -39,6 +39,22 @@ double Median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
+WorkersStats WorkersOf(const RunResult& r) {
+  WorkersStats w;
+  auto it = r.phases.find("workers");
+  if (it == r.phases.end()) return w;
+  w.ran = true;
+  double sum = 0;
+  for (const auto& [node, v] : it->second.store_by_node) {
+    if (node == "(direct)") continue;
+    ++w.nodes;
+    sum += v;
+    w.max = std::max(w.max, v);
+  }
+  w.mean = w.nodes > 0 ? sum / w.nodes : 0;
+  return w;
+}
+
 bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const std::vector<C10dResult>& c10d) {
   std::ofstream f(path);
   std::vector<std::string> head = {"impl", "n", "run", "complete", "processes"};
@@ -49,7 +65,9 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
   for (const auto& p : PhaseNames()) head.push_back("rss_kib_after_" + p);
   for (const char* c : {"sockets_idle", "sockets_joined", "sockets_after", "rss_idle_kib", "rss_joined_kib",
                         "rss_steady_kib", "rss_peak_kib", "rss_after_kib", "kib_per_agent", "heartbeats_ok", "heartbeats_failed",
-                        "streams_lost", "load_1m", "failure"}) {
+                        "streams_lost", "load_1m", "workers_per_agent", "workers_store_nodes",
+                        "workers_store_requests_per_node_max", "workers_store_requests_per_node_mean",
+                        "workers_store_requests_per_node_per_dim_max", "workers_sockets_end", "failure"}) {
     head.push_back(c);
   }
   f << absl::StrJoin(head, ",") << "\n";
@@ -74,6 +92,13 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
     row.push_back(absl::StrCat(r.heartbeats_failed));
     row.push_back(absl::StrCat(r.streams_lost));
     row.push_back(Num(r.load_avg_1m, "%.2f"));
+    const WorkersStats ws = WorkersOf(r);
+    row.push_back(ws.ran ? absl::StrCat(r.workers_per_agent) : "");
+    row.push_back(ws.ran ? absl::StrCat(ws.nodes) : "");
+    row.push_back(ws.ran ? Num(ws.max, "%.0f") : "");
+    row.push_back(ws.ran ? Num(ws.mean, "%.2f") : "");
+    row.push_back(ws.ran ? Num(ws.max / 3, "%.2f") : "");
+    row.push_back(ws.ran ? absl::StrCat(ph("workers").sockets_end) : "");
     row.push_back(Csv(r.failure));
     f << absl::StrJoin(row, ",") << "\n";
   }
@@ -130,6 +155,35 @@ std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResu
                            return static_cast<double>(m);
                          }), "%.0f"),
                     " |\n");
+  }
+  bool any_workers = false;
+  for (const RunResult& r : runs) any_workers |= r.complete && WorkersOf(r).ran;
+  if (any_workers) {
+    absl::StrAppend(&out, "\n| N | workers | mesh | unique ids: first request -> all workers s | server store requests "
+                          "per node (max / mean) | per node per dimension (max) | server CPU s | server sockets |\n"
+                          "|---:|---:|---|---:|---|---:|---:|---:|\n");
+    for (const auto& [n, rs] : by_n) {
+      std::vector<const RunResult*> ok;
+      for (const RunResult* r : rs) {
+        if (r->complete && WorkersOf(*r).ran) ok.push_back(r);
+      }
+      if (ok.empty()) continue;
+      auto med = [&](auto f) {
+        std::vector<double> v;
+        for (const RunResult* r : ok) v.push_back(f(*r));
+        return Median(v);
+      };
+      const int w = ok[0]->workers_per_agent;
+      absl::StrAppend(&out, "| ", n, " | ", n * w, " | (", n, ", ", w % 2 == 0 ? 2 : 1, ", ", w % 2 == 0 ? w / 2 : w,
+                      ") | ", Cell(med([](const RunResult& r) { return PhaseSeconds(r, "workers"); })), " | ",
+                      Cell(med([](const RunResult& r) { return WorkersOf(r).max; }), "%.0f"), " / ",
+                      Cell(med([](const RunResult& r) { return WorkersOf(r).mean; }), "%.2f"), " | ",
+                      Cell(med([](const RunResult& r) { return WorkersOf(r).max / 3; }), "%.2f"), " | ",
+                      Cell(med([](const RunResult& r) { return r.phases.at("workers").server_cpu_s; }), "%.2f"), " | ",
+                      Cell(med([](const RunResult& r) { return static_cast<double>(r.phases.at("workers").sockets_end); }),
+                           "%.0f"),
+                      " |\n");
+    }
   }
   if (!c10d.empty()) {
     absl::StrAppend(&out, "\n| N | torchrun c10d: complete | first next_rendezvous() -> all complete s (median) | runs |\n"

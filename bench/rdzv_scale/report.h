@@ -28,6 +28,16 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
 // the complete count and every failure's reason below it.
 std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResult>& c10d);
 
+// The workers phase of a run: server store requests per node (nodes named
+// by their store proxy; "(direct)" left out).
+struct WorkersStats {
+  bool ran = false;
+  int nodes = 0;
+  double max = 0;
+  double mean = 0;
+};
+WorkersStats WorkersOf(const RunResult& r);
+
 // The median of `v` (the mean of the middle two for an even count); -1
 // when empty. Pure.
 double Median(std::vector<double> v);

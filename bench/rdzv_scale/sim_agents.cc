@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/rdzv_client.h"
+#include "bench/rdzv_scale/sim_workers.h"
 #include "proto/types.h"
 
 namespace meshrun::bench {
@@ -25,6 +26,7 @@ struct SimAgents::Agent {
   std::unique_ptr<RendezvousClient> client;
   bool session_seen = false;        // Touched by the phase thread only.
   std::atomic<int64_t> round{0};
+  int node_rank = -1;  // From the assignment (under mu_).
 };
 
 SimAgents::SimAgents(SimConfig config) : config_(std::move(config)) {
@@ -183,6 +185,7 @@ PhaseResult SimAgents::Join() {
         ++phase_.ok;
         phase_.rank_sum += r->node_rank;
         a->round = r->round;
+        a->node_rank = static_cast<int>(r->node_rank);
       } else {
         ++phase_.failed;
         if (phase_.error.empty()) phase_.error = absl::StrCat(a->node.node_id, ": ", bad);
@@ -269,9 +272,22 @@ PhaseResult SimAgents::Leave() {
   return r;
 }
 
-std::string SimAgents::WorkersPhaseUnavailable() {
-  return "--workers_per_agent needs the store proxy: simulated workers fetch the mesh's unique ids through "
-         "their agent's Unix socket (the node agent's store proxy), which this build does not have yet";
+PhaseResult SimAgents::Workers() {
+  std::vector<SimNode> nodes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& a : agents_) {
+      if (!a->client || a->node_rank < 0) continue;
+      nodes.push_back(SimNode{a->client->channel(), a->node.node_id, a->node_rank, a->round.load()});
+    }
+  }
+  PhaseResult r = RunWorkersPhase(config_, nodes);
+  const int missing = config_.count - static_cast<int>(nodes.size());
+  if (missing > 0) {
+    r.failed += missing * config_.workers_per_agent;
+    if (r.error.empty()) r.error = absl::StrCat(missing, " agents have no assignment");
+  }
+  return r;
 }
 
 SimCounters SimAgents::counters() const {

@@ -32,6 +32,9 @@ struct SimConfig {
   int count = 0;            // of `nnodes` in the run.
   int nnodes = 0;
   int nproc = 8;            // Workers per simulated node (the assignment's world size).
+  // Simulated workers per agent in the workers phase (0: no such phase);
+  // see sim_workers.h.
+  int workers_per_agent = 0;
   // The agent's defaults (agent/node_agent.h, rdzv_conf).
   absl::Duration keep_alive_interval = absl::Seconds(5);
   int keep_alive_max_attempt = 3;
@@ -96,12 +99,10 @@ class SimAgents {
   // Stops the heartbeats and destroys every client (closing its stream and
   // its connection); ends when all are gone.
   PhaseResult Leave();
-  // The phase "8 simulated workers per agent fetch a 3-D mesh's unique ids
-  // through their agents" is not here yet: workers reach the store through
-  // their node agent's store proxy (a Unix socket the agent serves), which
-  // this build does not have. The driver refuses --workers_per_agent with
-  // this text, naming what is missing.
-  static std::string WorkersPhaseUnavailable();
+  // After the round closed: every agent starts its store proxy and
+  // workers_per_agent workers fetch a 3-D mesh's unique ids through it
+  // (sim_workers.h). ok / failed count workers.
+  PhaseResult Workers();
 
   SimCounters counters() const;
 

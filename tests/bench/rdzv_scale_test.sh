@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/rdzv_scale at a small N: its phases complete against a real
 # `meshrun server`, the CSV has a row per run (meshrun and torchrun's c10d),
-# the plot script draws it, and the hook for the workers' phase refuses
-# plainly until the store proxy exists.
+# the plot script draws it, and the workers phase (8 simulated workers per
+# agent fetch a 3-D mesh's unique ids through their agent's store proxy)
+# completes with a bounded number of server requests per node.
 # Usage: rdzv_scale_test.sh RDZV_SCALE_BINARY SOURCE_DIR
 set -u
 BIN=$1 SRC=$2
@@ -36,9 +37,24 @@ if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
     ok "plot drawn" || fail "plot.py failed"
 fi
 
-out=$("$BIN" --workers_per_agent 8 2>&1); rc=$?
-if [ $rc = 2 ] && echo "$out" | grep -q "needs the store proxy"; then ok "workers phase: refused until the store proxy exists"
-else fail "workers phase: exit $rc: $out"; fi
+# The workers phase at 16 agents x 8 workers, mesh (16, 2, 4): every worker
+# gets its rows' leaders' ids; through the proxies the server sees at most
+# 9 store requests per node (one per worker, whose sets are its own, plus
+# the first member's verdict), its sockets stay O(nodes).
+timeout 120 "$BIN" --agents 16 --runs 1 --workers_per_agent 8 --c10d_agents "" --csv "$T/w.csv" --table "$T/w.md" \
+  --work_dir "$T/wlogs" --settle 0.5 --steady_wait 0.2 >"$T/wout" 2>"$T/werr"
+rc=$?
+if [ $rc = 0 ]; then ok "workers phase: exit 0"; else fail "workers phase: exit $rc"; cat "$T/werr"; fi
+col() { awk -F, -v want="$1" 'NR==1{for(i=1;i<=NF;i++) if ($i==want) c=i} NR==2{print $c}' "$T/w.csv"; }
+ws=$(col workers_s) wmax=$(col workers_store_requests_per_node_max) wnodes=$(col workers_store_nodes)
+wsocks=$(col workers_sockets_end)
+if [ -n "$ws" ] && awk -v s="$ws" 'BEGIN{exit !(s > 0)}'; then ok "workers phase took $ws s"; else fail "workers_s '$ws'"; fi
+if [ "$wnodes" = 16 ]; then ok "16 nodes' proxies reached the server"; else fail "workers_store_nodes '$wnodes'"; fi
+if [ -n "$wmax" ] && [ "$wmax" -ge 1 ] && [ "$wmax" -le 9 ]; then ok "at most $wmax server store requests per node"
+else fail "server store requests per node: '$wmax' (bound 9)"; cat "$T/w.csv"; fi
+if [ -n "$wsocks" ] && [ "$wsocks" -lt 64 ]; then ok "$wsocks server sockets for 128 workers"
+else fail "server sockets in the workers phase: '$wsocks'"; fi
+grep -q "unique ids: first request -> all workers" "$T/w.md" && ok "the workers table is written" || fail "no workers table"
 out=$("$BIN" --agents 64,x 2>&1); rc=$?
 if [ $rc = 2 ] && echo "$out" | grep -q "'x' is not a positive integer"; then ok "a bad --agents is named"
 else fail "bad --agents: exit $rc: $out"; fi

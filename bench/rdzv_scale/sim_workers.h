@@ -1,0 +1,45 @@
+// bench/rdzv_scale: the workers phase. After the round closed, each
+// simulated agent starts the node agent's own store proxy
+// (agent::StoreProxy, over the agent client's channel, in its node id) and
+// `workers_per_agent` simulated workers (threads) per agent, each with its
+// own GrpcStore on the proxy's unix: endpoint (as a worker given
+// MESHRUN_STORE_ENDPOINT), fetch the NCCL unique ids of a 3-D mesh with
+// libmesh's own exchange (libmesh/agreement.cc ExchangeUniqueIds: per row,
+// the coordinate-0 member's id under "mesh/<id>/d<dim>/row<r>", inside the
+// members' agreement on "mesh/<id>"). Nothing of the protocol is
+// re-implemented here.
+//
+// Mesh: (nnodes, 2, workers_per_agent / 2) named (node, pair, local) for an
+// even workers_per_agent, else (nnodes, 1, workers_per_agent); rank =
+// node_rank * workers_per_agent + local index.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/rdzv_scale/sim_agents.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace meshrun::bench {
+
+struct SimNode {
+  std::shared_ptr<grpc::Channel> channel;  // The agent client's channel to the server.
+  std::string node_id;
+  int node_rank = -1;
+  int64_t round = 0;
+};
+
+// The mesh shape used for `nnodes` x `workers_per_agent` ranks.
+std::vector<int> WorkersMeshShape(int nnodes, int workers_per_agent);
+
+// Runs the phase for `nodes` (this process's agents). start: the first
+// worker's first store request; end: the last worker having all its ids;
+// ok / failed count workers (a worker whose ids are not its rows' leaders'
+// is failed).
+PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>& nodes);
+
+}  // namespace meshrun::bench
