@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,7 @@ PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>&
   int ok = 0, failed = 0;
   std::string error;
   std::atomic<int> ready{0};
+  std::atomic<bool> abort{false};  // Not every worker thread could be started.
   absl::Notification go;
   auto worker = [&](size_t node_index, int local) {
     const SimNode& n = nodes[node_index];
@@ -88,6 +90,7 @@ PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>&
     absl::StatusOr<std::shared_ptr<Store>> store = ConnectGrpcStore(so);
     ready.fetch_add(1);
     go.WaitForNotification();
+    if (abort.load()) return;
     if (!store.ok()) return fail(std::string(store.status().message()));
     std::vector<int> coord = *layout->CoordinateOf(rank);
     std::vector<mi::GroupSpec> rows;
@@ -129,12 +132,21 @@ PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>&
   };
   std::vector<std::thread> threads;
   threads.reserve(nodes.size() * w);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (int l = 0; l < w; ++l) threads.emplace_back(worker, i, l);
+  // One thread per worker: the machine's task limit (kernel.pid_max,
+  // 32,768 here) bounds how many workers a run can have.
+  try {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (int l = 0; l < w; ++l) threads.emplace_back(worker, i, l);
+    }
+  } catch (const std::system_error& e) {
+    abort = true;
+    error = absl::StrCat("could not start worker thread ", threads.size() + 1, " of ", nodes.size() * w, ": ",
+                         e.what(), " (the machine's thread limit)");
   }
   while (ready.load() < static_cast<int>(threads.size())) absl::SleepFor(absl::Milliseconds(1));
   go.Notify();
   for (auto& t : threads) t.join();
+  if (abort.load()) failed = static_cast<int>(nodes.size()) * w;
   proxies.clear();
   r.start = start;
   r.first = end;
