@@ -223,10 +223,19 @@ absl::StatusOr<std::string> ConnectOnce(const std::string& addr, int port, absl:
 absl::StatusOr<TcpRoute> ProbeTcp(const Endpoint& ep, absl::Duration attempt_timeout) {
   MESHRUN_ASSIGN_OR_RETURN(std::vector<std::string> addrs, ResolveNumeric(ep.host));
   std::string errors;
-  for (const std::string& a : addrs) {
-    absl::StatusOr<std::string> local = ConnectOnce(a, ep.port, attempt_timeout);
-    if (local.ok()) return TcpRoute{a, *local};
-    absl::StrAppend(&errors, errors.empty() ? "" : "; ", Endpoint{a, ep.port}.ToString(), ": ",
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    absl::StatusOr<std::string> local = ConnectOnce(addrs[i], ep.port, attempt_timeout);
+    if (local.ok()) {
+      // A server that came up while the earlier addresses were tried (they
+      // were refused a moment ago) is dialed at the preferred one (IPv4
+      // first), so every node picks the same family whenever it can.
+      for (size_t j = 0; j < i; ++j) {
+        absl::StatusOr<std::string> again = ConnectOnce(addrs[j], ep.port, attempt_timeout);
+        if (again.ok()) return TcpRoute{addrs[j], *again};
+      }
+      return TcpRoute{addrs[i], *local};
+    }
+    absl::StrAppend(&errors, errors.empty() ? "" : "; ", Endpoint{addrs[i], ep.port}.ToString(), ": ",
                     local.status().message());
   }
   return absl::UnavailableError(errors);

@@ -50,7 +50,10 @@ struct TcpRoute {
 
 // Resolves `ep.host` (IPv4 first) and connects over TCP to each address in
 // turn, each attempt bounded by `attempt_timeout`; returns the first that
-// accepts (the connection is closed at once). UNAVAILABLE naming every
+// accepts (the connection is closed at once). When a later address accepts,
+// the earlier ones are tried once more and the first of them that accepts
+// now wins (a server that came up meanwhile is dialed at the preferred
+// address, so the choice does not depend on timing). UNAVAILABLE naming every
 // address tried and its error (e.g. "connection refused") otherwise;
 // NOT_FOUND when the name does not resolve. Thread-safe.
 absl::StatusOr<TcpRoute> ProbeTcp(const Endpoint& ep, absl::Duration attempt_timeout);
