@@ -4,6 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
@@ -84,6 +88,18 @@ TEST_CASE("a server that stops answering is lost after the run's keep-alive limi
 
   // Stopped: its connection stays open and nothing answers.
   REQUIRE(kill(server.pid, SIGSTOP) == 0);
+  // kill() returns before every thread of the server has stopped; a call
+  // sent meanwhile may still be answered. Wait until the kernel says it is
+  // stopped ('T' in /proc/<pid>/stat), at most 2 s.
+  auto state = [&] {
+    std::ifstream f("/proc/" + std::to_string(server.pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t p = stat.rfind(')');
+    return p == std::string::npos || p + 2 >= stat.size() ? '?' : stat[p + 2];
+  };
+  for (int i = 0; i < 200 && state() != 'T'; ++i) absl::SleepFor(absl::Milliseconds(10));
+  REQUIRE(state() == 'T');
+  absl::SleepFor(absl::Milliseconds(50));  // Calls answered just before the stop have arrived.
   const absl::Time stopped = absl::Now();
   for (int i = 0; i < 30 && !closed.HasBeenNotified(); ++i) {
     CHECK_FALSE((*c)->Heartbeat("n0", 0, absl::Milliseconds(300)).ok());
