@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/store.h"
@@ -125,6 +127,7 @@ StoreCache::ReadId StoreCache::Submit(StoreRequest request, Done done) {
 void StoreCache::ResolveLocked(ReadId id, absl::Time now, StoreRequest* sets, std::vector<Start>& starts,
                                Ready& ready, std::vector<FetchId>& cancel) {
   Waiter& w = waiters_.at(id);
+  const absl::flat_hash_set<absl::string_view> wanted(w.keys.begin(), w.keys.end());
   std::vector<std::string> fresh;
   for (size_t i = 0; i < w.keys.size(); ++i) {
     const std::string& k = w.keys[i];
@@ -133,13 +136,22 @@ void StoreCache::ResolveLocked(ReadId id, absl::Time now, StoreRequest* sets, st
     for (FetchId f : w.fetches) covered = covered || Has(fetches_.at(f).keys, k);
     if (covered) continue;
     // Join a read of `k` in flight that waits no longer than this request
-    // may: its answer (or its timeout) then comes in time for this one.
+    // may (its answer, or its timeout, then comes in time for this one) and
+    // for nothing this request does not wait for itself: the server answers
+    // a read when all its keys are there, so joining one that also waits
+    // for another key would make this request wait for that key too, which
+    // may be one its worker is to write only after this read (a mesh's
+    // verdict, written by the first member once it has read the others).
     FetchId best = 0;
     auto in = inflight_.find(k);
     if (in != inflight_.end()) {
       for (FetchId f : in->second) {
-        const absl::Time d = fetches_.at(f).deadline;
-        if (now < d && d <= w.deadline && (best == 0 || d > fetches_.at(best).deadline)) best = f;
+        const Fetch& cand = fetches_.at(f);
+        const absl::Time d = cand.deadline;
+        if (!(now < d && d <= w.deadline) || (best != 0 && d <= fetches_.at(best).deadline)) continue;
+        if (std::all_of(cand.keys.begin(), cand.keys.end(), [&](const std::string& c) { return wanted.contains(c); })) {
+          best = f;
+        }
       }
     }
     if (best != 0) {

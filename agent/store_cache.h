@@ -101,8 +101,9 @@ class StoreCache {
   // call). Returns an id for Cancel (0 when answered at once).
   //  - Reads of the current round whose keys are all write-once: each key is
   //    answered from the cache, or joins a read of it already in flight
-  //    (one that waits no longer than this one may), or goes to the server
-  //    in one request together with this request's sets. The answer comes
+  //    (one that waits no longer than this one may, and for no key this one
+  //    does not want), or goes to the server in one request together with
+  //    this request's sets. The answer comes
   //    when every key is known and this request's own sets are confirmed.
   //  - Anything else (another round, a mutable key): one server request,
   //    exactly this one; its write-once values are learned.

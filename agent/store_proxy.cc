@@ -1,7 +1,9 @@
 #include "agent/store_proxy.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,6 +26,10 @@ using Stub = pb::Rendezvous::Stub;
 
 // Longest path a Unix socket address holds (sun_path, with its NUL).
 constexpr size_t kMaxSocketPath = 107;
+// A proxy folder this old whose socket nobody serves is a dead agent's.
+constexpr absl::Duration kStaleDirAge = absl::Seconds(60);
+// Entries of the base folder looked at per sweep, at most.
+constexpr int kMaxSweptEntries = 100000;
 // Extra time a forwarded request may take beyond its wait, for the round trip.
 constexpr absl::Duration kRpcSlack = absl::Seconds(30);
 
@@ -361,8 +367,48 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
   const int64_t max_forwarded_;
 };
 
+// True when something listens on the Unix socket `path` (a connect that
+// does not wait: a full backlog counts as listening).
+bool Listening(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;  // Cannot tell: keep it.
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int err = errno;
+  ::close(fd);
+  return rc == 0 || (err != ECONNREFUSED && err != ENOENT);
+}
+
+}  // namespace
+
+int SweepStaleProxyDirs(const std::string& base, absl::Duration min_age) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(base, ec), end;
+  const int64_t cutoff = absl::ToUnixSeconds(absl::Now() - min_age);
+  int removed = 0;
+  for (int seen = 0; !ec && it != end && seen < kMaxSweptEntries; it.increment(ec), ++seen) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("meshrun-store-", 0) != 0) continue;
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid() ||
+        st.st_mtime > cutoff) {
+      continue;
+    }
+    if (Listening((it->path() / "store.sock").string())) continue;
+    std::error_code rm;
+    std::filesystem::remove_all(it->path(), rm);
+    if (!rm) ++removed;
+  }
+  return removed;
+}
+
+namespace {
+
 // A fresh directory of mode 0700 for the socket: under `base`, $TMPDIR or
-// /tmp, falling back to /tmp when the socket path would be too long.
+// /tmp, falling back to /tmp when the socket path would be too long. Stale
+// folders of agents that died there first go (SweepStaleProxyDirs).
 absl::StatusOr<std::string> MakePrivateDir(std::string base) {
   if (base.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -370,6 +416,9 @@ absl::StatusOr<std::string> MakePrivateDir(std::string base) {
   }
   const std::string leaf = "/meshrun-store-XXXXXX";
   if (base.size() + leaf.size() + std::string("/store.sock").size() > kMaxSocketPath) base = "/tmp";
+  if (int n = SweepStaleProxyDirs(base, kStaleDirAge); n > 0) {
+    Logger("agent")->debug("removed {} store proxy folder(s) of agents gone from {}", n, base);
+  }
   std::string templ = base + leaf;
   if (::mkdtemp(templ.data()) == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("store proxy: cannot make a directory ", templ, ": ",

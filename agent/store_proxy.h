@@ -11,13 +11,15 @@
 // mode 0700 owned by the agent's user, so only that user (the workers the
 // agent starts run as it) can connect. It is removed when the proxy is
 // destroyed; the agent's death closes the socket, so workers' calls fail at
-// once with UNAVAILABLE rather than at a timeout.
+// once with UNAVAILABLE rather than at a timeout. A killed agent's folder is
+// removed by the next proxy of the same user (SweepStaleProxyDirs).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "agent/store_cache.h"
 
 namespace grpc {
@@ -38,6 +40,13 @@ struct StoreProxyOptions {
   // when the socket's path would not fit a Unix socket address, 107 bytes).
   std::string dir_base;
 };
+
+// Removes the folders that store proxies of this user left under `base`
+// when their agent was killed (a SIGKILLed process cannot clean up):
+// "meshrun-store-*" folders owned by this user, unchanged for `min_age`,
+// whose socket nobody listens on. Returns how many went. StoreProxy::Start
+// calls it (60 s); looks at 100000 entries at most. Never fails.
+int SweepStaleProxyDirs(const std::string& base, absl::Duration min_age);
 
 class StoreProxy {
  public:

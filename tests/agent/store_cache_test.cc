@@ -247,6 +247,38 @@ TEST_CASE("store cache: each read keeps its own deadline", "[store_cache]") {
   cache.Shutdown();
 }
 
+TEST_CASE("store cache: a read does not join one that also waits for a key it is to write itself", "[store_cache]") {
+  // As in a mesh's agreement: a member waits for the verdict and the data;
+  // the first member reads the data, then writes the verdict. Had the first
+  // member's read of the data joined the member's read (which also waits
+  // for the verdict), neither would ever be answered.
+  KvUpstream up;
+  StoreCache cache(&up);
+  cache.SetRound(0);
+  Answer member, first;
+  cache.Submit(Read(0, {"mesh/a/verdict", "mesh/a/data/r0"}, absl::Seconds(10)), member.Callback());
+  cache.Submit(Read(0, {"mesh/a/data/r0"}, absl::Seconds(10)), first.Callback());
+  CHECK(up.requests_ == 2);
+  REQUIRE(up.kv_->Set(0, "mesh/a/data/r0", "d0").ok());
+  REQUIRE(first.Wait(absl::Seconds(5)));
+  REQUIRE(first.result.ok());
+  CHECK((*first.result)[0] == "d0");
+  REQUIRE(up.kv_->Set(0, "mesh/a/verdict", "ok").ok());  // Written once the data was read.
+  REQUIRE(member.Wait(absl::Seconds(5)));
+  CHECK(*member.result == std::vector<std::string>{"ok", "d0"});
+  // A read that wants everything a read in flight waits for joins it.
+  Answer wide, wider;
+  cache.Submit(Read(0, {"mesh/b/x"}, absl::Seconds(10)), wide.Callback());
+  cache.Submit(Read(0, {"mesh/b/x", "mesh/b/y"}, absl::Seconds(10)), wider.Callback());
+  CHECK(up.requests_ == 4);  // y alone went out; x joined.
+  CHECK(cache.stats().keys_coalesced == 1);
+  REQUIRE(up.kv_->MultiSet(0, {"mesh/b/x", "mesh/b/y"}, {"X", "Y"}).ok());
+  REQUIRE(wide.Wait());
+  REQUIRE(wider.Wait());
+  CHECK(*wider.result == std::vector<std::string>{"X", "Y"});
+  cache.Shutdown();
+}
+
 TEST_CASE("store cache: cancelling one reader keeps the read for the others, the last cancels it",
           "[store_cache]") {
   KvUpstream up;

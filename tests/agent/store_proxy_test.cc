@@ -3,8 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <grpcpp/grpcpp.h>
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <thread>
@@ -156,4 +161,54 @@ TEST_CASE("store proxy: a worker's request larger than the limit is refused", "[
   absl::Status big = store->Set("big", std::string(128 << 10, 'x'));
   CHECK(absl::IsResourceExhausted(big));
   CHECK(store->Set("small", std::string(1024, 'x')).ok());
+}
+
+TEST_CASE("store proxy: folders of killed agents are swept, live and young ones kept", "[store_proxy]") {
+  std::string base = std::filesystem::temp_directory_path() / ("meshrun-sweep-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base);
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } cleanup{base};
+  auto make = [&](const std::string& name, bool listen, bool old) {
+    std::string dir = base + "/" + name;
+    std::filesystem::create_directories(dir);
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::string sock = dir + "/store.sock";
+    std::strncpy(addr.sun_path, sock.c_str(), sizeof(addr.sun_path) - 1);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    if (listen) {
+      REQUIRE(::listen(fd, 4) == 0);
+    } else {
+      ::close(fd);  // A dead agent's socket: the file stays, nobody listens.
+      fd = -1;
+    }
+    if (old) {
+      timespec times[2] = {{absl::ToUnixSeconds(absl::Now()) - 600, 0}, {absl::ToUnixSeconds(absl::Now()) - 600, 0}};
+      REQUIRE(::utimensat(AT_FDCWD, dir.c_str(), times, 0) == 0);
+    }
+    return fd;
+  };
+  make("meshrun-store-dead01", false, true);
+  const int live = make("meshrun-store-live01", true, true);
+  make("meshrun-store-young1", false, false);
+  make("other-dead", false, true);
+  CHECK(agent::SweepStaleProxyDirs(base, absl::Seconds(60)) == 1);
+  CHECK_FALSE(std::filesystem::exists(base + "/meshrun-store-dead01"));
+  CHECK(std::filesystem::exists(base + "/meshrun-store-live01"));
+  CHECK(std::filesystem::exists(base + "/meshrun-store-young1"));
+  CHECK(std::filesystem::exists(base + "/other-dead"));
+  ::close(live);
+  // A proxy started there sweeps the same way.
+  agent::StoreProxyOptions o;
+  o.dir_base = base;
+  make("meshrun-store-dead02", false, true);
+  Setup s(o);
+  CHECK_FALSE(std::filesystem::exists(base + "/meshrun-store-dead02"));
+  CHECK(absl::StartsWith(s.proxy->directory(), base + "/meshrun-store-"));
 }
