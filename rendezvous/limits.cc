@@ -30,6 +30,7 @@ constexpr IntLimit kIntLimits[] = {
     {"max_keys_per_run", &ServerLimits::max_keys_per_run},
     {"max_store_bytes_per_run", &ServerLimits::max_store_bytes_per_run},
     {"max_waiters_per_run", &ServerLimits::max_waiters_per_run},
+    {"max_batch_items", &ServerLimits::max_batch_items},
     {"max_store_bytes", &ServerLimits::max_store_bytes},
     {"max_runs", &ServerLimits::max_runs},
     {"max_watchers_per_run", &ServerLimits::max_watchers_per_run},

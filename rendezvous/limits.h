@@ -32,6 +32,9 @@ struct ServerLimits {
   int64_t max_store_bytes_per_run = 64 << 20;
   // Parked store reads (waits) per run.
   int64_t max_waiters_per_run = 65536;
+  // Items of one KvBatch call (a node's store proxy sends its workers'
+  // concurrent requests as one call).
+  int64_t max_batch_items = 1024;
   // All runs' stores together.
   int64_t max_store_bytes = 1LL << 30;
   // Runs held at once (joining or running, and ended ones until removed).

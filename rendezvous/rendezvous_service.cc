@@ -1,12 +1,12 @@
 #include "rendezvous/rendezvous_service.h"
 
-#include <list>
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/security.h"
+#include "rendezvous/reactors.h"
 #include "rendezvous/requests.h"
+#include "rendezvous/watch_reactor.h"
 #include "proto/wire.h"
 
 namespace meshrun::rendezvous {
@@ -16,175 +16,12 @@ namespace pb = ::meshrun::v1;
 
 constexpr const char* kMethodNames[] = {
     "Join", "Heartbeat", "Watch", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvAdd",
-    "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "Status"};
+    "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "KvBatch", "Status"};
+static_assert(sizeof(kMethodNames) / sizeof(kMethodNames[0]) == RendezvousService::kNumMethods);
 
 using wire::FromProto;
 using wire::ToGrpc;
 using wire::ToProto;
-
-// A unary reactor that may finish later, from any thread, exactly once; on
-// client cancellation it runs `on_cancel` (which must lead to Complete).
-class ParkedReactor : public grpc::ServerUnaryReactor {
- public:
-  void Complete(const grpc::Status& s) {
-    if (!finished_.exchange(true)) Finish(s);
-  }
-  void SetOnCancel(absl::AnyInvocable<void()> fn) {
-    absl::MutexLock lock(&mu_);
-    on_cancel_ = std::move(fn);
-  }
-  void OnCancel() override {
-    absl::AnyInvocable<void()> fn;
-    {
-      absl::MutexLock lock(&mu_);
-      fn = std::move(on_cancel_);
-    }
-    if (fn) fn();
-    // The domain answered already, or had nothing parked: end the call.
-    Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-  }
-  void OnDone() override { delete this; }
-
- private:
-  std::atomic<bool> finished_{false};
-  absl::Mutex mu_;
-  absl::AnyInvocable<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
-};
-
-// Streams a run's events; owned jointly by gRPC (until OnDone) and the run.
-class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public EventSink {
- public:
-  WatchReactor(std::shared_ptr<Run> run, std::string node_id, RendezvousService* service, const ServerLimits& limits)
-      : run_(std::move(run)),
-        node_id_(std::move(node_id)),
-        service_(service),
-        max_events_(limits.max_watch_queue_events),
-        max_bytes_(limits.max_watch_queue_bytes) {
-    service_->WatchStarted();
-  }
-
-  // Subscribes to the run; a refusal ends the stream with it.
-  grpc::Status Begin(std::shared_ptr<WatchReactor> self, int64_t known_round, const std::string& session) {
-    self_ = std::move(self);
-    absl::Status s = run_->Watch(node_id_, self_, known_round, session);
-    if (!s.ok()) {
-      absl::MutexLock lock(&mu_);
-      finish_requested_ = true;
-      final_status_ = ToGrpc(s);
-      MaybeFinishLocked();
-    }
-    return ToGrpc(s);
-  }
-
-  // gRPC's rules, kept under mu_: one write in flight at a time; Finish
-  // once, and only when no write is in flight; nothing after Finish.
-  void Push(const RunEvent& event) override {
-    absl::MutexLock lock(&mu_);
-    if (finish_requested_ || done_) return;
-    pb::RunEvent msg = ToProto(event);
-    const int64_t size = static_cast<int64_t>(msg.ByteSizeLong());
-    if (static_cast<int64_t>(queue_.size()) >= max_events_ || queued_bytes_ + size > max_bytes_) {
-      // A watcher that does not read: cut it off, free what it held; its
-      // agent re-opens the stream and catches up from its known round.
-      final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                   absl::StrCat("slow watcher: ", queue_.size(), " events (", queued_bytes_,
-                                                " bytes) unread; max_watch_queue_events=", max_events_,
-                                                ", max_watch_queue_bytes=", max_bytes_, "; re-open the stream"));
-      finish_requested_ = true;
-      while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
-      queued_bytes_ = 0;
-      MaybeFinishLocked();
-      return;
-    }
-    queued_bytes_ += size;
-    queue_.push_back(std::move(msg));
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&queue_.front());
-    }
-  }
-
-  void CloseStale(const std::string& why) override {
-    absl::MutexLock lock(&mu_);
-    if (finish_requested_ || done_) return;
-    finish_requested_ = true;
-    final_status_ = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, absl::StrCat("stale: ", why));
-    MaybeFinishLocked();
-  }
-
-  void CloseRun(const std::string& why) override {
-    absl::MutexLock lock(&mu_);
-    if (finish_requested_ || done_) return;
-    finish_requested_ = true;
-    final_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, why);
-    MaybeFinishLocked();
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    if (!queue_.empty()) {
-      queued_bytes_ = std::max<int64_t>(0, queued_bytes_ - static_cast<int64_t>(queue_.front().ByteSizeLong()));
-      queue_.pop_front();
-    }
-    writing_ = false;
-    if (!ok) finish_requested_ = true;  // The stream broke.
-    if (!finish_requested_ && !queue_.empty()) {
-      writing_ = true;
-      StartWrite(&queue_.front());
-      return;
-    }
-    MaybeFinishLocked();
-  }
-
-  void OnCancel() override {
-    run_->Unwatch(node_id_, this);
-    absl::MutexLock lock(&mu_);
-    finish_requested_ = true;
-    MaybeFinishLocked();
-  }
-
-  void OnDone() override {
-    run_->Unwatch(node_id_, this);
-    service_->WatchEnded();
-    std::shared_ptr<WatchReactor> self;
-    {
-      absl::MutexLock lock(&mu_);
-      done_ = true;
-      self = std::move(self_);
-    }
-  }
-
- private:
-  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finish_requested_ && !writing_ && !finished_) {
-      finished_ = true;
-      Finish(final_status_);
-    }
-  }
-
-  const std::shared_ptr<Run> run_;
-  const std::string node_id_;
-  RendezvousService* const service_;
-  const int64_t max_events_;
-  const int64_t max_bytes_;
-  absl::Mutex mu_;
-  // A list, not a deque: an empty std::deque allocates ~600 bytes, for
-  // each of 10,000 agents' streams; events are rare and short-lived.
-  std::list<pb::RunEvent> queue_ ABSL_GUARDED_BY(mu_);
-  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status final_status_ ABSL_GUARDED_BY(mu_){grpc::StatusCode::CANCELLED, "watch cancelled"};
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  std::shared_ptr<WatchReactor> self_;
-};
-
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::Status& s) {
-  auto* r = ctx->DefaultReactor();
-  r->Finish(s);
-  return r;
-}
 
 }  // namespace
 
@@ -299,9 +136,10 @@ grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackS
     };
     return new Refused(s);
   }
-  auto reactor = std::make_shared<WatchReactor>(*run, req->node_id(), this, limits_);
-  Count(kWatch, reactor->Begin(reactor, req->known_round(), req->session()));
-  return reactor.get();
+  grpc::ServerWriteReactor<pb::RunEvent>* reactor =
+      StartWatch(*run, req->node_id(), this, limits_, req->known_round(), req->session(), &s);
+  Count(kWatch, s);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* ctx,
@@ -350,157 +188,6 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServer
       });
   if (id != 0) reactor->SetOnCancel([run, id] { run->CancelFinished(id); });
   return reactor;
-}
-
-void RendezvousService::CountStore(grpc::CallbackServerContext* ctx, int64_t keys_read) {
-  if (traffic_ == nullptr) return;
-  const auto& metadata = ctx->client_metadata();
-  auto it = metadata.find(kNodeMetadataKey);
-  traffic_->OnStoreRequest(it == metadata.end() ? absl::string_view()
-                                                : absl::string_view(it->second.data(), it->second.size()),
-                           keys_read);
-}
-
-absl::StatusOr<std::shared_ptr<Run>> RendezvousService::StoreRun(const pb::RunRef& run) {
-  return registry_->FindOrCreate(run.run_id());
-}
-
-grpc::ServerUnaryReactor* RendezvousService::KvSet(grpc::CallbackServerContext* ctx,
-                                                   const pb::KvSetRequest* req, pb::KvSetResponse*) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvSet, req->run()); !s.ok()) return Reply(kKvSet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvSet, ctx, ToGrpc(run.status()));
-  return Reply(kKvSet, ctx, ToGrpc((*run)->kv().Set(req->round(), req->key(), req->value())));
-}
-
-namespace {
-
-// Parks a waiting store read on the run's store; answers through `fill`.
-template <typename Fill, typename Counted>
-grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round, std::vector<std::string> keys,
-                                    int64_t wait_ms, Fill fill, Counted counted) {
-  auto* reactor = new ParkedReactor();
-  std::shared_ptr<KvStore> kv(run, &run->kv());
-  KvStore::WaiterId id = kv->Await(
-      round, std::move(keys), absl::Milliseconds(wait_ms),
-      [reactor, fill = std::move(fill), counted = std::move(counted)](
-          absl::StatusOr<std::vector<std::string>> values) mutable {
-        if (values.ok()) fill(*values);
-        counted(ToGrpc(values.status()));
-        reactor->Complete(ToGrpc(values.status()));
-      });
-  if (id != 0) reactor->SetOnCancel([kv, id] { kv->Cancel(id); });
-  return reactor;
-}
-
-}  // namespace
-
-grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* ctx,
-                                                   const pb::KvGetRequest* req, pb::KvGetResponse* resp) {
-  CountStore(ctx, 1);
-  if (auto s = Admit(kKvGet, req->run()); !s.ok()) return Reply(kKvGet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvGet, ctx, ToGrpc(run.status()));
-  return AwaitKeys(
-      *run, req->round(), {req->key()}, req->wait_ms(),
-      [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); },
-      [this](const grpc::Status& s) { Count(kKvGet, s); });
-}
-
-grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* ctx,
-                                                   const pb::KvAddRequest* req, pb::KvAddResponse* resp) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvAdd, req->run()); !s.ok()) return Reply(kKvAdd, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvAdd, ctx, ToGrpc(run.status()));
-  absl::StatusOr<int64_t> v = (*run)->kv().Add(req->round(), req->key(), req->delta());
-  if (v.ok()) resp->set_value(*v);
-  return Reply(kKvAdd, ctx, ToGrpc(v.status()));
-}
-
-grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerContext* ctx,
-                                                          const pb::KvCompareSetRequest* req,
-                                                          pb::KvCompareSetResponse* resp) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvCompareSet, req->run()); !s.ok()) return Reply(kKvCompareSet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvCompareSet, ctx, ToGrpc(run.status()));
-  absl::StatusOr<std::pair<std::string, bool>> r =
-      (*run)->kv().CompareSet(req->round(), req->key(), req->expected(), req->desired());
-  if (r.ok()) {
-    resp->set_value(std::move(r->first));
-    resp->set_swapped(r->second);
-  }
-  return Reply(kKvCompareSet, ctx, ToGrpc(r.status()));
-}
-
-grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext* ctx,
-                                                     const pb::KvCheckRequest* req, pb::KvCheckResponse* resp) {
-  CountStore(ctx, req->keys_size());
-  if (auto s = Admit(kKvCheck, req->run()); !s.ok()) return Reply(kKvCheck, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvCheck, ctx, ToGrpc(run.status()));
-  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  resp->set_all_present((*run)->kv().Check(req->round(), keys));
-  return Reply(kKvCheck, ctx, grpc::Status::OK);
-}
-
-grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContext* ctx,
-                                                      const pb::KvDeleteRequest* req,
-                                                      pb::KvDeleteResponse* resp) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvDelete, req->run()); !s.ok()) return Reply(kKvDelete, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvDelete, ctx, ToGrpc(run.status()));
-  absl::StatusOr<bool> deleted = (*run)->kv().Delete(req->round(), req->key());
-  if (deleted.ok()) resp->set_deleted(*deleted);
-  return Reply(kKvDelete, ctx, ToGrpc(deleted.status()));
-}
-
-grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerContext* ctx,
-                                                        const pb::KvMultiGetRequest* req,
-                                                        pb::KvMultiGetResponse* resp) {
-  CountStore(ctx, req->keys_size());
-  if (auto s = Admit(kKvMultiGet, req->run()); !s.ok()) return Reply(kKvMultiGet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(run.status()));
-  if (!req->set_keys().empty()) {
-    absl::Status st = (*run)->kv().MultiSet(
-        req->round(), std::vector<std::string>(req->set_keys().begin(), req->set_keys().end()),
-        std::vector<std::string>(req->set_values().begin(), req->set_values().end()));
-    if (!st.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(st));
-  }
-  return AwaitKeys(
-      *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
-      [resp](std::vector<std::string>& v) {
-        for (auto& s : v) resp->add_values(std::move(s));
-      },
-      [this](const grpc::Status& s) { Count(kKvMultiGet, s); });
-}
-
-grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerContext* ctx,
-                                                        const pb::KvMultiSetRequest* req,
-                                                        pb::KvMultiSetResponse*) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvMultiSet, req->run()); !s.ok()) return Reply(kKvMultiSet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvMultiSet, ctx, ToGrpc(run.status()));
-  absl::Status st = (*run)->kv().MultiSet(req->round(),
-                                          std::vector<std::string>(req->keys().begin(), req->keys().end()),
-                                          std::vector<std::string>(req->values().begin(), req->values().end()));
-  return Reply(kKvMultiSet, ctx, ToGrpc(st));
-}
-
-grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext* ctx,
-                                                    const pb::KvWaitRequest* req, pb::KvWaitResponse*) {
-  CountStore(ctx, req->keys_size());
-  if (auto s = Admit(kKvWait, req->run()); !s.ok()) return Reply(kKvWait, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
-  if (!run.ok()) return Reply(kKvWait, ctx, ToGrpc(run.status()));
-  return AwaitKeys(
-      *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
-      [](std::vector<std::string>&) {}, [this](const grpc::Status& s) { Count(kKvWait, s); });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,

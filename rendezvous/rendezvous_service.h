@@ -23,7 +23,7 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
  public:
   enum Method {
     kJoin, kHeartbeat, kWatch, kReportFailure, kReportFinished, kKvSet, kKvGet, kKvAdd,
-    kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kNumMethods
+    kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kKvBatch, kStatus, kNumMethods
   };
 
   // `registry` (and `metrics` and `traffic`, when not null) must outlive
@@ -89,6 +89,8 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
                                        v1::KvMultiSetResponse* resp) override;
   grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* ctx, const v1::KvWaitRequest* req,
                                    v1::KvWaitResponse* resp) override;
+  grpc::ServerWriteReactor<v1::KvBatchResponse>* KvBatch(grpc::CallbackServerContext* ctx,
+                                                         const v1::KvBatchRequest* req) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
                                    v1::StatusResponse* resp) override;
 

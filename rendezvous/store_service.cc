@@ -1,0 +1,196 @@
+// The store methods of the Rendezvous service (Kv*): the gRPC side of each
+// run's KvStore (kv_store.h). The rest of the service is in
+// rendezvous_service.cc.
+#include "absl/strings/str_cat.h"
+#include "proto/wire.h"
+#include "rendezvous/kv_batch_reactor.h"
+#include "rendezvous/reactors.h"
+#include "rendezvous/rendezvous_service.h"
+
+namespace meshrun::rendezvous {
+
+namespace pb = ::meshrun::v1;
+using wire::ToGrpc;
+
+void RendezvousService::CountStore(grpc::CallbackServerContext* ctx, int64_t keys_read) {
+  if (traffic_ == nullptr) return;
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find(kNodeMetadataKey);
+  traffic_->OnStoreRequest(it == metadata.end() ? absl::string_view()
+                                                : absl::string_view(it->second.data(), it->second.size()),
+                           keys_read);
+}
+
+absl::StatusOr<std::shared_ptr<Run>> RendezvousService::StoreRun(const pb::RunRef& run) {
+  return registry_->FindOrCreate(run.run_id());
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvSet(grpc::CallbackServerContext* ctx,
+                                                   const pb::KvSetRequest* req, pb::KvSetResponse*) {
+  CountStore(ctx, 0);
+  if (auto s = Admit(kKvSet, req->run()); !s.ok()) return Reply(kKvSet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvSet, ctx, ToGrpc(run.status()));
+  return Reply(kKvSet, ctx, ToGrpc((*run)->kv().Set(req->round(), req->key(), req->value())));
+}
+
+namespace {
+
+// Parks a waiting store read on the run's store; answers through `fill`.
+template <typename Fill, typename Counted>
+grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round, std::vector<std::string> keys,
+                                    int64_t wait_ms, Fill fill, Counted counted) {
+  auto* reactor = new ParkedReactor();
+  std::shared_ptr<KvStore> kv(run, &run->kv());
+  KvStore::WaiterId id = kv->Await(
+      round, std::move(keys), absl::Milliseconds(wait_ms),
+      [reactor, fill = std::move(fill), counted = std::move(counted)](
+          absl::StatusOr<std::vector<std::string>> values) mutable {
+        if (values.ok()) fill(*values);
+        counted(ToGrpc(values.status()));
+        reactor->Complete(ToGrpc(values.status()));
+      });
+  if (id != 0) reactor->SetOnCancel([kv, id] { kv->Cancel(id); });
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* ctx,
+                                                   const pb::KvGetRequest* req, pb::KvGetResponse* resp) {
+  CountStore(ctx, 1);
+  if (auto s = Admit(kKvGet, req->run()); !s.ok()) return Reply(kKvGet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvGet, ctx, ToGrpc(run.status()));
+  return AwaitKeys(
+      *run, req->round(), {req->key()}, req->wait_ms(),
+      [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); },
+      [this](const grpc::Status& s) { Count(kKvGet, s); });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* ctx,
+                                                   const pb::KvAddRequest* req, pb::KvAddResponse* resp) {
+  CountStore(ctx, 0);
+  if (auto s = Admit(kKvAdd, req->run()); !s.ok()) return Reply(kKvAdd, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvAdd, ctx, ToGrpc(run.status()));
+  absl::StatusOr<int64_t> v = (*run)->kv().Add(req->round(), req->key(), req->delta());
+  if (v.ok()) resp->set_value(*v);
+  return Reply(kKvAdd, ctx, ToGrpc(v.status()));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerContext* ctx,
+                                                          const pb::KvCompareSetRequest* req,
+                                                          pb::KvCompareSetResponse* resp) {
+  CountStore(ctx, 0);
+  if (auto s = Admit(kKvCompareSet, req->run()); !s.ok()) return Reply(kKvCompareSet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvCompareSet, ctx, ToGrpc(run.status()));
+  absl::StatusOr<std::pair<std::string, bool>> r =
+      (*run)->kv().CompareSet(req->round(), req->key(), req->expected(), req->desired());
+  if (r.ok()) {
+    resp->set_value(std::move(r->first));
+    resp->set_swapped(r->second);
+  }
+  return Reply(kKvCompareSet, ctx, ToGrpc(r.status()));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext* ctx,
+                                                     const pb::KvCheckRequest* req, pb::KvCheckResponse* resp) {
+  CountStore(ctx, req->keys_size());
+  if (auto s = Admit(kKvCheck, req->run()); !s.ok()) return Reply(kKvCheck, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvCheck, ctx, ToGrpc(run.status()));
+  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+  resp->set_all_present((*run)->kv().Check(req->round(), keys));
+  return Reply(kKvCheck, ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContext* ctx,
+                                                      const pb::KvDeleteRequest* req,
+                                                      pb::KvDeleteResponse* resp) {
+  CountStore(ctx, 0);
+  if (auto s = Admit(kKvDelete, req->run()); !s.ok()) return Reply(kKvDelete, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvDelete, ctx, ToGrpc(run.status()));
+  absl::StatusOr<bool> deleted = (*run)->kv().Delete(req->round(), req->key());
+  if (deleted.ok()) resp->set_deleted(*deleted);
+  return Reply(kKvDelete, ctx, ToGrpc(deleted.status()));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerContext* ctx,
+                                                        const pb::KvMultiGetRequest* req,
+                                                        pb::KvMultiGetResponse* resp) {
+  CountStore(ctx, req->keys_size());
+  if (auto s = Admit(kKvMultiGet, req->run()); !s.ok()) return Reply(kKvMultiGet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(run.status()));
+  if (!req->set_keys().empty()) {
+    absl::Status st = (*run)->kv().MultiSet(
+        req->round(), std::vector<std::string>(req->set_keys().begin(), req->set_keys().end()),
+        std::vector<std::string>(req->set_values().begin(), req->set_values().end()));
+    if (!st.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(st));
+  }
+  return AwaitKeys(
+      *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
+      [resp](std::vector<std::string>& v) {
+        for (auto& s : v) resp->add_values(std::move(s));
+      },
+      [this](const grpc::Status& s) { Count(kKvMultiGet, s); });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerContext* ctx,
+                                                        const pb::KvMultiSetRequest* req,
+                                                        pb::KvMultiSetResponse*) {
+  CountStore(ctx, 0);
+  if (auto s = Admit(kKvMultiSet, req->run()); !s.ok()) return Reply(kKvMultiSet, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvMultiSet, ctx, ToGrpc(run.status()));
+  absl::Status st = (*run)->kv().MultiSet(req->round(),
+                                          std::vector<std::string>(req->keys().begin(), req->keys().end()),
+                                          std::vector<std::string>(req->values().begin(), req->values().end()));
+  return Reply(kKvMultiSet, ctx, ToGrpc(st));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext* ctx,
+                                                    const pb::KvWaitRequest* req, pb::KvWaitResponse*) {
+  CountStore(ctx, req->keys_size());
+  if (auto s = Admit(kKvWait, req->run()); !s.ok()) return Reply(kKvWait, ctx, s);
+  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  if (!run.ok()) return Reply(kKvWait, ctx, ToGrpc(run.status()));
+  return AwaitKeys(
+      *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
+      [](std::vector<std::string>&) {}, [this](const grpc::Status& s) { Count(kKvWait, s); });
+}
+
+grpc::ServerWriteReactor<pb::KvBatchResponse>* RendezvousService::KvBatch(grpc::CallbackServerContext* ctx,
+                                                                          const pb::KvBatchRequest* req) {
+  int64_t keys_read = 0;
+  for (const pb::KvBatchItem& item : req->items()) keys_read += item.keys_size();
+  // One call is one request of its node, however many items it carries.
+  CountStore(ctx, keys_read);
+  grpc::Status s = Admit(kKvBatch, req->run());
+  if (s.ok() && req->items_size() > limits_.max_batch_items) {
+    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("store batch of ", req->items_size(), " requests: allowed: at most ",
+                                  limits_.max_batch_items, " (max_batch_items)"));
+  }
+  absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
+  if (s.ok()) {
+    run = StoreRun(req->run());
+    s = ToGrpc(run.status());
+  }
+  if (!s.ok()) {
+    Count(kKvBatch, s);
+    class Refused : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
+     public:
+      explicit Refused(const grpc::Status& s) { Finish(s); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(s);
+  }
+  std::shared_ptr<KvStore> kv(*run, &(*run)->kv());
+  return StartKvBatch(std::move(kv), *req, [this](const grpc::Status& st) { Count(kKvBatch, st); });
+}
+
+}  // namespace meshrun::rendezvous
