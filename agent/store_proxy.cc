@@ -1,5 +1,8 @@
 #include "agent/store_proxy.h"
 
+#include "agent/store_batcher.h"
+#include "agent/store_upstream.h"
+
 #include <grpcpp/grpcpp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,14 +33,6 @@ constexpr size_t kMaxSocketPath = 107;
 constexpr absl::Duration kStaleDirAge = absl::Seconds(60);
 // Entries of the base folder looked at per sweep, at most.
 constexpr int kMaxSweptEntries = 100000;
-// Extra time a forwarded request may take beyond its wait, for the round trip.
-constexpr absl::Duration kRpcSlack = absl::Seconds(30);
-
-int64_t ToMs(absl::Duration d) {
-  if (d == absl::InfiniteDuration()) return INT64_MAX / 4;
-  return std::max<int64_t>(0, absl::ToInt64Milliseconds(d));
-}
-
 absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
@@ -45,119 +40,6 @@ absl::Status FromGrpc(const grpc::Status& s) {
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
-
-// The server side of the agent's connection: every request the proxy sends
-// (StoreCache's, and the calls it forwards as they are), each with its own
-// context so it can be cancelled; counted so the proxy can wait for them.
-class GrpcUpstream : public StoreUpstream {
- public:
-  GrpcUpstream(std::string run_id, std::string token) : run_id_(std::move(run_id)), token_(std::move(token)) {}
-
-  void SetChannel(std::shared_ptr<grpc::Channel> channel, std::string node_id) {
-    absl::MutexLock lock(&mu_);
-    stub_ = std::shared_ptr<Stub>(pb::Rendezvous::NewStub(std::move(channel)));
-    node_id_ = std::move(node_id);
-  }
-
-  // A context for one forwarded call: the node id, and `deadline` (a
-  // worker's own deadline passes through).
-  std::shared_ptr<grpc::ClientContext> NewContext(std::chrono::system_clock::time_point deadline,
-                                                  std::shared_ptr<Stub>* stub) {
-    auto ctx = std::make_shared<grpc::ClientContext>();
-    absl::MutexLock lock(&mu_);
-    ctx->AddMetadata(rendezvous::kNodeMetadataKey, node_id_);
-    if (deadline != std::chrono::system_clock::time_point::max()) ctx->set_deadline(deadline);
-    *stub = stub_;
-    ++in_flight_;
-    return ctx;
-  }
-  void CallEnded() {
-    absl::MutexLock lock(&mu_);
-    --in_flight_;
-  }
-  // Calls in flight to the server now (the cache's and forwarded ones).
-  int64_t in_flight() {
-    absl::MutexLock lock(&mu_);
-    return in_flight_;
-  }
-
-  void FillRun(pb::RunRef* run) const {
-    run->set_run_id(run_id_);
-    run->set_token(token_);
-  }
-
-  void Start(Id id, StoreRequest request, Done done) override {
-    struct Call {
-      pb::KvMultiGetRequest req;
-      pb::KvMultiGetResponse resp;
-      std::shared_ptr<grpc::ClientContext> ctx;
-      std::shared_ptr<Stub> stub;
-    };
-    auto call = std::make_shared<Call>();
-    FillRun(call->req.mutable_run());
-    call->req.set_round(request.round);
-    for (auto& k : request.keys) call->req.add_keys(std::move(k));
-    for (auto& k : request.set_keys) call->req.add_set_keys(std::move(k));
-    for (auto& v : request.set_values) call->req.add_set_values(std::move(v));
-    call->req.set_wait_ms(ToMs(request.wait));
-    call->ctx = NewContext(request.wait == absl::InfiniteDuration()
-                               ? std::chrono::system_clock::time_point::max()
-                               : absl::ToChronoTime(absl::Now() + request.wait + kRpcSlack),
-                           &call->stub);
-    {
-      absl::MutexLock lock(&mu_);
-      calls_[id] = call->ctx;
-    }
-    call->stub->async()->KvMultiGet(
-        call->ctx.get(), &call->req, &call->resp,
-        [this, id, call, done = std::make_shared<Done>(std::move(done))](grpc::Status s) {
-          {
-            absl::MutexLock lock(&mu_);
-            calls_.erase(id);
-          }
-          if (s.ok()) {
-            (*done)(std::vector<std::string>(call->resp.values().begin(), call->resp.values().end()));
-          } else {
-            (*done)(FromGrpc(s));
-          }
-          CallEnded();
-        });
-  }
-
-  void Cancel(Id id) override {
-    std::shared_ptr<grpc::ClientContext> ctx;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = calls_.find(id);
-      if (it == calls_.end()) return;
-      ctx = it->second;
-    }
-    ctx->TryCancel();
-  }
-
-  // Cancels every request of StoreCache's still in flight and waits until
-  // no call is in flight, or `timeout` passes; true when none is.
-  bool Drain(absl::Duration timeout) {
-    std::vector<std::shared_ptr<grpc::ClientContext>> ctxs;
-    {
-      absl::MutexLock lock(&mu_);
-      for (auto& [id, ctx] : calls_) ctxs.push_back(ctx);
-    }
-    for (auto& c : ctxs) c->TryCancel();
-    absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
-    return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
-  }
-
- private:
-  const std::string run_id_;
-  const std::string token_;
-  absl::Mutex mu_;
-  std::shared_ptr<Stub> stub_ ABSL_GUARDED_BY(mu_);
-  std::string node_id_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<Id, std::shared_ptr<grpc::ClientContext>> calls_ ABSL_GUARDED_BY(mu_);
-  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // A worker's call answered later, from any thread, exactly once (by
 // Complete); its cancellation runs the function that leads to Complete.
@@ -432,6 +314,7 @@ absl::StatusOr<std::string> MakePrivateDir(std::string base) {
 
 struct StoreProxy::Impl {
   std::unique_ptr<GrpcUpstream> upstream;
+  std::unique_ptr<StoreBatcher> batcher;
   std::unique_ptr<StoreCache> cache;
   std::unique_ptr<ProxyService> service;
   std::unique_ptr<grpc::Server> server;
@@ -449,7 +332,8 @@ absl::StatusOr<std::unique_ptr<StoreProxy>> StoreProxy::Start(StoreProxyOptions 
   impl->upstream = std::make_unique<GrpcUpstream>(options.run_id, options.token);
   impl->upstream->SetChannel(std::move(server), std::move(node_id));
   if (options.cache.label.empty()) options.cache.label = options.run_id;
-  impl->cache = std::make_unique<StoreCache>(impl->upstream.get(), options.cache);
+  impl->batcher = std::make_unique<StoreBatcher>(impl->upstream.get());
+  impl->cache = std::make_unique<StoreCache>(impl->batcher.get(), options.cache);
   impl->service = std::make_unique<ProxyService>(options.run_id, impl->upstream.get(), impl->cache.get(),
                                                  options.cache.max_waiters);
   grpc::ServerBuilder builder;
@@ -478,10 +362,11 @@ StoreProxy::~StoreProxy() {
       Logger("agent")->warn("store proxy: server requests still in flight after 5 s at exit");
     }
     const StoreCacheStats s = impl_->cache->stats();
+    const StoreBatcherStats b = impl_->batcher->stats();
     Logger("agent")->info(
-        "store proxy: {} worker requests, {} server requests ({} passed through), {} keys from the round's cache, "
-        "{} keys joined a read in flight",
-        s.requests, s.upstream_requests, s.passed_through, s.keys_from_cache, s.keys_coalesced);
+        "store proxy: {} worker requests, {} server requests in {} calls ({} passed through), {} keys from the "
+        "round's cache, {} keys joined a read in flight",
+        s.requests, s.upstream_requests, b.batches, s.passed_through, s.keys_from_cache, s.keys_coalesced);
   }
   std::error_code ec;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
@@ -494,5 +379,7 @@ void StoreProxy::SetUpstream(std::shared_ptr<grpc::Channel> server, std::string 
 void StoreProxy::SetRound(int64_t round) { impl_->cache->SetRound(round); }
 
 StoreCacheStats StoreProxy::stats() const { return impl_->cache->stats(); }
+
+StoreBatcherStats StoreProxy::batch_stats() const { return impl_->batcher->stats(); }
 
 }  // namespace meshrun::agent

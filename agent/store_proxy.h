@@ -5,7 +5,9 @@
 // the agent's token, TLS and node id. Workers then need no token and the
 // server sees one connection per node, not one per worker. The domain
 // (coalescing, the round's write-once values) is StoreCache
-// (store_cache.h); this is the gRPC adapter on both sides of it.
+// (store_cache.h), whose server requests StoreBatcher (store_batcher.h)
+// sends in as few calls as it can; this is the gRPC adapter on the workers'
+// side, and GrpcUpstream (store_upstream.h) on the server's.
 //
 // Access control is the socket's directory: a fresh mkdtemp directory of
 // mode 0700 owned by the agent's user, so only that user (the workers the
@@ -20,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/store_batcher.h"
 #include "agent/store_cache.h"
 
 namespace grpc {
@@ -74,6 +77,8 @@ class StoreProxy {
   // The round the agent's workers now run (StoreCache::SetRound). Thread-safe.
   void SetRound(int64_t round);
   StoreCacheStats stats() const;
+  // Server calls the cache's requests went in (StoreBatcher). Thread-safe.
+  StoreBatcherStats batch_stats() const;
 
   struct Impl;
 

@@ -1,0 +1,99 @@
+// How a node's store proxy sends its requests to the server
+// (DESIGN.md section 1 item 6): the requests its workers make at about the
+// same time go as one server call. No gRPC here: the call itself is a
+// BatchUpstream's (store_upstream.h, the KvBatch method of
+// rendezvous.proto).
+//
+// The rule is Nagle's, with the server's acceptance as the acknowledgement:
+// a request goes out at once when no batch is waiting to be accepted;
+// requests that come while one is are held and go together, as one call,
+// the moment it is accepted (the server has applied its sets: that takes
+// one round trip, not the batch's waits). So a lone request never waits,
+// and a burst of a node's workers (8 libmesh workers exchanging unique ids)
+// costs two server calls, not eight. Items of a batch are independent: each
+// is answered on its own as soon as the server can, so one worker's long
+// wait never holds another's answer (a coalesced read would: see
+// store_cache.h). torchrun has no such layer: every worker of a c10d job
+// sends its own requests to the TCPStore.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/store_cache.h"
+
+namespace meshrun::agent {
+
+// One request of a batch.
+struct BatchItem {
+  StoreUpstream::Id id = 0;
+  StoreRequest request;
+  StoreUpstream::Done done;
+};
+
+// The server side of the batcher: sends a batch as one call.
+class BatchUpstream {
+ public:
+  virtual ~BatchUpstream() = default;
+  // Sends `items` as one server call. Each item's `done` runs exactly once
+  // (any thread, possibly inside this call) with its own answer.
+  // `accepted` runs exactly once: when the server has taken the batch (its
+  // sets applied), or when the call ended without that (then every item's
+  // done has its error). Thread-safe.
+  virtual void StartBatch(std::vector<BatchItem> items, absl::AnyInvocable<void()> accepted) = 0;
+  // Cancels item `id` of a batch in flight: its done gets CANCELLED now; the
+  // call itself is cancelled once none of its items is waiting. No-op when
+  // unknown or answered. Thread-safe.
+  virtual void Cancel(StoreUpstream::Id id) = 0;
+};
+
+struct StoreBatcherOptions {
+  // A batch holds at most this many items, and at most this many bytes of
+  // keys and values (a larger single request still goes, alone): the
+  // server refuses more than its max_batch_items (1024), and gRPC more than
+  // its 4 MiB message limit.
+  int max_items = 256;
+  int64_t max_bytes = 1 << 20;
+};
+
+struct StoreBatcherStats {
+  int64_t items = 0;    // Requests sent.
+  int64_t batches = 0;  // Server calls they went in.
+};
+
+// A StoreUpstream (what StoreCache sends through) that batches. Held
+// requests are bounded by the cache's own bound on requests
+// (store_proxy_max_waiters). Thread-safe.
+class StoreBatcher : public StoreUpstream {
+ public:
+  // `upstream` must outlive the batcher.
+  explicit StoreBatcher(BatchUpstream* upstream, StoreBatcherOptions options = StoreBatcherOptions());
+
+  void Start(Id id, StoreRequest request, Done done) override;
+  // A held request is answered CANCELLED at once; one sent is cancelled in
+  // its batch (BatchUpstream::Cancel).
+  void Cancel(Id id) override;
+
+  StoreBatcherStats stats() const;
+
+ private:
+  // The batch in flight was accepted: sends what is held, if anything.
+  void OnAccepted();
+  // Sends `items` (under no lock).
+  void Send(std::vector<BatchItem> items);
+  // Takes the next batch from held_.
+  std::vector<BatchItem> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  BatchUpstream* const upstream_;
+  const StoreBatcherOptions options_;
+  mutable absl::Mutex mu_;
+  bool awaiting_acceptance_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<BatchItem> held_ ABSL_GUARDED_BY(mu_);
+  StoreBatcherStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshrun::agent

@@ -1,0 +1,214 @@
+#include "agent/store_upstream.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "proto/types.h"
+
+namespace meshrun::agent {
+
+namespace pb = ::meshrun::v1;
+
+namespace {
+
+// Extra time a batch may take beyond its longest wait, for the round trip.
+constexpr absl::Duration kRpcSlack = absl::Seconds(30);
+
+int64_t ToMs(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return INT64_MAX / 4;
+  return std::max<int64_t>(0, absl::ToInt64Milliseconds(d));
+}
+
+}  // namespace
+
+// One KvBatch call: reads the answers as they come and hands each to its
+// item; deletes itself when the call is done.
+class KvBatchCall : public grpc::ClientReadReactor<pb::KvBatchResponse> {
+ public:
+  KvBatchCall(GrpcUpstream* upstream, std::vector<BatchItem> items, absl::AnyInvocable<void()> accepted)
+      : upstream_(upstream), accepted_(std::move(accepted)) {
+    absl::Duration longest = absl::ZeroDuration();
+    for (BatchItem& item : items) {
+      pb::KvBatchItem* p = req_.add_items();
+      p->set_round(item.request.round);
+      for (auto& k : item.request.keys) p->add_keys(std::move(k));
+      for (auto& k : item.request.set_keys) p->add_set_keys(std::move(k));
+      for (auto& v : item.request.set_values) p->add_set_values(std::move(v));
+      p->set_wait_ms(ToMs(item.request.wait));
+      longest = std::max(longest, item.request.wait);
+      ids_.push_back(item.id);
+      done_.push_back(std::move(item.done));
+    }
+    waiting_ = static_cast<int>(done_.size());
+    upstream_->FillRun(req_.mutable_run());
+    ctx_ = upstream_->NewContext(longest == absl::InfiniteDuration()
+                                     ? std::chrono::system_clock::time_point::max()
+                                     : absl::ToChronoTime(absl::Now() + longest + kRpcSlack),
+                                 &stub_);
+  }
+
+  const std::vector<StoreUpstream::Id>& ids() const { return ids_; }
+
+  void Begin() {
+    stub_->async()->KvBatch(ctx_.get(), &req_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+
+  // The proxy no longer needs item `id`: answered CANCELLED now; the call
+  // is cancelled when no item waits any more. Called under the upstream's
+  // lock (so the call is alive); returns what to run after that lock.
+  StoreUpstream::Done CancelItem(StoreUpstream::Id id, bool* cancel_call) {
+    absl::MutexLock lock(&mu_);
+    const size_t i = std::find(ids_.begin(), ids_.end(), id) - ids_.begin();
+    if (i >= ids_.size() || !done_[i]) return nullptr;
+    *cancel_call = --waiting_ == 0;
+    return std::move(done_[i]);
+  }
+  void TryCancel() { ctx_->TryCancel(); }
+
+  void OnReadInitialMetadataDone(bool) override { Accept(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // The call is ending: OnDone follows.
+    StoreUpstream::Done done;
+    absl::StatusOr<std::vector<std::string>> result = absl::InternalError("");
+    {
+      absl::MutexLock lock(&mu_);
+      const int i = resp_.index();
+      if (i >= 0 && static_cast<size_t>(i) < done_.size() && done_[static_cast<size_t>(i)]) {
+        done = std::move(done_[static_cast<size_t>(i)]);
+        --waiting_;
+        if (resp_.code() == 0) {
+          result = std::vector<std::string>(std::make_move_iterator(resp_.mutable_values()->begin()),
+                                            std::make_move_iterator(resp_.mutable_values()->end()));
+        } else {
+          result = absl::Status(static_cast<absl::StatusCode>(resp_.code()), resp_.message());
+        }
+      }
+    }
+    if (done) done(std::move(result));
+    resp_.Clear();
+    StartRead(&resp_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    Accept();
+    std::vector<StoreUpstream::Done> left;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& d : done_) {
+        if (d) left.push_back(std::move(d));
+      }
+    }
+    const absl::Status why =
+        s.ok() ? absl::InternalError("the server ended a store batch without answering every request")
+               : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    for (auto& d : left) d(why);
+    upstream_->BatchEnded(ids_, this);
+    delete this;
+  }
+
+ private:
+  void Accept() {
+    absl::AnyInvocable<void()> a;
+    {
+      absl::MutexLock lock(&mu_);
+      a = std::move(accepted_);
+    }
+    if (a) a();
+  }
+
+  GrpcUpstream* const upstream_;
+  pb::KvBatchRequest req_;
+  pb::KvBatchResponse resp_;
+  std::shared_ptr<grpc::ClientContext> ctx_;
+  std::shared_ptr<GrpcUpstream::Stub> stub_;
+  std::vector<StoreUpstream::Id> ids_;
+  absl::Mutex mu_;
+  std::vector<StoreUpstream::Done> done_ ABSL_GUARDED_BY(mu_);
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::AnyInvocable<void()> accepted_ ABSL_GUARDED_BY(mu_);
+};
+
+GrpcUpstream::GrpcUpstream(std::string run_id, std::string token)
+    : run_id_(std::move(run_id)), token_(std::move(token)) {}
+
+GrpcUpstream::~GrpcUpstream() = default;
+
+void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::string node_id) {
+  absl::MutexLock lock(&mu_);
+  stub_ = std::shared_ptr<Stub>(pb::Rendezvous::NewStub(std::move(channel)));
+  node_id_ = std::move(node_id);
+}
+
+std::shared_ptr<grpc::ClientContext> GrpcUpstream::NewContext(std::chrono::system_clock::time_point deadline,
+                                                              std::shared_ptr<Stub>* stub) {
+  auto ctx = std::make_shared<grpc::ClientContext>();
+  absl::MutexLock lock(&mu_);
+  ctx->AddMetadata(rendezvous::kNodeMetadataKey, node_id_);
+  if (deadline != std::chrono::system_clock::time_point::max()) ctx->set_deadline(deadline);
+  *stub = stub_;
+  ++in_flight_;
+  return ctx;
+}
+
+void GrpcUpstream::CallEnded() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+}
+
+int64_t GrpcUpstream::in_flight() {
+  absl::MutexLock lock(&mu_);
+  return in_flight_;
+}
+
+void GrpcUpstream::FillRun(pb::RunRef* run) const {
+  run->set_run_id(run_id_);
+  run->set_token(token_);
+}
+
+void GrpcUpstream::StartBatch(std::vector<BatchItem> items, absl::AnyInvocable<void()> accepted) {
+  auto* call = new KvBatchCall(this, std::move(items), std::move(accepted));
+  {
+    absl::MutexLock lock(&mu_);
+    for (StoreUpstream::Id id : call->ids()) items_[id] = call;
+    calls_[call] = 1;
+  }
+  call->Begin();
+}
+
+void GrpcUpstream::Cancel(StoreUpstream::Id id) {
+  StoreUpstream::Done done;
+  bool cancel_call = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = items_.find(id);
+    if (it == items_.end()) return;
+    done = it->second->CancelItem(id, &cancel_call);
+    if (cancel_call) it->second->TryCancel();
+  }
+  if (done) done(absl::CancelledError("store request cancelled"));
+}
+
+void GrpcUpstream::BatchEnded(const std::vector<StoreUpstream::Id>& ids, KvBatchCall* call) {
+  absl::MutexLock lock(&mu_);
+  for (StoreUpstream::Id id : ids) {
+    auto it = items_.find(id);
+    if (it != items_.end() && it->second == call) items_.erase(it);
+  }
+  calls_.erase(call);
+  --in_flight_;
+}
+
+bool GrpcUpstream::Drain(absl::Duration timeout) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [call, unused] : calls_) call->TryCancel();
+  }
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+}  // namespace meshrun::agent
