@@ -102,7 +102,7 @@ struct RendezvousServer::Impl {
   std::unique_ptr<MetricsEndpoint> exposer;  // GET /metrics, when metrics_port >= 0.
   absl::Mutex mu;
   std::vector<Generation> generations ABSL_GUARDED_BY(mu);
-  std::unique_ptr<ListenerWatch> watch;
+  std::unique_ptr<ListenerWatch> watch;  // After `exposer`, its observer: destroyed before it.
   int port = 0;
   bool shut_down = false;
 
@@ -263,7 +263,6 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     mo.host = metrics_host;
     mo.port = options.metrics_port;
     mo.request_timeout = options.limits.metrics_request_timeout;
-    mo.check_interval = options.limits.listener_check_interval;
     auto exposer = MetricsEndpoint::Start(mo, impl->metrics);
     if (!exposer.ok()) {
       absl::MutexLock lock(&impl->mu);
@@ -280,6 +279,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   watch.interval = options.limits.listener_check_interval;
   watch.rebuild = [raw] { return raw->RebuildListener(); };
   watch.after_check = [raw] { raw->RetireIdle(); };
+  // The metrics port stops while descriptors are exhausted (the watch
+  // detects it for both).
+  if (impl->exposer) watch.observers.push_back(impl->exposer.get());
   impl->watch = std::make_unique<ListenerWatch>(std::move(watch));
   Logger("rdzv")->info("rendezvous server listening on {} (port {}{})", impl->addr, impl->port,
                        options.tls.mutual() ? ", mutual TLS" : options.tls.server_tls() ? ", TLS" : ", plain");
