@@ -9,12 +9,11 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/open_files.h"
+#include "rendezvous/call_interceptor.h"
 #include "rendezvous/listen_socket.h"
 #include "rendezvous/listener_watch.h"
 #include "rendezvous/metrics_exposer.h"
 #include "rendezvous/rendezvous_service.h"
-#include "rendezvous/rpc_metrics.h"
-#include "rendezvous/traffic_interceptor.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -38,29 +37,6 @@ void RouteGrpcLogs(gpr_log_func_args* args) {
     log->debug("{}:{}: {}", file, args->line, args->message);
   }
 }
-
-// Counts the calls open on one server generation (an interceptor lives as
-// long as its call), so that a generation whose listener was replaced is
-// shut down once nothing runs on it any more.
-class CallCounter : public grpc::experimental::ServerInterceptorFactoryInterface {
- public:
-  explicit CallCounter(std::shared_ptr<std::atomic<int64_t>> open) : open_(std::move(open)) {}
-  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo*) override {
-    return new Counted(open_);
-  }
-
- private:
-  class Counted : public grpc::experimental::Interceptor {
-   public:
-    explicit Counted(std::shared_ptr<std::atomic<int64_t>> open) : open_(std::move(open)) { open_->fetch_add(1); }
-    ~Counted() override { open_->fetch_sub(1); }
-    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override { methods->Proceed(); }
-
-   private:
-    std::shared_ptr<std::atomic<int64_t>> open_;
-  };
-  std::shared_ptr<std::atomic<int64_t>> open_;
-};
 
 // The traffic counters' bounds from the server's limits.
 TrafficOptions TrafficOptionsFor(const ServerLimits& limits) {
@@ -87,6 +63,7 @@ struct RendezvousServer::Impl {
   // stopped and was replaced) serve the connections they had.
   struct Generation {
     std::unique_ptr<grpc::Server> server;
+    // Calls open on it (kept by the call interceptor, call_interceptor.h).
     std::shared_ptr<std::atomic<int64_t>> open_calls = std::make_shared<std::atomic<int64_t>>(0);
     int idle_checks = 0;
   };
@@ -150,9 +127,9 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   builder.AddListeningPort(where, ServerCredentials(options.tls), bound);
   builder.RegisterService(service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(metrics.get()));
-  interceptors.push_back(std::make_unique<TrafficInterceptorFactory>(traffic.get()));
-  interceptors.push_back(std::make_unique<CallCounter>(g.open_calls));
+  // One interceptor per call feeds the RPC metrics, the traffic counters
+  // and this generation's count of open calls (call_interceptor.h).
+  interceptors.push_back(std::make_unique<CallInterceptorFactory>(metrics.get(), traffic.get(), g.open_calls));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   g.server = builder.BuildAndStart();
   if (!g.server || *bound == 0) {
