@@ -1,15 +1,14 @@
+// `meshrun [flags] prog [args...]`: CLI11 flags and torchrun's command-line forms
+// (standalone, static, meshrun) resolved into a LaunchConfig (launch_config.h).
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <random>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/output.h"
 #include "agent/process.h"
@@ -18,26 +17,12 @@
 #include "common/security.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
-#include "rendezvous/limits.h"
 #include "launcher/numa_binding.h"
+#include "launcher/rdzv_conf.h"
+#include "launcher/worker_command.h"
 
 namespace meshrun::launcher {
 namespace {
-
-constexpr const char* kRdzvConfKeys[] = {
-    "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
-    "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
-    "store_proxy_max_message_bytes"};
-
-// A positive integer within [1, max] for rdzv_conf `key`.
-absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
-  int64_t n = 0;
-  if (!absl::SimpleAtoi(value, &n) || n <= 0 || n > max) {
-    return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be an integer 1..", max));
-  }
-  return n;
-}
 
 int UsageError(const std::string& msg) {
   std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
@@ -54,23 +39,6 @@ std::string RandomRunId() {
   std::string hex = absl::StrCat(absl::Hex(a, absl::kZeroPad16), absl::Hex(b, absl::kZeroPad16));
   return absl::StrCat(hex.substr(0, 8), "-", hex.substr(8, 4), "-", hex.substr(12, 4), "-", hex.substr(16, 4), "-",
                       hex.substr(20));
-}
-
-absl::StatusOr<absl::Duration> ParseSeconds(const std::string& key, const std::string& value) {
-  double s = 0;
-  // NaN and infinities parse as numbers but are no timeout; a year bounds the rest.
-  if (!absl::SimpleAtod(value, &s) || !std::isfinite(s) || s < 0 || s > 365.0 * 86400) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, "=", value, ": must be a number of seconds, 0..31536000 (a year)"));
-  }
-  return absl::Seconds(s);
-}
-
-absl::StatusOr<bool> ParseBool(const std::string& key, const std::string& value) {
-  std::string v = absl::AsciiStrToLower(value);
-  if (v == "1" || v == "true" || v == "yes") return true;
-  if (v == "0" || v == "false" || v == "no") return false;
-  return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be 0/1 or true/false"));
 }
 
 void PrintEnvTable() {
@@ -100,94 +68,6 @@ absl::StatusOr<std::pair<int, int>> ParseNnodes(const std::string& text) {
         "--nnodes=", text, ": must be N or MIN:MAX with 0 < MIN <= MAX"));
   }
   return std::make_pair(lo, hi);
-}
-
-absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
-  if (text.empty()) return absl::OkStatus();
-  agent::AgentOptions& a = config->agent;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: '", item, "' is not key=value"));
-    }
-    const std::string& key = kv[0];
-    const std::string& value = kv[1];
-    if (key == "join_timeout" || key == "timeout") {
-      auto d = ParseSeconds(key, value);
-      if (!d.ok()) return d.status();
-      a.join_timeout = *d;
-    } else if (key == "last_call_timeout") {
-      auto d = ParseSeconds(key, value);
-      if (!d.ok()) return d.status();
-      a.last_call_timeout = *d;
-    } else if (key == "close_timeout") {
-      // torchrun: time to mark a round closed. meshrun closes a round in one
-      // step on the server, so the value is checked and has no effect.
-      auto d = ParseSeconds(key, value);
-      if (!d.ok()) return d.status();
-    } else if (key == "exit_barrier_timeout") {
-      auto d = ParseSeconds(key, value);
-      if (!d.ok()) return d.status();
-      a.exit_barrier_timeout = *d;
-    } else if (key == "read_timeout") {
-      auto d = ParseSeconds(key, value);
-      if (!d.ok()) return d.status();
-      if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("read_timeout must be > 0");
-      a.read_timeout = *d;
-    } else if (key == "keep_alive_interval") {
-      auto d = ParseSeconds(key, value);
-      if (!d.ok()) return d.status();
-      if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("keep_alive_interval must be > 0");
-      a.keep_alive_interval = *d;
-    } else if (key == "heartbeat_timeout") {
-      auto d = ParseSeconds(key, value);
-      if (!d.ok()) return d.status();
-    } else if (key == "keep_alive_max_attempt") {
-      int n = 0;
-      if (!absl::SimpleAtoi(value, &n) || n <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a positive integer"));
-      }
-      a.keep_alive_max_attempt = n;
-    } else if (key == "metrics_port") {
-      int port = -1;
-      if (!absl::SimpleAtoi(value, &port) || port < 0 || port > 65535) {
-        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a TCP port 0..65535 (0: any free)"));
-      }
-      config->metrics_port = port;
-    } else if (key == "store_proxy_cache_bytes") {
-      auto n = ParsePositive(key, value, int64_t{1} << 40);
-      if (!n.ok()) return n.status();
-      a.store_cache.max_cache_bytes = *n;
-    } else if (key == "store_proxy_max_waiters") {
-      auto n = ParsePositive(key, value, int64_t{1} << 24);
-      if (!n.ok()) return n.status();
-      a.store_cache.max_waiters = *n;
-    } else if (key == "store_proxy_max_message_bytes") {
-      auto n = ParsePositive(key, value, INT32_MAX);
-      if (!n.ok()) return n.status();
-      a.store_proxy_max_message_bytes = *n;
-    } else if (key == "token_file") {
-      config->token_file = value;
-    } else if (key == "tls_cert") {
-      config->tls_files.cert = value;
-    } else if (key == "tls_key") {
-      config->tls_files.key = value;
-    } else if (key == "tls_ca") {
-      config->tls_files.ca = value;
-    } else if (key == "is_host") {
-      auto b = ParseBool(key, value);
-      if (!b.ok()) return b.status();
-      config->is_host = *b;
-    } else if (absl::Status s = rendezvous::SetLimit(key, value, &config->server_limits); !absl::IsNotFound(s)) {
-      // A server limit, for the embedded server this node may host.
-      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: ", s.message()));
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: unknown key '", key, "'; known keys: ",
-                                                     absl::StrJoin(kRdzvConfKeys, ", "),
-                                                     "; server limits: ", rendezvous::LimitNames()));
-    }
-  }
-  return absl::OkStatus();
 }
 
 ParseOutcome ParseCommandLine(int argc, char** argv) {
@@ -384,12 +264,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   if (shutdown_timeout.empty()) {
     shutdown_timeout = env::Get(env::kShutdownTimeoutEnv).value_or("30");
   }
-  double grace = 0;
-  if (!absl::SimpleAtod(shutdown_timeout, &grace) || !std::isfinite(grace) || grace < 0 || grace > 365.0 * 86400) {
-    return {std::nullopt, UsageError(absl::StrCat("--shutdown_timeout=", shutdown_timeout,
-                                                  ": must be a number of seconds, 0..31536000 (a year)"))};
-  }
-  a.shutdown_timeout = absl::Seconds(grace);
+  absl::StatusOr<absl::Duration> grace = ParseSeconds("--shutdown_timeout", shutdown_timeout);
+  if (!grace.ok()) return {std::nullopt, UsageError(std::string(grace.status().message()))};
+  a.shutdown_timeout = *grace;
   a.keep_orphans = keep_orphans;
   if (permanent_code < 0 || permanent_code > 255) {
     return {std::nullopt, UsageError(absl::StrCat("--permanent_failure_exit_code=", permanent_code,
@@ -506,40 +383,15 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     cfg.endpoint_port = ep->port;
   }
 
-  // The worker command, like torchrun: .py files and -m modules run under
-  // $PYTHON_EXEC -u (default python3); anything else runs directly.
-  std::string prog = rest[0];
-  std::vector<std::string> args(rest.begin() + 1, rest.end());
-  std::vector<std::string>& cmd = a.command;
-  // --run_path (torchrun runs the file with runpy.run_path in a child
-  // interpreter): a Python script whatever its name, even with --no_python.
-  bool python = module || run_path || (!no_python && absl::EndsWith(prog, ".py"));
-  if (python) {
-    std::string interpreter = env::Get(env::kPythonExec).value_or("python3");
-    auto resolved = agent::ResolveProgram(interpreter);
-    if (!resolved.ok()) {
-      std::fprintf(stderr, "meshrun: error: python interpreter: %s\n",
-                   std::string(resolved.status().message()).c_str());
-      return {std::nullopt, 127};
-    }
-    if (run_path) module = false;  // torchrun: --run_path wins over -m.
-    if (!module && ::access(prog.c_str(), R_OK) != 0) {
-      std::fprintf(stderr, "meshrun: error: training script '%s' does not exist or is not readable\n",
-                   prog.c_str());
-      return {std::nullopt, 127};
-    }
-    cmd = {*resolved, "-u"};
-    if (module) cmd.push_back("-m");
-    cmd.push_back(prog);
-  } else {
-    auto resolved = agent::ResolveProgram(prog);
-    if (!resolved.ok()) {
-      std::fprintf(stderr, "meshrun: error: %s\n", std::string(resolved.status().message()).c_str());
-      return {std::nullopt, 127};
-    }
-    cmd = {*resolved};
+  // The worker command, like torchrun (worker_command.h); a program that
+  // cannot run exits 127, as a shell does.
+  absl::StatusOr<std::vector<std::string>> cmd =
+      WorkerCommand({rest[0], std::vector<std::string>(rest.begin() + 1, rest.end()), module, run_path, no_python});
+  if (!cmd.ok()) {
+    std::fprintf(stderr, "meshrun: error: %s\n", std::string(cmd.status().message()).c_str());
+    return {std::nullopt, 127};
   }
-  cmd.insert(cmd.end(), args.begin(), args.end());
+  a.command = std::move(*cmd);
   // The token and the TLS files are read and checked now, so a bad one
   // fails at start naming the file.
   absl::StatusOr<Token> token = ResolveToken(cfg.token_file);

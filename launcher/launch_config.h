@@ -1,5 +1,6 @@
 // The `meshrun` command line: torchrun's flags (both --a_b and --a-b
-// spellings, PET_<NAME> environment defaults) parsed into a LaunchConfig.
+// spellings, PET_<NAME> environment defaults) parsed into a LaunchConfig
+// (flags.cc; --rdzv_conf: rdzv_conf.h; the worker command: worker_command.h).
 #pragma once
 
 #include <optional>
@@ -61,10 +62,5 @@ absl::StatusOr<int> ResolveNprocPerNode(const std::string& text);
 // Counts the GPUs visible to workers: the driver's count filtered by
 // CUDA_VISIBLE_DEVICES (entries are used up to the first invalid one).
 int CountVisibleGpus();
-
-// Parses --rdzv_conf "k1=v1,k2=v2" into `config` (tls_* and token_file
-// are recorded as paths, not read). Known keys: see the
-// table in docs/user-guide.md; an unknown key is an error listing them.
-absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config);
 
 }  // namespace meshrun::launcher

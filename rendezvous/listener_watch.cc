@@ -100,6 +100,20 @@ ListenerHealth::Decision ListenerHealth::Rebuilt(const absl::Status& outcome, ab
   return d;
 }
 
+DescriptorShortage::Step DescriptorShortage::Check(int64_t free_fds) {
+  if (free_fds < 0) return Step::kNone;
+  if (!short_) {
+    if (free_fds >= kLowDescriptors) return Step::kNone;
+    short_ = true;
+    return Step::kExhausted;
+  }
+  return free_fds >= kHeadroom ? Step::kRecover : Step::kNone;
+}
+
+void DescriptorShortage::Recovered(bool all_ok) {
+  if (all_ok) short_ = false;
+}
+
 bool ListenerWatch::IsResourceFailure(absl::string_view message) {
   if (!absl::StartsWith(message, "Failed accept4")) return false;
   for (int e : {EMFILE, ENFILE, ENOBUFS, ENOMEM}) {
@@ -121,7 +135,10 @@ void ListenerWatch::NoteAcceptFailure(absl::string_view message) {
 }
 
 ListenerWatch::ListenerWatch(Options options)
-    : options_(std::move(options)), health_(options_.port), failures_seen_(g_accept_failures.load()) {
+    : options_(std::move(options)),
+      health_(options_.port),
+      recovered_(options_.observers.size(), true),
+      failures_seen_(g_accept_failures.load()) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -147,8 +164,13 @@ ListenerHealth::Observation ListenerWatch::Observe() {
     const int64_t q = AcceptQueueLength(fd);
     if (q >= 0) o.queue = std::max<int64_t>(o.queue, 0) + q;
   }
-  if (o.accept_failures > 0 || o.queue > 0 || health_.stopped()) {
+  const bool trouble = o.accept_failures > 0 || o.queue > 0 || health_.stopped();
+  if (trouble || shortage_.short_of_descriptors()) {
     o.free_fds = FreeDescriptors(ListenerHealth::kHeadroom);
+  } else if (!options_.observers.empty()) {
+    o.free_fds = FreeDescriptors(shortage_.ProbeUpTo());  // A few, for an instant.
+  }
+  if (trouble) {
     if (absl::StatusOr<OpenFilesLimit> l = CurrentOpenFilesLimit(); l.ok() && l->soft < (1ULL << 62)) {
       o.fd_limit = static_cast<int64_t>(l->soft);
     }
@@ -159,15 +181,44 @@ ListenerHealth::Observation ListenerWatch::Observe() {
   return o;
 }
 
+void ListenerWatch::TellObservers(int64_t free_fds) {
+  if (options_.observers.empty()) return;
+  switch (shortage_.Check(free_fds)) {
+    case DescriptorShortage::Step::kNone:
+      return;
+    case DescriptorShortage::Step::kExhausted:
+      for (size_t i = 0; i < options_.observers.size(); ++i) {
+        recovered_[i] = false;
+        options_.observers[i]->OnDescriptorsExhausted();
+      }
+      return;
+    case DescriptorShortage::Step::kRecover: {
+      bool all = true;
+      for (size_t i = 0; i < options_.observers.size(); ++i) {
+        if (!recovered_[i]) recovered_[i] = options_.observers[i]->OnDescriptorsRecovered().ok();
+        all = all && recovered_[i];
+      }
+      shortage_.Recovered(all);
+      return;
+    }
+  }
+}
+
 void ListenerWatch::Loop() {
   while (!stop_.WaitForNotificationWithTimeout(options_.interval)) {
-    ListenerHealth::Decision d = health_.Check(Observe(), absl::Now());
+    const ListenerHealth::Observation o = Observe();
+    ListenerHealth::Decision d = health_.Check(o, absl::Now());
     Log(d);
+    // Observers give up their descriptors before a rebuild needs some, and
+    // take them again after it (the listener first).
+    const bool was_short = shortage_.short_of_descriptors();
+    if (!was_short) TellObservers(o.free_fds);
     if (d.rebuild) {
       absl::Status s = options_.rebuild();
       Log(health_.Rebuilt(s, absl::Now()));
       rescan_ = true;
     }
+    if (was_short) TellObservers(o.free_fds);
     if (options_.after_check) options_.after_check();
   }
 }

@@ -9,7 +9,10 @@
 // ListenerHealth decides (pure); ListenerWatch observes on a thread of its
 // own and acts through the server's callbacks: it rebuilds the listener
 // once descriptors are free, and retires older server generations whose
-// calls have all ended. No gRPC here.
+// calls have all ended. It is also the process's one detector of running
+// out of descriptors (DescriptorShortage decides, pure): it tells its
+// DescriptorObservers (the metrics port) when descriptors run out and when
+// they are free again. No gRPC here.
 #pragma once
 
 #include <atomic>
@@ -88,6 +91,52 @@ class ListenerHealth {
   absl::Time next_try_ = absl::InfinitePast();
 };
 
+// Whether the process is out of file descriptors, as DescriptorObservers
+// are told. An episode starts when fewer than kLowDescriptors are free and
+// ends once kHeadroom are free and every observer has recovered. Pure; not
+// thread-safe.
+class DescriptorShortage {
+ public:
+  static constexpr int64_t kLowDescriptors = 4;
+  static constexpr int64_t kHeadroom = ListenerHealth::kHeadroom;
+
+  enum class Step {
+    kNone,
+    kExhausted,  // Tell the observers that descriptors ran out (once per episode).
+    kRecover,    // Ask the observers to recover; report with Recovered().
+  };
+
+  // One check with `free_fds` descriptors free, counted up to ProbeUpTo()
+  // (-1: not probed, kNone).
+  Step Check(int64_t free_fds);
+  // The outcome of a kRecover step: true (every observer recovered) ends the
+  // episode; false asks again at the next check with kHeadroom free.
+  void Recovered(bool all_ok);
+  // How many free descriptors the next check needs to count: kLowDescriptors
+  // outside an episode (a probe takes them for an instant), kHeadroom in one.
+  int64_t ProbeUpTo() const { return short_ ? kHeadroom : kLowDescriptors; }
+  // True during an episode.
+  bool short_of_descriptors() const { return short_; }
+
+ private:
+  bool short_ = false;
+};
+
+// A party told of descriptor shortage episodes by ListenerWatch (the metrics
+// port, whose HTTP server would spin on a connection it cannot accept).
+class DescriptorObserver {
+ public:
+  virtual ~DescriptorObserver() = default;
+  // Fewer than DescriptorShortage::kLowDescriptors descriptors are free:
+  // called once per episode, on the watch's thread.
+  virtual void OnDescriptorsExhausted() = 0;
+  // DescriptorShortage::kHeadroom descriptors are free again, after
+  // OnDescriptorsExhausted. An error means "not yet": it is called again at
+  // the next check with enough free (not after it returned OK). On the
+  // watch's thread.
+  virtual absl::Status OnDescriptorsRecovered() = 0;
+};
+
 class ListenerWatch {
  public:
   struct Options {
@@ -98,6 +147,10 @@ class ListenerWatch {
     std::function<absl::Status()> rebuild;
     // Runs after every check (the server retires idle old generations).
     std::function<void()> after_check;
+    // Told when descriptors run out and when they are free again; they must
+    // outlive the watch. With none, free descriptors are counted only while
+    // the listener is in trouble.
+    std::vector<DescriptorObserver*> observers;
   };
 
   // Starts checking every `options.interval`.
@@ -120,9 +173,13 @@ class ListenerWatch {
  private:
   void Loop();
   ListenerHealth::Observation Observe();
+  // Tells the observers what shortage_ decides for `free_fds`.
+  void TellObservers(int64_t free_fds);
 
   const Options options_;
   ListenerHealth health_;
+  DescriptorShortage shortage_;
+  std::vector<bool> recovered_;  // Per observer, during an episode.
   int64_t failures_seen_ = 0;
   std::vector<int> fds_;  // The listener's descriptors, when found.
   bool rescan_ = true;

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "common/open_files.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -60,13 +59,10 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     absl::MutexLock lock(&e->mu_);
     e->exposer_ = std::move(*exposer);
   }
-  e->thread_ = std::thread([raw = e.get()] { raw->Watch(); });
   return e;
 }
 
 MetricsEndpoint::~MetricsEndpoint() {
-  stop_.Notify();
-  if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
   exposer_.reset();
 }
@@ -76,28 +72,30 @@ bool MetricsEndpoint::serving() const {
   return exposer_ != nullptr;
 }
 
-void MetricsEndpoint::Watch() {
-  while (!stop_.WaitForNotificationWithTimeout(options_.check_interval)) {
-    const bool up = serving();
-    if (up && FreeDescriptors(kLowDescriptors) < kLowDescriptors) {
-      std::unique_ptr<prometheus::Exposer> old;
-      {
-        absl::MutexLock lock(&mu_);
-        old = std::move(exposer_);
-      }
-      old.reset();  // Joins civetweb's threads and closes its socket.
-      Logger("rdzv")->warn("metrics port {}: stopped while the process is out of file descriptors", port_);
-    } else if (!up && FreeDescriptors(kHeadroom) >= kHeadroom) {
-      auto exposer = NewExposer(addr_, options_.request_timeout, metrics_);
-      if (!exposer.ok()) {
-        Logger("rdzv")->debug("metrics port {}: not restarted yet: {}", port_, std::string(exposer.status().message()));
-        continue;
-      }
-      absl::MutexLock lock(&mu_);
-      exposer_ = std::move(*exposer);
-      Logger("rdzv")->info("metrics port {}: serving again", port_);
-    }
+void MetricsEndpoint::OnDescriptorsExhausted() {
+  std::unique_ptr<prometheus::Exposer> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = std::move(exposer_);
   }
+  if (old == nullptr) return;
+  old.reset();  // Joins civetweb's threads and closes its socket.
+  Logger("rdzv")->warn("metrics port {}: stopped while the process is out of file descriptors", port_);
+}
+
+absl::Status MetricsEndpoint::OnDescriptorsRecovered() {
+  if (serving()) return absl::OkStatus();
+  auto exposer = NewExposer(addr_, options_.request_timeout, metrics_);
+  if (!exposer.ok()) {
+    Logger("rdzv")->debug("metrics port {}: not restarted yet: {}", port_, std::string(exposer.status().message()));
+    return exposer.status();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    exposer_ = std::move(*exposer);
+  }
+  Logger("rdzv")->info("metrics port {}: serving again", port_);
+  return absl::OkStatus();
 }
 
 }  // namespace meshrun::rendezvous

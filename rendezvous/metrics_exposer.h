@@ -5,13 +5,12 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "rendezvous/listener_watch.h"
 
 namespace prometheus {
 class Collectable;
@@ -29,21 +28,18 @@ absl::StatusOr<std::string> MetricsListenAddress(const std::string& host, int po
 
 // The metrics port. When the process runs out of file descriptors,
 // civetweb's listening thread polls and fails to accept in a busy loop (one
-// core at 100% for as long as a connection waits); so a thread checks every
-// `check_interval` and, with fewer than kLowDescriptors descriptors free,
-// stops the HTTP server (scrapes are refused meanwhile) and starts it again
-// on the same port once kHeadroom are free.
-class MetricsEndpoint {
+// core at 100% for as long as a connection waits); so, told by the server's
+// ListenerWatch (the one detector: fewer than
+// DescriptorShortage::kLowDescriptors free), it stops the HTTP server
+// (scrapes are refused meanwhile) and starts it again on the same port once
+// the watch sees DescriptorShortage::kHeadroom free.
+class MetricsEndpoint : public DescriptorObserver {
  public:
-  static constexpr int64_t kLowDescriptors = 4;
-  static constexpr int64_t kHeadroom = 32;
-
   struct Options {
     std::string host;  // See MetricsListenAddress.
     int port = 0;      // 0: the OS picks one (read it with port()).
     // A request must arrive within this time (civetweb's request_timeout_ms).
     absl::Duration request_timeout = absl::Seconds(10);
-    absl::Duration check_interval = absl::Seconds(1);
   };
 
   // Starts serving `metrics` (held weakly: it must outlive the endpoint to
@@ -52,8 +48,8 @@ class MetricsEndpoint {
   // listen (port in use).
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const Options& options,
                                                                 std::shared_ptr<prometheus::Collectable> metrics);
-  // Stops the check thread and the HTTP server.
-  ~MetricsEndpoint();
+  // Stops the HTTP server.
+  ~MetricsEndpoint() override;
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
 
@@ -62,9 +58,16 @@ class MetricsEndpoint {
   // False while stopped for want of descriptors. Thread-safe.
   bool serving() const;
 
+  // Stops the HTTP server (joins civetweb's threads, closes its socket) and
+  // warns once. Nothing when already stopped. Thread-safe.
+  void OnDescriptorsExhausted() override;
+  // Starts the HTTP server again on port(); OK when serving already.
+  // ALREADY_EXISTS when it cannot listen yet (logged at debug; the watch
+  // asks again at its next check). Thread-safe.
+  absl::Status OnDescriptorsRecovered() override;
+
  private:
   MetricsEndpoint() = default;
-  void Watch();
 
   Options options_;
   std::string addr_;  // host:port as bound.
@@ -72,8 +75,6 @@ class MetricsEndpoint {
   std::weak_ptr<prometheus::Collectable> metrics_;
   mutable absl::Mutex mu_;
   std::unique_ptr<prometheus::Exposer> exposer_ ABSL_GUARDED_BY(mu_);
-  absl::Notification stop_;
-  std::thread thread_;
 };
 
 }  // namespace meshrun::rendezvous

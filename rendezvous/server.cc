@@ -9,12 +9,11 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/open_files.h"
+#include "rendezvous/call_interceptor.h"
 #include "rendezvous/listen_socket.h"
 #include "rendezvous/listener_watch.h"
 #include "rendezvous/metrics_exposer.h"
 #include "rendezvous/rendezvous_service.h"
-#include "rendezvous/rpc_metrics.h"
-#include "rendezvous/traffic_interceptor.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -38,29 +37,6 @@ void RouteGrpcLogs(gpr_log_func_args* args) {
     log->debug("{}:{}: {}", file, args->line, args->message);
   }
 }
-
-// Counts the calls open on one server generation (an interceptor lives as
-// long as its call), so that a generation whose listener was replaced is
-// shut down once nothing runs on it any more.
-class CallCounter : public grpc::experimental::ServerInterceptorFactoryInterface {
- public:
-  explicit CallCounter(std::shared_ptr<std::atomic<int64_t>> open) : open_(std::move(open)) {}
-  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo*) override {
-    return new Counted(open_);
-  }
-
- private:
-  class Counted : public grpc::experimental::Interceptor {
-   public:
-    explicit Counted(std::shared_ptr<std::atomic<int64_t>> open) : open_(std::move(open)) { open_->fetch_add(1); }
-    ~Counted() override { open_->fetch_sub(1); }
-    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override { methods->Proceed(); }
-
-   private:
-    std::shared_ptr<std::atomic<int64_t>> open_;
-  };
-  std::shared_ptr<std::atomic<int64_t>> open_;
-};
 
 // The traffic counters' bounds from the server's limits.
 TrafficOptions TrafficOptionsFor(const ServerLimits& limits) {
@@ -87,6 +63,7 @@ struct RendezvousServer::Impl {
   // stopped and was replaced) serve the connections they had.
   struct Generation {
     std::unique_ptr<grpc::Server> server;
+    // Calls open on it (kept by the call interceptor, call_interceptor.h).
     std::shared_ptr<std::atomic<int64_t>> open_calls = std::make_shared<std::atomic<int64_t>>(0);
     int idle_checks = 0;
   };
@@ -102,7 +79,7 @@ struct RendezvousServer::Impl {
   std::unique_ptr<MetricsEndpoint> exposer;  // GET /metrics, when metrics_port >= 0.
   absl::Mutex mu;
   std::vector<Generation> generations ABSL_GUARDED_BY(mu);
-  std::unique_ptr<ListenerWatch> watch;
+  std::unique_ptr<ListenerWatch> watch;  // After `exposer`, its observer: destroyed before it.
   int port = 0;
   bool shut_down = false;
 
@@ -150,9 +127,9 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   builder.AddListeningPort(where, ServerCredentials(options.tls), bound);
   builder.RegisterService(service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(metrics.get()));
-  interceptors.push_back(std::make_unique<TrafficInterceptorFactory>(traffic.get()));
-  interceptors.push_back(std::make_unique<CallCounter>(g.open_calls));
+  // One interceptor per call feeds the RPC metrics, the traffic counters
+  // and this generation's count of open calls (call_interceptor.h).
+  interceptors.push_back(std::make_unique<CallInterceptorFactory>(metrics.get(), traffic.get(), g.open_calls));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   g.server = builder.BuildAndStart();
   if (!g.server || *bound == 0) {
@@ -263,7 +240,6 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     mo.host = metrics_host;
     mo.port = options.metrics_port;
     mo.request_timeout = options.limits.metrics_request_timeout;
-    mo.check_interval = options.limits.listener_check_interval;
     auto exposer = MetricsEndpoint::Start(mo, impl->metrics);
     if (!exposer.ok()) {
       absl::MutexLock lock(&impl->mu);
@@ -280,6 +256,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   watch.interval = options.limits.listener_check_interval;
   watch.rebuild = [raw] { return raw->RebuildListener(); };
   watch.after_check = [raw] { raw->RetireIdle(); };
+  // The metrics port stops while descriptors are exhausted (the watch
+  // detects it for both).
+  if (impl->exposer) watch.observers.push_back(impl->exposer.get());
   impl->watch = std::make_unique<ListenerWatch>(std::move(watch));
   Logger("rdzv")->info("rendezvous server listening on {} (port {}{})", impl->addr, impl->port,
                        options.tls.mutual() ? ", mutual TLS" : options.tls.server_tls() ? ", TLS" : ", plain");

@@ -2,7 +2,7 @@
 // store requests per node. They show that workers reach the store through
 // their node's agent, so the server sees O(nodes) connections, not
 // O(workers) (DESIGN.md section 1 item 6). Pure domain: no gRPC; the gRPC
-// side feeds it (traffic_interceptor.h for connections, the service's
+// side feeds it (call_interceptor.h for connections, the service's
 // store handlers for store requests).
 #pragma once
 

@@ -139,17 +139,20 @@ struct Daemon {
   }
 };
 
-// Starts `d` with its output in `dir`; REQUIREs that it reports its port
-// within 5 s.
+// Starts `d`, `meshrun server` on 127.0.0.1 and a free port, with `env`,
+// the flags `extra`, and run through `prefix` when given (e.g. {"/bin/sh",
+// "-c", "ulimit -n 256 && exec \"$0\" \"$@\""}: the command must exec
+// meshrun so that d.pid is the server); its output in `dir`. REQUIREs that
+// it reports its port within 10 s.
 inline void StartDaemon(Daemon& d, const std::string& dir, const std::map<std::string, std::string>& env = {},
-                        const std::vector<std::string>& extra = {}) {
+                        const std::vector<std::string>& extra = {}, const std::vector<std::string>& prefix = {}) {
   std::string port_file = dir + "/port";
-  std::vector<std::string> argv = {MeshrunBinary(), "server", "--host", "127.0.0.1", "--port", "0", "--port_file",
-                                   port_file};
+  std::vector<std::string> argv = prefix;
+  argv.insert(argv.end(), {MeshrunBinary(), "server", "--host", "127.0.0.1", "--port", "0", "--port_file", port_file});
   argv.insert(argv.end(), extra.begin(), extra.end());
   d.err_path = dir + "/server.err";
   d.pid = StartCommand(argv, env, dir + "/server.out", d.err_path);
-  for (int i = 0; i < 250 && ReadFile(port_file).empty(); ++i) usleep(20000);
+  for (int i = 0; i < 500 && ReadFile(port_file).empty(); ++i) usleep(20000);
   std::string p = ReadFile(port_file);
   REQUIRE_FALSE(p.empty());
   d.port = std::stoi(p);

@@ -40,21 +40,6 @@ bool WaitFor(const std::function<bool()>& pred, double seconds) {
   return pred();
 }
 
-// Starts `meshrun server` on a free port with `args`, through `prefix` (e.g. prlimit).
-void StartDaemonArgs(Daemon& d, const std::string& dir, std::vector<std::string> args,
-                     const std::vector<std::string>& prefix = {}, const std::map<std::string, std::string>& env = {}) {
-  const std::string port_file = dir + "/port";
-  std::vector<std::string> argv = prefix;
-  argv.push_back(MeshrunBinary());
-  argv.insert(argv.end(), {"server", "--host", "127.0.0.1", "--port", "0", "--port_file", port_file});
-  argv.insert(argv.end(), args.begin(), args.end());
-  d.err_path = dir + "/server.err";
-  d.pid = StartCommand(argv, env, dir + "/server.out", d.err_path);
-  REQUIRE(WaitFor([&] { return !ReadFile(port_file).empty(); }, 10));
-  d.port = std::stoi(ReadFile(port_file));
-  REQUIRE(d.port > 0);
-}
-
 std::unique_ptr<pb::Rendezvous::Stub> Stub(int port) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -118,7 +103,7 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
           "[e2e][daemon][long-lived]") {
   std::string dir = TempDir();
   Daemon d;
-  StartDaemonArgs(d, dir, {"--limit", "ended_run_ttl=2"});
+  StartDaemon(d, dir, {}, {"--limit", "ended_run_ttl=2"});
   auto stub = Stub(d.port);
   // Warm up (gRPC's and the allocator's first costs), then the idle figure.
   REQUIRE(OneNodeRun(*stub, "warm-up", 1, 16, true).ok());
@@ -252,7 +237,7 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   // cannot raise it.
   // Idle connections are closed after handshake_timeout: a minute here,
   // so that only the test frees descriptors.
-  StartDaemonArgs(d, dir, {"--metrics_port", "0", "--limit", "handshake_timeout=60"},
+  StartDaemon(d, dir, {}, {"--metrics_port", "0", "--limit", "handshake_timeout=60"},
               {"/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" \"$@\""});
   const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port);
   std::string out = ReadFile(dir + "/server.out");
@@ -327,7 +312,7 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
 TEST_CASE("status of one run over gRPC with 100,000 runs held", "[.status-scale]") {
   std::string dir = TempDir();
   Daemon d;
-  StartDaemonArgs(d, dir, {"--limit", "max_runs=200000"});
+  StartDaemon(d, dir, {}, {"--limit", "max_runs=200000"});
   auto stub = Stub(d.port);
   constexpr int kRuns = 100000;
   const absl::Time t0 = absl::Now();

@@ -1,9 +1,9 @@
-// Fuzz target: ApplyRdzvConf (launcher/flags.cc), the --rdzv_conf
+// Fuzz target: ApplyRdzvConf (launcher/rdzv_conf.cc), the --rdzv_conf
 // "key=value,..." parser, on a fresh LaunchConfig each input.
 #include <cstdint>
 #include <string>
 
-#include "launcher/launch_config.h"
+#include "launcher/rdzv_conf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   meshrun::launcher::LaunchConfig config;

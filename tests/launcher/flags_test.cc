@@ -28,40 +28,6 @@ TEST_CASE("nproc_per_node resolves numbers, cpu, auto: gpu needs a GPU", "[flags
   if (CountVisibleGpus() == 0) CHECK_FALSE(ResolveNprocPerNode("gpu").ok());
 }
 
-TEST_CASE("rdzv_conf takes torchrun's keys and names unknown ones", "[flags]") {
-  LaunchConfig c;
-  REQUIRE(ApplyRdzvConf("join_timeout=5,last_call_timeout=0.5,is_host=0,read_timeout=7", &c).ok());
-  CHECK(c.agent.join_timeout == absl::Seconds(5));
-  CHECK(c.agent.last_call_timeout == absl::Milliseconds(500));
-  CHECK(c.agent.read_timeout == absl::Seconds(7));
-  REQUIRE(c.is_host.has_value());
-  CHECK_FALSE(*c.is_host);
-  absl::Status bad = ApplyRdzvConf("bogus=1", &c);
-  REQUIRE_FALSE(bad.ok());
-  CHECK(std::string(bad.message()).find("bogus") != std::string::npos);
-  CHECK(std::string(bad.message()).find("join_timeout") != std::string::npos);
-  CHECK_FALSE(ApplyRdzvConf("join_timeout=abc", &c).ok());
-  CHECK_FALSE(ApplyRdzvConf("novalue", &c).ok());
-  // Numbers that are no timeout: NaN, infinities, negatives, past a year.
-  for (const char* v : {"nan", "inf", "-inf", "-1", "1e300"}) {
-    absl::Status s = ApplyRdzvConf(std::string("join_timeout=") + v, &c);
-    REQUIRE_FALSE(s.ok());
-    CHECK(std::string(s.message()) ==
-          std::string("join_timeout=") + v + ": must be a number of seconds, 0..31536000 (a year)");
-  }
-}
-
-TEST_CASE("rdzv_conf takes token_file and the TLS files", "[flags]") {
-  LaunchConfig c;
-  REQUIRE(ApplyRdzvConf("token_file=/t,tls_cert=/c.pem,tls_key=/k.pem,tls_ca=/ca.pem", &c).ok());
-  CHECK(c.token_file == "/t");
-  CHECK(c.tls_files.cert == "/c.pem");
-  CHECK(c.tls_files.key == "/k.pem");
-  CHECK(c.tls_files.ca == "/ca.pem");
-  absl::Status bad = ApplyRdzvConf("bogus=1", &c);
-  CHECK(std::string(bad.message()).find("tls_ca") != std::string::npos);
-}
-
 namespace {
 
 // Parses `meshrun <args> /bin/true`; the config, or nullopt on a usage error.

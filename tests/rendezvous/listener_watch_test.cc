@@ -1,14 +1,21 @@
 // The listener watch: when a stopped listener is noticed, warned about and
-// rebuilt (pure decisions), gRPC's log line that gives it away, and the
-// kernel's view of a listening socket's queue (real sockets).
+// rebuilt (pure decisions), gRPC's log line that gives it away, the
+// kernel's view of a listening socket's queue (real sockets), and what its
+// descriptor observers are told (pure, and under a real exhausted limit).
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <functional>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "common/open_files.h"
 #include "rendezvous/listen_socket.h"
 #include "rendezvous/listener_watch.h"
 
@@ -191,4 +198,97 @@ TEST_CASE("the kernel's view of a listening socket: found by port, its queue, st
   for (int c : clients) close(c);
   close(again);
   close(lfd);
+}
+
+TEST_CASE("descriptor shortage: one exhausted step per episode, recovery asked until it succeeds", "[listener]") {
+  using Step = DescriptorShortage::Step;
+  DescriptorShortage s;
+  CHECK(s.Check(-1) == Step::kNone);  // Not probed.
+  CHECK(s.ProbeUpTo() == DescriptorShortage::kLowDescriptors);
+  CHECK(s.Check(DescriptorShortage::kLowDescriptors) == Step::kNone);
+  CHECK(s.Check(DescriptorShortage::kLowDescriptors - 1) == Step::kExhausted);
+  CHECK(s.short_of_descriptors());
+  CHECK(s.ProbeUpTo() == DescriptorShortage::kHeadroom);
+  CHECK(s.Check(0) == Step::kNone);  // Still out: told once.
+  CHECK(s.Check(DescriptorShortage::kHeadroom - 1) == Step::kNone);  // Not enough room yet.
+  REQUIRE(s.Check(DescriptorShortage::kHeadroom) == Step::kRecover);
+  s.Recovered(false);  // An observer could not: asked again.
+  CHECK(s.short_of_descriptors());
+  REQUIRE(s.Check(DescriptorShortage::kHeadroom) == Step::kRecover);
+  s.Recovered(true);
+  CHECK_FALSE(s.short_of_descriptors());
+  CHECK(s.Check(DescriptorShortage::kHeadroom) == Step::kNone);
+  CHECK(s.Check(0) == Step::kExhausted);  // A new episode.
+}
+
+namespace {
+
+// Records what the watch told it; its first recovery fails.
+class RecordingObserver : public DescriptorObserver {
+ public:
+  void OnDescriptorsExhausted() override { exhausted.fetch_add(1); }
+  absl::Status OnDescriptorsRecovered() override {
+    return recovered.fetch_add(1) == 0 ? absl::AlreadyExistsError("port in use") : absl::OkStatus();
+  }
+  std::atomic<int> exhausted{0};
+  std::atomic<int> recovered{0};
+};
+
+bool WaitUntil(const std::function<bool()>& pred, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!pred() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  return pred();
+}
+
+// Takes every descriptor the process may open, under a soft limit lowered
+// to a few above those open now; gives them and the limit back when
+// destroyed (also when the test fails).
+struct DescriptorHog {
+  rlimit old{};
+  std::vector<int> fds;
+  DescriptorHog() {
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    rlimit low = old;
+    low.rlim_cur = static_cast<rlim_t>(meshrun::OpenDescriptorCount() + 16);
+    REQUIRE(low.rlim_cur < old.rlim_cur);
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    for (int i = 0; i < 64; ++i) {
+      const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (fd < 0) break;
+      fds.push_back(fd);
+    }
+  }
+  void Release() {
+    for (int fd : fds) close(fd);
+    fds.clear();
+    setrlimit(RLIMIT_NOFILE, &old);
+  }
+  ~DescriptorHog() { Release(); }
+};
+
+}  // namespace
+
+TEST_CASE("the listener watch tells its observers when descriptors run out and when they are back", "[listener]") {
+  RecordingObserver observer;
+  ListenerWatch::Options o;
+  o.port = 1;  // No listener of ours: only the descriptors are watched.
+  o.interval = absl::Milliseconds(20);
+  o.rebuild = [] { return absl::OkStatus(); };
+  o.observers = {&observer};
+  ListenerWatch watch(std::move(o));
+  absl::SleepFor(absl::Milliseconds(100));
+  CHECK(observer.exhausted == 0);  // Descriptors to spare: nothing said.
+  {
+    DescriptorHog hog;
+    REQUIRE(meshrun::FreeDescriptors(1) == 0);
+    CHECK(WaitUntil([&] { return observer.exhausted == 1; }, absl::Seconds(5)));
+    absl::SleepFor(absl::Milliseconds(100));
+    CHECK(observer.exhausted == 1);  // Once per episode.
+    CHECK(observer.recovered == 0);
+  }
+  // Free again: recovery is asked, and asked again after it failed once.
+  CHECK(WaitUntil([&] { return observer.recovered == 2; }, absl::Seconds(5)));
+  absl::SleepFor(absl::Milliseconds(100));
+  CHECK(observer.recovered == 2);
+  CHECK(observer.exhausted == 1);
 }

@@ -2,7 +2,7 @@
 
 #include "rendezvous/metrics.h"
 #include "rendezvous/metrics_exposer.h"
-#include "rendezvous/rpc_metrics.h"
+#include "rendezvous/call_interceptor.h"
 
 using meshrun::rendezvous::RunStatus;
 

@@ -1,20 +1,39 @@
-#include "rendezvous/rpc_metrics.h"
+#include "rendezvous/call_interceptor.h"
 
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
 #include <chrono>
 #include <string_view>
 
+#include "absl/time/clock.h"
+
 namespace meshrun::rendezvous {
 namespace {
 
-class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
+using grpc::experimental::InterceptionHookPoints;
+
+class CallInterceptor : public grpc::experimental::Interceptor {
  public:
-  RpcMetricsInterceptor(ServerMetrics* metrics, std::string method)
-      : metrics_(metrics), method_(std::move(method)), start_(std::chrono::steady_clock::now()) {}
+  CallInterceptor(ServerMetrics* metrics, TrafficCounters* traffic, std::shared_ptr<std::atomic<int64_t>> open_calls,
+                  grpc::experimental::ServerRpcInfo* info)
+      : metrics_(metrics),
+        traffic_(traffic),
+        open_calls_(std::move(open_calls)),
+        info_(info),
+        method_(metrics != nullptr ? MethodLabel(info->method()) : ""),
+        start_(std::chrono::steady_clock::now()) {
+    if (open_calls_) open_calls_->fetch_add(1);
+  }
+  ~CallInterceptor() override {
+    if (open_calls_) open_calls_->fetch_sub(1);
+  }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+    if (traffic_ != nullptr && methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      if (grpc::ServerContextBase* ctx = info_->server_context()) traffic_->OnCall(ctx->peer(), absl::Now());
+    }
+    if (metrics_ != nullptr && methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
       metrics_->RecordRpc(method_, CodeName(status.error_code()), seconds);
@@ -24,6 +43,9 @@ class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
 
  private:
   ServerMetrics* metrics_;
+  TrafficCounters* traffic_;
+  std::shared_ptr<std::atomic<int64_t>> open_calls_;
+  grpc::experimental::ServerRpcInfo* info_;
   std::string method_;
   std::chrono::steady_clock::time_point start_;
 };
@@ -60,9 +82,9 @@ std::string CodeName(int code) {
   return "CODE_" + std::to_string(code);
 }
 
-grpc::experimental::Interceptor* RpcMetricsInterceptorFactory::CreateServerInterceptor(
+grpc::experimental::Interceptor* CallInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
-  return new RpcMetricsInterceptor(metrics_, MethodLabel(info->method()));
+  return new CallInterceptor(metrics_, traffic_, open_calls_, info);
 }
 
 }  // namespace meshrun::rendezvous

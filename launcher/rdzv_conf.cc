@@ -1,0 +1,139 @@
+#include "launcher/rdzv_conf.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "rendezvous/limits.h"
+
+namespace meshrun::launcher {
+namespace {
+
+constexpr const char* kRdzvConfKeys[] = {
+    "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
+    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
+    "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
+    "store_proxy_max_message_bytes"};
+
+// A positive integer within [1, max] for rdzv_conf `key`.
+absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n <= 0 || n > max) {
+    return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be an integer 1..", max));
+  }
+  return n;
+}
+
+absl::StatusOr<bool> ParseBool(const std::string& key, const std::string& value) {
+  std::string v = absl::AsciiStrToLower(value);
+  if (v == "1" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "no") return false;
+  return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be 0/1 or true/false"));
+}
+
+}  // namespace
+
+absl::StatusOr<absl::Duration> ParseSeconds(const std::string& what, const std::string& value) {
+  double s = 0;
+  // NaN and infinities parse as numbers but are no timeout; a year bounds the rest.
+  if (!absl::SimpleAtod(value, &s) || !std::isfinite(s) || s < 0 || s > 365.0 * 86400) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value, ": must be a number of seconds, 0..31536000 (a year)"));
+  }
+  return absl::Seconds(s);
+}
+
+absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
+  if (text.empty()) return absl::OkStatus();
+  agent::AgentOptions& a = config->agent;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: '", item, "' is not key=value"));
+    }
+    const std::string& key = kv[0];
+    const std::string& value = kv[1];
+    if (key == "join_timeout" || key == "timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      a.join_timeout = *d;
+    } else if (key == "last_call_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      a.last_call_timeout = *d;
+    } else if (key == "close_timeout") {
+      // torchrun: time to mark a round closed. meshrun closes a round in one
+      // step on the server, so the value is checked and has no effect.
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+    } else if (key == "exit_barrier_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      a.exit_barrier_timeout = *d;
+    } else if (key == "read_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("read_timeout must be > 0");
+      a.read_timeout = *d;
+    } else if (key == "keep_alive_interval") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("keep_alive_interval must be > 0");
+      a.keep_alive_interval = *d;
+    } else if (key == "heartbeat_timeout") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+    } else if (key == "keep_alive_max_attempt") {
+      int n = 0;
+      if (!absl::SimpleAtoi(value, &n) || n <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a positive integer"));
+      }
+      a.keep_alive_max_attempt = n;
+    } else if (key == "metrics_port") {
+      int port = -1;
+      if (!absl::SimpleAtoi(value, &port) || port < 0 || port > 65535) {
+        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a TCP port 0..65535 (0: any free)"));
+      }
+      config->metrics_port = port;
+    } else if (key == "store_proxy_cache_bytes") {
+      auto n = ParsePositive(key, value, int64_t{1} << 40);
+      if (!n.ok()) return n.status();
+      a.store_cache.max_cache_bytes = *n;
+    } else if (key == "store_proxy_max_waiters") {
+      auto n = ParsePositive(key, value, int64_t{1} << 24);
+      if (!n.ok()) return n.status();
+      a.store_cache.max_waiters = *n;
+    } else if (key == "store_proxy_max_message_bytes") {
+      auto n = ParsePositive(key, value, INT32_MAX);
+      if (!n.ok()) return n.status();
+      a.store_proxy_max_message_bytes = *n;
+    } else if (key == "token_file") {
+      config->token_file = value;
+    } else if (key == "tls_cert") {
+      config->tls_files.cert = value;
+    } else if (key == "tls_key") {
+      config->tls_files.key = value;
+    } else if (key == "tls_ca") {
+      config->tls_files.ca = value;
+    } else if (key == "is_host") {
+      auto b = ParseBool(key, value);
+      if (!b.ok()) return b.status();
+      config->is_host = *b;
+    } else if (absl::Status s = rendezvous::SetLimit(key, value, &config->server_limits); !absl::IsNotFound(s)) {
+      // A server limit, for the embedded server this node may host.
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: ", s.message()));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: unknown key '", key, "'; known keys: ",
+                                                     absl::StrJoin(kRdzvConfKeys, ", "),
+                                                     "; server limits: ", rendezvous::LimitNames()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace meshrun::launcher
