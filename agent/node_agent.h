@@ -35,9 +35,11 @@ struct AgentOptions {
   TlsMaterial tls;
   // The store proxy (agent/store_proxy.h) serving this node's workers:
   // rdzv_conf store_proxy_cache_bytes, store_proxy_max_waiters, and
-  // store_proxy_max_message_bytes (docs/user-guide.md).
+  // store_proxy_max_message_bytes, store_proxy_batch_hold
+  // (docs/user-guide.md).
   StoreCacheOptions store_cache;
   int64_t store_proxy_max_message_bytes = 4 << 20;
+  absl::Duration store_proxy_batch_hold = absl::Milliseconds(100);
   int nproc = 1;                    // --nproc_per_node (resolved to a number).
   int min_nodes = 1;                // --nnodes MIN.
   int max_nodes = 1;                // --nnodes MAX.

@@ -40,6 +40,9 @@ absl::Status Session::NewMembership() {
     po.token = o_.token;
     po.cache = o_.store_cache;
     po.max_message_bytes = o_.store_proxy_max_message_bytes;
+    // The node's workers publish together (libmesh's bootstraps).
+    po.batch.expected_publishers = o_.nproc;
+    po.batch.publication_hold = o_.store_proxy_batch_hold;
     absl::StatusOr<std::unique_ptr<StoreProxy>> proxy = StoreProxy::Start(po, client_->channel(), node_.node_id);
     if (!proxy.ok()) return proxy.status();
     proxy_ = std::move(*proxy);

@@ -332,7 +332,7 @@ absl::StatusOr<std::unique_ptr<StoreProxy>> StoreProxy::Start(StoreProxyOptions 
   impl->upstream = std::make_unique<GrpcUpstream>(options.run_id, options.token);
   impl->upstream->SetChannel(std::move(server), std::move(node_id));
   if (options.cache.label.empty()) options.cache.label = options.run_id;
-  impl->batcher = std::make_unique<StoreBatcher>(impl->upstream.get());
+  impl->batcher = std::make_unique<StoreBatcher>(impl->upstream.get(), options.batch);
   impl->cache = std::make_unique<StoreCache>(impl->batcher.get(), options.cache);
   impl->service = std::make_unique<ProxyService>(options.run_id, impl->upstream.get(), impl->cache.get(),
                                                  options.cache.max_waiters);

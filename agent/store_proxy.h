@@ -36,6 +36,10 @@ struct StoreProxyOptions {
   std::string run_id;  // The only run it serves (PERMISSION_DENIED for others).
   std::string token;   // Sent to the server on every request (MESHRUN_TOKEN).
   StoreCacheOptions cache;
+  // Which requests share a server call (store_batcher.h): the agent sets
+  // batch.expected_publishers to --nproc_per_node and batch.publication_hold
+  // from rdzv_conf store_proxy_batch_hold.
+  StoreBatcherOptions batch;
   // Largest worker request accepted, bytes (rdzv_conf
   // store_proxy_max_message_bytes; gRPC's default is 4 MiB).
   int64_t max_message_bytes = 4 << 20;

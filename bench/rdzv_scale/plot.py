@@ -10,10 +10,13 @@ cross at the time it was given (its timeout), labelled with how many of
 the runs completed. meshrun's connect phase is drawn as a dashed line.
 
 With --before OLD.csv, meshrun's join phase from an earlier build is drawn
-too (dotted), with its incomplete runs.
+too (dotted), with its incomplete runs. With --workers W.csv (a run with
+--workers_per_agent), its workers phase is drawn (dash-dot): the first
+worker's first store request -> every worker has the unique ids of a 3-D
+mesh.
 
 Usage: /usr/bin/python3 bench/rdzv_scale/plot.py rdzv_scale.csv docs/img/rdzv_scale.png
-           [--before OLD.csv --before_label TEXT] [--title TEXT]
+           [--before OLD.csv --before_label TEXT] [--workers W.csv] [--title TEXT]
 Needs python3-matplotlib (scripts/install-deps.sh installs it).
 """
 import argparse
@@ -37,6 +40,8 @@ def series(rows, impl, column):
     for r in rows:
         if r["impl"] != impl:
             continue
+        if r["complete"] == "1" and not r.get(column):
+            continue  # A complete run that did not measure this phase.
         n = int(r["n"])
         times, runs, timeouts = out[n]
         runs += 1
@@ -56,6 +61,7 @@ def main():
     ap.add_argument("--title", default="Rendezvous time against the number of agents (one server, 2 cores)")
     ap.add_argument("--before", help="CSV of an earlier build (meshrun rows drawn dotted)")
     ap.add_argument("--before_label", default="meshrun before")
+    ap.add_argument("--workers", help="CSV of a run with --workers_per_agent (its workers phase is drawn)")
     args = ap.parse_args()
     import matplotlib
     matplotlib.use("Agg")
@@ -64,10 +70,14 @@ def main():
     rows = load(args.csv)
     if args.before:
         rows += [dict(r, impl="before_" + r["impl"]) for r in load(args.before)]
+    if args.workers:
+        rows += [dict(r, impl="workers_" + r["impl"]) for r in load(args.workers)]
     fig, ax = plt.subplots(figsize=(8, 5))
     styles = [("before_meshrun", "join_s", f"{args.before_label}: first Join -> every assignment", "tab:gray", ":"),
               ("meshrun", "join_s", "meshrun: first Join -> every assignment", "tab:blue", "-"),
               ("meshrun", "connect_s", "meshrun: connect (agents' streams open)", "tab:blue", "--"),
+              ("workers_meshrun", "workers_s", "meshrun: 8 workers per agent get a 3-D mesh's unique ids",
+               "tab:green", "-."),
               ("torchrun_c10d", "join_s", "torchrun c10d (PyTorch 1.13): first join -> all complete", "tab:red", "-")]
     incomplete = []
     for impl, col, label, color, ls in styles:
@@ -80,11 +90,11 @@ def main():
             ax.errorbar(ns, med, yerr=[lo, hi], color=color, linestyle=ls, marker="o", capsize=3, label=label)
             for n, m in zip(ns, med):
                 t, runs, _ = s[n]
-                if col == "join_s":
+                if col in ("join_s", "workers_s"):
                     ax.annotate(f"{m:.2g} s" + ("" if len(t) == runs else f" ({len(t)}/{runs})"), (n, m),
                                 textcoords="offset points", xytext=(4, 6), fontsize=8, color=color)
         for n, (t, runs, timeouts) in s.items():
-            if col == "join_s" and timeouts:
+            if col in ("join_s", "workers_s") and timeouts:
                 incomplete.append((n, runs, timeouts, color))
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -45,13 +45,19 @@ WorkersStats WorkersOf(const RunResult& r) {
   if (it == r.phases.end()) return w;
   w.ran = true;
   double sum = 0;
+  std::vector<double> all;
   for (const auto& [node, v] : it->second.store_by_node) {
     if (node == "(direct)") continue;
     ++w.nodes;
     sum += v;
+    all.push_back(v);
     w.max = std::max(w.max, v);
   }
   w.mean = w.nodes > 0 ? sum / w.nodes : 0;
+  if (!all.empty()) {
+    std::sort(all.begin(), all.end());
+    w.p90 = all[std::min(all.size() - 1, static_cast<size_t>(0.9 * static_cast<double>(all.size())))];
+  }
   return w;
 }
 
@@ -67,6 +73,7 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
                         "rss_steady_kib", "rss_peak_kib", "rss_after_kib", "kib_per_agent", "heartbeats_ok", "heartbeats_failed",
                         "streams_lost", "load_1m", "workers_per_agent", "workers_store_nodes",
                         "workers_store_requests_per_node_max", "workers_store_requests_per_node_mean",
+                        "workers_store_requests_per_node_p90",
                         "workers_store_requests_per_node_per_dim_max", "workers_sockets_end", "failure"}) {
     head.push_back(c);
   }
@@ -97,6 +104,7 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
     row.push_back(ws.ran ? absl::StrCat(ws.nodes) : "");
     row.push_back(ws.ran ? Num(ws.max, "%.0f") : "");
     row.push_back(ws.ran ? Num(ws.mean, "%.2f") : "");
+    row.push_back(ws.ran ? Num(ws.p90, "%.0f") : "");
     row.push_back(ws.ran ? Num(ws.max / 3, "%.2f") : "");
     row.push_back(ws.ran ? absl::StrCat(ph("workers").sockets_end) : "");
     row.push_back(Csv(r.failure));
@@ -160,7 +168,7 @@ std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResu
   for (const RunResult& r : runs) any_workers |= r.complete && WorkersOf(r).ran;
   if (any_workers) {
     absl::StrAppend(&out, "\n| N | workers | mesh | unique ids: first request -> all workers s | server store requests "
-                          "per node (max / mean) | per node per dimension (max) | server CPU s | server sockets |\n"
+                          "per node (max / p90 / mean) | per node per dimension (max) | server CPU s | server sockets |\n"
                           "|---:|---:|---|---:|---|---:|---:|---:|\n");
     for (const auto& [n, rs] : by_n) {
       std::vector<const RunResult*> ok;
@@ -177,6 +185,7 @@ std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResu
       absl::StrAppend(&out, "| ", n, " | ", n * w, " | (", n, ", ", w % 2 == 0 ? 2 : 1, ", ", w % 2 == 0 ? w / 2 : w,
                       ") | ", Cell(med([](const RunResult& r) { return PhaseSeconds(r, "workers"); })), " | ",
                       Cell(med([](const RunResult& r) { return WorkersOf(r).max; }), "%.0f"), " / ",
+                      Cell(med([](const RunResult& r) { return WorkersOf(r).p90; }), "%.0f"), " / ",
                       Cell(med([](const RunResult& r) { return WorkersOf(r).mean; }), "%.2f"), " | ",
                       Cell(med([](const RunResult& r) { return WorkersOf(r).max / 3; }), "%.2f"), " | ",
                       Cell(med([](const RunResult& r) { return r.phases.at("workers").server_cpu_s; }), "%.2f"), " | ",

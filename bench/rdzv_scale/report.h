@@ -34,6 +34,7 @@ struct WorkersStats {
   bool ran = false;
   int nodes = 0;
   double max = 0;
+  double p90 = 0;  // 90% of nodes made at most this many.
   double mean = 0;
 };
 WorkersStats WorkersOf(const RunResult& r);

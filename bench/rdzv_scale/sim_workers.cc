@@ -53,6 +53,8 @@ PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>&
     agent::StoreProxyOptions po;
     po.run_id = config.run_id;
     po.token = config.token;
+    // As the agent: the node's workers publish together (--nproc_per_node).
+    po.batch.expected_publishers = w;
     absl::StatusOr<std::unique_ptr<agent::StoreProxy>> p = agent::StoreProxy::Start(po, n.channel, n.node_id);
     if (!p.ok()) {
       r.failed = static_cast<int>(nodes.size()) * w;

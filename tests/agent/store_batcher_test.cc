@@ -23,7 +23,12 @@ struct Recorded {
 class RecordingUpstream : public BatchUpstream {
  public:
   void StartBatch(std::vector<BatchItem> items, absl::AnyInvocable<void()> accepted) override {
+    absl::MutexLock lock(&mu);
     batches.push_back({std::move(items), std::move(accepted)});
+  }
+  size_t count() {
+    absl::MutexLock lock(&mu);
+    return batches.size();
   }
   void Cancel(StoreUpstream::Id id) override { cancelled.push_back(id); }
   // Answers every item of batch `b` with its first key and accepts it.
@@ -31,6 +36,7 @@ class RecordingUpstream : public BatchUpstream {
     auto a = std::move(batches.at(b).accepted);
     a();
   }
+  absl::Mutex mu;  // StartBatch may run on the batcher's timer thread.
   std::vector<Recorded> batches;
   std::vector<StoreUpstream::Id> cancelled;
 };
@@ -118,4 +124,55 @@ TEST_CASE("store batcher: a held request cancelled is answered CANCELLED and nev
   REQUIRE(up.batches.size() == 2);
   REQUIRE(up.batches[1].items.size() == 1);
   CHECK(up.batches[1].items[0].id == 3);
+}
+
+TEST_CASE("store batcher: publications wait for the node's other workers, then go as one call", "[store_batcher]") {
+  RecordingUpstream up;
+  StoreBatcherOptions o;
+  o.expected_publishers = 4;
+  o.publication_hold = absl::Seconds(30);  // Not reached here.
+  StoreBatcher b(&up, o);
+  auto ignore = [](absl::StatusOr<std::vector<std::string>>) {};
+  CHECK(IsPublication(Req("mesh/a", 8)));
+  CHECK_FALSE(IsPublication(Req("mesh/a")));  // A read.
+  StoreRequest mutable_set = Req("mesh/a", 8);
+  mutable_set.set_keys = {"counter"};
+  CHECK_FALSE(IsPublication(mutable_set));
+  for (StoreUpstream::Id id = 1; id <= 3; ++id) b.Start(id, Req("mesh/p" + std::to_string(id), 8), ignore);
+  CHECK(up.count() == 0);  // 3 of 4 workers published: held.
+  b.Start(4, Req("mesh/p4", 8), ignore);
+  REQUIRE(up.count() == 1);
+  CHECK(up.batches[0].items.size() == 4);
+  CHECK(b.stats().holds_ended_by_time == 0);
+  // A read is not held.
+  up.Accept(0);
+  b.Start(5, Req("mesh/r"), ignore);
+  CHECK(up.count() == 2);
+}
+
+TEST_CASE("store batcher: a hold ends after publication_hold when not every worker publishes", "[store_batcher]") {
+  RecordingUpstream up;
+  StoreBatcherOptions o;
+  o.expected_publishers = 8;
+  o.publication_hold = absl::Milliseconds(50);
+  StoreBatcher b(&up, o);
+  auto ignore = [](absl::StatusOr<std::vector<std::string>>) {};
+  const absl::Time t0 = absl::Now();
+  b.Start(1, Req("mesh/p1", 8), ignore);
+  b.Start(2, Req("mesh/p2", 8), ignore);
+  CHECK(up.count() == 0);
+  for (int i = 0; i < 500 && up.count() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));  // Bounded: 5 s.
+  const absl::Duration waited = absl::Now() - t0;
+  REQUIRE(up.count() == 1);
+  CHECK(up.batches[0].items.size() == 2);
+  CHECK(waited >= absl::Milliseconds(50));
+  CHECK(b.stats().holds_ended_by_time == 1);
+  // A held publication cancelled is answered at once, and the count of
+  // held ones follows: the next hold again waits for 8.
+  up.Accept(0);
+  std::vector<absl::Status> got;
+  b.Start(3, Req("mesh/p3", 8), [&](absl::StatusOr<std::vector<std::string>> r) { got.push_back(r.status()); });
+  b.Cancel(3);
+  REQUIRE(got.size() == 1);
+  CHECK(absl::IsCancelled(got[0]));
 }

@@ -214,16 +214,20 @@ TEST_CASE("store proxy: folders of killed agents are swept, live and young ones 
   CHECK(absl::StartsWith(s.proxy->directory(), base + "/meshrun-store-"));
 }
 
-TEST_CASE("store proxy: 8 workers' unique-id exchange of a 3-D mesh is at most 2 server calls per dimension",
+TEST_CASE("store proxy: 8 workers' unique-id exchange of a 3-D mesh is 2 server calls of their node",
           "[store_proxy]") {
   // libmesh's own exchange (agreement.cc): every worker sets its payload
   // and description and waits for its rows' leaders' payloads and the
   // verdict, which rank 0 sets only after its own wait returns. Sent one
   // by one that is 9 server requests (8 + the verdict); merged into one
   // wait it would never end (rank 0's answer would wait for the verdict).
-  // Batched, each worker is answered on its own: the first request alone,
-  // the 7 behind it as one call, the verdict.
-  Setup s;
+  // Batched, each worker is answered on its own: the node's 8 publications
+  // in one call (held until all 8 came, as the agent configures its proxy
+  // with --nproc_per_node), then the verdict.
+  agent::StoreProxyOptions o;
+  o.batch.expected_publishers = 8;
+  o.batch.publication_hold = absl::Seconds(20);  // Ends when the 8th comes.
+  Setup s(o);
   auto before = s.ServerStatus().store_requests_by_node();
   // Mesh (2, 2, 2) on one node: dimension d's rows are the ranks that
   // differ only in bit (2 - d).
@@ -267,11 +271,11 @@ TEST_CASE("store proxy: 8 workers' unique-id exchange of a 3-D mesh is at most 2
   }
   auto after = s.ServerStatus().store_requests_by_node();
   const int64_t calls = after["node-a"] - before["node-a"];
-  // At most 2 per dimension (the floor), and at best 3: 1 + the 7 behind it + the verdict.
-  CHECK(calls <= 6);
+  CHECK(calls == 2);  // The 8 publications, the verdict (2 per dimension would be 6).
   agent::StoreBatcherStats b = s.proxy->batch_stats();
-  CHECK(b.items >= 8);
-  CHECK(b.batches < b.items);
+  CHECK(b.items == 8);
+  CHECK(b.batches == 1);
+  CHECK(b.holds_ended_by_time == 0);
   WARN("server calls for 8 workers' exchange: " << calls << " (" << b.items << " requests in " << b.batches
                                                 << " batches)");
 }

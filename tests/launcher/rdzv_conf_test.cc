@@ -51,3 +51,18 @@ TEST_CASE("seconds: a year at most, no NaN or infinity, the setting named in the
         "--shutdown_timeout=soon: must be a number of seconds, 0..31536000 (a year)");
   CHECK_FALSE(ParseSeconds("x", "31536001").ok());
 }
+
+TEST_CASE("rdzv_conf takes the store proxy's settings and refuses bad ones with one line", "[flags]") {
+  LaunchConfig c;
+  REQUIRE(ApplyRdzvConf("store_proxy_batch_hold=0.25,store_proxy_max_waiters=10,store_proxy_cache_bytes=1024", &c)
+              .ok());
+  CHECK(c.agent.store_proxy_batch_hold == absl::Milliseconds(250));
+  CHECK(c.agent.store_cache.max_waiters == 10);
+  CHECK(c.agent.store_cache.max_cache_bytes == 1024);
+  REQUIRE(ApplyRdzvConf("store_proxy_batch_hold=0", &c).ok());  // Not held.
+  CHECK(c.agent.store_proxy_batch_hold == absl::ZeroDuration());
+  absl::Status s = ApplyRdzvConf("store_proxy_batch_hold=-1", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(std::string(s.message()) == "store_proxy_batch_hold=-1: must be a number of seconds, 0..31536000 (a year)");
+  CHECK_FALSE(ApplyRdzvConf("store_proxy_max_waiters=0", &c).ok());
+}
