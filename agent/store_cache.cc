@@ -16,10 +16,6 @@ void Erase(std::vector<T>& v, const T& x) {
   v.erase(std::remove(v.begin(), v.end(), x), v.end());
 }
 
-bool Has(const std::vector<std::string>& keys, const std::string& k) {
-  return std::find(keys.begin(), keys.end(), k) != keys.end();
-}
-
 }  // namespace
 
 StoreCache::StoreCache(StoreUpstream* upstream, StoreCacheOptions options)
@@ -110,10 +106,11 @@ StoreCache::ReadId StoreCache::Submit(StoreRequest request, Done done) {
           --w.missing;
           ++stats_.keys_from_cache;
         }
+        // Every position of every missing key (a key may repeat): a value
+        // learned fills them in O(positions), however many keys the
+        // request has (a mesh's first member reads every member's).
         for (size_t i = 0; i < w.keys.size(); ++i) {
-          const std::string& k = w.keys[i];
-          if (w.values[i] || std::find(w.keys.begin(), w.keys.begin() + i, k) != w.keys.begin() + i) continue;
-          wanting_[k].push_back(id);
+          if (!w.values[i]) wanting_[w.keys[i]].emplace_back(id, i);
         }
         ResolveLocked(id, now, &request, starts, ready, cancel);
         MaybeCompleteLocked(id, ready, cancel);
@@ -128,13 +125,17 @@ void StoreCache::ResolveLocked(ReadId id, absl::Time now, StoreRequest* sets, st
                                Ready& ready, std::vector<FetchId>& cancel) {
   Waiter& w = waiters_.at(id);
   const absl::flat_hash_set<absl::string_view> wanted(w.keys.begin(), w.keys.end());
+  // Keys its own fetches already read; sets, not scans: a request may
+  // read thousands of keys.
+  absl::flat_hash_set<absl::string_view> covered;
+  for (FetchId f : w.fetches) {
+    for (const std::string& k : fetches_.at(f).keys) covered.insert(k);
+  }
   std::vector<std::string> fresh;
+  absl::flat_hash_set<absl::string_view> fresh_set;
   for (size_t i = 0; i < w.keys.size(); ++i) {
     const std::string& k = w.keys[i];
-    if (w.values[i] || Has(fresh, k)) continue;
-    bool covered = false;
-    for (FetchId f : w.fetches) covered = covered || Has(fetches_.at(f).keys, k);
-    if (covered) continue;
+    if (w.values[i] || fresh_set.contains(k) || covered.contains(k)) continue;
     // Join a read of `k` in flight that waits no longer than this request
     // may (its answer, or its timeout, then comes in time for this one) and
     // for nothing this request does not wait for itself: the server answers
@@ -161,6 +162,7 @@ void StoreCache::ResolveLocked(ReadId id, absl::Time now, StoreRequest* sets, st
       continue;
     }
     fresh.push_back(k);
+    fresh_set.insert(w.keys[i]);
   }
   const bool has_sets = sets != nullptr && !sets->set_keys.empty();
   if (fresh.empty() && !has_sets) return;
@@ -208,17 +210,18 @@ void StoreCache::LearnLocked(const std::string& key, const std::string& value, R
   }
   auto it = wanting_.find(key);
   if (it == wanting_.end()) return;
-  std::vector<ReadId> ids = std::move(it->second);
+  std::vector<std::pair<ReadId, size_t>> positions = std::move(it->second);
   wanting_.erase(it);
-  for (ReadId id : ids) {
+  for (size_t p = 0; p < positions.size(); ++p) {
+    const auto [id, i] = positions[p];
     auto w = waiters_.find(id);
     if (w == waiters_.end()) continue;
-    for (size_t i = 0; i < w->second.keys.size(); ++i) {
-      if (w->second.keys[i] != key || w->second.values[i]) continue;
+    if (!w->second.values[i]) {
       w->second.values[i] = value;
       --w->second.missing;
     }
-    MaybeCompleteLocked(id, ready, cancel);
+    // Once per waiter, after its last position of this key.
+    if (p + 1 == positions.size() || positions[p + 1].first != id) MaybeCompleteLocked(id, ready, cancel);
   }
 }
 
@@ -259,8 +262,9 @@ void StoreCache::FinishLocked(ReadId id, absl::StatusOr<std::vector<std::string>
       if (w.values[i]) continue;
       auto want = wanting_.find(w.keys[i]);
       if (want == wanting_.end()) continue;
-      Erase(want->second, id);
-      if (want->second.empty()) wanting_.erase(want);
+      auto& v = want->second;
+      v.erase(std::remove_if(v.begin(), v.end(), [id](const auto& e) { return e.first == id; }), v.end());
+      if (v.empty()) wanting_.erase(want);
     }
   }
   ready.emplace_back(std::move(w.done), std::move(result));

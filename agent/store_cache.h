@@ -210,9 +210,10 @@ class StoreCache {
   absl::flat_hash_map<FetchId, Fetch> fetches_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ReadId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   // Current round only: key -> fetches in flight that read it, and ->
-  // coalesced requests waiting for it; the cached values.
+  // the coalesced requests waiting for it (each with the key's position in
+  // the request; a key may repeat); the cached values.
   absl::flat_hash_map<std::string, std::vector<FetchId>> inflight_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::vector<ReadId>> wanting_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::vector<std::pair<ReadId, size_t>>> wanting_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
   StoreCacheStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
@@ -33,9 +34,6 @@ constexpr size_t kMaxSocketPath = 107;
 constexpr absl::Duration kStaleDirAge = absl::Seconds(60);
 // Entries of the base folder looked at per sweep, at most.
 constexpr int kMaxSweptEntries = 100000;
-absl::Status FromGrpc(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
@@ -298,8 +296,28 @@ absl::StatusOr<std::string> MakePrivateDir(std::string base) {
   }
   const std::string leaf = "/meshrun-store-XXXXXX";
   if (base.size() + leaf.size() + std::string("/store.sock").size() > kMaxSocketPath) base = "/tmp";
-  if (int n = SweepStaleProxyDirs(base, kStaleDirAge); n > 0) {
-    Logger("agent")->debug("removed {} store proxy folder(s) of agents gone from {}", n, base);
+  // Once a minute per folder and process at most: a sweep reads the whole
+  // folder, and one process may start many proxies (one per re-join of its
+  // agent; thousands in bench/rdzv_scale, where a sweep each was O(N^2)).
+  static absl::Mutex sweep_mu(absl::kConstInit);
+  static auto* last_sweep = new absl::flat_hash_map<std::string, absl::Time>();  // Never freed: static.
+  bool sweep = false;
+  {
+    absl::MutexLock lock(&sweep_mu);
+    auto it = last_sweep->find(base);
+    if (it == last_sweep->end()) {
+      // Bounded: a process remembers at most 1,024 folders (and sweeps no others).
+      sweep = last_sweep->size() < 1024;
+      if (sweep) last_sweep->emplace(base, absl::Now());
+    } else if (absl::Now() - it->second >= kStaleDirAge) {
+      it->second = absl::Now();
+      sweep = true;
+    }
+  }
+  if (sweep) {
+    if (int n = SweepStaleProxyDirs(base, kStaleDirAge); n > 0) {
+      Logger("agent")->debug("removed {} store proxy folder(s) of agents gone from {}", n, base);
+    }
   }
   std::string templ = base + leaf;
   if (::mkdtemp(templ.data()) == nullptr) {

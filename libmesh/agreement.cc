@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -44,13 +45,64 @@ std::string SharedGpu(const std::vector<Description>& all) {
 }  // namespace
 
 std::vector<int> PeersOf(const std::vector<GroupSpec>& rows, int me) {
+  // A set beside the list: a row of a 4,096-node mesh has 4,096 members.
   std::vector<int> peers;
+  absl::flat_hash_set<int> seen;
   for (const GroupSpec& row : rows) {
     for (int r : row.ranks) {
-      if (r != me && std::find(peers.begin(), peers.end(), r) == peers.end()) peers.push_back(r);
+      if (r != me && seen.insert(r).second) peers.push_back(r);
     }
   }
   return peers;
+}
+
+AgreementPlan PlanAgreement(const Agreement& agreement, const Exchange& exchange) {
+  AgreementPlan plan;
+  const int me = agreement.desc.rank;
+  plan.first = me == agreement.members.front();
+  auto desc_key = [&](int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); };
+  auto data_key = [&](int rank) { return absl::StrCat(agreement.key, "/data/r", rank); };
+  plan.verdict_key = absl::StrCat(agreement.key, "/verdict");
+  plan.set_keys = {data_key(me), desc_key(me)};
+  plan.set_values = {exchange.payload, agreement.desc.Encode()};
+  if (plan.first) {
+    for (int r : agreement.members) {
+      if (r != me) plan.others.push_back(r);
+    }
+    for (int r : plan.others) plan.wanted.push_back(desc_key(r));
+  } else {
+    plan.wanted.push_back(plan.verdict_key);
+  }
+  plan.reads_at = plan.wanted.size();
+  for (int r : exchange.read_from) plan.wanted.push_back(data_key(r));
+  return plan;
+}
+
+std::string VerdictOf(const Agreement& agreement, const AgreementPlan& plan, const std::vector<std::string>& got) {
+  if (!plan.first) return got.empty() ? std::string() : got[0];
+  const Description& desc = agreement.desc;
+  std::string msg;
+  int differ = 0;
+  std::vector<Description> all{desc};
+  for (size_t k = 0; k < plan.others.size() && k < got.size(); ++k) {
+    Description theirs = Description::Decode(got[k]);
+    if (theirs.rank < 0) theirs.rank = plan.others[k];
+    all.push_back(theirs);
+    std::string diff = theirs.Diff(desc);
+    if (diff.empty()) continue;
+    if (differ++ == 0) msg = std::string(MismatchError(theirs, desc, diff).message());
+  }
+  if (differ > 1) {
+    absl::StrAppend(&msg, "; ", differ, " of ", agreement.members.size(), " members differ from rank ",
+                    agreement.members.front());
+  }
+  if (differ == 0) msg = SharedGpu(all);
+  return msg.empty() ? std::string("ok") : absl::StrCat("mismatch\n", msg);
+}
+
+absl::Status VerdictStatus(const std::string& verdict) {
+  if (verdict == "ok") return absl::OkStatus();
+  return VerdictError(verdict);
 }
 
 absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
@@ -60,32 +112,17 @@ absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Ag
   const int first = agreement.members.front();
   // A mesh of one member: nothing to agree on, nobody to meet.
   if (agreement.members.size() < 2) return std::vector<std::string>();
+  const AgreementPlan plan = PlanAgreement(agreement, exchange);
   auto desc_key = [&](int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); };
-  auto data_key = [&](int rank) { return absl::StrCat(agreement.key, "/data/r", rank); };
-  const std::string verdict_key = absl::StrCat(agreement.key, "/verdict");
-
-  const std::vector<std::string> keys{data_key(me), desc_key(me)};
-  const std::vector<std::string> values{exchange.payload, desc.Encode()};
-  std::vector<int> others;  // first member only: every other member
-  std::vector<std::string> wanted;
-  if (me == first) {
-    for (int r : agreement.members) {
-      if (r != me) others.push_back(r);
-    }
-    for (int r : others) wanted.push_back(desc_key(r));
-  } else {
-    wanted.push_back(verdict_key);
-  }
-  const size_t reads_at = wanted.size();
-  std::vector<std::string> read_keys;
-  for (int r : exchange.read_from) read_keys.push_back(data_key(r));
-  wanted.insert(wanted.end(), read_keys.begin(), read_keys.end());
+  const std::string& verdict_key = plan.verdict_key;
+  std::vector<std::string> read_keys(plan.wanted.begin() + static_cast<std::ptrdiff_t>(plan.reads_at),
+                                     plan.wanted.end());
 
   // After a wait ran out: names who is missing (the first member from every
   // member's description, the others from their peers' and the first
   // member's) and proposes that as the verdict; returns the verdict.
   auto ProposeTimeout = [&]() -> absl::StatusOr<std::string> {
-    std::vector<int> expected = others;
+    std::vector<int> expected = plan.others;
     if (me != first) {
       expected = exchange.peers;
       if (std::find(expected.begin(), expected.end(), first) == expected.end()) expected.insert(expected.begin(), first);
@@ -103,7 +140,7 @@ absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Ag
     return store.CompareSet(verdict_key, "", absl::StrCat("timeout\n", msg));
   };
 
-  absl::StatusOr<std::vector<std::string>> got = store.SetThenMultiGet(keys, values, wanted, timeout);
+  absl::StatusOr<std::vector<std::string>> got = store.SetThenMultiGet(plan.set_keys, plan.set_values, plan.wanted, timeout);
   // The verdict is decided once, by whoever sets it first (a CompareSet on
   // the absent key): the first member's "ok" or "mismatch", or the
   // "timeout" of whichever member's wait ran out first. Every member acts
@@ -122,30 +159,14 @@ absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Ag
     return store.MultiGet(read_keys, timeout);
   }
   if (!got.ok()) return got.status();
-  if (me == first) {
-    std::string msg;
-    int differ = 0;
-    std::vector<Description> all{desc};
-    for (size_t k = 0; k < others.size(); ++k) {
-      Description theirs = Description::Decode((*got)[k]);
-      if (theirs.rank < 0) theirs.rank = others[k];
-      all.push_back(theirs);
-      std::string diff = theirs.Diff(desc);
-      if (diff.empty()) continue;
-      if (differ++ == 0) msg = std::string(MismatchError(theirs, desc, diff).message());
-    }
-    if (differ > 1) {
-      absl::StrAppend(&msg, "; ", differ, " of ", agreement.members.size(), " members differ from rank ", first);
-    }
-    if (differ == 0) msg = SharedGpu(all);
-    absl::StatusOr<std::string> verdict =
-        store.CompareSet(verdict_key, "", msg.empty() ? std::string("ok") : absl::StrCat("mismatch\n", msg));
-    if (!verdict.ok()) return verdict.status();
-    if (*verdict != "ok") return VerdictError(*verdict);
-  } else if ((*got)[0] != "ok") {
-    return VerdictError((*got)[0]);
+  std::string verdict = VerdictOf(agreement, plan, *got);
+  if (plan.first) {
+    absl::StatusOr<std::string> set = store.CompareSet(verdict_key, "", verdict);
+    if (!set.ok()) return set.status();
+    verdict = *set;
   }
-  return std::vector<std::string>(std::make_move_iterator(got->begin() + reads_at),
+  if (absl::Status s = VerdictStatus(verdict); !s.ok()) return s;
+  return std::vector<std::string>(std::make_move_iterator(got->begin() + static_cast<std::ptrdiff_t>(plan.reads_at)),
                                   std::make_move_iterator(got->end()));
 }
 
@@ -183,14 +204,14 @@ absl::StatusOr<std::string> IdFor(absl::string_view payload, absl::string_view k
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
-                                                           const Agreement& agreement, absl::Duration timeout,
-                                                           const std::function<absl::StatusOr<std::string>()>& make_id) {
+absl::StatusOr<UniqueIdPlan> PlanUniqueIds(const std::vector<GroupSpec>& rows, const Agreement& agreement,
+                                          const std::function<absl::StatusOr<std::string>()>& make_id) {
   const int me = agreement.desc.rank;
-  std::vector<std::string> ids(rows.size());
+  UniqueIdPlan plan;
+  plan.ids.resize(rows.size());
   // One request per member for every dimension: the ids of the rows it
   // leads in its payload, its rows' leaders' payloads read.
-  Exchange x;
+  Exchange& x = plan.exchange;
   x.peers = PeersOf(rows, me);
   std::vector<std::pair<std::string, std::string>> led;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -198,24 +219,41 @@ absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const s
     if (row.group_rank == 0) {
       absl::StatusOr<std::string> id = make_id();
       if (!id.ok()) return id.status();
-      ids[i] = *id;
+      plan.ids[i] = *id;
       if (row.ranks.size() > 1) led.emplace_back(row.key, *id);
     } else if (std::find(x.read_from.begin(), x.read_from.end(), row.ranks[0]) == x.read_from.end()) {
       x.read_from.push_back(row.ranks[0]);
     }
   }
   x.payload = EncodeIds(led);
-  absl::StatusOr<std::vector<std::string>> got = AgreeAndExchange(store, agreement, x, timeout);
-  if (!got.ok()) return got.status();
+  return plan;
+}
+
+absl::StatusOr<std::vector<std::string>> FinishUniqueIds(const std::vector<GroupSpec>& rows, UniqueIdPlan plan,
+                                                         const std::vector<std::string>& payloads) {
+  const std::vector<int>& read_from = plan.exchange.read_from;
   for (size_t i = 0; i < rows.size(); ++i) {
     const GroupSpec& row = rows[i];
     if (row.group_rank == 0) continue;
-    const size_t k = std::find(x.read_from.begin(), x.read_from.end(), row.ranks[0]) - x.read_from.begin();
-    absl::StatusOr<std::string> id = IdFor((*got)[k], row.key);
+    const size_t k = std::find(read_from.begin(), read_from.end(), row.ranks[0]) - read_from.begin();
+    if (k >= payloads.size()) {
+      return absl::DataLossError(absl::StrCat("mesh bootstrap: no payload of rank ", row.ranks[0], " for ", row.key));
+    }
+    absl::StatusOr<std::string> id = IdFor(payloads[k], row.key);
     if (!id.ok()) return id.status();
-    ids[i] = *id;
+    plan.ids[i] = *id;
   }
-  return ids;
+  return std::move(plan.ids);
+}
+
+absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
+                                                           const Agreement& agreement, absl::Duration timeout,
+                                                           const std::function<absl::StatusOr<std::string>()>& make_id) {
+  absl::StatusOr<UniqueIdPlan> plan = PlanUniqueIds(rows, agreement, make_id);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::vector<std::string>> got = AgreeAndExchange(store, agreement, plan->exchange, timeout);
+  if (!got.ok()) return got.status();
+  return FinishUniqueIds(rows, std::move(*plan), *got);
 }
 
 }  // namespace meshrun::mesh::internal

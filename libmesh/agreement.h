@@ -58,12 +58,51 @@ struct Exchange {
 absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
                                                           const Exchange& exchange, absl::Duration timeout);
 
+// One member's agreement as store requests, planned without I/O:
+// AgreeAndExchange sends exactly these, and so can an asynchronous client
+// (bench/rdzv_scale's simulated workers). Pure.
+struct AgreementPlan {
+  bool first = false;                   // This member proposes the verdict.
+  std::vector<std::string> set_keys;    // Its payload and description, set...
+  std::vector<std::string> set_values;  // ...in the one SetThenMultiGet,
+  std::vector<std::string> wanted;      // which reads these keys:
+  size_t reads_at = 0;                  // wanted[reads_at..] are read_from's payloads.
+  std::vector<int> others;              // First member: every other member, whose
+                                        // descriptions are wanted[0..reads_at).
+  std::string verdict_key;              // "<key>/verdict" (the others' wanted[0]).
+};
+AgreementPlan PlanAgreement(const Agreement& agreement, const Exchange& exchange);
+
+// After the SetThenMultiGet answered `got` (the values of plan.wanted): the
+// first member's proposal ("ok", or "mismatch\n<message>" naming both ranks
+// and the field, or the shared GPU), to be set with a CompareSet on
+// plan.verdict_key (whose outcome is the verdict); for the others the
+// verdict they read. Pure.
+std::string VerdictOf(const Agreement& agreement, const AgreementPlan& plan, const std::vector<std::string>& got);
+// What a member returns for `verdict`: OK for "ok", else the error every
+// member returns (FAILED_PRECONDITION, or DEADLINE_EXCEEDED for "timeout").
+absl::Status VerdictStatus(const std::string& verdict);
+
 // The NCCL unique-id exchange, without creating communicators (it needs no
 // GPU), inside the members' agreement (AgreeAndExchange): per row, the
 // coordinate-0 member calls `make_id`; its payload carries the ids of the
 // rows it leads, by row key; the others read their rows' leaders'
 // payloads. One request per member for every dimension (plus the verdict).
 // Rows of one member need no store traffic. Returns one id per row.
+// The unique-id exchange planned without I/O (ExchangeUniqueIds is Plan,
+// AgreeAndExchange, Finish): the ids of the rows this member leads (from
+// make_id) and the Exchange to agree with; Finish takes the payloads of
+// exchange.read_from and returns one id per row (DATA_LOSS when a leader's
+// payload lacks its row). Pure but for make_id.
+struct UniqueIdPlan {
+  Exchange exchange;
+  std::vector<std::string> ids;  // Per row: filled for the rows it leads.
+};
+absl::StatusOr<UniqueIdPlan> PlanUniqueIds(const std::vector<GroupSpec>& rows, const Agreement& agreement,
+                                          const std::function<absl::StatusOr<std::string>()>& make_id);
+absl::StatusOr<std::vector<std::string>> FinishUniqueIds(const std::vector<GroupSpec>& rows, UniqueIdPlan plan,
+                                                         const std::vector<std::string>& payloads);
+
 absl::StatusOr<std::vector<std::string>> ExchangeUniqueIds(Store& store, const std::vector<GroupSpec>& rows,
                                                            const Agreement& agreement, absl::Duration timeout,
                                                            const std::function<absl::StatusOr<std::string>()>& make_id);

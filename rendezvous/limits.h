@@ -27,11 +27,14 @@ struct ServerLimits {
   // A worker failure's message (the error file's text), bytes; longer ones
   // are cut, not refused.
   int64_t max_message_bytes = 64 << 10;
-  // Per run's store.
-  int64_t max_keys_per_run = 65536;
+  // Per run's store. libmesh keeps 2 keys per worker for a mesh (its
+  // description and payload): 262,144 holds the mesh of the design's
+  // 100,000 workers with room to spare.
+  int64_t max_keys_per_run = 262144;
   int64_t max_store_bytes_per_run = 64 << 20;
-  // Parked store reads (waits) per run.
-  int64_t max_waiters_per_run = 65536;
+  // Parked store reads (waits) per run: one per worker during a mesh's
+  // exchange (100,000 workers: 100,000).
+  int64_t max_waiters_per_run = 262144;
   // Items of one KvBatch call (a node's store proxy sends its workers'
   // concurrent requests as one call).
   int64_t max_batch_items = 1024;

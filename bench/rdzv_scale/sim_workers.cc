@@ -1,23 +1,24 @@
 #include "bench/rdzv_scale/sim_workers.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <atomic>
-#include <system_error>
-#include <thread>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "agent/store_proxy.h"
-#include "common/grpc_store.h"
 #include "libmesh/agreement.h"
 #include "meshrun/mesh_layout.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
 
 namespace meshrun::bench {
 
 using mesh::MeshLayout;
 namespace mi = mesh::internal;
+namespace pb = ::meshrun::v1;
 
 std::vector<int> WorkersMeshShape(int nnodes, int workers_per_agent) {
   if (workers_per_agent % 2 == 0) return {nnodes, 2, workers_per_agent / 2};
@@ -35,6 +36,142 @@ std::string FakeId(int rank, int call) {
   return id;
 }
 
+// What every worker reports to.
+struct Tally {
+  absl::Mutex mu;
+  double start = 0, end = 0;
+  int ok = 0, failed = 0, left = 0;
+  std::string error;
+  void Done(int rank, double t, const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    if (s.ok()) {
+      ++ok;
+      end = std::max(end, t);
+    } else {
+      ++failed;
+      if (error.empty()) error = absl::StrCat("rank ", rank, ": ", s.message());
+    }
+    --left;
+  }
+};
+
+// One simulated worker: libmesh's unique-id exchange as two asynchronous
+// calls at most. Deletes itself when done.
+class Worker {
+ public:
+  Worker(std::shared_ptr<pb::Rendezvous::Stub> stub, const SimConfig& config, int64_t round, const MeshLayout& layout,
+         int rank, int node_rank, int local, std::shared_ptr<Tally> tally)
+      : stub_(std::move(stub)),
+        run_id_(config.run_id),
+        timeout_(config.phase_timeout),
+        round_(round),
+        rank_(rank),
+        tally_(std::move(tally)) {
+    std::vector<int> coord = *layout.CoordinateOf(rank);
+    const std::string mesh_id = "bench";
+    for (int d = 0; d < layout.ndim(); ++d) {
+      mi::GroupSpec spec;  // libmesh/device_mesh.cc RowSpec.
+      const int row = layout.RowOf(d, coord);
+      spec.dim_name = layout.dim_names()[d];
+      spec.key = absl::StrCat("mesh/", mesh_id, "/d", d, "/row", row);
+      spec.name = absl::StrCat(mesh_id, "/", spec.dim_name, "/row", row);
+      spec.ranks = layout.RowRanks(d, row);
+      spec.group_rank = coord[d];
+      rows_.push_back(std::move(spec));
+    }
+    mi::Description desc{"cuda", "nccl", absl::StrJoin(layout.shape(), ","), "node,pair,local", rank,
+                         absl::StrCat("0..", layout.size() - 1), node_rank, local, ""};
+    agreement_ = mi::Agreement{desc, absl::StrCat("mesh/", mesh_id), layout.ranks(),
+                               [](int rr) { return absl::StrCat("rank ", rr); }};
+    // Row d's expected id: its leader's make_id call number (rows j < d it leads).
+    for (int d = 0; d < layout.ndim(); ++d) {
+      const int leader = rows_[d].ranks[0];
+      std::vector<int> lc = *layout.CoordinateOf(leader);
+      int call = 0;
+      for (int j = 0; j < d; ++j) call += lc[j] == 0 ? 1 : 0;
+      expected_.push_back(FakeId(leader, call));
+    }
+  }
+
+  // Sends the worker's one SetThenMultiGet; returns its send time.
+  double Start() {
+    int calls = 0;
+    absl::StatusOr<mi::UniqueIdPlan> plan =
+        mi::PlanUniqueIds(rows_, agreement_, [&]() -> absl::StatusOr<std::string> { return FakeId(rank_, calls++); });
+    const double t0 = MonoNow();
+    if (!plan.ok()) {
+      Finish(plan.status());
+      return t0;
+    }
+    ids_ = std::move(*plan);
+    agree_ = mi::PlanAgreement(agreement_, ids_.exchange);
+    req_.mutable_run()->set_run_id(run_id_);
+    req_.set_round(round_);
+    for (const auto& k : agree_.wanted) req_.add_keys(k);
+    for (const auto& k : agree_.set_keys) req_.add_set_keys(k);
+    for (const auto& v : agree_.set_values) req_.add_set_values(v);
+    req_.set_wait_ms(absl::ToInt64Milliseconds(timeout_));
+    ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout_ + absl::Seconds(30)));
+    stub_->async()->KvMultiGet(&ctx_, &req_, &resp_, [this](grpc::Status s) { OnExchanged(s); });
+    return t0;
+  }
+
+ private:
+  void OnExchanged(const grpc::Status& s) {
+    if (!s.ok()) return Finish(absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message()));
+    got_.assign(resp_.values().begin(), resp_.values().end());
+    if (got_.size() != agree_.wanted.size()) return Finish(absl::DataLossError("short answer"));
+    const std::string verdict = mi::VerdictOf(agreement_, agree_, got_);
+    if (!agree_.first) return Decide(verdict);
+    // The first member proposes the verdict.
+    cs_req_.mutable_run()->set_run_id(run_id_);
+    cs_req_.set_round(round_);
+    cs_req_.set_key(agree_.verdict_key);
+    cs_req_.set_desired(verdict);
+    cs_ctx_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    stub_->async()->KvCompareSet(&cs_ctx_, &cs_req_, &cs_resp_, [this](grpc::Status st) {
+      if (!st.ok()) return Finish(absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message()));
+      Decide(cs_resp_.value());
+    });
+  }
+
+  void Decide(const std::string& verdict) {
+    if (absl::Status v = mi::VerdictStatus(verdict); !v.ok()) return Finish(v);
+    std::vector<std::string> payloads(got_.begin() + static_cast<std::ptrdiff_t>(agree_.reads_at), got_.end());
+    absl::StatusOr<std::vector<std::string>> ids = mi::FinishUniqueIds(rows_, std::move(ids_), payloads);
+    if (!ids.ok()) return Finish(ids.status());
+    for (size_t d = 0; d < expected_.size(); ++d) {
+      if ((*ids)[d] != expected_[d]) return Finish(absl::DataLossError(absl::StrCat("dimension ", d, ": not its leader's id")));
+    }
+    Finish(absl::OkStatus());
+  }
+
+  void Finish(const absl::Status& s) {
+    tally_->Done(rank_, MonoNow(), s);
+    delete this;
+  }
+
+  // Shared: a call still in flight past the phase keeps them alive.
+  const std::shared_ptr<pb::Rendezvous::Stub> stub_;
+  const std::string run_id_;
+  const absl::Duration timeout_;
+  const int64_t round_;
+  const int rank_;
+  const std::shared_ptr<Tally> tally_;
+  std::vector<mi::GroupSpec> rows_;
+  mi::Agreement agreement_;
+  std::vector<std::string> expected_;
+  mi::UniqueIdPlan ids_;
+  mi::AgreementPlan agree_;
+  std::vector<std::string> got_;
+  grpc::ClientContext ctx_;
+  pb::KvMultiGetRequest req_;
+  pb::KvMultiGetResponse resp_;
+  grpc::ClientContext cs_ctx_;
+  pb::KvCompareSetRequest cs_req_;
+  pb::KvCompareSetResponse cs_resp_;
+};
+
 }  // namespace
 
 PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>& nodes) {
@@ -47,8 +184,10 @@ PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>&
     r.error = std::string(layout.status().message());
     return r;
   }
-  // The agents' store proxies, as the agent starts it (agent/session_join.cc).
+  // The agents' store proxies, as the agent starts them (agent/session_join.cc).
   std::vector<std::unique_ptr<agent::StoreProxy>> proxies;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::shared_ptr<pb::Rendezvous::Stub>> stubs;
   for (const SimNode& n : nodes) {
     agent::StoreProxyOptions po;
     po.run_id = config.run_id;
@@ -62,100 +201,50 @@ PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>&
       return r;
     }
     (*p)->SetRound(n.round);
+    channels.push_back(grpc::CreateChannel((*p)->endpoint(), grpc::InsecureChannelCredentials()));
+    stubs.push_back(pb::Rendezvous::NewStub(channels.back()));
     proxies.push_back(std::move(*p));
   }
-  const std::string mesh_id = "bench";
-  const absl::Duration timeout = config.phase_timeout;
-  absl::Mutex mu;
-  double start = 0, end = 0;
-  int ok = 0, failed = 0;
-  std::string error;
-  std::atomic<int> ready{0};
-  std::atomic<bool> abort{false};  // Not every worker thread could be started.
-  absl::Notification go;
-  auto worker = [&](size_t node_index, int local) {
-    const SimNode& n = nodes[node_index];
-    const int rank = n.node_rank * w + local;
-    auto fail = [&](const std::string& what) {
-      absl::MutexLock lock(&mu);
-      ++failed;
-      if (error.empty()) error = absl::StrCat("rank ", rank, ": ", what);
-    };
-    // As libmesh's InitDeviceMesh: the store, its connection coming up in
-    // the background.
-    GrpcStoreOptions so;
-    so.endpoint = proxies[node_index]->endpoint();
-    so.run_id = config.run_id;
-    so.round = n.round;
-    so.wait_for_connection = false;
-    so.rpc_slack = std::min(so.rpc_slack, timeout);
-    absl::StatusOr<std::shared_ptr<Store>> store = ConnectGrpcStore(so);
-    ready.fetch_add(1);
-    go.WaitForNotification();
-    if (abort.load()) return;
-    if (!store.ok()) return fail(std::string(store.status().message()));
-    std::vector<int> coord = *layout->CoordinateOf(rank);
-    std::vector<mi::GroupSpec> rows;
-    for (int d = 0; d < layout->ndim(); ++d) {
-      mi::GroupSpec spec;  // libmesh/device_mesh.cc RowSpec.
-      const int row = layout->RowOf(d, coord);
-      spec.dim_name = layout->dim_names()[d];
-      spec.key = absl::StrCat("mesh/", mesh_id, "/d", d, "/row", row);
-      spec.name = absl::StrCat(mesh_id, "/", spec.dim_name, "/row", row);
-      spec.ranks = layout->RowRanks(d, row);
-      spec.group_rank = coord[d];
-      rows.push_back(std::move(spec));
+  // Every channel connected before the clock starts (a worker's store
+  // connection is made while its backend sets up, libmesh/device_mesh.cc).
+  for (auto& ch : channels) ch->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  auto tally_ptr = std::make_shared<Tally>();
+  Tally& tally = *tally_ptr;
+  tally.left = static_cast<int>(nodes.size()) * w;
+  std::vector<Worker*> workers;
+  workers.reserve(nodes.size() * w);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (int l = 0; l < w; ++l) {
+      workers.push_back(new Worker(stubs[i], config, nodes[i].round, *layout, nodes[i].node_rank * w + l,
+                                   nodes[i].node_rank, l, tally_ptr));
     }
-    mi::Description desc{"cuda", "nccl", absl::StrJoin(layout->shape(), ","), "node,pair,local", rank,
-                         absl::StrCat("0..", layout->size() - 1), n.node_rank, local, ""};
-    mi::Agreement agreement{desc, absl::StrCat("mesh/", mesh_id), layout->ranks(),
-                            [](int rr) { return absl::StrCat("rank ", rr); }};
-    int calls = 0;
-    const double t0 = MonoNow();
-    {
-      absl::MutexLock lock(&mu);
-      if (start == 0 || t0 < start) start = t0;
-    }
-    absl::StatusOr<std::vector<std::string>> ids = mi::ExchangeUniqueIds(
-        **store, rows, agreement, timeout, [&]() -> absl::StatusOr<std::string> { return FakeId(rank, calls++); });
-    const double t1 = MonoNow();
-    if (!ids.ok()) return fail(std::string(ids.status().message()));
-    // Row d's id is its leader's make_id call number (rows j < d it leads).
-    for (int d = 0; d < layout->ndim(); ++d) {
-      const int leader = rows[d].ranks[0];
-      std::vector<int> lc = *layout->CoordinateOf(leader);
-      int call = 0;
-      for (int j = 0; j < d; ++j) call += lc[j] == 0 ? 1 : 0;
-      if ((*ids)[d] != FakeId(leader, call)) return fail(absl::StrCat("dimension ", d, ": not its leader's id"));
-    }
-    absl::MutexLock lock(&mu);
-    ++ok;
-    end = std::max(end, t1);
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(nodes.size() * w);
-  // One thread per worker: the machine's task limit (kernel.pid_max,
-  // 32,768 here) bounds how many workers a run can have.
-  try {
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      for (int l = 0; l < w; ++l) threads.emplace_back(worker, i, l);
-    }
-  } catch (const std::system_error& e) {
-    abort = true;
-    error = absl::StrCat("could not start worker thread ", threads.size() + 1, " of ", nodes.size() * w, ": ",
-                         e.what(), " (the machine's thread limit)");
   }
-  while (ready.load() < static_cast<int>(threads.size())) absl::SleepFor(absl::Milliseconds(1));
-  go.Notify();
-  for (auto& t : threads) t.join();
-  if (abort.load()) failed = static_cast<int>(nodes.size()) * w;
+  double start = 0;
+  for (Worker* worker : workers) {
+    const double t = worker->Start();  // May finish (and delete itself) at once.
+    if (start == 0) start = t;
+  }
+  {
+    absl::MutexLock lock(&tally.mu);
+    auto all_done = [&tally]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tally.mu) { return tally.left == 0; };
+    if (!tally.mu.AwaitWithTimeout(absl::Condition(&all_done), config.phase_timeout + absl::Seconds(35))) {
+      // Calls are bounded by their deadlines; the proxies' shutdown below
+      // cancels what is left.
+      if (tally.error.empty()) tally.error = absl::StrCat(tally.left, " workers still waiting at the phase timeout");
+    }
+  }
   proxies.clear();
-  r.start = start;
-  r.first = end;
-  r.end = end;
-  r.ok = ok;
-  r.failed = failed;
-  r.error = error;
+  {
+    absl::MutexLock lock(&tally.mu);
+    auto all_done = [&tally]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tally.mu) { return tally.left == 0; };
+    tally.mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(40));
+    r.start = start;
+    r.first = tally.end;
+    r.end = tally.end;
+    r.ok = tally.ok;
+    r.failed = tally.failed + tally.left;
+    r.error = tally.error;
+  }
   return r;
 }
 

@@ -1,13 +1,23 @@
 // bench/rdzv_scale: the workers phase. After the round closed, each
 // simulated agent starts the node agent's own store proxy
-// (agent::StoreProxy, over the agent client's channel, in its node id) and
-// `workers_per_agent` simulated workers (threads) per agent, each with its
-// own GrpcStore on the proxy's unix: endpoint (as a worker given
-// MESHRUN_STORE_ENDPOINT), fetch the NCCL unique ids of a 3-D mesh with
-// libmesh's own exchange (libmesh/agreement.cc ExchangeUniqueIds: per row,
-// the coordinate-0 member's id under "mesh/<id>/d<dim>/row<r>", inside the
-// members' agreement on "mesh/<id>"). Nothing of the protocol is
-// re-implemented here.
+// (agent::StoreProxy, over the agent client's channel, in its node id, with
+// the node's workers as its expected publishers, as the agent does) and
+// `workers_per_agent` simulated workers per agent fetch the NCCL unique ids
+// of a 3-D mesh through it, sending exactly libmesh's requests: the
+// exchange is planned by libmesh's own code (libmesh/agreement.cc
+// PlanUniqueIds and PlanAgreement: per row, the coordinate-0 member's id
+// under "mesh/<id>/d<dim>/row<r>", inside the members' agreement on
+// "mesh/<id>"), sent as its one SetThenMultiGet (a KvMultiGet with sets)
+// and, for the first member, the verdict's KvCompareSet, and read back
+// with libmesh's VerdictOf / FinishUniqueIds.
+//
+// The workers are asynchronous (gRPC's callback API), not a thread each:
+// 32,768 threads (4,096 agents x 8) exceed what this machine can schedule
+// beside the server. The workers of one agent share one channel to its
+// proxy's Unix socket (a real worker has its own; connections to the proxy
+// are the node's own work, not the server's). Only the exchange's normal
+// path is simulated: a worker whose request fails is counted failed with
+// the error (libmesh would propose a timeout verdict).
 //
 // Mesh: (nnodes, 2, workers_per_agent / 2) named (node, pair, local) for an
 // even workers_per_agent, else (nnodes, 1, workers_per_agent); rank =

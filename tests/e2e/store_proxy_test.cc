@@ -44,12 +44,6 @@ meshrun::v1::StatusResponse ServerStatus(int port, const std::string& token = ""
   return resp;
 }
 
-int64_t Sum(const google::protobuf::Map<std::string, int64_t>& m) {
-  int64_t n = 0;
-  for (const auto& [k, v] : m) n += v;
-  return n;
-}
-
 // Runs the `mesh` worker on 2 nodes x 8 against the daemon as run `run_id`;
 // `direct`: each worker bypasses its agent (MESHRUN_STORE_ENDPOINT set to
 // the server's host:port, as a worker started by hand would).
