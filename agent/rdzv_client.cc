@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/endpoint.h"
+#include "common/grpc_store.h"
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
@@ -118,6 +119,8 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // The channel carries the node's store proxy's reads too.
+  args.SetMaxReceiveMessageSize(kMaxStoreAnswerBytes);
   // The channel dials the numeric address; the server's certificate is
   // checked against the name the user gave.
   SetTlsTargetName(tls, ep->host, &args);

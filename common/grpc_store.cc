@@ -250,6 +250,7 @@ std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target, const Tl
   if (!slot) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+    args.SetMaxReceiveMessageSize(kMaxStoreAnswerBytes);
     slot = grpc::CreateCustomChannel(
         target, unix_socket ? grpc::InsecureChannelCredentials() : ClientCredentials(tls), args);
   }

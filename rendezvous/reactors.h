@@ -41,6 +41,15 @@ class ParkedReactor : public grpc::ServerUnaryReactor {
   absl::AnyInvocable<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
 };
 
+// A server stream refused at once: ends with `s`, writes nothing; deletes
+// itself when gRPC is done with it.
+template <typename Message>
+class RefusedStream : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit RefusedStream(const grpc::Status& s) { this->Finish(s); }
+  void OnDone() override { delete this; }
+};
+
 // Answers a unary call at once with `s`. Thread-safe.
 inline grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::Status& s) {
   auto* r = ctx->DefaultReactor();

@@ -129,12 +129,7 @@ grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackS
   }
   if (!s.ok()) {
     Count(kWatch, s);
-    class Refused : public grpc::ServerWriteReactor<pb::RunEvent> {
-     public:
-      explicit Refused(const grpc::Status& s) { Finish(s); }
-      void OnDone() override { delete this; }
-    };
-    return new Refused(s);
+    return new RefusedStream<pb::RunEvent>(s);
   }
   grpc::ServerWriteReactor<pb::RunEvent>* reactor =
       StartWatch(*run, req->node_id(), this, limits_, req->known_round(), req->session(), &s);

@@ -182,12 +182,7 @@ grpc::ServerWriteReactor<pb::KvBatchResponse>* RendezvousService::KvBatch(grpc::
   }
   if (!s.ok()) {
     Count(kKvBatch, s);
-    class Refused : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
-     public:
-      explicit Refused(const grpc::Status& s) { Finish(s); }
-      void OnDone() override { delete this; }
-    };
-    return new Refused(s);
+    return new RefusedStream<pb::KvBatchResponse>(s);
   }
   std::shared_ptr<KvStore> kv(*run, &(*run)->kv());
   return StartKvBatch(std::move(kv), *req, [this](const grpc::Status& st) { Count(kKvBatch, st); });

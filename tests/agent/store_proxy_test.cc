@@ -39,7 +39,10 @@ struct Setup {
     auto s = rendezvous::RendezvousServer::Start(so);
     REQUIRE(s.ok());
     server = std::move(*s);
-    channel = grpc::CreateChannel(server->endpoint(), grpc::InsecureChannelCredentials());
+    // As the agent's channel (agent/rdzv_client.cc): it carries the proxy's reads.
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxStoreAnswerBytes);
+    channel = grpc::CreateCustomChannel(server->endpoint(), grpc::InsecureChannelCredentials(), args);
     if (o.run_id.empty()) o.run_id = "job";
     o.token = "s3cret";
     auto p = agent::StoreProxy::Start(o, channel, "node-a");
@@ -278,4 +281,27 @@ TEST_CASE("store proxy: 8 workers' unique-id exchange of a 3-D mesh is 2 server 
   CHECK(b.holds_ended_by_time == 0);
   WARN("server calls for 8 workers' exchange: " << calls << " (" << b.items << " requests in " << b.batches
                                                 << " batches)");
+}
+
+TEST_CASE("store proxy: a read larger than gRPC's default 4 MiB message reaches the worker", "[store_proxy]") {
+  // A large mesh's first member reads every member's description; 6 values
+  // of 1 MiB (max_value_bytes) stand in for that here, through the cache
+  // (write-once keys) and forwarded (mutable keys).
+  Setup s;
+  auto store = s.Worker();
+  const std::string mib(1 << 20, 'x');
+  std::vector<std::string> once, plain;
+  for (int i = 0; i < 6; ++i) {
+    once.push_back("mesh/big/" + std::to_string(i));
+    plain.push_back("big/" + std::to_string(i));
+    REQUIRE(store->Set(once.back(), mib).ok());
+    REQUIRE(store->Set(plain.back(), mib).ok());
+  }
+  auto cached = s.Worker()->MultiGet(once, absl::Seconds(10));
+  REQUIRE(cached.ok());
+  CHECK(cached->size() == 6);
+  CHECK((*cached)[5] == mib);
+  auto forwarded = s.Worker()->MultiGet(plain, absl::Seconds(10));
+  REQUIRE(forwarded.ok());
+  CHECK(forwarded->size() == 6);
 }
