@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
@@ -12,12 +13,25 @@
 
 namespace meshrun::rendezvous {
 
-// A unary reactor that may finish later, from any thread, exactly once; on
-// client cancellation it runs `on_cancel` (which must lead to Complete).
+// A unary reactor that the domain answers later, from any thread, exactly
+// once; on client cancellation it runs `on_cancel` (which should lead to an
+// answer) and ends the call CANCELLED. Owned jointly by gRPC (until OnDone)
+// and the domain's callback (until it has run or is dropped), so a callback
+// that comes after the call ended (a cancelled Join the run answers only
+// at shutdown) finds the reactor alive; it must Claim() before touching the
+// response, which gRPC frees once the call ended.
 class ParkedReactor : public grpc::ServerUnaryReactor {
  public:
+  static std::shared_ptr<ParkedReactor> Create() {
+    std::shared_ptr<ParkedReactor> r(new ParkedReactor());
+    r->self_ = r;
+    return r;
+  }
+  // True for the first caller only: it may fill the response, and must then
+  // call Finish. False once the call was answered or cancelled.
+  bool Claim() { return !finished_.exchange(true); }
   void Complete(const grpc::Status& s) {
-    if (!finished_.exchange(true)) Finish(s);
+    if (Claim()) Finish(s);
   }
   void SetOnCancel(absl::AnyInvocable<void()> fn) {
     absl::MutexLock lock(&mu_);
@@ -33,12 +47,22 @@ class ParkedReactor : public grpc::ServerUnaryReactor {
     // The domain answered already, or had nothing parked: end the call.
     Complete(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    std::shared_ptr<ParkedReactor> self;
+    {
+      absl::MutexLock lock(&mu_);
+      self = std::move(self_);
+      on_cancel_ = nullptr;
+    }
+    // Freed here unless a domain callback still holds it.
+  }
 
  private:
+  ParkedReactor() = default;
   std::atomic<bool> finished_{false};
   absl::Mutex mu_;
   absl::AnyInvocable<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ParkedReactor> self_;  // gRPC's share, until OnDone.
 };
 
 // A server stream refused at once: ends with `s`, writes nothing; deletes

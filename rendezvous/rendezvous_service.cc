@@ -91,17 +91,20 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   absl::StatusOr<std::shared_ptr<Run>> run = registry_->ForJoin(req->run().run_id(), req->last_round());
   if (!run.ok()) return Reply(kJoin, ctx, ToGrpc(run.status()));
   CheckOpenFiles(args->config.max_nodes);
-  auto* reactor = new ParkedReactor();
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
   reactor->SetOnCancel([run = *run, id = args->node.node_id] { run->CancelJoin(id); });
   (*run)->Join(args->node, args->config, req->last_round(), req->session(),
                [this, reactor, resp](absl::StatusOr<Assignment> a) {
-                 if (a.ok()) ToProto(*a, resp->mutable_assignment());
                  // A round closed: its parked joins are being answered.
                  if (a.ok() && releaser_ != nullptr) releaser_->Request();
                  Count(kJoin, ToGrpc(a.status()));
-                 reactor->Complete(ToGrpc(a.status()));
+                 // The call may have ended (its client cancelled, and the
+                 // run answers only now): then `resp` is gone.
+                 if (!reactor->Claim()) return;
+                 if (a.ok()) ToProto(*a, resp->mutable_assignment());
+                 reactor->Finish(ToGrpc(a.status()));
                });
-  return reactor;
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* ctx,
@@ -169,20 +172,21 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServer
                               absl::StrCat("exit barrier timeout_ms=", req->timeout_ms(), ": allowed: 0..",
                                            absl::ToInt64Milliseconds(limits_.max_wait), " (max_wait)")));
   }
-  auto* reactor = new ParkedReactor();
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
   uint64_t id = run->ReportFinished(
       req->node_id(), req->round(), req->session(), timeout,
       [this, reactor, resp](absl::StatusOr<BarrierResult> r) {
+        Count(kReportFinished, ToGrpc(r.status()));
+        if (!reactor->Claim()) return;  // The call ended: `resp` is gone.
         if (r.ok()) {
           resp->set_all_finished(r->all_finished);
           resp->set_finished_nodes(r->finished_nodes);
           resp->set_node_count(r->node_count);
         }
-        Count(kReportFinished, ToGrpc(r.status()));
-        reactor->Complete(ToGrpc(r.status()));
+        reactor->Finish(ToGrpc(r.status()));
       });
   if (id != 0) reactor->SetOnCancel([run, id] { run->CancelFinished(id); });
-  return reactor;
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,

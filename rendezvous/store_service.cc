@@ -40,18 +40,19 @@ namespace {
 template <typename Fill, typename Counted>
 grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round, std::vector<std::string> keys,
                                     int64_t wait_ms, Fill fill, Counted counted) {
-  auto* reactor = new ParkedReactor();
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
   std::shared_ptr<KvStore> kv(run, &run->kv());
   KvStore::WaiterId id = kv->Await(
       round, std::move(keys), absl::Milliseconds(wait_ms),
       [reactor, fill = std::move(fill), counted = std::move(counted)](
           absl::StatusOr<std::vector<std::string>> values) mutable {
-        if (values.ok()) fill(*values);
         counted(ToGrpc(values.status()));
-        reactor->Complete(ToGrpc(values.status()));
+        if (!reactor->Claim()) return;  // The call ended: its response is gone.
+        if (values.ok()) fill(*values);
+        reactor->Finish(ToGrpc(values.status()));
       });
   if (id != 0) reactor->SetOnCancel([kv, id] { kv->Cancel(id); });
-  return reactor;
+  return reactor.get();
 }
 
 }  // namespace

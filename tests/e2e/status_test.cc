@@ -95,7 +95,9 @@ TEST_CASE("meshrun status while a node is lost: the survivor waits, the loss is 
   CHECK(CountLines(t.out, " joining ") == 1);  // Node A, waiting for a replacement.
   CHECK_FALSE(Contains(t.out, "127.0.0.2"));
   kill(a.pid, SIGTERM);
-  CHECK(WaitCommand(a.pid, 20) == 143);
+  const int code = WaitCommand(a.pid, 20);
+  INFO("node A's output:\n" << a.out() << a.err());
+  CHECK(code == 143);
 }
 
 TEST_CASE("meshrun status --watch redraws in place and stops at its limit", "[e2e][status]") {
