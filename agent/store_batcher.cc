@@ -24,10 +24,10 @@ bool IsPublication(const StoreRequest& r) {
 }
 
 StoreBatcher::StoreBatcher(BatchUpstream* upstream, StoreBatcherOptions options)
-    : upstream_(upstream), options_(options) {
-  if (options_.expected_publishers > 1 && options_.publication_hold > absl::ZeroDuration()) {
-    timer_ = std::thread([this] { HoldTimer(); });
-  }
+    : upstream_(upstream),
+      options_(options),
+      holds_publications_(options.expected_publishers > 1 && options.publication_hold > absl::ZeroDuration()) {
+  if (holds_publications_) timer_ = std::thread([this] { HoldTimer(); });
 }
 
 StoreBatcher::~StoreBatcher() {
@@ -46,7 +46,7 @@ void StoreBatcher::Start(Id id, StoreRequest request, Done done) {
   std::vector<BatchItem> now;
   {
     absl::MutexLock lock(&mu_);
-    const bool publication = timer_.joinable() && IsPublication(request);
+    const bool publication = holds_publications_ && IsPublication(request);
     held_.push_back(BatchItem{id, std::move(request), std::move(done)});
     if (publication) {
       if (publications_held_++ == 0 && !stopping_) {
@@ -69,7 +69,7 @@ std::vector<BatchItem> StoreBatcher::NextLocked() {
     const int64_t b = Bytes(held_.front().request);
     if (!batch.empty() && bytes + b > options_.max_bytes) break;
     bytes += b;
-    if (timer_.joinable() && IsPublication(held_.front().request)) --publications_held_;
+    if (holds_publications_ && IsPublication(held_.front().request)) --publications_held_;
     batch.push_back(std::move(held_.front()));
     held_.pop_front();
   }
@@ -122,7 +122,7 @@ void StoreBatcher::Cancel(Id id) {
     absl::MutexLock lock(&mu_);
     auto it = std::find_if(held_.begin(), held_.end(), [id](const BatchItem& i) { return i.id == id; });
     if (it != held_.end()) {
-      if (timer_.joinable() && IsPublication(it->request)) --publications_held_;
+      if (holds_publications_ && IsPublication(it->request)) --publications_held_;
       done = std::move(it->done);
       held_.erase(it);
     }

@@ -121,6 +121,8 @@ class StoreBatcher : public StoreUpstream {
 
   BatchUpstream* const upstream_;
   const StoreBatcherOptions options_;
+  // Publications are held (options ask for it); the timer thread runs.
+  const bool holds_publications_;
   mutable absl::Mutex mu_;
   bool awaiting_acceptance_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<BatchItem> held_ ABSL_GUARDED_BY(mu_);
