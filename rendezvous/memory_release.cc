@@ -3,12 +3,22 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 
 #include "common/logging.h"
 
+// jemalloc's control interface, when the process runs on jemalloc (the
+// `meshrun` binary links it: launcher/allocator.cc); null otherwise (unit
+// tests, sanitizer builds), and glibc's malloc_trim is used instead.
+extern "C" int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen)
+    __attribute__((weak));
+
 namespace meshrun::rendezvous {
 namespace {
+
+// jemalloc's name for "every arena" (MALLCTL_ARENAS_ALL in jemalloc 5).
+constexpr const char* kPurgeAllArenas = "arena.4096.purge";
 
 // Resident bytes of this process (/proc/self/statm), or -1.
 int64_t ResidentBytes() {
@@ -22,9 +32,19 @@ int64_t ResidentBytes() {
 
 }  // namespace
 
+bool RunsOnJemalloc() { return mallctl != nullptr; }
+
 int64_t ReleaseFreeMemory() {
   const int64_t before = ResidentBytes();
-  malloc_trim(0);
+  if (mallctl != nullptr) {
+    // The caller's cached blocks go back to their arenas, then every
+    // arena's unused pages to the system (what dirty_decay_ms would do
+    // over time). Failures only mean less was returned.
+    mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
+    mallctl(kPurgeAllArenas, nullptr, nullptr, nullptr, 0);
+  } else {
+    malloc_trim(0);
+  }
   const int64_t after = ResidentBytes();
   return before < 0 || after < 0 || after > before ? 0 : before - after;
 }
