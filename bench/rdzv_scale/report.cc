@@ -28,6 +28,14 @@ double PhaseSeconds(const RunResult& r, const std::string& phase) {
   return it == r.phases.end() ? -1 : it->second.seconds;
 }
 
+// A figure of one phase, or -1 (shown "-") when the run had no such phase
+// (a --connect_only run has no join, barrier or workers phase).
+template <typename F>
+double OfPhase(const RunResult& r, const std::string& phase, F figure) {
+  auto it = r.phases.find(phase);
+  return it == r.phases.end() ? -1 : static_cast<double>(figure(it->second));
+}
+
 std::string Cell(double v, const char* fmt = "%.2f") { return v < 0 ? "-" : absl::StrFormat(fmt, v); }
 
 }  // namespace
@@ -146,14 +154,16 @@ std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResu
       return Median(v);
     };
     auto phase = [&](const char* p) { return med([&](const RunResult& r) { return PhaseSeconds(r, p); }); };
-    auto cpu = [&](const char* p) { return med([&](const RunResult& r) { return r.phases.at(p).server_cpu_s; }); };
+    auto cpu = [&](const char* p) {
+      return med([&](const RunResult& r) { return OfPhase(r, p, [](const auto& s) { return s.server_cpu_s; }); });
+    };
     auto mib = [&](int64_t RunResult::*f) { return med([&](const RunResult& r) { return (r.*f) / 1024.0; }); };
     const double per_agent = med([&](const RunResult& r) { return static_cast<double>(r.rss_steady_kib - r.rss_idle_kib) / r.n; });
     absl::StrAppend(&out, "| ", n, " | ", ok.size(), " of ", rs.size(), " | ", Cell(phase("connect")), " | ",
                     Cell(phase("join")), " | ", Cell(phase("round_closed"), "%.3f"), " | ",
                     Cell(phase("exit_barrier")), " | ", Cell(cpu("connect")), " / ", Cell(cpu("join")), " / ",
                     Cell(cpu("exit_barrier")), " | ",
-                    Cell(med([](const RunResult& r) { return r.phases.at("join").requests; }), "%.0f"), " | ",
+                    Cell(med([](const RunResult& r) { return OfPhase(r, "join", [](const auto& s) { return s.requests; }); }), "%.0f"), " | ",
                     Cell(mib(&RunResult::rss_idle_kib), "%.1f"), " / ", Cell(mib(&RunResult::rss_steady_kib), "%.1f"),
                     " / ", Cell(mib(&RunResult::rss_peak_kib), "%.1f"), " / ", Cell(mib(&RunResult::rss_after_kib), "%.1f"),
                     " | ", Cell(per_agent, "%.1f"), " | ",
