@@ -70,6 +70,8 @@ int ChildMain(const SimConfig& config) {
       r = agents.Join();
     } else if (line == "roundclosed") {
       r = agents.RoundClosed();
+    } else if (line == "workersprep") {
+      r = agents.PrepareWorkers();
     } else if (line == "workers") {
       r = agents.Workers();
     } else if (line == "finish") {

@@ -155,6 +155,33 @@ absl::StatusOr<std::vector<std::string>> ReadLines(std::vector<std::unique_ptr<L
   return lines;
 }
 
+// Sends "workersprep" to every load process and waits for all: each starts
+// its agents' store proxies and plans its workers' requests. OK when every
+// one of `expected` workers is ready.
+absl::Status PrepareWorkers(std::vector<std::unique_ptr<LoadProc>>& procs, int64_t expected, absl::Duration timeout) {
+  const std::string cmd = "workersprep\n";
+  for (auto& p : procs) {
+    if (write(p->fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) {
+      return absl::UnavailableError(absl::StrCat("cannot command load process ", p->pid));
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> lines = ReadLines(procs, absl::Now() + timeout + absl::Seconds(60));
+  if (!lines.ok()) return lines.status();
+  int64_t ready = 0;
+  std::string error;
+  for (const std::string& line : *lines) {
+    ChildResult cr = ParseChildResult(line);
+    if (!cr.parsed) return absl::InternalError(absl::StrCat("malformed answer from a load process: ", line.substr(0, 200)));
+    ready += cr.r.ok;
+    if (error.empty() && !cr.r.error.empty()) error = cr.r.error;
+  }
+  if (ready < expected) {
+    return absl::UnavailableError(absl::StrCat("preparation: ", ready, " of ", expected, " workers ready",
+                                               error.empty() ? "" : ": ", error));
+  }
+  return absl::OkStatus();
+}
+
 double LoadAvg() {
   std::ifstream f("/proc/loadavg");
   double v = 0;
@@ -286,6 +313,15 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   for (const std::string& phase : PhaseNames()) {
     if (o.connect_only && phase != "connect" && phase != "leave") continue;
     if (phase == "workers" && o.agent.workers_per_agent <= 0) continue;
+    if (phase == "workers") {
+      // Untimed, in every load process before any starts its clock: the
+      // proxies, the workers' channels and their planned requests.
+      if (absl::Status s = PrepareWorkers(procs, n * o.agent.workers_per_agent, o.agent.phase_timeout); !s.ok()) {
+        res.failure = absl::StrCat("workers: ", s.message());
+        failed = true;
+        break;
+      }
+    }
     PhaseStats st;
     st.expected = phase == "workers" ? n * o.agent.workers_per_agent : n;
     peak_fds = 0;

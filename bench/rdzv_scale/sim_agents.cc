@@ -272,7 +272,7 @@ PhaseResult SimAgents::Leave() {
   return r;
 }
 
-PhaseResult SimAgents::Workers() {
+PhaseResult SimAgents::PrepareWorkers() {
   std::vector<SimNode> nodes;
   {
     absl::MutexLock lock(&mu_);
@@ -281,12 +281,25 @@ PhaseResult SimAgents::Workers() {
       nodes.push_back(SimNode{a->client->channel(), a->node.node_id, a->node_rank, a->round.load()});
     }
   }
-  PhaseResult r = RunWorkersPhase(config_, nodes);
+  workers_ = std::make_unique<WorkersPhase>(config_);
+  PhaseResult r = workers_->Prepare(nodes);
   const int missing = config_.count - static_cast<int>(nodes.size());
   if (missing > 0) {
     r.failed += missing * config_.workers_per_agent;
     if (r.error.empty()) r.error = absl::StrCat(missing, " agents have no assignment");
   }
+  return r;
+}
+
+PhaseResult SimAgents::Workers() {
+  if (!workers_) {
+    PhaseResult r;
+    r.failed = config_.count * config_.workers_per_agent;
+    r.error = "workers phase run before its preparation";
+    return r;
+  }
+  PhaseResult r = workers_->Run();
+  workers_.reset();
   return r;
 }
 

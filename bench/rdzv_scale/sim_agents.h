@@ -77,6 +77,8 @@ double MonoNow();
 // Thread-safe for the phase calls made one at a time from one thread (the
 // driver's commands arrive in order); callbacks come from the clients'
 // threads.
+class WorkersPhase;  // sim_workers.h
+
 class SimAgents {
  public:
   explicit SimAgents(SimConfig config);
@@ -99,9 +101,12 @@ class SimAgents {
   // Stops the heartbeats and destroys every client (closing its stream and
   // its connection); ends when all are gone.
   PhaseResult Leave();
-  // After the round closed: every agent starts its store proxy and
-  // workers_per_agent workers fetch a 3-D mesh's unique ids through it
-  // (sim_workers.h). ok / failed count workers.
+  // After the round closed, untimed: every agent starts its store proxy
+  // and its workers_per_agent workers connect to it and plan their exchange
+  // (sim_workers.h WorkersPhase::Prepare). ok: workers ready.
+  PhaseResult PrepareWorkers();
+  // Then the workers fetch a 3-D mesh's unique ids through their proxies
+  // (WorkersPhase::Run). ok / failed count workers.
   PhaseResult Workers();
 
   SimCounters counters() const;
@@ -125,6 +130,7 @@ class SimAgents {
   double round_closed_first_ ABSL_GUARDED_BY(mu_) = 0;
   double round_closed_last_ ABSL_GUARDED_BY(mu_) = 0;
   SimCounters counters_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<WorkersPhase> workers_;  // Between PrepareWorkers and Workers.
 };
 
 }  // namespace meshrun::bench

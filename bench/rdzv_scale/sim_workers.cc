@@ -36,6 +36,8 @@ std::string FakeId(int rank, int call) {
   return id;
 }
 
+}  // namespace
+
 // What every worker reports to.
 struct Tally {
   absl::Mutex mu;
@@ -59,8 +61,9 @@ struct Tally {
 // calls at most. Deletes itself when done.
 class Worker {
  public:
+  // `all_ranks`: layout.ranks(), computed once for every worker.
   Worker(std::shared_ptr<pb::Rendezvous::Stub> stub, const SimConfig& config, int64_t round, const MeshLayout& layout,
-         int rank, int node_rank, int local, std::shared_ptr<Tally> tally)
+         const std::vector<int>& all_ranks, int rank, int node_rank, int local, std::shared_ptr<Tally> tally)
       : stub_(std::move(stub)),
         run_id_(config.run_id),
         timeout_(config.phase_timeout),
@@ -81,7 +84,11 @@ class Worker {
     }
     mi::Description desc{"cuda", "nccl", absl::StrJoin(layout.shape(), ","), "node,pair,local", rank,
                          absl::StrCat("0..", layout.size() - 1), node_rank, local, ""};
-    agreement_ = mi::Agreement{desc, absl::StrCat("mesh/", mesh_id), layout.ranks(),
+    // Every member but the first plans from members.front() alone
+    // (PlanAgreement; VerdictOf reads the verdict), so only the first holds
+    // every rank: 32,768 copies of 32,768 ranks would be 4 GiB.
+    agreement_ = mi::Agreement{desc, absl::StrCat("mesh/", mesh_id),
+                               all_ranks.front() == rank ? all_ranks : std::vector<int>{all_ranks.front()},
                                [](int rr) { return absl::StrCat("rank ", rr); }};
     // Row d's expected id: its leader's make_id call number (rows j < d it leads).
     for (int d = 0; d < layout.ndim(); ++d) {
@@ -93,15 +100,19 @@ class Worker {
     }
   }
 
-  // Sends the worker's one SetThenMultiGet; returns its send time.
-  double Start() {
+  // Plans the worker's exchange with libmesh's code and builds its request,
+  // before the clock starts: on a cluster every worker does this on its
+  // own core at about the same moment, and its first store request follows.
+  // Serialised here, 32,768 workers' plans (each O(its rows), a row of the
+  // node dimension holding 4,096 ranks) took seconds of these 2 cores.
+  // False (and the worker finished, deleted) when planning failed.
+  bool Prepare() {
     int calls = 0;
     absl::StatusOr<mi::UniqueIdPlan> plan =
         mi::PlanUniqueIds(rows_, agreement_, [&]() -> absl::StatusOr<std::string> { return FakeId(rank_, calls++); });
-    const double t0 = MonoNow();
     if (!plan.ok()) {
       Finish(plan.status());
-      return t0;
+      return false;
     }
     ids_ = std::move(*plan);
     agree_ = mi::PlanAgreement(agreement_, ids_.exchange);
@@ -111,6 +122,12 @@ class Worker {
     for (const auto& k : agree_.set_keys) req_.add_set_keys(k);
     for (const auto& v : agree_.set_values) req_.add_set_values(v);
     req_.set_wait_ms(absl::ToInt64Milliseconds(timeout_));
+    return true;
+  }
+
+  // Sends the worker's one SetThenMultiGet; returns its send time.
+  double Send() {
+    const double t0 = MonoNow();
     ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout_ + absl::Seconds(30)));
     stub_->async()->KvMultiGet(&ctx_, &req_, &resp_, [this](grpc::Status s) { OnExchanged(s); });
     return t0;
@@ -172,26 +189,31 @@ class Worker {
   pb::KvCompareSetResponse cs_resp_;
 };
 
-}  // namespace
+WorkersPhase::WorkersPhase(SimConfig config) : config_(std::move(config)), tally_(std::make_shared<Tally>()) {}
 
-PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>& nodes) {
+WorkersPhase::~WorkersPhase() {
+  // Workers never sent finish (and delete themselves) here; the proxies'
+  // shutdown cancels what is still in flight.
+  for (Worker* w : unsent_) delete w;
+  proxies_.clear();
+}
+
+PhaseResult WorkersPhase::Prepare(const std::vector<SimNode>& nodes) {
   PhaseResult r;
-  const int w = config.workers_per_agent;
+  const int w = config_.workers_per_agent;
   absl::StatusOr<MeshLayout> layout =
-      MeshLayout::Create(WorkersMeshShape(config.nnodes, w), {"node", "pair", "local"}, config.nnodes * w);
+      MeshLayout::Create(WorkersMeshShape(config_.nnodes, w), {"node", "pair", "local"}, config_.nnodes * w);
   if (!layout.ok()) {
     r.failed = static_cast<int>(nodes.size()) * w;
     r.error = std::string(layout.status().message());
     return r;
   }
+  r.start = MonoNow();
   // The agents' store proxies, as the agent starts them (agent/session_join.cc).
-  std::vector<std::unique_ptr<agent::StoreProxy>> proxies;
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::shared_ptr<pb::Rendezvous::Stub>> stubs;
   for (const SimNode& n : nodes) {
     agent::StoreProxyOptions po;
-    po.run_id = config.run_id;
-    po.token = config.token;
+    po.run_id = config_.run_id;
+    po.token = config_.token;
     // As the agent: the node's workers publish together (--nproc_per_node).
     po.batch.expected_publishers = w;
     absl::StatusOr<std::unique_ptr<agent::StoreProxy>> p = agent::StoreProxy::Start(po, n.channel, n.node_id);
@@ -201,39 +223,56 @@ PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>&
       return r;
     }
     (*p)->SetRound(n.round);
-    channels.push_back(grpc::CreateChannel((*p)->endpoint(), grpc::InsecureChannelCredentials()));
-    stubs.push_back(pb::Rendezvous::NewStub(channels.back()));
-    proxies.push_back(std::move(*p));
+    channels_.push_back(grpc::CreateChannel((*p)->endpoint(), grpc::InsecureChannelCredentials()));
+    stubs_.push_back(pb::Rendezvous::NewStub(channels_.back()));
+    proxies_.push_back(std::move(*p));
   }
   // Every channel connected before the clock starts (a worker's store
   // connection is made while its backend sets up, libmesh/device_mesh.cc).
-  for (auto& ch : channels) ch->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  auto tally_ptr = std::make_shared<Tally>();
-  Tally& tally = *tally_ptr;
-  tally.left = static_cast<int>(nodes.size()) * w;
-  std::vector<Worker*> workers;
-  workers.reserve(nodes.size() * w);
+  for (auto& ch : channels_) ch->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  {
+    absl::MutexLock lock(&tally_->mu);
+    tally_->left = static_cast<int>(nodes.size()) * w;
+  }
+  unsent_.reserve(nodes.size() * w);
+  const std::vector<int> all_ranks = layout->ranks();
   for (size_t i = 0; i < nodes.size(); ++i) {
     for (int l = 0; l < w; ++l) {
-      workers.push_back(new Worker(stubs[i], config, nodes[i].round, *layout, nodes[i].node_rank * w + l,
-                                   nodes[i].node_rank, l, tally_ptr));
+      auto* worker = new Worker(stubs_[i], config_, nodes[i].round, *layout, all_ranks, nodes[i].node_rank * w + l,
+                                nodes[i].node_rank, l, tally_);
+      if (worker->Prepare()) unsent_.push_back(worker);  // Else counted failed, and gone.
     }
   }
+  r.end = r.first = MonoNow();
+  r.ok = static_cast<int>(unsent_.size());
+  r.failed = static_cast<int>(nodes.size()) * w - r.ok;
+  if (r.failed > 0) {
+    absl::MutexLock lock(&tally_->mu);
+    r.error = tally_->error;
+  }
+  return r;
+}
+
+PhaseResult WorkersPhase::Run() {
+  PhaseResult r;
   double start = 0;
-  for (Worker* worker : workers) {
-    const double t = worker->Start();  // May finish (and delete itself) at once.
+  std::vector<Worker*> send = std::move(unsent_);
+  unsent_.clear();
+  for (Worker* worker : send) {
+    const double t = worker->Send();  // May finish (and delete itself) at once.
     if (start == 0) start = t;
   }
+  Tally& tally = *tally_;
   {
     absl::MutexLock lock(&tally.mu);
     auto all_done = [&tally]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tally.mu) { return tally.left == 0; };
-    if (!tally.mu.AwaitWithTimeout(absl::Condition(&all_done), config.phase_timeout + absl::Seconds(35))) {
+    if (!tally.mu.AwaitWithTimeout(absl::Condition(&all_done), config_.phase_timeout + absl::Seconds(35))) {
       // Calls are bounded by their deadlines; the proxies' shutdown below
       // cancels what is left.
       if (tally.error.empty()) tally.error = absl::StrCat(tally.left, " workers still waiting at the phase timeout");
     }
   }
-  proxies.clear();
+  proxies_.clear();
   {
     absl::MutexLock lock(&tally.mu);
     auto all_done = [&tally]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tally.mu) { return tally.left == 0; };

@@ -19,6 +19,13 @@
 // path is simulated: a worker whose request fails is counted failed with
 // the error (libmesh would propose a timeout verdict).
 //
+// Two steps, so that every load process's clock starts together: first,
+// untimed, the proxies, the workers' channels to them and every worker's
+// planned request (libmesh's planning is O(its rows' sizes) per worker:
+// on a cluster each worker does it on its own core before its first store
+// request; serialised on 2 cores, 32,768 workers' plans took seconds, and
+// one load process's plans ran inside another's clock); then the requests.
+//
 // Mesh: (nnodes, 2, workers_per_agent / 2) named (node, pair, local) for an
 // even workers_per_agent, else (nnodes, 1, workers_per_agent); rank =
 // node_rank * workers_per_agent + local index.
@@ -29,6 +36,9 @@
 #include <vector>
 
 #include "bench/rdzv_scale/sim_agents.h"
+
+#include "agent/store_proxy.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
 
 namespace grpc {
 class Channel;
@@ -46,10 +56,40 @@ struct SimNode {
 // The mesh shape used for `nnodes` x `workers_per_agent` ranks.
 std::vector<int> WorkersMeshShape(int nnodes, int workers_per_agent);
 
-// Runs the phase for `nodes` (this process's agents). start: the first
-// worker's first store request; end: the last worker having all its ids;
-// ok / failed count workers (a worker whose ids are not its rows' leaders'
-// is failed).
-PhaseResult RunWorkersPhase(const SimConfig& config, const std::vector<SimNode>& nodes);
+struct Tally;  // sim_workers.cc
+class Worker;
+
+// The phase for one load process's agents, in two steps, so that the
+// driver can start every load process's clock together: Prepare, in every
+// load process, then Run.
+class WorkersPhase {
+ public:
+  explicit WorkersPhase(SimConfig config);
+  // Cancels what is still in flight (the proxies' shutdown).
+  ~WorkersPhase();
+  WorkersPhase(const WorkersPhase&) = delete;
+  WorkersPhase& operator=(const WorkersPhase&) = delete;
+
+  // Untimed set-up for `nodes` (this process's agents): their store proxies
+  // and the workers' channels to them, connected; every worker's exchange
+  // planned and its request built (a real worker does that on its own core
+  // before its first store request). ok: workers ready; failed: those whose
+  // planning failed (or all, when a proxy did not start). Call once.
+  PhaseResult Prepare(const std::vector<SimNode>& nodes);
+
+  // Sends every prepared worker's request and waits for all answers.
+  // start: the first worker's first store request; end: the last worker
+  // having all its ids; ok / failed count workers (a worker whose ids are
+  // not its rows' leaders' is failed). Call once, after Prepare.
+  PhaseResult Run();
+
+ private:
+  const SimConfig config_;
+  std::shared_ptr<Tally> tally_;
+  std::vector<std::unique_ptr<agent::StoreProxy>> proxies_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::shared_ptr<::meshrun::v1::Rendezvous::Stub>> stubs_;
+  std::vector<Worker*> unsent_;
+};
 
 }  // namespace meshrun::bench
