@@ -71,23 +71,25 @@ class KvBatchCall : public grpc::ClientReadReactor<pb::KvBatchResponse> {
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // The call is ending: OnDone follows.
-    StoreUpstream::Done done;
-    absl::StatusOr<std::vector<std::string>> result = absl::InternalError("");
+    // One message may answer several items (those ready together).
+    std::vector<std::pair<StoreUpstream::Done, absl::StatusOr<std::vector<std::string>>>> answered;
     {
       absl::MutexLock lock(&mu_);
-      const int i = resp_.index();
-      if (i >= 0 && static_cast<size_t>(i) < done_.size() && done_[static_cast<size_t>(i)]) {
-        done = std::move(done_[static_cast<size_t>(i)]);
+      for (pb::KvBatchAnswer& a : *resp_.mutable_answers()) {
+        const int i = a.index();
+        if (i < 0 || static_cast<size_t>(i) >= done_.size() || !done_[static_cast<size_t>(i)]) continue;
         --waiting_;
-        if (resp_.code() == 0) {
-          result = std::vector<std::string>(std::make_move_iterator(resp_.mutable_values()->begin()),
-                                            std::make_move_iterator(resp_.mutable_values()->end()));
+        if (a.code() == 0) {
+          answered.emplace_back(std::move(done_[static_cast<size_t>(i)]),
+                                std::vector<std::string>(std::make_move_iterator(a.mutable_values()->begin()),
+                                                         std::make_move_iterator(a.mutable_values()->end())));
         } else {
-          result = absl::Status(static_cast<absl::StatusCode>(resp_.code()), resp_.message());
+          answered.emplace_back(std::move(done_[static_cast<size_t>(i)]),
+                                absl::Status(static_cast<absl::StatusCode>(a.code()), a.message()));
         }
       }
     }
-    if (done) done(std::move(result));
+    for (auto& [done, result] : answered) done(std::move(result));
     resp_.Clear();
     StartRead(&resp_);
   }

@@ -1,6 +1,6 @@
 #include "rendezvous/kv_batch_reactor.h"
 
-#include <list>
+#include <deque>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -9,6 +9,11 @@ namespace meshrun::rendezvous {
 namespace {
 
 namespace pb = ::meshrun::v1;
+
+// Answers ready together share a message up to about this many bytes (one
+// larger answer goes alone): several items waiting for one key (a node's
+// workers waiting for a mesh's verdict) cost one write, not one each.
+constexpr size_t kAnswerBytesPerMessage = 1 << 20;
 
 class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
  public:
@@ -60,7 +65,6 @@ class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (!queue_.empty()) queue_.pop_front();
     if (!ok) broken_ = true;  // The client went away.
     if (broken_) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "batch cancelled by the client"));
@@ -98,7 +102,7 @@ class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
 
  private:
   void Answer(int index, absl::StatusOr<std::vector<std::string>> values) {
-    pb::KvBatchResponse r;
+    pb::KvBatchAnswer r;
     r.set_index(index);
     if (values.ok()) {
       for (std::string& v : *values) r.add_values(std::move(v));
@@ -111,20 +115,37 @@ class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
     answered_[static_cast<size_t>(index)] = true;
     --unanswered_;
     if (broken_) return;
-    queue_.push_back(std::move(r));
+    pending_.push_back(std::move(r));
     MaybeWriteLocked();
   }
 
-  // One write at a time, none before the batch is accepted; Finish after
-  // the last answer is written.
+  // One write at a time, none before the batch is accepted; each carries
+  // every answer pending by then (up to kAnswerBytesPerMessage). The last
+  // answers go out with the call's OK status in one operation.
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (accepting_ || writing_ || broken_) return;
-    if (!queue_.empty()) {
-      writing_ = true;
-      StartWrite(&queue_.front());
+    if (accepting_ || writing_ || broken_ || finished_) return;
+    if (pending_.empty()) {
+      if (unanswered_ == 0) FinishLocked(grpc::Status::OK);
       return;
     }
-    if (unanswered_ == 0) FinishLocked(grpc::Status::OK);
+    inflight_.Clear();
+    size_t bytes = 0;
+    while (!pending_.empty()) {
+      const size_t b = pending_.front().ByteSizeLong();
+      if (inflight_.answers_size() > 0 && bytes + b > kAnswerBytesPerMessage) break;
+      bytes += b;
+      *inflight_.add_answers() = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    writing_ = true;
+    if (unanswered_ == 0 && pending_.empty()) {
+      // No OnWriteDone follows this one: OnDone does.
+      finished_ = true;
+      final_status_ = grpc::Status::OK;
+      StartWriteAndFinish(&inflight_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    StartWrite(&inflight_);
   }
 
   void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -139,7 +160,8 @@ class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
   int unanswered_ ABSL_GUARDED_BY(mu_);
   std::vector<KvStore::WaiterId> waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> answered_ ABSL_GUARDED_BY(mu_);
-  std::list<pb::KvBatchResponse> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<pb::KvBatchAnswer> pending_ ABSL_GUARDED_BY(mu_);  // Answered, not yet written.
+  pb::KvBatchResponse inflight_ ABSL_GUARDED_BY(mu_);            // Being written.
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;

@@ -19,7 +19,8 @@ namespace meshrun::rendezvous {
 // answered with that error and not awaited), the call's initial metadata
 // then says the batch is accepted, and each item's answer is written as
 // soon as its keys are all set (or its wait ran out: DEADLINE_EXCEEDED
-// naming the keys, as KvMultiGet). The call ends OK after the last answer;
+// naming the keys, as KvMultiGet); answers ready while a write is in
+// flight share the next message. The call ends OK with the last answers;
 // cancelling it cancels every wait still parked. `done` runs once with the
 // call's final status. `kv` is kept alive until then. Thread-safe.
 grpc::ServerWriteReactor<v1::KvBatchResponse>* StartKvBatch(std::shared_ptr<KvStore> kv,

@@ -182,7 +182,7 @@ class Harness {
       case kKvSet: {
         pb::KvSetRequest req;
         if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
-        Store(req.run().run_id())->kv().Set(req.round(), req.key(), req.value());
+        (void)Store(req.run().run_id())->kv().Set(req.round(), req.key(), req.value());
         return;
       }
       case kKvGet: {

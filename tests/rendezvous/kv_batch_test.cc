@@ -1,9 +1,11 @@
 // KvBatch (rendezvous.proto) against a real in-process server: items are
-// answered one by one as they can be, after the batch is accepted; limits.
+// answered each as soon as it can be, after the batch is accepted; answers
+// ready together share a message; limits.
 #include <catch2/catch.hpp>
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <map>
 #include <thread>
 
@@ -79,10 +81,19 @@ TEST_CASE("kv batch: items are answered each as soon as it can be, after the bat
   auto reader = s.stub->KvBatch(&ctx, req);
   reader->WaitForInitialMetadata();  // Accepted: every item's sets are in the store.
   REQUIRE(s.WaitFor("mesh/c", 0).ok());
-  std::map<int, pb::KvBatchResponse> answers;
+  std::map<int, pb::KvBatchAnswer> answers;
   pb::KvBatchResponse r;
-  while (answers.size() < 3 && reader->Read(&r)) answers[r.index()] = r;
+  int messages = 0;
+  while (answers.size() < 3 && reader->Read(&r)) {
+    ++messages;
+    for (const pb::KvBatchAnswer& a : r.answers()) {
+      CHECK(answers.count(a.index()) == 0);  // Each item answered once.
+      answers[a.index()] = a;
+    }
+  }
   REQUIRE(answers.size() == 3);
+  // Items 1-3 were answered while the batch was being accepted: one message.
+  CHECK(messages == 1);
   CHECK(answers.count(0) == 0);  // Still waiting for "late": it held nobody else's answer.
   CHECK(answers[1].code() == 0);
   REQUIRE(answers[1].values_size() == 2);
@@ -93,11 +104,76 @@ TEST_CASE("kv batch: items are answered each as soon as it can be, after the bat
   CHECK(answers[3].code() == static_cast<int>(grpc::StatusCode::NOT_FOUND));
   REQUIRE(s.Set("late", "L").ok());
   REQUIRE(reader->Read(&r));
-  CHECK(r.index() == 0);
-  CHECK(r.code() == 0);
-  CHECK(r.values(0) == "L");
+  REQUIRE(r.answers_size() == 1);
+  CHECK(r.answers(0).index() == 0);
+  CHECK(r.answers(0).code() == 0);
+  CHECK(r.answers(0).values(0) == "L");
   CHECK_FALSE(reader->Read(&r));
   CHECK(reader->Finish().ok());
+}
+
+// Reads the call to its end: every answer by item index, and the messages.
+std::map<int, pb::KvBatchAnswer> ReadAll(grpc::ClientReaderInterface<pb::KvBatchResponse>& reader, int* messages,
+                                         size_t* largest) {
+  std::map<int, pb::KvBatchAnswer> answers;
+  pb::KvBatchResponse r;
+  while (reader.Read(&r)) {
+    ++*messages;
+    *largest = std::max(*largest, r.ByteSizeLong());
+    for (const pb::KvBatchAnswer& a : r.answers()) {
+      CHECK(answers.count(a.index()) == 0);  // Each item answered once.
+      answers[a.index()] = a;
+    }
+  }
+  return answers;
+}
+
+TEST_CASE("kv batch: items waiting for one key are answered in at most two messages", "[kv_batch]") {
+  // A node's 8 workers waiting for a mesh's verdict: the first answer may
+  // leave alone (its write starts at once); the other 7 are pending by the
+  // time it is done and share the next message (one each before).
+  Server s;
+  pb::KvBatchRequest req;
+  req.mutable_run()->set_run_id("job");
+  for (int i = 0; i < 8; ++i) Item(req, {"verdict", "mesh/d" + std::to_string(i)}, 20000)->add_set_keys("mesh/d" + std::to_string(i));
+  for (int i = 0; i < 8; ++i) req.mutable_items(i)->add_set_values("payload" + std::to_string(i));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = s.stub->KvBatch(&ctx, req);
+  reader->WaitForInitialMetadata();
+  REQUIRE(s.Set("verdict", "ok").ok());
+  int messages = 0;
+  size_t largest = 0;
+  std::map<int, pb::KvBatchAnswer> answers = ReadAll(*reader, &messages, &largest);
+  CHECK(reader->Finish().ok());
+  REQUIRE(answers.size() == 8);
+  for (int i = 0; i < 8; ++i) {
+    CHECK(answers[i].code() == 0);
+    REQUIRE(answers[i].values_size() == 2);
+    CHECK(answers[i].values(0) == "ok");
+    CHECK(answers[i].values(1) == "payload" + std::to_string(i));
+  }
+  CHECK(messages <= 2);
+}
+
+TEST_CASE("kv batch: answers ready together beyond 1 MiB are split across messages", "[kv_batch]") {
+  Server s;
+  const std::string big(700 * 1024, 'x');
+  REQUIRE(s.Set("big", big).ok());
+  pb::KvBatchRequest req;
+  req.mutable_run()->set_run_id("job");
+  for (int i = 0; i < 3; ++i) Item(req, {"big"}, 0);  // All answered while the batch is accepted.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = s.stub->KvBatch(&ctx, req);
+  int messages = 0;
+  size_t largest = 0;
+  std::map<int, pb::KvBatchAnswer> answers = ReadAll(*reader, &messages, &largest);
+  CHECK(reader->Finish().ok());
+  REQUIRE(answers.size() == 3);
+  for (const auto& [i, a] : answers) CHECK((a.values_size() == 1 && a.values(0) == big));
+  CHECK(messages == 3);  // Two 700 KiB answers exceed a message's 1 MiB.
+  CHECK(largest < (1 << 20));
 }
 
 TEST_CASE("kv batch: more items than max_batch_items are refused, naming the limit", "[kv_batch]") {
