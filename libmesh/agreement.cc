@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -44,6 +45,53 @@ std::string SharedGpu(const std::vector<Description>& all) {
 
 }  // namespace
 
+namespace {
+
+std::string DescKey(const Agreement& agreement, int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); }
+
+// The value that decides an absent member's description (when every member
+// checks): "absent\n" and the message naming it. A real description never
+// starts so (Description::Encode starts with "device=").
+constexpr absl::string_view kAbsent = "absent\n";
+
+std::string AbsentValue(const Agreement& agreement, int rank, absl::Duration timeout) {
+  return absl::StrCat(kAbsent, agreement.describe(rank), " did not arrive within ", absl::FormatDuration(timeout));
+}
+
+// The verdict from every member's stored description (`all`, in member
+// order): the same on every member that reads the same values.
+std::string VerdictOfAll(const Agreement& agreement, const std::vector<std::string>& all) {
+  // Absent members first: their names, in member order.
+  std::vector<absl::string_view> absent;
+  for (const std::string& v : all) {
+    if (absl::StartsWith(v, kAbsent)) absent.push_back(absl::string_view(v).substr(kAbsent.size()));
+  }
+  if (!absent.empty()) return absl::StrCat("timeout\n", absl::StrJoin(absent, "; "));
+  // Everyone compared with the first member, in member order.
+  const int first = agreement.members.front();
+  std::vector<Description> descs;
+  descs.reserve(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    descs.push_back(Description::Decode(all[i]));
+    if (descs.back().rank < 0) descs.back().rank = agreement.members[i];
+  }
+  const Description& reference = descs.front();
+  std::string msg;
+  int differ = 0;
+  for (size_t i = 1; i < descs.size(); ++i) {
+    std::string diff = descs[i].Diff(reference);
+    if (diff.empty()) continue;
+    if (differ++ == 0) msg = std::string(MismatchError(descs[i], reference, diff).message());
+  }
+  if (differ > 1) {
+    absl::StrAppend(&msg, "; ", differ, " of ", agreement.members.size(), " members differ from rank ", first);
+  }
+  if (differ == 0) msg = SharedGpu(descs);
+  return msg.empty() ? std::string("ok") : absl::StrCat("mismatch\n", msg);
+}
+
+}  // namespace
+
 std::vector<int> PeersOf(const std::vector<GroupSpec>& rows, int me) {
   // A set beside the list: a row of a 4,096-node mesh has 4,096 members.
   std::vector<int> peers;
@@ -59,13 +107,15 @@ std::vector<int> PeersOf(const std::vector<GroupSpec>& rows, int me) {
 AgreementPlan PlanAgreement(const Agreement& agreement, const Exchange& exchange) {
   AgreementPlan plan;
   const int me = agreement.desc.rank;
+  plan.everyone = static_cast<int64_t>(agreement.members.size()) <= agreement.everyone_checks_up_to;
   plan.first = me == agreement.members.front();
-  auto desc_key = [&](int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); };
+  plan.proposes = plan.first && !plan.everyone;
+  auto desc_key = [&](int rank) { return DescKey(agreement, rank); };
   auto data_key = [&](int rank) { return absl::StrCat(agreement.key, "/data/r", rank); };
   plan.verdict_key = absl::StrCat(agreement.key, "/verdict");
   plan.set_keys = {data_key(me), desc_key(me)};
   plan.set_values = {exchange.payload, agreement.desc.Encode()};
-  if (plan.first) {
+  if (plan.everyone || plan.first) {
     for (int r : agreement.members) {
       if (r != me) plan.others.push_back(r);
     }
@@ -79,31 +129,73 @@ AgreementPlan PlanAgreement(const Agreement& agreement, const Exchange& exchange
 }
 
 std::string VerdictOf(const Agreement& agreement, const AgreementPlan& plan, const std::vector<std::string>& got) {
-  if (!plan.first) return got.empty() ? std::string() : got[0];
-  const Description& desc = agreement.desc;
-  std::string msg;
-  int differ = 0;
-  std::vector<Description> all{desc};
-  for (size_t k = 0; k < plan.others.size() && k < got.size(); ++k) {
-    Description theirs = Description::Decode(got[k]);
-    if (theirs.rank < 0) theirs.rank = plan.others[k];
-    all.push_back(theirs);
-    std::string diff = theirs.Diff(desc);
-    if (diff.empty()) continue;
-    if (differ++ == 0) msg = std::string(MismatchError(theirs, desc, diff).message());
+  if (!plan.everyone && !plan.first) return got.empty() ? std::string() : got[0];
+  // Every member's stored description, in member order: this member's own,
+  // the others' as read.
+  std::vector<std::string> all;
+  all.reserve(agreement.members.size());
+  size_t k = 0;
+  for (int r : agreement.members) {
+    if (r == agreement.desc.rank) {
+      all.push_back(agreement.desc.Encode());
+    } else if (k < got.size() && k < plan.others.size()) {
+      all.push_back(got[k++]);
+    } else {
+      all.emplace_back();
+    }
   }
-  if (differ > 1) {
-    absl::StrAppend(&msg, "; ", differ, " of ", agreement.members.size(), " members differ from rank ",
-                    agreement.members.front());
-  }
-  if (differ == 0) msg = SharedGpu(all);
-  return msg.empty() ? std::string("ok") : absl::StrCat("mismatch\n", msg);
+  return VerdictOfAll(agreement, all);
 }
 
 absl::Status VerdictStatus(const std::string& verdict) {
   if (verdict == "ok") return absl::OkStatus();
   return VerdictError(verdict);
 }
+
+namespace {
+
+// AgreeAndExchange when every member checks (a small mesh).
+absl::StatusOr<std::vector<std::string>> AgreeEveryone(Store& store, const Agreement& agreement,
+                                                       const AgreementPlan& plan,
+                                                       const std::vector<std::string>& read_keys,
+                                                       absl::Duration timeout) {
+  absl::StatusOr<std::vector<std::string>> got =
+      store.SetThenMultiGet(plan.set_keys, plan.set_values, plan.wanted, timeout);
+  if (got.ok()) {
+    if (absl::Status s = VerdictStatus(VerdictOf(agreement, plan, *got)); !s.ok()) return s;
+    return std::vector<std::string>(std::make_move_iterator(got->begin() + static_cast<std::ptrdiff_t>(plan.reads_at)),
+                                    std::make_move_iterator(got->end()));
+  }
+  if (absl::IsFailedPrecondition(got.status())) {
+    // Refused because another member decided this one absent (its
+    // description key holds that)? Then it fails as they do; any other
+    // refusal is this member's own.
+    absl::StatusOr<std::string> own = store.Get(DescKey(agreement, agreement.desc.rank), absl::ZeroDuration());
+    if (!own.ok() || !absl::StartsWith(*own, kAbsent)) return got.status();
+  } else if (absl::IsDeadlineExceeded(got.status())) {
+    // Decides every description still missing, once: "absent" (a
+    // CompareSet on the unset key; one that arrived meanwhile stays).
+    for (int r : plan.others) {
+      absl::StatusOr<std::string> set = store.CompareSet(DescKey(agreement, r), "", AbsentValue(agreement, r, timeout));
+      if (!set.ok()) return set.status();
+    }
+  } else {
+    return got.status();
+  }
+  // Every description is decided (a member deciding them may still be at
+  // it): read them all, this member's own too, and act on their verdict,
+  // the same on every member.
+  std::vector<std::string> keys;
+  keys.reserve(agreement.members.size());
+  for (int r : agreement.members) keys.push_back(DescKey(agreement, r));
+  absl::StatusOr<std::vector<std::string>> all = store.MultiGet(keys, timeout);
+  if (!all.ok()) return all.status();
+  if (absl::Status s = VerdictStatus(VerdictOfAll(agreement, *all)); !s.ok()) return s;
+  // Everyone arrived after all: what this member reads is there.
+  return store.MultiGet(read_keys, timeout);
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
                                                           const Exchange& exchange, absl::Duration timeout) {
@@ -113,10 +205,11 @@ absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Ag
   // A mesh of one member: nothing to agree on, nobody to meet.
   if (agreement.members.size() < 2) return std::vector<std::string>();
   const AgreementPlan plan = PlanAgreement(agreement, exchange);
-  auto desc_key = [&](int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); };
+  auto desc_key = [&](int rank) { return DescKey(agreement, rank); };
   const std::string& verdict_key = plan.verdict_key;
   std::vector<std::string> read_keys(plan.wanted.begin() + static_cast<std::ptrdiff_t>(plan.reads_at),
                                      plan.wanted.end());
+  if (plan.everyone) return AgreeEveryone(store, agreement, plan, read_keys, timeout);
 
   // After a wait ran out: names who is missing (the first member from every
   // member's description, the others from their peers' and the first
@@ -160,7 +253,7 @@ absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Ag
   }
   if (!got.ok()) return got.status();
   std::string verdict = VerdictOf(agreement, plan, *got);
-  if (plan.first) {
+  if (plan.proposes) {
     absl::StatusOr<std::string> set = store.CompareSet(verdict_key, "", verdict);
     if (!set.ok()) return set.status();
     verdict = *set;

@@ -1,6 +1,7 @@
 // The members' agreement before any communicator exists: one store
-// exchange per member that checks their descriptions through the first
-// member's verdict and carries each backend's payload (libmesh internal).
+// exchange per member that checks their descriptions (every member itself
+// in a small mesh, else through the first member's verdict) and carries
+// each backend's payload (libmesh internal).
 #pragma once
 
 #include <functional>
@@ -22,6 +23,9 @@ struct Agreement {
   std::vector<int> members;  // Every member's global rank; members.front() gives the verdict.
   // Names a member in messages: "rank 5 (coordinate (1, 1) in (replicate, shard))".
   std::function<std::string(int rank)> describe;
+  // At most this many members: every member checks (MeshOptions::
+  // everyone_checks_up_to); more: the first member's verdict.
+  int everyone_checks_up_to = MeshOptions().everyone_checks_up_to;
 };
 
 // The members of `rows` other than `me`, each once, in row order: whom a
@@ -42,19 +46,30 @@ struct Exchange {
 
 // The members' agreement on `agreement.desc`, with `exchange` carried in the
 // same store request. Every member publishes its payload and its
-// description ("<key>/desc/r<rank>") and reads, in one SetThenMultiGet: the
-// first member (members.front()) every other description, the others the
-// verdict ("<key>/verdict"); all of them the payloads of read_from. The
-// first member compares the descriptions and proposes the verdict ("ok";
-// the mismatch naming both ranks and the field; or two members of one node
-// on one GPU) with a CompareSet; a member whose wait runs out at `timeout`
-// proposes "timeout" naming the absent members (those of its peers, or with
-// the first member: of all, whose description is missing). The first
-// proposal is the verdict, and every member acts on it: all go on or all
-// fail with the same message (FAILED_PRECONDITION for a mismatch or a
-// shared GPU, DEADLINE_EXCEEDED for an absent member). Requests: one per
-// member, plus the first member's CompareSet; none for a mesh of one
-// member. Returns the payloads of read_from, in order.
+// description ("<key>/desc/r<rank>") and reads the payloads of read_from in
+// one SetThenMultiGet, and with them:
+//  - a mesh of at most everyone_checks_up_to members: every other member's
+//    description. Every member derives the verdict from the same
+//    descriptions (compared with the first member's, in member order), so
+//    all reach the same one without a further request. A member whose wait
+//    runs out at `timeout` decides each absent member's description once,
+//    as "absent" (a CompareSet on the unset key; a member arriving later
+//    finds its own description taken and fails too), and every member then
+//    reads the same descriptions again.
+//  - a larger mesh: the first member (members.front()) every other
+//    description, the others the verdict ("<key>/verdict"). The first
+//    member compares the descriptions and proposes the verdict with a
+//    CompareSet; a member whose wait runs out proposes "timeout" naming the
+//    absent members (those of its peers, or with the first member: of all,
+//    whose description is missing). The first proposal is the verdict.
+// Either way every member acts on one verdict ("ok"; the mismatch naming
+// both ranks and the field; two members of one node on one GPU; absent
+// members): all go on or all fail with the same message
+// (FAILED_PRECONDITION for a mismatch or a shared GPU, DEADLINE_EXCEEDED
+// for an absent member). Requests: one per member (plus, for a larger
+// mesh, the first member's CompareSet; on a timeout, one per absent
+// member); none for a mesh of one member. Returns the payloads of
+// read_from, in order.
 absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
                                                           const Exchange& exchange, absl::Duration timeout);
 
@@ -62,22 +77,25 @@ absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Ag
 // AgreeAndExchange sends exactly these, and so can an asynchronous client
 // (bench/rdzv_scale's simulated workers). Pure.
 struct AgreementPlan {
-  bool first = false;                   // This member proposes the verdict.
+  bool everyone = false;                // Every member checks (a small mesh).
+  bool first = false;                   // This member is members.front().
+  bool proposes = false;                // This member sets the verdict (first, not everyone).
   std::vector<std::string> set_keys;    // Its payload and description, set...
   std::vector<std::string> set_values;  // ...in the one SetThenMultiGet,
   std::vector<std::string> wanted;      // which reads these keys:
   size_t reads_at = 0;                  // wanted[reads_at..] are read_from's payloads.
-  std::vector<int> others;              // First member: every other member, whose
-                                        // descriptions are wanted[0..reads_at).
-  std::string verdict_key;              // "<key>/verdict" (the others' wanted[0]).
+  std::vector<int> others;              // Everyone, or the first member: every other
+                                        // member, whose descriptions are wanted[0..reads_at).
+  std::string verdict_key;              // "<key>/verdict" (wanted[0] of a member that reads it).
 };
 AgreementPlan PlanAgreement(const Agreement& agreement, const Exchange& exchange);
 
 // After the SetThenMultiGet answered `got` (the values of plan.wanted): the
-// first member's proposal ("ok", or "mismatch\n<message>" naming both ranks
-// and the field, or the shared GPU), to be set with a CompareSet on
-// plan.verdict_key (whose outcome is the verdict); for the others the
-// verdict they read. Pure.
+// verdict ("ok", or "mismatch\n<message>" naming both ranks and the field,
+// or the shared GPU; "timeout\n<message>" when a description was decided
+// absent) when every member checks; the first member's proposal, to be set
+// with a CompareSet on plan.verdict_key (whose outcome is the verdict); for
+// the others the verdict they read. Pure.
 std::string VerdictOf(const Agreement& agreement, const AgreementPlan& plan, const std::vector<std::string>& got);
 // What a member returns for `verdict`: OK for "ok", else the error every
 // member returns (FAILED_PRECONDITION, or DEADLINE_EXCEEDED for "timeout").

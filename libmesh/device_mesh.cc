@@ -163,6 +163,10 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
     return absl::InvalidArgumentError(absl::StrCat("watchdog_interval ", absl::FormatDuration(options.watchdog_interval),
                                                    ": allowed 1ms to 1h"));
   }
+  if (options.everyone_checks_up_to < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("everyone_checks_up_to ", options.everyone_checks_up_to, ": allowed 0 or more members"));
+  }
   if (options.gloo_loop_nice < 0 || options.gloo_loop_nice > 19) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo_loop_nice ", options.gloo_loop_nice, ": allowed 0 (unchanged) to 19"));
@@ -221,7 +225,8 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
                                   return c ? absl::StrCat("rank ", r, " (coordinate (", absl::StrJoin(*c, ", "),
                                                           ") in ", layout.NamesString(), ")")
                                            : absl::StrCat("rank ", r);
-                                }};
+                                },
+                                options.everyone_checks_up_to};
   absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups = state->backend.create_groups(rows, agreement);
   if (!groups.ok()) {
     return absl::Status(groups.status().code(),
@@ -443,7 +448,8 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const
                                     auto it = std::find(spec.ranks.begin(), spec.ranks.end(), r);
                                     return absl::StrCat("rank ", r, " (coordinate ", it - spec.ranks.begin(),
                                                         " along '", spec.dim_name, "')");
-                                  }};
+                                  },
+                                  state_->options.everyone_checks_up_to};
     absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups =
         state_->backend.create_groups({spec}, agreement);
     if (!groups.ok()) return groups.status();

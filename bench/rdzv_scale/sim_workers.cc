@@ -139,8 +139,8 @@ class Worker {
     got_.assign(resp_.values().begin(), resp_.values().end());
     if (got_.size() != agree_.wanted.size()) return Finish(absl::DataLossError("short answer"));
     const std::string verdict = mi::VerdictOf(agreement_, agree_, got_);
-    if (!agree_.first) return Decide(verdict);
-    // The first member proposes the verdict.
+    if (!agree_.proposes) return Decide(verdict);
+    // The first member of a large mesh proposes the verdict.
     cs_req_.mutable_run()->set_run_id(run_id_);
     cs_req_.set_round(round_);
     cs_req_.set_key(agree_.verdict_key);

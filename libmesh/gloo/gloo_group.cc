@@ -249,10 +249,11 @@ absl::StatusOr<Backend::CreateGroups> MakeGlooGroupCreator(std::shared_ptr<Store
   // The members agree before anything connects (AgreeAndExchange): every
   // member publishes its pair addresses (its payload, "<key>/data/r<rank>")
   // with its description and reads its row peers' addresses with the
-  // verdict, in one request. So every member fails, with the same message, when one
-  // disagrees or never arrives. Keys depend on global ranks only, so members
-  // with another view of the layout still meet. Requests: 1 per member
-  // (SetThenMultiGet), 2 for the first (+ the verdict's CompareSet).
+  // others' descriptions (or the verdict), in one request. So every member
+  // fails, with the same message, when one disagrees or never arrives. Keys
+  // depend on global ranks only, so members with another view of the layout
+  // still meet. Requests: 1 per member (SetThenMultiGet); a mesh of more than
+  // everyone_checks_up_to members: 2 for the first (+ the verdict's CompareSet).
   return Backend::CreateGroups([store, dev, timeout](const std::vector<GroupSpec>& rows, const Agreement& agreement)
                                    -> absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> {
     const int me = agreement.desc.rank;

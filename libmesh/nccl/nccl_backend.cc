@@ -386,7 +386,7 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
   b.watchdog_interval = options.watchdog_interval;
   absl::Duration timeout = options.timeout;
   // The agreement check is part of the id exchange (one request per rank
-  // for every dimension, plus the first member's verdict).
+  // for every dimension, plus a larger mesh's verdict).
   const bool split = options.nccl_split;
   const bool blocking = options.nccl_blocking;
   b.create_groups = [store, timeout, split, blocking](const std::vector<GroupSpec>& rows, const Agreement& agreement)

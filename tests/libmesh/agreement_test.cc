@@ -1,5 +1,7 @@
 // Mesh creation on Gloo with every member a thread of this process, against
-// a real in-process rendezvous server: the agreement check and its requests.
+// a real in-process rendezvous server: the agreement check and its requests,
+// each case both ways: every member checking (a mesh within
+// everyone_checks_up_to, 64 by default) and the first member's verdict (0).
 #include <catch2/catch.hpp>
 
 #include <csignal>
@@ -60,8 +62,10 @@ World WorldOf(const rendezvous::RendezvousServer& server, const std::string& run
 // Builds a (2, 4) mesh named (replicate, shard) on ranks 0..7 of `run`,
 // one thread each, and runs `body` on each rank's mesh.
 std::map<int, absl::Status> OnEightRanks(const rendezvous::RendezvousServer& server, const std::string& run,
+                                         int everyone_checks_up_to,
                                          const std::function<absl::Status(DeviceMesh&)>& body) {
   MeshOptions o;
+  o.everyone_checks_up_to = everyone_checks_up_to;
   o.mesh_id = run;
   o.timeout = absl::Seconds(30);
   return OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
@@ -100,9 +104,12 @@ int64_t KvRequests(const std::map<std::string, int64_t>& counts) {
 
 }  // namespace
 
-TEST_CASE("members that agree: one store request each, two for the first: collectives work", "[mesh]") {
+TEST_CASE("members that agree: one store request each (two for the first of a larger mesh): collectives work",
+          "[mesh]") {
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
   auto server = StartServer();
-  auto statuses = OnEightRanks(*server, "agree", [](DeviceMesh& mesh) -> absl::Status {
+  auto statuses = OnEightRanks(*server, "agree", checks, [](DeviceMesh& mesh) -> absl::Status {
     for (int d = 0; d < 2; ++d) {
       float v = 1;
       if (absl::Status s = (*mesh.GetGroup(d))->AllReduce(&v, 1); !s.ok()) return s;
@@ -123,14 +130,16 @@ TEST_CASE("members that agree: one store request each, two for the first: collec
   CHECK(pipe.sa_handler == SIG_IGN);
   auto counts = QueryRequestCounts(server->endpoint(), "");
   REQUIRE(counts.ok());
-  CHECK((*counts)["KvMultiGet"] == 8);    // everyone's SetThenMultiGet
-  CHECK((*counts)["KvCompareSet"] == 1);  // the first member's verdict
-  CHECK(KvRequests(*counts) == 9);
+  CHECK((*counts)["KvMultiGet"] == 8);                    // everyone's SetThenMultiGet
+  CHECK((*counts)["KvCompareSet"] == (checks > 0 ? 0 : 1));  // the first member's verdict
+  CHECK(KvRequests(*counts) == (checks > 0 ? 8 : 9));
 }
 
 TEST_CASE("one member that disagrees fails every member with the same message", "[mesh]") {
   auto server = StartServer();
   MeshOptions o;
+  o.everyone_checks_up_to = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
   o.mesh_id = "mismatch";
   o.timeout = absl::Seconds(30);
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
@@ -148,6 +157,8 @@ TEST_CASE("one member that disagrees fails every member with the same message", 
 TEST_CASE("the first member that disagrees with all others is named with the count", "[mesh]") {
   auto server = StartServer();
   MeshOptions o;
+  o.everyone_checks_up_to = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
   o.mesh_id = "first";
   o.timeout = absl::Seconds(30);
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
@@ -167,6 +178,8 @@ TEST_CASE("the first member that disagrees with all others is named with the cou
 TEST_CASE("members with other rank arrays fail with the array's digest (16 hex digits) vs 0..n-1", "[mesh]") {
   auto server = StartServer();
   MeshOptions o;
+  o.everyone_checks_up_to = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
   o.mesh_id = "arrays";
   o.timeout = absl::Seconds(30);
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
@@ -187,6 +200,8 @@ TEST_CASE("members with other rank arrays fail with the array's digest (16 hex d
 TEST_CASE("a member that never arrives is named by every other member at the timeout", "[mesh]") {
   auto server = StartServer();
   MeshOptions o;
+  o.everyone_checks_up_to = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
   o.mesh_id = "absent";
   o.timeout = absl::Seconds(1);
   const absl::Time start = absl::Now();
@@ -202,7 +217,7 @@ TEST_CASE("a member that never arrives is named by every other member at the tim
   }
 }
 
-TEST_CASE("a bad gloo_loop_nice, timeout or watchdog_interval is refused before any store traffic", "[mesh]") {
+TEST_CASE("a bad gloo_loop_nice, timeout, watchdog_interval or everyone_checks_up_to is refused before any store traffic", "[mesh]") {
   auto server = StartServer();
   MeshOptions o;
   o.gloo_loop_nice = 20;
@@ -222,11 +237,18 @@ TEST_CASE("a bad gloo_loop_nice, timeout or watchdog_interval is refused before 
   mesh = InitDeviceMesh("cpu", {8}, {}, WorldOf(*server, "nice", 0), o);
   CHECK(absl::IsInvalidArgument(mesh.status()));
   CHECK(mesh.status().message() == "watchdog_interval 0: allowed 1ms to 1h");
+  o.watchdog_interval = absl::Milliseconds(100);
+  o.everyone_checks_up_to = -1;
+  mesh = InitDeviceMesh("cpu", {8}, {}, WorldOf(*server, "nice", 0), o);
+  CHECK(absl::IsInvalidArgument(mesh.status()));
+  CHECK(mesh.status().message() == "everyone_checks_up_to -1: allowed 0 or more members");
 }
 
 TEST_CASE("a first member that arrives after the others gave up fails with their verdict, like everyone", "[mesh]") {
   auto server = StartServer();
   MeshOptions o;
+  o.everyone_checks_up_to = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
   o.mesh_id = "late-first";
   o.timeout = absl::Seconds(1);
   const absl::Time start = absl::Now();
@@ -303,7 +325,7 @@ TEST_CASE("reduce-scatter gives every member its block on groups of 3 and 6, ove
 
 TEST_CASE("flattening a flattened mesh under its own name returns it unchanged", "[mesh]") {
   auto server = StartServer();
-  auto statuses = OnEightRanks(*server, "flat", [](DeviceMesh& mesh) -> absl::Status {
+  auto statuses = OnEightRanks(*server, "flat", MeshOptions().everyone_checks_up_to, [](DeviceMesh& mesh) -> absl::Status {
     auto flat = mesh.Flatten("all");
     if (!flat.ok()) return flat.status();
     for (const std::string& name : {std::string(), std::string("all")}) {
@@ -360,7 +382,7 @@ void CheckEveryMemberFails(const std::map<int, absl::Status>& statuses, absl::St
 // exchange does not look inside them; the e2e test uses real NCCL ids).
 absl::StatusOr<std::vector<std::string>> ExchangeIds(const rendezvous::RendezvousServer& server,
                                                      const std::string& run, int rank, const std::string& shape,
-                                                     absl::Duration timeout) {
+                                                     absl::Duration timeout, int everyone_checks_up_to) {
   auto store = StoreOf(server, run);
   if (!store.ok()) return store.status();
   mesh::internal::GroupSpec replicate, shard;
@@ -377,7 +399,8 @@ absl::StatusOr<std::vector<std::string>> ExchangeIds(const rendezvous::Rendezvou
   mesh::internal::Agreement agreement{{"cuda", "nccl", shape, "replicate,shard", rank, "world", 0, rank, ""},
                                       "mesh/ids",
                                       {0, 1, 2, 3, 4, 5, 6, 7},
-                                      [](int r) { return absl::StrCat("rank ", r); }};
+                                      [](int r) { return absl::StrCat("rank ", r); },
+                                      everyone_checks_up_to};
   int n = 0;
   return mesh::internal::ExchangeUniqueIds(**store, {replicate, shard}, agreement, timeout, [&] {
     return absl::StatusOr<std::string>(absl::StrCat("id-of-rank-", rank, "-", n++));
@@ -386,12 +409,15 @@ absl::StatusOr<std::vector<std::string>> ExchangeIds(const rendezvous::Rendezvou
 
 }  // namespace
 
-TEST_CASE("NCCL id exchange: each row gets its leader's id: one request per rank and one verdict", "[mesh]") {
+TEST_CASE("NCCL id exchange: each row gets its leader's id: one request per rank (and a larger mesh's verdict)",
+          "[mesh]") {
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
   auto server = StartServer();
   std::map<int, std::vector<std::string>> ids;
   absl::Mutex mu;
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    auto got = ExchangeIds(*server, "ids", rank, "2,4", absl::Seconds(30));
+    auto got = ExchangeIds(*server, "ids", rank, "2,4", absl::Seconds(30), checks);
     if (!got.ok()) return got.status();
     absl::MutexLock lock(&mu);
     ids[rank] = *got;
@@ -409,24 +435,28 @@ TEST_CASE("NCCL id exchange: each row gets its leader's id: one request per rank
   auto counts = QueryRequestCounts(server->endpoint(), "");
   REQUIRE(counts.ok());
   CHECK((*counts)["KvMultiGet"] == 8);
-  CHECK((*counts)["KvCompareSet"] == 1);
-  CHECK(KvRequests(*counts) == 9);
+  CHECK((*counts)["KvCompareSet"] == (checks > 0 ? 0 : 1));
+  CHECK(KvRequests(*counts) == (checks > 0 ? 8 : 9));
 }
 
 TEST_CASE("NCCL id exchange: one member's other shape fails every member with the same message", "[mesh]") {
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
   auto server = StartServer();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    return ExchangeIds(*server, "ids-mismatch", rank, rank == 6 ? "4,2" : "2,4", absl::Seconds(30)).status();
+    return ExchangeIds(*server, "ids-mismatch", rank, rank == 6 ? "4,2" : "2,4", absl::Seconds(30), checks).status();
   });
   CheckEveryMemberFails(statuses, absl::StatusCode::kFailedPrecondition,
                         "mesh mismatch: rank 6 and rank 0 disagree on the shape: (4,2) vs (2,4) (rank 6 vs rank 0)");
 }
 
 TEST_CASE("NCCL id exchange: a member that never arrives is named by every other member", "[mesh]") {
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
   auto server = StartServer();
   const absl::Time start = absl::Now();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 6, 7}, [&](int rank) -> absl::Status {
-    return ExchangeIds(*server, "ids-absent", rank, "2,4", absl::Seconds(1)).status();
+    return ExchangeIds(*server, "ids-absent", rank, "2,4", absl::Seconds(1), checks).status();
   });
   CHECK(absl::Now() - start < absl::Seconds(5));
   CheckEveryMemberFails(statuses, absl::StatusCode::kDeadlineExceeded,
@@ -439,11 +469,12 @@ namespace {
 // row peers as in a (2, 4) mesh; payload "p<rank>".
 absl::StatusOr<std::vector<std::string>> Agree(const rendezvous::RendezvousServer& server, const std::string& run,
                                                const mesh::internal::Description& desc,
-                                               const std::vector<int>& read_from, absl::Duration timeout) {
+                                               const std::vector<int>& read_from, absl::Duration timeout,
+                                               int everyone_checks_up_to) {
   auto store = StoreOf(server, run);
   if (!store.ok()) return store.status();
   mesh::internal::Agreement agreement{desc, "mesh/a", {0, 1, 2, 3, 4, 5, 6, 7},
-                                      [](int r) { return absl::StrCat("rank ", r); }};
+                                      [](int r) { return absl::StrCat("rank ", r); }, everyone_checks_up_to};
   mesh::internal::Exchange x;
   x.payload = absl::StrCat("p", desc.rank);
   x.read_from = read_from;
@@ -462,6 +493,8 @@ std::vector<int> RowPeers(int rank) {
 }  // namespace
 
 TEST_CASE("agreement: members on different backends get the mismatch at once, not a timeout", "[mesh]") {
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
   auto server = StartServer();
   const absl::Time start = absl::Now();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
@@ -473,7 +506,7 @@ TEST_CASE("agreement: members on different backends get the mismatch at once, no
       d.gpu = "0000:01:00.0";
       read_from = {0};
     }
-    auto got = Agree(*server, "backends", d, read_from, absl::Seconds(30));
+    auto got = Agree(*server, "backends", d, read_from, absl::Seconds(30), checks);
     if (got.ok() && (*got)[0] != absl::StrCat("p", read_from[0])) return absl::InternalError("wrong payload");
     return got.status();
   });
@@ -483,19 +516,21 @@ TEST_CASE("agreement: members on different backends get the mismatch at once, no
 }
 
 TEST_CASE("agreement: two members of one node on one GPU fail every member: other nodes may reuse it", "[mesh]") {
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
   auto server = StartServer();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     // Nodes of 4; local rank l on bus "l", except rank 6 (node 1, local 2) on bus "1".
     mesh::internal::Description d{"cuda", "nccl", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4,
                                   absl::StrCat("bus-", rank == 6 ? 1 : rank % 4)};
-    return Agree(*server, "gpus", d, RowPeers(rank), absl::Seconds(30)).status();
+    return Agree(*server, "gpus", d, RowPeers(rank), absl::Seconds(30), checks).status();
   });
   CheckEveryMemberFails(statuses, absl::StatusCode::kFailedPrecondition,
                         "local ranks 1 and 2 of node 1 share one GPU (PCI bus bus-1); give each process its own device");
   auto fine = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     mesh::internal::Description d{"cuda", "nccl", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4,
                                   absl::StrCat("bus-", rank % 4)};
-    auto got = Agree(*server, "gpus-ok", d, RowPeers(rank), absl::Seconds(30));
+    auto got = Agree(*server, "gpus-ok", d, RowPeers(rank), absl::Seconds(30), checks);
     if (!got.ok()) return got.status();
     for (size_t k = 0; k < got->size(); ++k) {
       if ((*got)[k] != absl::StrCat("p", RowPeers(rank)[k])) return absl::InternalError("wrong payload");

@@ -97,6 +97,16 @@ struct MeshOptions {
   // threads starve the ones that would post it. A nice thread still gets
   // any idle core at once; only under full CPU load does it yield.
   int gloo_loop_nice = 19;
+  // How the members check that they agree on the mesh (shape, names, device
+  // type, backend, rank array) before any communicator exists. A mesh (or a
+  // flattened row) of at most this many members: every member reads every
+  // member's description with its one store request and checks them itself
+  // (no verdict round trip; each read grows with the mesh). A larger one:
+  // the first member reads them all and writes a verdict that the others
+  // read (one more round trip, but O(members) reads in all). Either way all
+  // members go on, or all fail with the same message. Must be the same on
+  // every member (as `timeout`). 0: always the first member's verdict.
+  int everyone_checks_up_to = 64;
 };
 
 struct MeshState;  // Shared by a mesh and the sub-meshes sliced from it.
