@@ -48,6 +48,7 @@ std::string SharedGpu(const std::vector<Description>& all) {
 namespace {
 
 std::string DescKey(const Agreement& agreement, int rank) { return absl::StrCat(agreement.key, "/desc/r", rank); }
+std::string DataKey(const Agreement& agreement, int rank) { return absl::StrCat(agreement.key, "/data/r", rank); }
 
 // The value that decides an absent member's description (when every member
 // checks): "absent\n" and the message naming it. A real description never
@@ -111,7 +112,7 @@ AgreementPlan PlanAgreement(const Agreement& agreement, const Exchange& exchange
   plan.first = me == agreement.members.front();
   plan.proposes = plan.first && !plan.everyone;
   auto desc_key = [&](int rank) { return DescKey(agreement, rank); };
-  auto data_key = [&](int rank) { return absl::StrCat(agreement.key, "/data/r", rank); };
+  auto data_key = [&](int rank) { return DataKey(agreement, rank); };
   plan.verdict_key = absl::StrCat(agreement.key, "/verdict");
   plan.set_keys = {data_key(me), desc_key(me)};
   plan.set_values = {exchange.payload, agreement.desc.Encode()};
@@ -159,10 +160,22 @@ absl::StatusOr<std::vector<std::string>> AgreeEveryone(Store& store, const Agree
                                                        const AgreementPlan& plan,
                                                        const std::vector<std::string>& read_keys,
                                                        absl::Duration timeout) {
+  // Members that agree derive the same "ok" with no further request. One
+  // that does not records its verdict in "<key>/verdict" (a CompareSet: the
+  // first stays) and acts on what is stored there: members whose views
+  // differ (rank arrays in another order, so another first difference)
+  // still fail with one message, and a member of a larger view that waits
+  // for that key (its everyone_checks_up_to differs, which the descriptions
+  // show) gets it.
+  auto decide = [&](const std::string& verdict) -> absl::Status {
+    if (verdict == "ok") return absl::OkStatus();
+    absl::StatusOr<std::string> stored = store.CompareSet(plan.verdict_key, "", verdict);
+    return VerdictStatus(stored.ok() ? *stored : verdict);
+  };
   absl::StatusOr<std::vector<std::string>> got =
       store.SetThenMultiGet(plan.set_keys, plan.set_values, plan.wanted, timeout);
   if (got.ok()) {
-    if (absl::Status s = VerdictStatus(VerdictOf(agreement, plan, *got)); !s.ok()) return s;
+    if (absl::Status s = decide(VerdictOf(agreement, plan, *got)); !s.ok()) return s;
     return std::vector<std::string>(std::make_move_iterator(got->begin() + static_cast<std::ptrdiff_t>(plan.reads_at)),
                                     std::make_move_iterator(got->end()));
   }
@@ -174,23 +187,28 @@ absl::StatusOr<std::vector<std::string>> AgreeEveryone(Store& store, const Agree
     if (!own.ok() || !absl::StartsWith(*own, kAbsent)) return got.status();
   } else if (absl::IsDeadlineExceeded(got.status())) {
     // Decides every description still missing, once: "absent" (a
-    // CompareSet on the unset key; one that arrived meanwhile stays).
+    // CompareSet on the unset key; one that arrived meanwhile stays). An
+    // absent member's payload is decided too, so that members waiting for
+    // it (its row peers, with longer timeouts) wake now: they read its
+    // description with it, so none takes the value for a payload.
     for (int r : plan.others) {
       absl::StatusOr<std::string> set = store.CompareSet(DescKey(agreement, r), "", AbsentValue(agreement, r, timeout));
       if (!set.ok()) return set.status();
+      if (!absl::StartsWith(*set, kAbsent)) continue;
+      absl::StatusOr<std::string> data = store.CompareSet(DataKey(agreement, r), "", std::string(kAbsent));
+      if (!data.ok()) return data.status();
     }
   } else {
     return got.status();
   }
   // Every description is decided (a member deciding them may still be at
-  // it): read them all, this member's own too, and act on their verdict,
-  // the same on every member.
+  // it): read them all, this member's own too, and act on their verdict.
   std::vector<std::string> keys;
   keys.reserve(agreement.members.size());
   for (int r : agreement.members) keys.push_back(DescKey(agreement, r));
   absl::StatusOr<std::vector<std::string>> all = store.MultiGet(keys, timeout);
   if (!all.ok()) return all.status();
-  if (absl::Status s = VerdictStatus(VerdictOfAll(agreement, *all)); !s.ok()) return s;
+  if (absl::Status s = decide(VerdictOfAll(agreement, *all)); !s.ok()) return s;
   // Everyone arrived after all: what this member reads is there.
   return store.MultiGet(read_keys, timeout);
 }

@@ -51,8 +51,11 @@ struct Exchange {
 //  - a mesh of at most everyone_checks_up_to members: every other member's
 //    description. Every member derives the verdict from the same
 //    descriptions (compared with the first member's, in member order), so
-//    all reach the same one without a further request. A member whose wait
-//    runs out at `timeout` decides each absent member's description once,
+//    members that agree all reach "ok" without a further request; a member
+//    whose verdict is not "ok" records it in "<key>/verdict" (a
+//    CompareSet: the first stays) and fails with the stored one, so members
+//    whose views differ still fail with one message. A member whose wait
+//    runs out decides each absent member's description (and payload) once,
 //    as "absent" (a CompareSet on the unset key; a member arriving later
 //    finds its own description taken and fails too), and every member then
 //    reads the same descriptions again.
@@ -67,8 +70,9 @@ struct Exchange {
 // members): all go on or all fail with the same message
 // (FAILED_PRECONDITION for a mismatch or a shared GPU, DEADLINE_EXCEEDED
 // for an absent member). Requests: one per member (plus, for a larger
-// mesh, the first member's CompareSet; on a timeout, one per absent
-// member); none for a mesh of one member. Returns the payloads of
+// mesh, the first member's CompareSet; for a small one, a CompareSet per
+// member that fails; on a timeout, one per other member and one more per
+// absent one); none for a mesh of one member. Returns the payloads of
 // read_from, in order.
 absl::StatusOr<std::vector<std::string>> AgreeAndExchange(Store& store, const Agreement& agreement,
                                                           const Exchange& exchange, absl::Duration timeout);

@@ -8,7 +8,7 @@ namespace meshrun::mesh::internal {
 
 std::string Description::Encode() const {
   return absl::StrCat("device=", device, ";backend=", backend, ";shape=", shape, ";names=", names, ";ranks=", ranks,
-                      ";rank=", rank, ";node=", node, ";local_rank=", local_rank, ";gpu=", gpu);
+                      ";rank=", rank, ";node=", node, ";local_rank=", local_rank, ";gpu=", gpu, ";checks=", checks);
 }
 
 Description Description::Decode(const std::string& text) {
@@ -24,6 +24,7 @@ Description Description::Decode(const std::string& text) {
     if (kv.first == "node") (void)absl::SimpleAtoi(kv.second, &d.node);
     if (kv.first == "local_rank") (void)absl::SimpleAtoi(kv.second, &d.local_rank);
     if (kv.first == "gpu") d.gpu = kv.second;
+    if (kv.first == "checks") (void)absl::SimpleAtoi(kv.second, &d.checks);
   }
   return d;
 }
@@ -34,6 +35,7 @@ std::string Description::Diff(const Description& o) const {
   if (device != o.device) return absl::StrCat("device type: ", device, " vs ", o.device);
   if (backend != o.backend) return absl::StrCat("backend: ", backend, " vs ", o.backend);
   if (ranks != o.ranks) return absl::StrCat("rank array: ", ranks, " vs ", o.ranks);
+  if (checks != o.checks) return absl::StrCat("everyone_checks_up_to: ", checks, " vs ", o.checks);
   return "";
 }
 

@@ -219,6 +219,7 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   Description desc{DeviceTypeName(device), state->backend.name, Joined(layout.shape()),
                    absl::StrJoin(layout.dim_names(), ","), world.rank, RanksDigest(layout),
                    world.node_rank, world.local_rank, state->backend.device_id};
+  desc.checks = options.everyone_checks_up_to;
   internal::Agreement agreement{desc, absl::StrCat("mesh/", state->mesh_id), layout.ranks(),
                                 [layout](int r) {
                                   std::optional<std::vector<int>> c = layout.CoordinateOf(r);
@@ -444,6 +445,7 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const
     Description desc{DeviceTypeName(state_->device), state_->backend.name, Joined(merged.shape()),
                      absl::StrJoin(merged.dim_names(), ","), state_->world.rank, RanksDigest(merged),
                      state_->world.node_rank, state_->world.local_rank, state_->backend.device_id};
+    desc.checks = state_->options.everyone_checks_up_to;
     internal::Agreement agreement{desc, spec.key, spec.ranks, [spec](int r) {
                                     auto it = std::find(spec.ranks.begin(), spec.ranks.end(), r);
                                     return absl::StrCat("rank ", r, " (coordinate ", it - spec.ranks.begin(),

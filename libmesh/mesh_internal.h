@@ -27,6 +27,9 @@ struct Description {
   int node = -1;
   int local_rank = -1;
   std::string gpu;
+  // MeshOptions::everyone_checks_up_to (compared): members that check the
+  // agreement in different ways could not reach one verdict.
+  int checks = -1;
   std::string Encode() const;
   static Description Decode(const std::string& text);
   // The first field that differs ("shape: (2, 4) vs (4, 2)"), or "".

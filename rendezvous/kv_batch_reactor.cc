@@ -12,7 +12,10 @@ namespace pb = ::meshrun::v1;
 
 // Answers ready together share a message up to about this many bytes (one
 // larger answer goes alone): several items waiting for one key (a node's
-// workers waiting for a mesh's verdict) cost one write, not one each.
+// workers waiting for a mesh's verdict) cost one write, not one each. Those
+// answered by one store change are written after all of them (KvStore::
+// DeferToEndOfCallbacks); others pending while a write is in flight go
+// into the next.
 constexpr size_t kAnswerBytesPerMessage = 1 << 20;
 
 class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
@@ -116,6 +119,22 @@ class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
     --unanswered_;
     if (broken_) return;
     pending_.push_back(std::move(r));
+    if (flush_deferred_) return;  // Written with the round's other answers.
+    // Answered by a store change that may answer more of this batch's items
+    // in the same round of callbacks: write them together after the round.
+    std::weak_ptr<KvBatchReactor> weak = self_;
+    if (KvStore::DeferToEndOfCallbacks([weak] {
+          if (std::shared_ptr<KvBatchReactor> self = weak.lock()) self->FlushDeferred();
+        })) {
+      flush_deferred_ = true;
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  void FlushDeferred() {
+    absl::MutexLock lock(&mu_);
+    flush_deferred_ = false;
     MaybeWriteLocked();
   }
 
@@ -164,6 +183,7 @@ class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
   pb::KvBatchResponse inflight_ ABSL_GUARDED_BY(mu_);            // Being written.
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool flush_deferred_ ABSL_GUARDED_BY(mu_) = false;  // A write waits for the end of a round of answers.
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);

@@ -1,10 +1,11 @@
 // Gives the heap's free memory back to the operating system after a burst.
-// glibc keeps what the server freed in its arenas, so its RSS stays at the
-// peak: 10,000 agents' parked joins, or every connection of a job that
-// left (bench/rdzv_scale measured ~700 MiB kept after 10,000 agents left).
-// malloc_trim(0) returns the free pages; it is run on the server's timer
-// thread, `delay` after a request, at most one pending at a time. Pure
-// domain (no gRPC).
+// An allocator keeps what the server freed for reuse, so its RSS stays at
+// the peak: 10,000 agents' parked joins, or every connection of a job that
+// left (bench/rdzv_scale measured ~700 MiB kept with glibc after 10,000
+// agents left). ReleaseFreeMemory returns the free pages (jemalloc's arena
+// purge, or glibc's malloc_trim(0)); MemoryReleaser runs it on the server's
+// timer thread, `delay` after a request, at most one pending at a time.
+// Pure domain (no gRPC).
 #pragma once
 
 #include <atomic>
@@ -41,10 +42,16 @@ class MemoryReleaser {
   const std::shared_ptr<State> state_;
 };
 
-// Returns the heap's free pages to the operating system now (glibc's
-// malloc_trim(0)); the RSS in bytes it gave back, as far as /proc/self/statm
-// tells (0 when it cannot read it). Thread-safe; takes each malloc arena's
-// lock in turn (milliseconds for a heap of hundreds of MiB).
+// Returns the heap's free pages to the operating system now: on jemalloc
+// (the `meshrun` binary, launcher/allocator.cc) the calling thread's cache
+// is flushed and every arena purged; on glibc, malloc_trim(0). Returns the
+// RSS in bytes it gave back, as far as /proc/self/statm tells (0 when it
+// cannot read it). Thread-safe; takes each arena's lock in turn
+// (milliseconds for a heap of hundreds of MiB).
 int64_t ReleaseFreeMemory();
+
+// True when this process's malloc is jemalloc (its `mallctl` is linked in).
+// Thread-safe.
+bool RunsOnJemalloc();
 
 }  // namespace meshrun::rendezvous

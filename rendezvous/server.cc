@@ -12,6 +12,7 @@
 #include "rendezvous/call_interceptor.h"
 #include "rendezvous/listen_socket.h"
 #include "rendezvous/listener_watch.h"
+#include "rendezvous/memory_release.h"
 #include "rendezvous/metrics_exposer.h"
 #include "rendezvous/rendezvous_service.h"
 
@@ -260,6 +261,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   // detects it for both).
   if (impl->exposer) watch.observers.push_back(impl->exposer.get());
   impl->watch = std::make_unique<ListenerWatch>(std::move(watch));
+  Logger("rdzv")->debug("heap allocator: {}", RunsOnJemalloc() ? "jemalloc" : "glibc malloc");
   Logger("rdzv")->info("rendezvous server listening on {} (port {}{})", impl->addr, impl->port,
                        options.tls.mutual() ? ", mutual TLS" : options.tls.server_tls() ? ", TLS" : ", plain");
   return std::unique_ptr<RendezvousServer>(new RendezvousServer(std::move(impl)));

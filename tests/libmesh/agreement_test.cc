@@ -217,6 +217,76 @@ TEST_CASE("a member that never arrives is named by every other member at the tim
   }
 }
 
+// The message after each member's own "rank R: ..." prefix, the same on all.
+void CheckOneMessage(const std::map<int, absl::Status>& statuses, absl::StatusCode code, const std::string& part) {
+  const std::string first(statuses.begin()->second.message().substr(statuses.begin()->second.message().find(": ") + 2));
+  for (const auto& [rank, s] : statuses) {
+    INFO("rank " << rank << ": " << s.ToString());
+    CHECK(s.code() == code);
+    CHECK(s.message().find(part) != absl::string_view::npos);
+    CHECK(s.message().substr(s.message().find(": ") + 2) == first);
+  }
+}
+
+TEST_CASE("members whose rank arrays differ in order fail with one message, whichever difference each sees first",
+          "[mesh]") {
+  // Every member compares with the first member in its own member order:
+  // rank 5 sees itself differ first, the others rank 3. One verdict stays.
+  auto server = StartServer();
+  MeshOptions o;
+  o.everyone_checks_up_to = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
+  o.mesh_id = "orders";
+  o.timeout = absl::Seconds(30);
+  const absl::Time start = absl::Now();
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    std::vector<int> ranks = rank == 3   ? std::vector<int>{0, 1, 2, 3, 7, 6, 4, 5}
+                             : rank == 5 ? std::vector<int>{0, 1, 2, 5, 3, 4, 6, 7}
+                                         : std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
+    return InitDeviceMeshFromRanks("cpu", ranks, {2, 4}, {"replicate", "shard"}, WorldOf(*server, "orders", rank), o)
+        .status();
+  });
+  CHECK(absl::Now() - start < absl::Seconds(10));
+  CheckOneMessage(statuses, absl::StatusCode::kFailedPrecondition, "disagree on the rank array");
+}
+
+TEST_CASE("members that check the agreement in different ways fail with one message, not a timeout", "[mesh]") {
+  // Rank 1 waits for the first member's verdict (everyone_checks_up_to 0);
+  // the others check themselves: the descriptions show the difference, and
+  // the verdict they record reaches rank 1.
+  auto server = StartServer();
+  const absl::Time start = absl::Now();
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
+    MeshOptions o;
+    o.mesh_id = "ways";
+    o.timeout = absl::Seconds(30);
+    o.everyone_checks_up_to = rank == 1 ? 0 : 64;
+    return InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "ways", rank), o).status();
+  });
+  CHECK(absl::Now() - start < absl::Seconds(10));
+  CheckOneMessage(statuses, absl::StatusCode::kFailedPrecondition,
+                  "rank 1 and rank 0 disagree on the everyone_checks_up_to: 0 vs 64");
+}
+
+TEST_CASE("an absent member's row peers with longer timeouts fail when the first member's wait runs out",
+          "[mesh]") {
+  // Rank 4 gives up after 1 s and decides rank 5's description and payload
+  // absent; rank 5's row peers (1, 6, 7 read its Gloo addresses) wake then,
+  // not at their own 20 s.
+  auto server = StartServer();
+  const absl::Time start = absl::Now();
+  auto statuses = OnThreads({0, 1, 2, 3, 4, 6, 7}, [&](int rank) -> absl::Status {
+    MeshOptions o;
+    o.mesh_id = "peers";
+    o.everyone_checks_up_to = 64;
+    o.timeout = rank == 4 ? absl::Seconds(1) : absl::Seconds(20);
+    return InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "peers", rank), o).status();
+  });
+  CHECK(absl::Now() - start < absl::Seconds(8));
+  CheckOneMessage(statuses, absl::StatusCode::kDeadlineExceeded,
+                  "rank 5 (coordinate (1, 1) in (replicate, shard)) did not arrive within 1s");
+}
+
 TEST_CASE("a bad gloo_loop_nice, timeout, watchdog_interval or everyone_checks_up_to is refused before any store traffic", "[mesh]") {
   auto server = StartServer();
   MeshOptions o;
