@@ -64,30 +64,8 @@ void KvStore::EraseLocked(absl::flat_hash_map<Key, std::string>::iterator it) {
   data_.erase(it);
 }
 
-namespace {
-
-// The round of callbacks running on this thread (KvStore::Run), and what
-// they deferred to its end. A nested round (a callback that sets a key)
-// joins the outer one.
-thread_local std::vector<absl::AnyInvocable<void()>>* t_deferred = nullptr;
-
-}  // namespace
-
-bool KvStore::DeferToEndOfCallbacks(absl::AnyInvocable<void()> fn) {
-  if (t_deferred == nullptr) return false;
-  t_deferred->push_back(std::move(fn));
-  return true;
-}
-
 void KvStore::Run(Fire& fire) {
-  if (fire.empty()) return;
-  std::vector<absl::AnyInvocable<void()>> deferred;
-  const bool outer = t_deferred == nullptr;
-  if (outer) t_deferred = &deferred;
   for (auto& [cb, result] : fire) cb(std::move(result));
-  if (!outer) return;
-  t_deferred = nullptr;  // What the deferred work answers runs at once.
-  for (auto& fn : deferred) fn();
 }
 
 absl::Status KvStore::CheckWriteOnceLocked(int64_t round, const std::string& key, const std::string* value,

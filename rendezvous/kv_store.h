@@ -82,15 +82,6 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // Bytes held: the sum of every stored key's and value's length. O(1).
   int64_t bytes() const;
 
-  // The waiters one change answers (a Set that completes several waits)
-  // are called one after another on the setter's thread. A callback may
-  // defer work to the end of that round, to handle what the round answered
-  // together (the KvBatch call writes all its answers in one message).
-  // Defers `fn` to when the last callback of the round running on this
-  // thread has returned; false, and `fn` dropped, when none is running here
-  // (then the caller does the work at once). Thread-safe (per thread).
-  static bool DeferToEndOfCallbacks(absl::AnyInvocable<void()> fn);
-
  private:
   struct Key {
     int64_t round;
