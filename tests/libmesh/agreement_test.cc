@@ -20,33 +20,15 @@
 #include "common/server_status.h"
 #include "meshrun/device_mesh.h"
 #include "rendezvous/server.h"
+#include "agreement_support.h"
 
 using namespace meshrun;
 using namespace meshrun::mesh;
+using namespace meshrun::agreement_test;
 
 namespace {
 
-std::unique_ptr<rendezvous::RendezvousServer> StartServer() {
-  rendezvous::ServerOptions o;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  auto s = rendezvous::RendezvousServer::Start(o);
-  REQUIRE(s.ok());
-  return std::move(*s);
-}
 
-// Runs `body(rank)` for every rank in `ranks` on its own thread; returns
-// each rank's status.
-std::map<int, absl::Status> OnThreads(const std::vector<int>& ranks,
-                                      const std::function<absl::Status(int)>& body) {
-  std::map<int, absl::Status> out;
-  std::vector<absl::Status> results(ranks.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < ranks.size(); ++i) threads.emplace_back([&, i] { results[i] = body(ranks[i]); });
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < ranks.size(); ++i) out[ranks[i]] = results[i];
-  return out;
-}
 
 World WorldOf(const rendezvous::RendezvousServer& server, const std::string& run, int rank) {
   World w;
@@ -59,15 +41,22 @@ World WorldOf(const rendezvous::RendezvousServer& server, const std::string& run
   return w;
 }
 
+// Options of a mesh named `mesh_id` that checks its agreement as
+// `everyone_checks_up_to` says.
+MeshOptions AgreementOptions(const std::string& mesh_id, absl::Duration timeout, int everyone_checks_up_to) {
+  MeshOptions o;
+  o.mesh_id = mesh_id;
+  o.timeout = timeout;
+  o.everyone_checks_up_to = everyone_checks_up_to;
+  return o;
+}
+
 // Builds a (2, 4) mesh named (replicate, shard) on ranks 0..7 of `run`,
 // one thread each, and runs `body` on each rank's mesh.
 std::map<int, absl::Status> OnEightRanks(const rendezvous::RendezvousServer& server, const std::string& run,
                                          int everyone_checks_up_to,
                                          const std::function<absl::Status(DeviceMesh&)>& body) {
-  MeshOptions o;
-  o.everyone_checks_up_to = everyone_checks_up_to;
-  o.mesh_id = run;
-  o.timeout = absl::Seconds(30);
+  const MeshOptions o = AgreementOptions(run, absl::Seconds(30), everyone_checks_up_to);
   return OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(server, run, rank), o);
     if (!mesh.ok()) return mesh.status();
@@ -90,14 +79,6 @@ int ThreadsWithNice(int nice) {
     for (int i = 3; i <= 19 && fields >> v; ++i) {
       if (i == 19 && v == std::to_string(nice)) ++n;
     }
-  }
-  return n;
-}
-
-int64_t KvRequests(const std::map<std::string, int64_t>& counts) {
-  int64_t n = 0;
-  for (const auto& [method, count] : counts) {
-    if (method.rfind("Kv", 0) == 0) n += count;
   }
   return n;
 }
@@ -137,11 +118,9 @@ TEST_CASE("members that agree: one store request each (two for the first of a la
 
 TEST_CASE("one member that disagrees fails every member with the same message", "[mesh]") {
   auto server = StartServer();
-  MeshOptions o;
-  o.everyone_checks_up_to = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
-  o.mesh_id = "mismatch";
-  o.timeout = absl::Seconds(30);
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
+  const MeshOptions o = AgreementOptions("mismatch", absl::Seconds(30), checks);
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     std::vector<int> shape = rank == 3 ? std::vector<int>{4, 2} : std::vector<int>{2, 4};
     return InitDeviceMesh("cpu", shape, {"replicate", "shard"}, WorldOf(*server, "mismatch", rank), o).status();
@@ -156,11 +135,9 @@ TEST_CASE("one member that disagrees fails every member with the same message", 
 
 TEST_CASE("the first member that disagrees with all others is named with the count", "[mesh]") {
   auto server = StartServer();
-  MeshOptions o;
-  o.everyone_checks_up_to = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
-  o.mesh_id = "first";
-  o.timeout = absl::Seconds(30);
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
+  const MeshOptions o = AgreementOptions("first", absl::Seconds(30), checks);
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     std::vector<std::string> names = rank == 0 ? std::vector<std::string>{"dp", "tp"}
                                                : std::vector<std::string>{"replicate", "shard"};
@@ -177,11 +154,9 @@ TEST_CASE("the first member that disagrees with all others is named with the cou
 
 TEST_CASE("members with other rank arrays fail with the array's digest (16 hex digits) vs 0..n-1", "[mesh]") {
   auto server = StartServer();
-  MeshOptions o;
-  o.everyone_checks_up_to = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
-  o.mesh_id = "arrays";
-  o.timeout = absl::Seconds(30);
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
+  const MeshOptions o = AgreementOptions("arrays", absl::Seconds(30), checks);
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     // Rank 3's array hashes to 0x035541f57e520645: a leading zero digit.
     std::vector<int> ranks = rank == 3 ? std::vector<int>{0, 1, 2, 3, 7, 6, 4, 5} : std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
@@ -199,11 +174,9 @@ TEST_CASE("members with other rank arrays fail with the array's digest (16 hex d
 
 TEST_CASE("a member that never arrives is named by every other member at the timeout", "[mesh]") {
   auto server = StartServer();
-  MeshOptions o;
-  o.everyone_checks_up_to = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
-  o.mesh_id = "absent";
-  o.timeout = absl::Seconds(1);
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
+  const MeshOptions o = AgreementOptions("absent", absl::Seconds(1), checks);
   const absl::Time start = absl::Now();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 6, 7}, [&](int rank) -> absl::Status {
     return InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "absent", rank), o).status();
@@ -217,27 +190,14 @@ TEST_CASE("a member that never arrives is named by every other member at the tim
   }
 }
 
-// The message after each member's own "rank R: ..." prefix, the same on all.
-void CheckOneMessage(const std::map<int, absl::Status>& statuses, absl::StatusCode code, const std::string& part) {
-  const std::string first(statuses.begin()->second.message().substr(statuses.begin()->second.message().find(": ") + 2));
-  for (const auto& [rank, s] : statuses) {
-    INFO("rank " << rank << ": " << s.ToString());
-    CHECK(s.code() == code);
-    CHECK(s.message().find(part) != absl::string_view::npos);
-    CHECK(s.message().substr(s.message().find(": ") + 2) == first);
-  }
-}
-
 TEST_CASE("members whose rank arrays differ in order fail with one message, whichever difference each sees first",
           "[mesh]") {
   // Every member compares with the first member in its own member order:
   // rank 5 sees itself differ first, the others rank 3. One verdict stays.
   auto server = StartServer();
-  MeshOptions o;
-  o.everyone_checks_up_to = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
-  o.mesh_id = "orders";
-  o.timeout = absl::Seconds(30);
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
+  const MeshOptions o = AgreementOptions("orders", absl::Seconds(30), checks);
   const absl::Time start = absl::Now();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     std::vector<int> ranks = rank == 3   ? std::vector<int>{0, 1, 2, 3, 7, 6, 4, 5}
@@ -257,10 +217,7 @@ TEST_CASE("members that check the agreement in different ways fail with one mess
   auto server = StartServer();
   const absl::Time start = absl::Now();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    MeshOptions o;
-    o.mesh_id = "ways";
-    o.timeout = absl::Seconds(30);
-    o.everyone_checks_up_to = rank == 1 ? 0 : 64;
+    const MeshOptions o = AgreementOptions("ways", absl::Seconds(30), rank == 1 ? 0 : 64);
     return InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "ways", rank), o).status();
   });
   CHECK(absl::Now() - start < absl::Seconds(10));
@@ -276,10 +233,7 @@ TEST_CASE("an absent member's row peers with longer timeouts fail when the first
   auto server = StartServer();
   const absl::Time start = absl::Now();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 6, 7}, [&](int rank) -> absl::Status {
-    MeshOptions o;
-    o.mesh_id = "peers";
-    o.everyone_checks_up_to = 64;
-    o.timeout = rank == 4 ? absl::Seconds(1) : absl::Seconds(20);
+    const MeshOptions o = AgreementOptions("peers", rank == 4 ? absl::Seconds(1) : absl::Seconds(20), 64);
     return InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"}, WorldOf(*server, "peers", rank), o).status();
   });
   CHECK(absl::Now() - start < absl::Seconds(8));
@@ -316,11 +270,9 @@ TEST_CASE("a bad gloo_loop_nice, timeout, watchdog_interval or everyone_checks_u
 
 TEST_CASE("a first member that arrives after the others gave up fails with their verdict, like everyone", "[mesh]") {
   auto server = StartServer();
-  MeshOptions o;
-  o.everyone_checks_up_to = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << o.everyone_checks_up_to);
-  o.mesh_id = "late-first";
-  o.timeout = absl::Seconds(1);
+  const int checks = GENERATE(64, 0);
+  INFO("everyone_checks_up_to " << checks);
+  const MeshOptions o = AgreementOptions("late-first", absl::Seconds(1), checks);
   const absl::Time start = absl::Now();
   auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
     if (rank == 0) absl::SleepFor(absl::Milliseconds(2500));  // past the timeout and the 0.5 s grace
@@ -425,190 +377,4 @@ TEST_CASE("an unreachable store fails mesh creation within twice the mesh timeou
   CHECK(absl::Now() - start < absl::Seconds(3));  // not the gRPC client's usual 10 s slack
   CHECK(absl::IsUnavailable(mesh.status()));
   CHECK(mesh.status().message().find("rendezvous store at 127.0.0.1:1 is unreachable") != absl::string_view::npos);
-}
-
-namespace {
-
-// A store client of `run` on `server`, as a mesh member makes one.
-absl::StatusOr<std::shared_ptr<Store>> StoreOf(const rendezvous::RendezvousServer& server, const std::string& run) {
-  GrpcStoreOptions so;
-  so.endpoint = server.endpoint();
-  so.run_id = run;
-  return ConnectGrpcStore(so);
-}
-
-// Every member failed with `code` and exactly `message`.
-void CheckEveryMemberFails(const std::map<int, absl::Status>& statuses, absl::StatusCode code,
-                           const std::string& message) {
-  for (const auto& [rank, s] : statuses) {
-    INFO("rank " << rank << ": " << s.ToString());
-    CHECK(s.code() == code);
-    CHECK(s.message() == message);
-  }
-}
-
-// The NCCL unique-id exchange of a (2, 4) mesh (replicate, shard) for
-// `rank`, with `shape` in its description; ids come from a counter (the
-// exchange does not look inside them; the e2e test uses real NCCL ids).
-absl::StatusOr<std::vector<std::string>> ExchangeIds(const rendezvous::RendezvousServer& server,
-                                                     const std::string& run, int rank, const std::string& shape,
-                                                     absl::Duration timeout, int everyone_checks_up_to) {
-  auto store = StoreOf(server, run);
-  if (!store.ok()) return store.status();
-  mesh::internal::GroupSpec replicate, shard;
-  replicate.key = absl::StrCat("mesh/ids/d0/row", rank % 4);
-  replicate.name = replicate.key;
-  replicate.dim_name = "replicate";
-  replicate.ranks = {rank % 4, rank % 4 + 4};
-  replicate.group_rank = rank / 4;
-  shard.key = absl::StrCat("mesh/ids/d1/row", rank / 4);
-  shard.name = shard.key;
-  shard.dim_name = "shard";
-  for (int c = 0; c < 4; ++c) shard.ranks.push_back(rank / 4 * 4 + c);
-  shard.group_rank = rank % 4;
-  mesh::internal::Agreement agreement{{"cuda", "nccl", shape, "replicate,shard", rank, "world", 0, rank, ""},
-                                      "mesh/ids",
-                                      {0, 1, 2, 3, 4, 5, 6, 7},
-                                      [](int r) { return absl::StrCat("rank ", r); },
-                                      everyone_checks_up_to};
-  int n = 0;
-  return mesh::internal::ExchangeUniqueIds(**store, {replicate, shard}, agreement, timeout, [&] {
-    return absl::StatusOr<std::string>(absl::StrCat("id-of-rank-", rank, "-", n++));
-  });
-}
-
-}  // namespace
-
-TEST_CASE("NCCL id exchange: each row gets its leader's id: one request per rank (and a larger mesh's verdict)",
-          "[mesh]") {
-  const int checks = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << checks);
-  auto server = StartServer();
-  std::map<int, std::vector<std::string>> ids;
-  absl::Mutex mu;
-  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    auto got = ExchangeIds(*server, "ids", rank, "2,4", absl::Seconds(30), checks);
-    if (!got.ok()) return got.status();
-    absl::MutexLock lock(&mu);
-    ids[rank] = *got;
-    return absl::OkStatus();
-  });
-  for (const auto& [rank, s] : statuses) {
-    INFO("rank " << rank << ": " << s.ToString());
-    REQUIRE(s.ok());
-  }
-  for (int r = 0; r < 8; ++r) {
-    CHECK(ids[r][0] == absl::StrCat("id-of-rank-", r % 4, "-0"));      // replicate: led by coordinate 0
-    // shard: led by rank 0 (its second id: it leads a replicate row too) or 4.
-    CHECK(ids[r][1] == (r < 4 ? "id-of-rank-0-1" : "id-of-rank-4-0"));
-  }
-  auto counts = QueryRequestCounts(server->endpoint(), "");
-  REQUIRE(counts.ok());
-  CHECK((*counts)["KvMultiGet"] == 8);
-  CHECK((*counts)["KvCompareSet"] == (checks > 0 ? 0 : 1));
-  CHECK(KvRequests(*counts) == (checks > 0 ? 8 : 9));
-}
-
-TEST_CASE("NCCL id exchange: one member's other shape fails every member with the same message", "[mesh]") {
-  const int checks = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << checks);
-  auto server = StartServer();
-  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    return ExchangeIds(*server, "ids-mismatch", rank, rank == 6 ? "4,2" : "2,4", absl::Seconds(30), checks).status();
-  });
-  CheckEveryMemberFails(statuses, absl::StatusCode::kFailedPrecondition,
-                        "mesh mismatch: rank 6 and rank 0 disagree on the shape: (4,2) vs (2,4) (rank 6 vs rank 0)");
-}
-
-TEST_CASE("NCCL id exchange: a member that never arrives is named by every other member", "[mesh]") {
-  const int checks = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << checks);
-  auto server = StartServer();
-  const absl::Time start = absl::Now();
-  auto statuses = OnThreads({0, 1, 2, 3, 4, 6, 7}, [&](int rank) -> absl::Status {
-    return ExchangeIds(*server, "ids-absent", rank, "2,4", absl::Seconds(1), checks).status();
-  });
-  CHECK(absl::Now() - start < absl::Seconds(5));
-  CheckEveryMemberFails(statuses, absl::StatusCode::kDeadlineExceeded,
-                        "rank 5 did not arrive within 1s");
-}
-
-namespace {
-
-// AgreeAndExchange for rank `rank` of 8, with the description `desc` and
-// row peers as in a (2, 4) mesh; payload "p<rank>".
-absl::StatusOr<std::vector<std::string>> Agree(const rendezvous::RendezvousServer& server, const std::string& run,
-                                               const mesh::internal::Description& desc,
-                                               const std::vector<int>& read_from, absl::Duration timeout,
-                                               int everyone_checks_up_to) {
-  auto store = StoreOf(server, run);
-  if (!store.ok()) return store.status();
-  mesh::internal::Agreement agreement{desc, "mesh/a", {0, 1, 2, 3, 4, 5, 6, 7},
-                                      [](int r) { return absl::StrCat("rank ", r); }, everyone_checks_up_to};
-  mesh::internal::Exchange x;
-  x.payload = absl::StrCat("p", desc.rank);
-  x.read_from = read_from;
-  x.peers = read_from;
-  return mesh::internal::AgreeAndExchange(**store, agreement, x, timeout);
-}
-
-std::vector<int> RowPeers(int rank) {
-  std::vector<int> peers{rank < 4 ? rank + 4 : rank - 4};
-  for (int c = 0; c < 4; ++c) {
-    if (rank / 4 * 4 + c != rank) peers.push_back(rank / 4 * 4 + c);
-  }
-  return peers;
-}
-
-}  // namespace
-
-TEST_CASE("agreement: members on different backends get the mismatch at once, not a timeout", "[mesh]") {
-  const int checks = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << checks);
-  auto server = StartServer();
-  const absl::Time start = absl::Now();
-  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    mesh::internal::Description d{"cpu", "gloo", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4, ""};
-    std::vector<int> read_from = RowPeers(rank);
-    if (rank == 3) {  // reads only its rows' leaders, as NCCL does
-      d.device = "cuda";
-      d.backend = "nccl";
-      d.gpu = "0000:01:00.0";
-      read_from = {0};
-    }
-    auto got = Agree(*server, "backends", d, read_from, absl::Seconds(30), checks);
-    if (got.ok() && (*got)[0] != absl::StrCat("p", read_from[0])) return absl::InternalError("wrong payload");
-    return got.status();
-  });
-  CHECK(absl::Now() - start < absl::Seconds(10));
-  CheckEveryMemberFails(statuses, absl::StatusCode::kFailedPrecondition,
-                        "mesh mismatch: rank 3 and rank 0 disagree on the device type: cuda vs cpu (rank 3 vs rank 0)");
-}
-
-TEST_CASE("agreement: two members of one node on one GPU fail every member: other nodes may reuse it", "[mesh]") {
-  const int checks = GENERATE(64, 0);
-  INFO("everyone_checks_up_to " << checks);
-  auto server = StartServer();
-  auto statuses = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    // Nodes of 4; local rank l on bus "l", except rank 6 (node 1, local 2) on bus "1".
-    mesh::internal::Description d{"cuda", "nccl", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4,
-                                  absl::StrCat("bus-", rank == 6 ? 1 : rank % 4)};
-    return Agree(*server, "gpus", d, RowPeers(rank), absl::Seconds(30), checks).status();
-  });
-  CheckEveryMemberFails(statuses, absl::StatusCode::kFailedPrecondition,
-                        "local ranks 1 and 2 of node 1 share one GPU (PCI bus bus-1); give each process its own device");
-  auto fine = OnThreads({0, 1, 2, 3, 4, 5, 6, 7}, [&](int rank) -> absl::Status {
-    mesh::internal::Description d{"cuda", "nccl", "2,4", "replicate,shard", rank, "world", rank / 4, rank % 4,
-                                  absl::StrCat("bus-", rank % 4)};
-    auto got = Agree(*server, "gpus-ok", d, RowPeers(rank), absl::Seconds(30), checks);
-    if (!got.ok()) return got.status();
-    for (size_t k = 0; k < got->size(); ++k) {
-      if ((*got)[k] != absl::StrCat("p", RowPeers(rank)[k])) return absl::InternalError("wrong payload");
-    }
-    return absl::OkStatus();
-  });
-  for (const auto& [rank, s] : fine) {
-    INFO("rank " << rank << ": " << s.ToString());
-    CHECK(s.ok());
-  }
 }
