@@ -1,5 +1,7 @@
 #include "rendezvous/timer.h"
 
+#include "rendezvous/sparse_maps.h"
+
 namespace meshrun::rendezvous {
 
 DeadlineTimer::DeadlineTimer() : thread_([this] { Loop(); }) {}
@@ -26,6 +28,7 @@ bool DeadlineTimer::Cancel(Id id) {
   if (it == entries_.end()) return false;
   by_time_.erase(it->second.pos);
   entries_.erase(it);
+  ShrinkIfSparse(entries_);
   return true;
 }
 
@@ -35,6 +38,7 @@ bool DeadlineTimer::CancelAndWait(Id id) {
   if (it != entries_.end()) {
     by_time_.erase(it->second.pos);
     entries_.erase(it);
+    ShrinkIfSparse(entries_);
     return true;
   }
   if (std::this_thread::get_id() == thread_.get_id()) return false;
@@ -51,6 +55,7 @@ void DeadlineTimer::Loop() {
       Id id = by_time_.begin()->second;
       by_time_.erase(by_time_.begin());
       auto node = entries_.extract(id);
+      ShrinkIfSparse(entries_);
       running_ = id;
       mu_.Unlock();
       node.mapped().fn();

@@ -1,6 +1,14 @@
 #include "rendezvous/traffic_counters.h"
 
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "rendezvous/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -12,23 +20,73 @@ constexpr const char* kOther = "(other)";
 
 TrafficCounters::TrafficCounters(TrafficOptions options) : options_(options) {}
 
+std::optional<TrafficCounters::PeerKey> TrafficCounters::ParsePeer(absl::string_view peer) {
+  int family = 0;
+  absl::string_view address;
+  absl::string_view port;
+  if (absl::ConsumePrefix(&peer, "ipv4:")) {
+    const size_t colon = peer.rfind(':');
+    if (colon == absl::string_view::npos) return std::nullopt;
+    family = AF_INET;
+    address = peer.substr(0, colon);
+    port = peer.substr(colon + 1);
+  } else if (absl::ConsumePrefix(&peer, "ipv6:[")) {
+    const size_t close = peer.rfind("]:");
+    if (close == absl::string_view::npos) return std::nullopt;
+    family = AF_INET6;
+    address = peer.substr(0, close);
+    port = peer.substr(close + 2);
+  } else {
+    return std::nullopt;
+  }
+  uint32_t port_number = 0;
+  if (!absl::SimpleAtoi(port, &port_number) || port_number > 65535 || address.size() >= INET6_ADDRSTRLEN) {
+    return std::nullopt;
+  }
+  PeerKey key{};
+  key[0] = static_cast<uint8_t>(family);
+  key[1] = static_cast<uint8_t>(port_number >> 8);
+  key[2] = static_cast<uint8_t>(port_number & 0xff);
+  char text[INET6_ADDRSTRLEN] = {};
+  std::memcpy(text, address.data(), address.size());
+  if (inet_pton(family, text, key.data() + 3) != 1) return std::nullopt;
+  return key;
+}
+
+int64_t TrafficCounters::PeersLocked() const {
+  return static_cast<int64_t>(ip_peers_.size() + other_peers_.size());
+}
+
 void TrafficCounters::SweepLocked(absl::Time now) {
   if (now < next_sweep_) return;
   next_sweep_ = now + options_.forget_after / 4;
   const absl::Time cutoff = now - options_.forget_after;
-  absl::erase_if(peers_, [cutoff](const auto& p) { return p.second < cutoff; });
+  auto silent = [cutoff](const auto& p) { return p.second < cutoff; };
+  absl::erase_if(ip_peers_, silent);
+  absl::erase_if(other_peers_, silent);
+  ShrinkIfSparse(ip_peers_);
+  ShrinkIfSparse(other_peers_);
 }
 
 bool TrafficCounters::OnCall(absl::string_view peer, absl::Time now) {
+  const std::optional<PeerKey> key = ParsePeer(peer);
   absl::MutexLock lock(&mu_);
   SweepLocked(now);
-  auto it = peers_.find(peer);
-  if (it != peers_.end()) {
+  auto seen = [now](auto& map, const auto& k) {
+    auto it = map.find(k);
+    if (it == map.end()) return false;
     it->second = now;
-    return false;
-  }
+    return true;
+  };
+  if (key ? seen(ip_peers_, *key) : seen(other_peers_, peer)) return false;
   ++accepted_;
-  if (static_cast<int64_t>(peers_.size()) < options_.max_peers) peers_.emplace(std::string(peer), now);
+  if (PeersLocked() < options_.max_peers) {
+    if (key) {
+      ip_peers_.emplace(*key, now);
+    } else {
+      other_peers_.emplace(std::string(peer), now);
+    }
+  }
   return true;
 }
 
@@ -48,7 +106,7 @@ TrafficSnapshot TrafficCounters::Snapshot() const {
   absl::MutexLock lock(&mu_);
   TrafficSnapshot s;
   s.connections_accepted = accepted_;
-  s.peers_remembered = static_cast<int64_t>(peers_.size());
+  s.peers_remembered = PeersLocked();
   for (const auto& [node, c] : nodes_) {
     s.store_requests_by_node[node] = c.requests;
     s.store_keys_read_by_node[node] = c.keys_read;

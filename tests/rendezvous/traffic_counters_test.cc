@@ -47,3 +47,22 @@ TEST_CASE("traffic: bounded: more peers than remembered are counted (too often, 
   CHECK(absl::StrContains(text, "meshrun_store_requests_total{node=\"node-a-w\"} 2\n"));
   CHECK(absl::StrContains(text, "meshrun_store_keys_read_total{node=\"(direct)\"} 1\n"));
 }
+
+TEST_CASE("traffic: IPv4, IPv6 and other address forms are each remembered exactly", "[traffic]") {
+  TrafficCounters t;
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  const char* distinct[] = {"ipv4:127.0.0.1:5000", "ipv4:127.0.0.1:5001",   "ipv4:127.0.0.2:5000",
+                            "ipv6:[::1]:5000",     "ipv6:[::ffff:127.0.0.1]:5000", "ipv6:[fe80::1%25eth0]:5000",
+                            "unix:/tmp/a.sock",    "ipv4:127.0.0.1",        "ipv4:999.0.0.1:5000",
+                            "ipv4:127.0.0.1:70000"};
+  for (const char* peer : distinct) {
+    INFO(peer);
+    CHECK(t.OnCall(peer, now));                         // A new connection...
+    CHECK_FALSE(t.OnCall(peer, now + absl::Seconds(1)));  // ...remembered.
+  }
+  CHECK(t.Snapshot().connections_accepted == 10);
+  CHECK(t.Snapshot().peers_remembered == 10);
+  // Forgotten after forget_after, whatever their form.
+  CHECK(t.OnCall("ipv4:10.0.0.1:1", now + absl::Minutes(20)));
+  CHECK(t.Snapshot().peers_remembered == 1);
+}
