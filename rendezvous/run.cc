@@ -59,7 +59,9 @@ bool Run::IsParticipantLocked(const std::string& node_id) const {
 void Run::CompactNodeMapsLocked() {
   absl::flat_hash_map<std::string, Known> known;
   known.reserve(known_.size());
-  for (auto& [id, k] : known_) known.emplace(id, Known{std::string(k.session), k.last_seen});
+  for (auto& [id, k] : known_) {
+    known.emplace(id, Known{std::string(k.session), std::string(k.previous_session), k.last_seen});
+  }
   known_ = std::move(known);
 }
 
@@ -219,7 +221,12 @@ void Run::CancelJoin(const std::string& node_id) {
 
 absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::string& session) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) return s;
+  if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
+    auto it = known_.find(node_id);
+    const bool previous = it != known_.end() && !it->second.previous_session.empty() &&
+                          CredentialEquals(it->second.previous_session, session);
+    if (!previous) return s;
+  }
   if (lost_.contains(node_id)) {
     return absl::FailedPreconditionError(absl::StrCat("stale: this node was declared lost in run '", run_id_,
                                                       "' (now at round ", round_, "); rejoin as a new member"));

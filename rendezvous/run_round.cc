@@ -104,10 +104,12 @@ void Run::CloseRoundLocked(Deferred& later) {
     // The member keeps no copy of its credential (known_ has it).
     members_.push_back(Member{j.node, a});
     Known& k = known_[j.node.node_id];
+    k.previous_session = std::move(k.session);
     a.session = k.session = NewCredential();
     later.push_back([cb = std::move(j.done), a]() mutable { cb(a); });
   }
   state_ = State::kRunning;
+  previous_session_ticks_ = 2;
   reform_target_ = 0;
   last_progress_joined_ = -1;
   const absl::Time now = absl::Now();

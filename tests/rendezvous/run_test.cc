@@ -356,3 +356,39 @@ TEST_CASE("a member that re-joined a re-forming round and vanishes is named, and
   CHECK(a1->round == 1);
   CHECK(a1->world_size == 1);
 }
+
+TEST_CASE("a heartbeat with the round before's credential is accepted for 1-2 keep-alive intervals, nothing else is",
+          "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  RunConfig c = Config(1, 1, 1);
+  c.keep_alive_interval = absl::Milliseconds(100);
+  c.keep_alive_max_attempt = 100;  // Nobody is lost here.
+  auto sink = std::make_shared<Recorder>();
+  REQUIRE(run->Watch("a", sink, -1, "").ok());
+  REQUIRE(!sink->events.empty());
+  REQUIRE(sink->events[0].kind == RunEvent::Kind::kSession);
+  const std::string before = sink->events[0].session;
+  std::optional<Assignment> got;
+  run->Join(Node("a", 1, "a"), c, -1, before, [&](absl::StatusOr<Assignment> r) { got = *r; });
+  REQUIRE(got.has_value());
+  const std::string now = got->session;
+  REQUIRE(now != before);
+  // Sent before the node had its assignment: in flight at the round close.
+  CHECK(run->Heartbeat("a", before).ok());
+  CHECK(run->Heartbeat("a", now).ok());
+  // Only heartbeats: a failure report with the old credential changes nothing.
+  WorkerFailure f;
+  f.node_id = "a";
+  f.round = got->round;
+  CHECK(absl::IsPermissionDenied(run->ReportFailure(f, before).status()));
+  CHECK(run->Status().restart_count == 0);
+  // After two liveness ticks (at most 2 intervals), the current one only.
+  for (int i = 0; i < 6; ++i) {
+    absl::SleepFor(absl::Milliseconds(60));
+    REQUIRE(run->Heartbeat("a", now).ok());
+  }
+  CHECK(absl::IsPermissionDenied(run->Heartbeat("a", before).status()));
+  CHECK(absl::IsPermissionDenied(run->Heartbeat("a", std::string(now.size(), '0')).status()));
+  CHECK(run->Heartbeat("a", now).ok());
+}
