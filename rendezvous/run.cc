@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "rendezvous/credential.h"
+#include "rendezvous/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -289,6 +290,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     auto it = watchers_.find(node_id);
     if (it == watchers_.end() || it->second.get() != sink) return;
     watchers_.erase(it);
+    ShrinkIfSparse(watchers_);
     // A pending joiner whose agent is gone leaves the round.
     if (std::optional<Joiner> p = pending_.erase(node_id)) {
       later.push_back([cb = std::move(p->done)]() mutable {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "rendezvous/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 
@@ -86,6 +87,7 @@ void Run::OnBarrierTimeout(uint64_t id) {
     if (it == barriers_.end()) return;
     cb = std::move(it->second.done);
     barriers_.erase(it);
+    ShrinkIfSparse(barriers_);
     result.finished_nodes = finished_count_;
     result.node_count = static_cast<int>(members_.size());
   }
@@ -101,6 +103,7 @@ void Run::CancelFinished(uint64_t id) {
     timer_->Cancel(it->second.timer_id);
     cb = std::move(it->second.done);
     barriers_.erase(it);
+    ShrinkIfSparse(barriers_);
   }
   cb(absl::CancelledError("exit barrier cancelled by the client"));
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "rendezvous/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 
@@ -78,6 +79,7 @@ void Run::AnnounceLostLocked(const WorkerFailure& cause) {
   if (auto w = watchers_.find(cause.node_id); w != watchers_.end()) {
     w->second->CloseStale(cause.message);
     watchers_.erase(w);
+    ShrinkIfSparse(watchers_);
   }
 }
 
