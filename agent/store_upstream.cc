@@ -175,7 +175,7 @@ void GrpcUpstream::StartBatch(std::vector<BatchItem> items, absl::AnyInvocable<v
   {
     absl::MutexLock lock(&mu_);
     for (StoreUpstream::Id id : call->ids()) items_[id] = call;
-    calls_[call] = 1;
+    calls_.insert(call);
   }
   call->Begin();
 }
@@ -206,7 +206,7 @@ void GrpcUpstream::BatchEnded(const std::vector<StoreUpstream::Id>& ids, KvBatch
 bool GrpcUpstream::Drain(absl::Duration timeout) {
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [call, unused] : calls_) call->TryCancel();
+    for (KvBatchCall* call : calls_) call->TryCancel();
   }
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };

@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/store_batcher.h"
@@ -66,7 +67,8 @@ class GrpcUpstream : public BatchUpstream {
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   // Item -> the batch call it is in (alive while listed).
   absl::flat_hash_map<StoreUpstream::Id, KvBatchCall*> items_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<KvBatchCall*, int> calls_ ABSL_GUARDED_BY(mu_);
+  // Batch calls in flight (cancelled when the upstream stops).
+  absl::flat_hash_set<KvBatchCall*> calls_ ABSL_GUARDED_BY(mu_);
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

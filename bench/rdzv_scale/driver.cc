@@ -158,14 +158,21 @@ absl::StatusOr<std::vector<std::string>> ReadLines(std::vector<std::unique_ptr<L
 // Sends "workersprep" to every load process and waits for all: each starts
 // its agents' store proxies and plans its workers' requests. OK when every
 // one of `expected` workers is ready.
-absl::Status PrepareWorkers(std::vector<std::unique_ptr<LoadProc>>& procs, int64_t expected, absl::Duration timeout) {
-  const std::string cmd = "workersprep\n";
+// Sends `command` to every load process and reads each one's answer line.
+absl::StatusOr<std::vector<std::string>> CommandAll(std::vector<std::unique_ptr<LoadProc>>& procs,
+                                                    const std::string& command, absl::Time deadline) {
+  const std::string line = command + "\n";
   for (auto& p : procs) {
-    if (write(p->fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) {
+    if (write(p->fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
       return absl::UnavailableError(absl::StrCat("cannot command load process ", p->pid));
     }
   }
-  absl::StatusOr<std::vector<std::string>> lines = ReadLines(procs, absl::Now() + timeout + absl::Seconds(60));
+  return ReadLines(procs, deadline);
+}
+
+absl::Status PrepareWorkers(std::vector<std::unique_ptr<LoadProc>>& procs, int64_t expected, absl::Duration timeout) {
+  absl::StatusOr<std::vector<std::string>> lines =
+      CommandAll(procs, "workersprep", absl::Now() + timeout + absl::Seconds(60));
   if (!lines.ok()) return lines.status();
   int64_t ready = 0;
   std::string error;
@@ -326,13 +333,8 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
     st.expected = phase == "workers" ? n * o.agent.workers_per_agent : n;
     peak_fds = 0;
     absl::StatusOr<ProcSample> before = srv.Sample(false);
-    const std::string cmd = (phase == "round_closed" ? "roundclosed" : phase == "exit_barrier" ? "finish" : phase) + "\n";
-    for (auto& p : procs) {
-      if (write(p->fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) {
-        res.failure = absl::StrCat("cannot command load process ", p->pid);
-      }
-    }
-    auto lines = ReadLines(procs, absl::Now() + o.agent.phase_timeout + absl::Seconds(60));
+    const std::string cmd = phase == "round_closed" ? "roundclosed" : phase == "exit_barrier" ? "finish" : phase;
+    auto lines = CommandAll(procs, cmd, absl::Now() + o.agent.phase_timeout + absl::Seconds(60));
     absl::StatusOr<ProcSample> after = srv.Sample(true);
     std::map<std::string, double> rpcs_after = RpcsByMethod(srv);
     if (before.ok() && after.ok()) {
