@@ -60,9 +60,7 @@ bool Run::IsParticipantLocked(const std::string& node_id) const {
 void Run::CompactNodeMapsLocked() {
   absl::flat_hash_map<std::string, Known> known;
   known.reserve(known_.size());
-  for (auto& [id, k] : known_) {
-    known.emplace(id, Known{std::string(k.session), std::string(k.previous_session), k.last_seen});
-  }
+  for (auto& [id, k] : known_) known.emplace(id, Known{std::string(k.session), k.last_seen});
   known_ = std::move(known);
 }
 
@@ -223,10 +221,7 @@ void Run::CancelJoin(const std::string& node_id) {
 absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::string& session) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
-    auto it = known_.find(node_id);
-    const bool previous = it != known_.end() && !it->second.previous_session.empty() &&
-                          CredentialEquals(it->second.previous_session, session);
-    if (!previous) return s;
+    if (!PreviousSessionLocked(node_id, session)) return s;
   }
   if (lost_.contains(node_id)) {
     return absl::FailedPreconditionError(absl::StrCat("stale: this node was declared lost in run '", run_id_,
@@ -366,8 +361,24 @@ void Run::SetOnEnded(absl::AnyInvocable<void()> fn) {
   on_ended_ = std::move(fn);
 }
 
+bool Run::PreviousSessionLocked(const std::string& node_id, const std::string& session) {
+  if (previous_sessions_.empty()) return false;
+  if (absl::Now() >= previous_sessions_until_ || state_ == State::kFinished || state_ == State::kFailed) {
+    DropPreviousSessionsLocked();
+    return false;
+  }
+  auto it = previous_sessions_.find(node_id);
+  return it != previous_sessions_.end() && IsParticipantLocked(node_id) && CredentialEquals(it->second, session);
+}
+
+void Run::DropPreviousSessionsLocked() {
+  absl::flat_hash_map<std::string, std::string>().swap(previous_sessions_);
+  previous_sessions_until_ = absl::InfinitePast();
+}
+
 void Run::EndLocked(State state, Deferred& later) {
   state_ = state;
+  DropPreviousSessionsLocked();
   if (on_ended_) later.push_back(std::exchange(on_ended_, nullptr));
 }
 

@@ -53,13 +53,13 @@ class Run : public std::enable_shared_from_this<Run> {
 
   // Records a heartbeat; returns the current round. PERMISSION_DENIED for
   // an unknown node or a wrong credential; FAILED_PRECONDITION ("stale")
-  // for a node that was declared lost. A member's credential of the round
-  // before is accepted too, for 1-2 keep-alive intervals after the round
-  // closed (then only the current one): heartbeats sent while the node's
-  // Join was being answered with its new credential are in flight with the
-  // old one (45-240 of 10,000 agents' were refused at each round close).
-  // Only heartbeats: every other request needs the current credential.
-  // Thread-safe.
+  // for a node that was declared lost. A participant's credential of the
+  // round before is accepted too, until 2 keep-alive intervals after the
+  // round closed (then only the current one; never after the run ended):
+  // heartbeats sent while the node's Join was being answered with its new
+  // credential are in flight with the old one (45-240 of 10,000 agents'
+  // were refused at each round close). Only heartbeats: every other request
+  // needs the current credential. Thread-safe.
   absl::StatusOr<int64_t> Heartbeat(const std::string& node_id, const std::string& session);
 
   // Subscribes `sink` to this run's events for `node_id` (replacing an older
@@ -222,14 +222,18 @@ class Run : public std::enable_shared_from_this<Run> {
   // life (join or heartbeat; InfinitePast before its first join).
   struct Known {
     std::string session;
-    // The credential `session` replaced at the last round close, while
-    // heartbeats may still carry it (Heartbeat); empty otherwise.
-    std::string previous_session;
     absl::Time last_seen = absl::InfinitePast();
   };
-  // Liveness ticks left before previous credentials are dropped (2 at a
-  // round close: the grace lasts 1-2 keep-alive intervals).
-  int previous_session_ticks_ ABSL_GUARDED_BY(mu_) = 0;
+  // The credentials that the last round close replaced, by node, accepted
+  // for heartbeats until `previous_sessions_until_` (Heartbeat). Dropped
+  // whole (its memory too) once past that time or when the run ends.
+  absl::flat_hash_map<std::string, std::string> previous_sessions_ ABSL_GUARDED_BY(mu_);
+  absl::Time previous_sessions_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // True when `session` is `node_id`'s credential of the round before and
+  // its grace has not passed; drops the previous credentials once it has.
+  bool PreviousSessionLocked(const std::string& node_id, const std::string& session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropPreviousSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<std::string, Known> known_ ABSL_GUARDED_BY(mu_);
 };
 

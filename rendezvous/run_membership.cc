@@ -24,9 +24,7 @@ void Run::OnLivenessTimer() {
   {
     absl::MutexLock lock(&mu_);
     liveness_armed_ = false;
-    if (previous_session_ticks_ > 0 && --previous_session_ticks_ == 0) {
-      for (auto& [id, k] : known_) std::string().swap(k.previous_session);
-    }
+    if (!previous_sessions_.empty() && absl::Now() >= previous_sessions_until_) DropPreviousSessionsLocked();
     if (state_ == State::kFinished || state_ == State::kFailed) return;
     const absl::Time now = absl::Now();
     const absl::Duration limit = config_.keep_alive_interval * config_.keep_alive_max_attempt;

@@ -84,6 +84,9 @@ void Run::CloseRoundLocked(Deferred& later) {
   finished_count_ = 0;
   int base = 0;
   absl::flat_hash_map<std::string, int> role_base;
+  // The credentials replaced below, still good for heartbeats in flight.
+  absl::flat_hash_map<std::string, std::string> previous;
+  previous.reserve(order.order.size());
   for (int r = 0; r < static_cast<int>(order.order.size()); ++r) {
     Joiner& j = joining[order.order[r]];
     Assignment a;
@@ -104,12 +107,13 @@ void Run::CloseRoundLocked(Deferred& later) {
     // The member keeps no copy of its credential (known_ has it).
     members_.push_back(Member{j.node, a});
     Known& k = known_[j.node.node_id];
-    k.previous_session = std::move(k.session);
+    previous[j.node.node_id] = std::move(k.session);
     a.session = k.session = NewCredential();
     later.push_back([cb = std::move(j.done), a]() mutable { cb(a); });
   }
+  previous_sessions_ = std::move(previous);
+  previous_sessions_until_ = absl::Now() + 2 * config_.keep_alive_interval;
   state_ = State::kRunning;
-  previous_session_ticks_ = 2;
   reform_target_ = 0;
   last_progress_joined_ = -1;
   const absl::Time now = absl::Now();

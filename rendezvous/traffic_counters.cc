@@ -20,7 +20,7 @@ constexpr const char* kOther = "(other)";
 
 TrafficCounters::TrafficCounters(TrafficOptions options) : options_(options) {}
 
-std::optional<TrafficCounters::PeerKey> TrafficCounters::ParsePeer(absl::string_view peer) {
+std::optional<ConnectionKey> ConnectionKeyOf(absl::string_view peer) {
   int family = 0;
   absl::string_view address;
   absl::string_view port;
@@ -30,12 +30,21 @@ std::optional<TrafficCounters::PeerKey> TrafficCounters::ParsePeer(absl::string_
     family = AF_INET;
     address = peer.substr(0, colon);
     port = peer.substr(colon + 1);
-  } else if (absl::ConsumePrefix(&peer, "ipv6:[")) {
-    const size_t close = peer.rfind("]:");
-    if (close == absl::string_view::npos) return std::nullopt;
+  } else if (absl::ConsumePrefix(&peer, "ipv6:")) {
+    absl::string_view close;
+    if (absl::ConsumePrefix(&peer, "[")) {
+      close = "]:";
+    } else if (absl::ConsumePrefix(&peer, "%5B")) {
+      close = "%5D:";
+    } else {
+      return std::nullopt;
+    }
+    const size_t end = peer.rfind(close);
+    if (end == absl::string_view::npos) return std::nullopt;
     family = AF_INET6;
-    address = peer.substr(0, close);
-    port = peer.substr(close + 2);
+    address = peer.substr(0, end);
+    port = peer.substr(end + close.size());
+    if (address.find('%') != absl::string_view::npos) return std::nullopt;  // A zone ("%25eth0").
   } else {
     return std::nullopt;
   }
@@ -43,7 +52,7 @@ std::optional<TrafficCounters::PeerKey> TrafficCounters::ParsePeer(absl::string_
   if (!absl::SimpleAtoi(port, &port_number) || port_number > 65535 || address.size() >= INET6_ADDRSTRLEN) {
     return std::nullopt;
   }
-  PeerKey key{};
+  ConnectionKey key{};
   key[0] = static_cast<uint8_t>(family);
   key[1] = static_cast<uint8_t>(port_number >> 8);
   key[2] = static_cast<uint8_t>(port_number & 0xff);
@@ -69,7 +78,7 @@ void TrafficCounters::SweepLocked(absl::Time now) {
 }
 
 bool TrafficCounters::OnCall(absl::string_view peer, absl::Time now) {
-  const std::optional<PeerKey> key = ParsePeer(peer);
+  const std::optional<ConnectionKey> key = ConnectionKeyOf(peer);
   absl::MutexLock lock(&mu_);
   SweepLocked(now);
   auto seen = [now](auto& map, const auto& k) {

@@ -36,6 +36,14 @@ struct TrafficOptions {
   int64_t max_node_bytes = 256;
 };
 
+// A connection's key: family, port and address of a gRPC peer string of the
+// form "ipv4:a.b.c.d:port" or "ipv6:[addr]:port" (gRPC 1.51 writes the
+// brackets percent-encoded: "ipv6:%5B::1%5D:40000"). nullopt for any other
+// form ("unix:...") and for a scoped IPv6 address ("fe80::1%25eth0"), whose
+// zone the key would lose. Pure.
+using ConnectionKey = std::array<uint8_t, 19>;
+std::optional<ConnectionKey> ConnectionKeyOf(absl::string_view peer);
+
 // The counts at one moment.
 struct TrafficSnapshot {
   int64_t connections_accepted = 0;
@@ -71,20 +79,17 @@ class TrafficCounters {
  private:
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // A client address held in the map's own slots: family, address and port
-  // of gRPC's "ipv4:a.b.c.d:port" and "ipv6:[a:b::c]:port" forms. As heap
-  // strings, 10,000 agents' addresses outlived their connections by
-  // forget_after scattered among the connections' freed memory, and kept
-  // about 8 MiB of it resident after every agent had left. Other forms
-  // ("unix:...", a scoped IPv6 address) stay strings.
-  using PeerKey = std::array<uint8_t, 19>;
-  static std::optional<PeerKey> ParsePeer(absl::string_view peer);
   int64_t PeersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TrafficOptions options_;
   mutable absl::Mutex mu_;
   int64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<PeerKey, absl::Time> ip_peers_ ABSL_GUARDED_BY(mu_);
+  // Client addresses by ConnectionKeyOf, held in the map's own slots. As
+  // heap strings, 10,000 agents' addresses outlived their connections by
+  // forget_after, scattered among the connections' freed memory, and kept
+  // about 8 MiB of it resident after every agent had left. Other forms stay
+  // strings (other_peers_).
+  absl::flat_hash_map<ConnectionKey, absl::Time> ip_peers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, absl::Time> other_peers_ ABSL_GUARDED_BY(mu_);
   absl::Time next_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   struct NodeCounts {

@@ -357,23 +357,30 @@ TEST_CASE("a member that re-joined a re-forming round and vanishes is named, and
   CHECK(a1->world_size == 1);
 }
 
-TEST_CASE("a heartbeat with the round before's credential is accepted for 1-2 keep-alive intervals, nothing else is",
+// Watches "a" (its first credential comes in the SESSION event) and joins it
+// to a one-node round; returns {credential before the close, after}.
+std::pair<std::string, std::string> JoinWithWatch(Run& run, const RunConfig& c, std::optional<Assignment>& got) {
+  auto sink = std::make_shared<Recorder>();
+  REQUIRE(run.Watch("a", sink, -1, "").ok());
+  REQUIRE(!sink->events.empty());
+  REQUIRE(sink->events[0].kind == RunEvent::Kind::kSession);
+  const std::string before = sink->events[0].session;
+  run.Join(Node("a", 1, "a"), c, -1, before, [&](absl::StatusOr<Assignment> r) { got = *r; });
+  REQUIRE(got.has_value());
+  REQUIRE(got->session != before);
+  return {before, got->session};
+}
+
+TEST_CASE("a heartbeat with the round before's credential is accepted until 2 keep-alive intervals, nothing else is",
           "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
   RunConfig c = Config(1, 1, 1);
   c.keep_alive_interval = absl::Milliseconds(100);
   c.keep_alive_max_attempt = 100;  // Nobody is lost here.
-  auto sink = std::make_shared<Recorder>();
-  REQUIRE(run->Watch("a", sink, -1, "").ok());
-  REQUIRE(!sink->events.empty());
-  REQUIRE(sink->events[0].kind == RunEvent::Kind::kSession);
-  const std::string before = sink->events[0].session;
   std::optional<Assignment> got;
-  run->Join(Node("a", 1, "a"), c, -1, before, [&](absl::StatusOr<Assignment> r) { got = *r; });
-  REQUIRE(got.has_value());
-  const std::string now = got->session;
-  REQUIRE(now != before);
+  const absl::Time closed = absl::Now();
+  const auto [before, now] = JoinWithWatch(*run, c, got);
   // Sent before the node had its assignment: in flight at the round close.
   CHECK(run->Heartbeat("a", before).ok());
   CHECK(run->Heartbeat("a", now).ok());
@@ -383,12 +390,36 @@ TEST_CASE("a heartbeat with the round before's credential is accepted for 1-2 ke
   f.round = got->round;
   CHECK(absl::IsPermissionDenied(run->ReportFailure(f, before).status()));
   CHECK(run->Status().restart_count == 0);
-  // After two liveness ticks (at most 2 intervals), the current one only.
-  for (int i = 0; i < 6; ++i) {
-    absl::SleepFor(absl::Milliseconds(60));
+  // Refused from 2 intervals after the close on (polled: a loaded machine
+  // may run this thread late, never early).
+  absl::Time refused_at = absl::InfinitePast();
+  while (absl::Now() < closed + absl::Seconds(5)) {
     REQUIRE(run->Heartbeat("a", now).ok());
+    const absl::Time t = absl::Now();
+    if (absl::IsPermissionDenied(run->Heartbeat("a", before).status())) {
+      refused_at = t;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
   }
+  REQUIRE(refused_at != absl::InfinitePast());
+  CHECK(refused_at - closed >= absl::Milliseconds(150));
   CHECK(absl::IsPermissionDenied(run->Heartbeat("a", before).status()));
   CHECK(absl::IsPermissionDenied(run->Heartbeat("a", std::string(now.size(), '0')).status()));
   CHECK(run->Heartbeat("a", now).ok());
+}
+
+TEST_CASE("the round before's credential is refused once the run has ended, within its grace", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  RunConfig c = Config(1, 1);
+  c.keep_alive_interval = absl::Seconds(30);  // A grace far longer than this test.
+  std::optional<Assignment> got;
+  const auto [before, now] = JoinWithWatch(*run, c, got);
+  CHECK(run->Heartbeat("a", before).ok());
+  absl::StatusOr<BarrierResult> finished;
+  run->ReportFinished("a", got->round, now, absl::Seconds(5), [&](absl::StatusOr<BarrierResult> r) { finished = r; });
+  REQUIRE(finished.ok());
+  REQUIRE(run->terminal());
+  CHECK(absl::IsPermissionDenied(run->Heartbeat("a", before).status()));
 }

@@ -1,5 +1,7 @@
 // The server's own counts of connections and store requests per node.
 #include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
 #include <prometheus/text_serializer.h>
 
 #include "absl/strings/match.h"
@@ -48,20 +50,44 @@ TEST_CASE("traffic: bounded: more peers than remembered are counted (too often, 
   CHECK(absl::StrContains(text, "meshrun_store_keys_read_total{node=\"(direct)\"} 1\n"));
 }
 
-TEST_CASE("traffic: IPv4, IPv6 and other address forms are each remembered exactly", "[traffic]") {
+TEST_CASE("traffic: a connection's key is the family, port and address of gRPC's peer string", "[traffic]") {
+  auto key = [](const char* peer) { return ConnectionKeyOf(peer); };
+  // ipv4: family, port (big-endian), 4 address bytes, zeros.
+  const ConnectionKey v4{AF_INET, 0x13, 0x88, 127, 0, 0, 1};
+  REQUIRE(key("ipv4:127.0.0.1:5000").has_value());
+  CHECK(*key("ipv4:127.0.0.1:5000") == v4);
+  // ipv6 as gRPC 1.51 writes it (brackets percent-encoded), and plain.
+  ConnectionKey v6{AF_INET6, 0x9c, 0x40};
+  v6[18] = 1;  // ::1
+  REQUIRE(key("ipv6:%5B::1%5D:40000").has_value());
+  CHECK(*key("ipv6:%5B::1%5D:40000") == v6);
+  CHECK(key("ipv6:[::1]:40000") == key("ipv6:%5B::1%5D:40000"));
+  CHECK(key("ipv6:%5B::ffff:127.0.0.1%5D:5000").has_value());
+  CHECK(key("ipv6:%5B::ffff:127.0.0.1%5D:5000") != key("ipv4:127.0.0.1:5000"));  // Exact, not mapped.
+  CHECK(key("ipv4:127.0.0.1:5001") != key("ipv4:127.0.0.1:5000"));
+  // Not keyed: other forms, a zone (it would be lost), malformed ones.
+  for (const char* other : {"unix:/tmp/a.sock", "ipv6:%5Bfe80::1%25eth0%5D:5000", "ipv6:[fe80::1%25eth0]:5000",
+                            "ipv4:127.0.0.1", "ipv4:999.0.0.1:5000", "ipv4:127.0.0.1:70000", "ipv6:::1:5000",
+                            "ipv4:127.0.0.1:", "ipv4:127.0.0.1:x", ""}) {
+    INFO(other);
+    CHECK_FALSE(key(other).has_value());
+  }
+}
+
+TEST_CASE("traffic: keyed and other address forms are each remembered exactly", "[traffic]") {
   TrafficCounters t;
   const absl::Time now = absl::FromUnixSeconds(1000);
-  const char* distinct[] = {"ipv4:127.0.0.1:5000", "ipv4:127.0.0.1:5001",   "ipv4:127.0.0.2:5000",
-                            "ipv6:[::1]:5000",     "ipv6:[::ffff:127.0.0.1]:5000", "ipv6:[fe80::1%25eth0]:5000",
-                            "unix:/tmp/a.sock",    "ipv4:127.0.0.1",        "ipv4:999.0.0.1:5000",
-                            "ipv4:127.0.0.1:70000"};
+  const char* distinct[] = {"ipv4:127.0.0.1:5000",  "ipv4:127.0.0.1:5001",       "ipv4:127.0.0.2:5000",
+                            "ipv6:%5B::1%5D:5000",  "ipv6:%5B::1%5D:5001",       "ipv6:%5Bfe80::1%25eth0%5D:5000",
+                            "unix:/tmp/a.sock",     "ipv4:127.0.0.1",            "ipv6:%5Bfe80::1%25eth1%5D:5000"};
   for (const char* peer : distinct) {
     INFO(peer);
-    CHECK(t.OnCall(peer, now));                         // A new connection...
+    CHECK(t.OnCall(peer, now));                           // A new connection...
     CHECK_FALSE(t.OnCall(peer, now + absl::Seconds(1)));  // ...remembered.
   }
-  CHECK(t.Snapshot().connections_accepted == 10);
-  CHECK(t.Snapshot().peers_remembered == 10);
+  CHECK_FALSE(t.OnCall("ipv6:[::1]:5000", now));  // The same connection, either spelling.
+  CHECK(t.Snapshot().connections_accepted == 9);
+  CHECK(t.Snapshot().peers_remembered == 9);
   // Forgotten after forget_after, whatever their form.
   CHECK(t.OnCall("ipv4:10.0.0.1:1", now + absl::Minutes(20)));
   CHECK(t.Snapshot().peers_remembered == 1);
