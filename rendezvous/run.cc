@@ -363,7 +363,7 @@ void Run::SetOnEnded(absl::AnyInvocable<void()> fn) {
 
 bool Run::PreviousSessionLocked(const std::string& node_id, const std::string& session) {
   if (previous_sessions_.empty()) return false;
-  if (absl::Now() >= previous_sessions_until_ || state_ == State::kFinished || state_ == State::kFailed) {
+  if (absl::Now() >= previous_sessions_until_) {  // (EndLocked drops them when the run ends.)
     DropPreviousSessionsLocked();
     return false;
   }
