@@ -213,6 +213,10 @@ void Run::CancelJoin(const std::string& node_id) {
     std::optional<Joiner> j = pending_.erase(node_id);
     if (!j) return;
     cb = std::move(j->done);
+    // A member of the round being re-formed is again one that has not
+    // re-joined yet: still waited for, and named when its stream ends (its
+    // connection's calls end in either order).
+    if (j->was_member && state_ == State::kJoining) reforming_.push_back(std::move(*j->was_member));
     if (state_ == State::kJoining) ProgressLocked();
   }
   cb(absl::CancelledError("join cancelled by the client"));

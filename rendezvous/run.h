@@ -49,6 +49,12 @@ class Run : public std::enable_shared_from_this<Run> {
   // PERMISSION_DENIED and nothing changes.
   void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
             JoinCallback done);
+  // Withdraws `node_id`'s pending join (its Join call was cancelled: the
+  // client gave up or its connection closed) and answers it CANCELLED. A
+  // member of the round being re-formed goes back to the members not
+  // re-joined yet: the re-form still counts it, and it is named lost when its
+  // event stream ends (Unwatch). No-op when the node has no pending join.
+  // Thread-safe.
   void CancelJoin(const std::string& node_id);
 
   // Records a heartbeat; returns the current round. PERMISSION_DENIED for

@@ -25,8 +25,27 @@ start_job() {
     launch "$i" "$1$i" -- --nnodes=2:3 --nproc_per_node=2 --rdzv_endpoint="host0:$P" --rdzv_id="$1" \
       --rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1,join_timeout=20 "$HOSTS_DIR/w.sh"
   done
-  # Running once every worker of round 0 is up (6 sleeps), bounded.
-  for _ in $(seq 100); do [ "$(pgrep -fc "^sleep 10$")" -ge 6 ] && break; sleep 0.1; done
+  await_round0 "$1"
+}
+
+# await_round0 NAME: every host runs its 2 workers of round 0 (each host's own
+# namespace is counted, so no stray process elsewhere can stand in for a
+# host that has not joined yet), within 10 s; else the test fails here.
+await_round0() {
+  local i p n _
+  for _ in $(seq 100); do
+    for i in 0 1 2; do
+      n=0
+      for p in $(host_pids "$i"); do
+        [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" = "sleep 10 " ] && n=$((n + 1))
+      done
+      [ "$n" -ge 2 ] || break
+    done
+    [ "$i" = 2 ] && [ "$n" -ge 2 ] && return 0
+    sleep 0.1
+  done
+  fail "job $1: round 0 does not run 2 workers on each of the 3 hosts after 10 s"
+  show "${1}0"; show "${1}1"; show "${1}2"
 }
 
 # expect_within NAME WANT_RC START_MS MAX_MS what
@@ -91,7 +110,7 @@ start_job2() {
     launch "$i" "$1$i" -- --nnodes="$2" --nproc_per_node=2 --rdzv_endpoint="host0:$P" --rdzv_id="$1" \
       --rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1,join_timeout=20 "$HOSTS_DIR/w.sh"
   done
-  for _ in $(seq 100); do [ "$(pgrep -fc "^sleep 10$")" -ge 6 ] && break; sleep 0.1; done
+  await_round0 "$1"
 }
 start_job2 two 1:3
 t0=$(now_ms); host_kill 1 & host_kill 2 & wait %1 %2 2>/dev/null
@@ -104,7 +123,7 @@ if grep -q "node host1 (node rank [0-9].*was lost" "$HOSTS_DIR/two0" &&
    grep -q "node host2 (node rank [0-9].*was lost" "$HOSTS_DIR/two0"; then
   ok "both lost hosts are named"
 else
-  fail "not both lost hosts are named"; show two0
+  fail "not both lost hosts are named"; show two0; show two1; show two2
 fi
 
 # 6. A join timeout: 2 of 3 nodes come; every node reports the same count.

@@ -141,7 +141,7 @@ TEST_CASE("one incident costs one restart: the budget is job-wide", "[run]") {
     });
   }
   REQUIRE(closed == 2);
-  creds.Watch(*run, "b", sink, 0);
+  REQUIRE(creds.Watch(*run, "b", sink, 0).ok());
   WorkerFailure f1;
   f1.node_id = "a";
   f1.rank = 1;
@@ -192,7 +192,7 @@ TEST_CASE("a permanent failure fails the run at once with restarts left: none is
     });
   }
   REQUIRE(closed == 2);
-  creds.Watch(*run, "a", sink, 0);
+  REQUIRE(creds.Watch(*run, "a", sink, 0).ok());
   WorkerFailure f;
   f.node_id = "b";
   f.rank = 3;
@@ -260,8 +260,8 @@ TEST_CASE("a lost agent makes the survivors re-form without using the budget", "
   }
   auto sink_a = std::make_shared<Recorder>();
   auto sink_b = std::make_shared<Recorder>();
-  creds.Watch(*run, "a", sink_a, 0);
-  creds.Watch(*run, "b", sink_b, 0);
+  REQUIRE(creds.Watch(*run, "a", sink_a, 0).ok());
+  REQUIRE(creds.Watch(*run, "b", sink_b, 0).ok());
   run->Unwatch("b", sink_b.get());
   REQUIRE(sink_a->events.size() == 2);
   CHECK(sink_a->events[0].kind == RunEvent::Kind::kNodeLost);
@@ -290,7 +290,7 @@ TEST_CASE("a silent node is lost after keep-alive interval x attempts", "[run]")
   c.keep_alive_max_attempt = 2;
   for (const char* id : {"a", "b"}) creds.Join(*run, Node(id, 1, id), c, -1, [](absl::StatusOr<Assignment>) {});
   auto sink_a = std::make_shared<Recorder>();
-  creds.Watch(*run, "a", sink_a, 0);
+  REQUIRE(creds.Watch(*run, "a", sink_a, 0).ok());
   // Only "a" keeps beating.
   for (int i = 0; i < 40 && sink_a->events.empty(); ++i) {
     (void)creds.Heartbeat(*run, "a");
@@ -308,7 +308,7 @@ TEST_CASE("a node joining below MAX makes the running job re-form with it", "[ru
   for (int i = 0; i < 300 && run->Status().state != "running"; ++i) absl::SleepFor(absl::Milliseconds(10));
   REQUIRE(run->Status().state == "running");
   auto sink_a = std::make_shared<Recorder>();
-  creds.Watch(*run, "a", sink_a, 0);
+  REQUIRE(creds.Watch(*run, "a", sink_a, 0).ok());
   std::optional<Assignment> b;
   creds.Join(*run, Node("b", 2, "b"), Config(1, 2), -1, [&](absl::StatusOr<Assignment> r) { b = *r; });
   REQUIRE(sink_a->events.size() >= 2);
@@ -339,10 +339,16 @@ TEST_CASE("a member that re-joined a re-forming round and vanishes is named, and
   REQUIRE(creds.Watch(*run, "b", sink_b, 0).ok());
   REQUIRE(creds.Watch(*run, "c", sink_c, 0).ok());
   run->Unwatch("c", sink_c.get());  // c is lost: a and b re-form (round 1).
-  // b re-joins, then vanishes before the round closes.
+  // b re-joins, then vanishes before the round closes. Its connection's
+  // calls end in either order: the event stream first, or the join call.
   absl::Status b_join;
   creds.Join(*run, Node("b", 1, "b"), c, 0, [&](absl::StatusOr<Assignment> r) { b_join = r.status(); });
-  run->Unwatch("b", sink_b.get());
+  SECTION("its event stream ends first") { run->Unwatch("b", sink_b.get()); }
+  SECTION("its join call is cancelled first") {
+    run->CancelJoin("b");
+    CHECK(absl::IsCancelled(b_join));
+    run->Unwatch("b", sink_b.get());
+  }
   CHECK(absl::IsCancelled(b_join));
   bool named = false;
   for (const auto& e : sink_a->events) {
