@@ -14,7 +14,9 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/checks.h"
 
 namespace meshrun {
@@ -42,6 +44,38 @@ class Fd {
 };
 
 }  // namespace
+
+std::optional<PeerParts> SplitPeer(absl::string_view peer) {
+  PeerParts parts;
+  absl::string_view port;
+  if (absl::ConsumePrefix(&peer, "ipv4:")) {
+    const size_t colon = peer.rfind(':');
+    if (colon == absl::string_view::npos) return std::nullopt;
+    parts.family = AF_INET;
+    parts.address = peer.substr(0, colon);
+    port = peer.substr(colon + 1);
+  } else if (absl::ConsumePrefix(&peer, "ipv6:")) {
+    absl::string_view close;
+    if (absl::ConsumePrefix(&peer, "[")) {
+      close = "]:";
+    } else if (absl::ConsumePrefix(&peer, "%5B")) {
+      close = "%5D:";
+    } else {
+      return std::nullopt;
+    }
+    const size_t end = peer.rfind(close);
+    if (end == absl::string_view::npos) return std::nullopt;
+    parts.family = AF_INET6;
+    parts.address = peer.substr(0, end);
+    port = peer.substr(end + close.size());
+  } else {
+    return std::nullopt;
+  }
+  uint32_t number = 0;
+  if (parts.address.empty() || !absl::SimpleAtoi(port, &number) || number > 65535) return std::nullopt;
+  parts.port = static_cast<uint16_t>(number);
+  return parts;
+}
 
 absl::StatusOr<std::vector<std::string>> ResolveNumeric(const std::string& host) {
   addrinfo hints{};

@@ -1,14 +1,31 @@
 // Small socket helpers: local addresses and free ports. No DNS reverse lookups.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/endpoint.h"
 
 namespace meshrun {
+
+// A gRPC peer string's parts, viewing into that string.
+struct PeerParts {
+  int family = 0;             // AF_INET or AF_INET6.
+  absl::string_view address;  // As written, without brackets; an IPv6 zone stays in it ("fe80::1%25eth0").
+  uint16_t port = 0;
+};
+// Splits the peer strings gRPC writes for TCP connections: "ipv4:a.b.c.d:port"
+// and "ipv6:[addr]:port" (gRPC 1.51 writes the brackets percent-encoded:
+// "ipv6:%5B::1%5D:40000"). nullopt for any other form ("unix:/path", no port,
+// a port above 65535); the address itself is not validated. The one parser of
+// peer strings: wire::PeerIp and the server's traffic counters use it. Pure; does
+// not allocate.
+std::optional<PeerParts> SplitPeer(absl::string_view grpc_peer);
 
 // Resolves `host` (name or literal) to numeric addresses, IPv4 first.
 // NOT_FOUND naming the host when it does not resolve. Thread-safe.

@@ -1,5 +1,9 @@
 #include "proto/wire.h"
 
+#include <sys/socket.h>
+
+#include "common/net.h"
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -137,25 +141,18 @@ RunEvent FromProto(const pb::RunEvent& e) {
 }
 
 std::string PeerIp(const std::string& grpc_peer) {
-  const std::string decoded =
-      absl::StrReplaceAll(grpc_peer, {{"%5B", "["}, {"%5D", "]"}, {"%25", "%"}, {"%3A", ":"}});
-  absl::string_view p = decoded;
-  std::string ip;
-  if (absl::ConsumePrefix(&p, "ipv4:")) {
-    size_t colon = p.rfind(':');
-    ip = std::string(p.substr(0, colon));
-  } else if (absl::ConsumePrefix(&p, "ipv6:")) {
-    if (p.empty() || p[0] != '[') return "";
-    size_t close = p.find(']');
-    if (close == std::string::npos) return "";
-    ip = std::string(p.substr(1, close - 1));
-    if (size_t zone = ip.find('%'); zone != std::string::npos) ip.resize(zone);
+  // Decoded first: a gRPC that percent-encodes more than the brackets
+  // (the zone's "%", colons) reads the same.
+  const std::string decoded = absl::StrReplaceAll(grpc_peer, {{"%25", "%"}, {"%3A", ":"}});
+  const std::optional<PeerParts> parts = SplitPeer(decoded);
+  if (!parts) return "";
+  absl::string_view ip = parts->address;
+  if (size_t zone = ip.find('%'); zone != absl::string_view::npos) ip = ip.substr(0, zone);
+  if (parts->family == AF_INET6) {
     absl::string_view v4 = ip;
-    if (absl::ConsumePrefix(&v4, "::ffff:") && v4.find(':') == std::string_view::npos) ip = std::string(v4);
-  } else {
-    return "";
+    if (absl::ConsumePrefix(&v4, "::ffff:") && v4.find(':') == absl::string_view::npos) ip = v4;
   }
-  return ip;
+  return std::string(ip);
 }
 
 void ToProto(const RunStatus& r, v1::RunStatus* out) {

@@ -23,13 +23,14 @@ void ToProto(const Assignment& a, v1::Assignment* out);
 Assignment FromProto(const v1::Assignment& a);
 v1::RunEvent ToProto(const RunEvent& e);
 
-// The numeric IP address in a gRPC peer string ("ipv4:10.0.0.1:5000",
-// "ipv6:[fd00::1]:5000", also percent-encoded as newer gRPC writes it);
-// an IPv4-mapped IPv6 address ("::ffff:10.0.0.1") comes back as IPv4.
-// Empty for anything else (e.g. "unix:/path"). Pure function.
-std::string PeerIp(const std::string& grpc_peer);
 RunEvent FromProto(const v1::RunEvent& e);
 void ToProto(const RunStatus& r, v1::RunStatus* out);
 RunStatus FromProto(const v1::RunStatus& r);
+
+// The numeric IP address in a gRPC peer string ("ipv4:10.0.0.1:5000",
+// "ipv6:[fd00::1]:5000", also percent-encoded as newer gRPC writes it),
+// without an IPv6 zone (SplitPeer in common/net.h splits it); an IPv4-mapped IPv6 address ("::ffff:10.0.0.1")
+// comes back as IPv4. Empty for anything else (e.g. "unix:/path"). Pure.
+std::string PeerIp(const std::string& grpc_peer);
 
 }  // namespace meshrun::rendezvous::wire

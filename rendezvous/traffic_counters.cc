@@ -5,9 +5,8 @@
 #include <cstring>
 #include <string>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "common/net.h"
 #include "rendezvous/sparse_maps.h"
 
 namespace meshrun::rendezvous {
@@ -21,44 +20,16 @@ constexpr const char* kOther = "(other)";
 TrafficCounters::TrafficCounters(TrafficOptions options) : options_(options) {}
 
 std::optional<ConnectionKey> ConnectionKeyOf(absl::string_view peer) {
-  int family = 0;
-  absl::string_view address;
-  absl::string_view port;
-  if (absl::ConsumePrefix(&peer, "ipv4:")) {
-    const size_t colon = peer.rfind(':');
-    if (colon == absl::string_view::npos) return std::nullopt;
-    family = AF_INET;
-    address = peer.substr(0, colon);
-    port = peer.substr(colon + 1);
-  } else if (absl::ConsumePrefix(&peer, "ipv6:")) {
-    absl::string_view close;
-    if (absl::ConsumePrefix(&peer, "[")) {
-      close = "]:";
-    } else if (absl::ConsumePrefix(&peer, "%5B")) {
-      close = "%5D:";
-    } else {
-      return std::nullopt;
-    }
-    const size_t end = peer.rfind(close);
-    if (end == absl::string_view::npos) return std::nullopt;
-    family = AF_INET6;
-    address = peer.substr(0, end);
-    port = peer.substr(end + close.size());
-    if (address.find('%') != absl::string_view::npos) return std::nullopt;  // A zone ("%25eth0").
-  } else {
-    return std::nullopt;
-  }
-  uint32_t port_number = 0;
-  if (!absl::SimpleAtoi(port, &port_number) || port_number > 65535 || address.size() >= INET6_ADDRSTRLEN) {
-    return std::nullopt;
-  }
+  const std::optional<PeerParts> parts = SplitPeer(peer);
+  if (!parts || parts->address.size() >= INET6_ADDRSTRLEN) return std::nullopt;
+  if (parts->address.find('%') != absl::string_view::npos) return std::nullopt;  // A zone ("%25eth0").
   ConnectionKey key{};
-  key[0] = static_cast<uint8_t>(family);
-  key[1] = static_cast<uint8_t>(port_number >> 8);
-  key[2] = static_cast<uint8_t>(port_number & 0xff);
+  key[0] = static_cast<uint8_t>(parts->family);
+  key[1] = static_cast<uint8_t>(parts->port >> 8);
+  key[2] = static_cast<uint8_t>(parts->port & 0xff);
   char text[INET6_ADDRSTRLEN] = {};
-  std::memcpy(text, address.data(), address.size());
-  if (inet_pton(family, text, key.data() + 3) != 1) return std::nullopt;
+  std::memcpy(text, parts->address.data(), parts->address.size());
+  if (inet_pton(parts->family, text, key.data() + 3) != 1) return std::nullopt;
   return key;
 }
 

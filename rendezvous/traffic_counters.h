@@ -36,11 +36,11 @@ struct TrafficOptions {
   int64_t max_node_bytes = 256;
 };
 
-// A connection's key: family, port and address of a gRPC peer string of the
-// form "ipv4:a.b.c.d:port" or "ipv6:[addr]:port" (gRPC 1.51 writes the
-// brackets percent-encoded: "ipv6:%5B::1%5D:40000"). nullopt for any other
-// form ("unix:...") and for a scoped IPv6 address ("fe80::1%25eth0"), whose
-// zone the key would lose. Pure.
+// A connection's key: family, port and binary address of a gRPC peer string
+// of the forms SplitPeer (common/net.h) reads ("ipv4:a.b.c.d:port", "ipv6:[addr]:port",
+// the brackets percent-encoded as gRPC 1.51 writes them). nullopt for any
+// other form ("unix:..."), an address inet_pton refuses, and a scoped IPv6
+// address ("fe80::1%25eth0"), whose zone the key would lose. Pure.
 using ConnectionKey = std::array<uint8_t, 19>;
 std::optional<ConnectionKey> ConnectionKeyOf(absl::string_view peer);
 

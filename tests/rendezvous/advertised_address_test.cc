@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
+
 #include "common/net.h"
 #include "rendezvous/advertised_address.h"
 #include "proto/wire.h"
@@ -75,6 +77,32 @@ TEST_CASE("gRPC peer strings give the numeric address", "[addresses]") {
   CHECK(PeerIp("ipv6:[fe80::1%25eth0]:5") == "fe80::1");
   CHECK(PeerIp("unix:/tmp/sock").empty());
   CHECK(PeerIp("ipv6:fd00::1").empty());
+  CHECK(PeerIp("ipv4:192.168.64.11").empty());  // No port: not a form gRPC writes.
+}
+
+TEST_CASE("gRPC peer strings split into family, address and port", "[addresses]") {
+  using meshrun::SplitPeer;
+  auto v4 = SplitPeer("ipv4:10.0.0.1:29400");
+  REQUIRE(v4.has_value());
+  CHECK(v4->family == AF_INET);
+  CHECK(v4->address == "10.0.0.1");
+  CHECK(v4->port == 29400);
+  for (const char* peer : {"ipv6:[fd00::1]:65535", "ipv6:%5Bfd00::1%5D:65535"}) {
+    auto v6 = SplitPeer(peer);
+    REQUIRE(v6.has_value());
+    CHECK(v6->family == AF_INET6);
+    CHECK(v6->address == "fd00::1");
+    CHECK(v6->port == 65535);
+  }
+  auto zoned = SplitPeer("ipv6:%5Bfe80::1%25eth0%5D:5");
+  REQUIRE(zoned.has_value());
+  CHECK(zoned->address == "fe80::1%25eth0");
+  for (const char* bad : {"", "ipv4:", "ipv4:10.0.0.1", "ipv4:10.0.0.1:", "ipv4::5", "ipv4:10.0.0.1:65536",
+                          "ipv4:10.0.0.1:-1", "ipv6:fd00::1", "ipv6:[fd00::1]", "ipv6:[fd00::1]:x",
+                          "ipv6:%5Bfd00::1]:5", "unix:/tmp/sock", "ipv4"}) {
+    INFO(bad);
+    CHECK_FALSE(SplitPeer(bad).has_value());
+  }
 }
 
 TEST_CASE("the interface holding an address", "[addresses]") {
