@@ -305,59 +305,14 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     }
     // A node that watched and left without taking part is forgotten.
     if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) known_.erase(node_id);
+    // The run has ended and its last node left: only what Status shows stays.
+    if ((state_ == State::kFinished || state_ == State::kFailed) && watchers_.empty()) KeepOnlyStatusLocked();
   }
   RunAll(later);
 }
 
 void Run::PushLocked(const RunEvent& event) {
   for (auto& [node, sink] : watchers_) sink->Push(event);
-}
-
-RunStatus Run::Status() const {
-  RunStatus s;
-  {
-    absl::MutexLock lock(&mu_);
-    s.run_id = run_id_;
-    s.round = round_;
-    s.state = StateName(state_);
-    s.nodes = static_cast<int>(state_ == State::kJoining ? pending_.size() : members_.size());
-    for (const auto& m : members_) s.world_size += m.node.nproc;
-    s.restart_count = restart_count_;
-    s.max_restarts = config_.max_restarts;
-    s.min_nodes = config_.min_nodes;
-    s.max_nodes = config_.max_nodes;
-    s.lost_nodes = static_cast<int>(lost_.size());
-    const absl::Time now = absl::Now();
-    auto age = [&](const std::string& id) {
-      auto it = known_.find(id);
-      return it == known_.end() || it->second.last_seen == absl::InfinitePast() ? absl::Seconds(-1)
-                                                                                  : now - it->second.last_seen;
-    };
-    for (const auto& m : members_) {
-      NodeStatus n{m.node.node_id, m.node.hostname, m.node.addr, m.assignment.node_rank, m.node.nproc, "",
-                   age(m.node.node_id)};
-      if (m.finished) {
-        n.state = "finished";
-      } else {
-        n.state = state_ == State::kRunning ? "running" : StateName(state_);
-      }
-      s.node_list.push_back(std::move(n));
-    }
-    std::sort(s.node_list.begin(), s.node_list.end(),
-              [](const NodeStatus& a, const NodeStatus& b) { return a.node_rank < b.node_rank; });
-    for (const auto& j : pending_) {
-      NodeStatus n{j.node.node_id, j.node.hostname, j.node.addr, -1, j.node.nproc, "", age(j.node.node_id)};
-      if (state_ == State::kRunning) {
-        n.state = static_cast<int>(members_.size()) >= config_.max_nodes ? "standing by" : "waiting";
-      } else {
-        n.state = "joining";
-      }
-      s.node_list.push_back(std::move(n));
-    }
-  }
-  s.kv_keys = kv_->size();
-  s.kv_bytes = kv_->bytes();
-  return s;
 }
 
 void Run::SetOnEnded(absl::AnyInvocable<void()> fn) {

@@ -101,7 +101,9 @@ class Run : public std::enable_shared_from_this<Run> {
   void CancelFinished(uint64_t id);
 
   // This run's status (its nodes, round, store size): O(its nodes), takes
-  // only this run's lock. Thread-safe.
+  // only this run's lock. An ended run whose nodes have all closed their
+  // event streams keeps only this (see KeepOnlyStatusLocked) until the
+  // registry removes it. Thread-safe.
   RunStatus Status() const;
   // True once the run finished or failed. Thread-safe.
   bool terminal() const;
@@ -241,6 +243,27 @@ class Run : public std::enable_shared_from_this<Run> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropPreviousSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<std::string, Known> known_ ABSL_GUARDED_BY(mu_);
+
+  // Once the run has ended and its last node's event stream has closed
+  // (Unwatch), the members, credentials and node index are freed and what
+  // Status shows of the nodes is kept in two exactly sized blocks: about 90
+  // bytes per node instead of about 600 (a 10,000-node run kept ~6 MiB for
+  // ended_run_ttl). A node's later requests find no credential
+  // (PERMISSION_DENIED). Idempotent.
+  void KeepOnlyStatusLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct EndedNode {
+    uint32_t text_begin = 0;  // node_id, hostname and addr, back to back in ended_text_.
+    uint32_t id_size = 0;
+    uint32_t hostname_size = 0;
+    uint32_t addr_size = 0;
+    int node_rank = -1;
+    int nproc = 0;
+    bool finished = false;
+    absl::Time last_seen = absl::InfinitePast();
+  };
+  bool status_only_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<EndedNode> ended_nodes_ ABSL_GUARDED_BY(mu_);  // By node rank.
+  std::string ended_text_ ABSL_GUARDED_BY(mu_);
 };
 
 const char* StateName(Run::State state);

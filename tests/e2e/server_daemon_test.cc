@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <thread>
+#include <tuple>
 
 #include "tests/e2e/e2e_util.h"
 #include "tests/support/grpc_health.h"
@@ -32,6 +33,17 @@ TEST_CASE("two run ids on one server daemon are separate worlds", "[e2e][daemon]
   CHECK(a.exit_code == 7);
   CHECK(b.exit_code == 0);
   CHECK(CountLines(b.out, "J jobB 3 ") == 3);
+  // The ended runs, their agents gone (each keeps only what status shows),
+  // still show their node.
+  for (const auto& [id, state, world] : {std::tuple{"jobA", "failed", 2}, std::tuple{"jobB", "finished", 3}}) {
+    RunResult st = RunCommand({MeshrunBinary(), "status", endpoint, std::string("--rdzv_id=") + id}, {}, 20);
+    INFO(st.out << st.err);
+    CHECK(st.exit_code == 0);
+    CHECK(Contains(st.out, std::string(": ") + state + ", round 0"));
+    CHECK(Contains(st.out, "world size " + std::to_string(world)));
+    CHECK(CountLines(st.out, std::string(" ") + state + " ") == 1);
+    CHECK(CountLines(st.out, "127.0.0.1 ") == 1);
+  }
   // The failed run id starts afresh.
   RunResult again = RunCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=jobA",
                                 "--nproc_per_node=2", "--rdzv_conf=is_host=0", ok}, {}, 60);

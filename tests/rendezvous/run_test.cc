@@ -429,3 +429,54 @@ TEST_CASE("the round before's credential is refused once the run has ended, with
   REQUIRE(run->terminal());
   CHECK(absl::IsPermissionDenied(run->Heartbeat("a", before).status()));
 }
+
+TEST_CASE("an ended run keeps what Status shows once its nodes have left, and only that", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  RunConfig c = Config(2, 2);
+  for (const char* id : {"a", "b"}) {
+    creds.Join(*run, Node(id, 1 + (id[0] == 'b'), id), c, -1, [](absl::StatusOr<Assignment> r) { REQUIRE(r.ok()); });
+  }
+  auto sink_a = std::make_shared<Recorder>();
+  auto sink_b = std::make_shared<Recorder>();
+  REQUIRE(creds.Watch(*run, "a", sink_a, 0).ok());
+  REQUIRE(creds.Watch(*run, "b", sink_b, 0).ok());
+  std::string state;
+  SECTION("finished") {
+    for (const char* id : {"a", "b"}) creds.ReportFinished(*run, id, 0, absl::Seconds(10), [](auto) {});
+    state = "finished";
+  }
+  SECTION("failed") {
+    run->Unwatch("b", sink_b.get());  // Below MIN with no restart left: the run fails.
+    state = "failed";
+  }
+  REQUIRE(run->terminal());
+  const RunStatus before = run->Status();
+  CHECK(before.state == state);
+  REQUIRE_FALSE(before.node_list.empty());
+  // The nodes leave; the last one's stream closing leaves the summary.
+  run->Unwatch("a", sink_a.get());
+  run->Unwatch("b", sink_b.get());
+  const RunStatus after = run->Status();
+  CHECK(after.state == before.state);
+  CHECK(after.round == before.round);
+  CHECK(after.nodes == before.nodes);
+  CHECK(after.world_size == before.world_size);
+  CHECK(after.lost_nodes == before.lost_nodes);
+  REQUIRE(after.node_list.size() == before.node_list.size());
+  for (size_t i = 0; i < after.node_list.size(); ++i) {
+    const NodeStatus& x = before.node_list[i];
+    const NodeStatus& y = after.node_list[i];
+    CHECK(y.node_id == x.node_id);
+    CHECK(y.hostname == x.hostname);
+    CHECK(y.addr == x.addr);
+    CHECK(y.node_rank == x.node_rank);
+    CHECK(y.nproc == x.nproc);
+    CHECK(y.state == x.state);
+    CHECK(y.keepalive_age >= x.keepalive_age);  // The same last sign of life, read later.
+  }
+  // Nothing of the nodes' credentials is left: their late calls are refused.
+  CHECK(absl::IsPermissionDenied(creds.Heartbeat(*run, "a").status()));
+  // A third Status reads the same summary.
+  CHECK(run->Status().node_list.size() == after.node_list.size());
+}
