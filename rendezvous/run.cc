@@ -90,7 +90,9 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
   {
     absl::ReleasableMutexLock lock(&mu_);
     bool made_session = false;
-    if (known_.contains(node.node_id)) {
+    if (status_only_) {
+      refused = EndedLocked();
+    } else if (known_.contains(node.node_id)) {
       refused = CheckSessionLocked(node.node_id, session);
     } else if (!session.empty()) {
       refused = CheckSessionLocked(node.node_id, session);  // Unknown: PERMISSION_DENIED.
@@ -224,6 +226,7 @@ void Run::CancelJoin(const std::string& node_id) {
 
 absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::string& session) {
   absl::MutexLock lock(&mu_);
+  if (status_only_) return round_;  // Over, its nodes gone: nothing to keep alive.
   if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
     if (!PreviousSessionLocked(node_id, session)) return s;
   }
@@ -243,7 +246,10 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
                                                      " event streams open: max_watchers_per_run=",
                                                      limits_.max_watchers_per_run));
   }
-  if (known_.contains(node_id) || !session.empty()) {
+  if (status_only_) {
+    // Over, its nodes gone and their credentials with them: any stream
+    // learns how it ended (below), as Status would tell it.
+  } else if (known_.contains(node_id) || !session.empty()) {
     if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) return s;
   } else {
     RunEvent hello;
@@ -256,7 +262,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   catch_up.round = round_;
   catch_up.restart_count = restart_count_;
   if (has_root_cause_) catch_up.root_cause = root_cause_;
-  if (known_round < 0) {
+  if (known_round < 0 && !status_only_) {
     // A node before its first round learns its round from Join; the
     // progress of the open round is all it needs now.
     if (state_ == State::kJoining && pending_.contains(node_id)) {
@@ -287,7 +293,12 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
   {
     absl::MutexLock lock(&mu_);
     auto it = watchers_.find(node_id);
-    if (it == watchers_.end() || it->second.get() != sink) return;
+    if (it == watchers_.end() || it->second.get() != sink) {
+      // (A stream ended as stale was erased when its node was lost; that
+      // loss may have ended the run with no stream left.)
+      MaybeKeepOnlyStatusLocked();
+      return;
+    }
     watchers_.erase(it);
     ShrinkIfSparse(watchers_);
     // A pending joiner whose agent is gone leaves the round.
@@ -305,8 +316,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     }
     // A node that watched and left without taking part is forgotten.
     if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) known_.erase(node_id);
-    // The run has ended and its last node left: only what Status shows stays.
-    if ((state_ == State::kFinished || state_ == State::kFailed) && watchers_.empty()) KeepOnlyStatusLocked();
+    MaybeKeepOnlyStatusLocked();
   }
   RunAll(later);
 }

@@ -34,6 +34,14 @@ class Run : public std::enable_shared_from_this<Run> {
   Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(),
       std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr);
 
+  // An ended run whose event streams have all closed keeps only a summary
+  // (KeepOnlyStatusLocked, below); Join, Heartbeat, Watch, ReportFailure and
+  // ReportFinished then answer from how it ended, with no credential to
+  // check: FAILED_PRECONDITION ("has already failed/finished") for a join or
+  // for a finish report in a failed run, all finished for a finish report of
+  // its last round in a finished run, the run's verdict for a failure
+  // report, its last event for a stream, its round for a heartbeat.
+  //
   // Joins the open round. `done` is answered once, when the round closes (the
   // assignment), on a conflict (FAILED_PRECONDITION naming the field and both
   // values), or with CANCELLED after CancelJoin. A node joining while a round
@@ -244,13 +252,22 @@ class Run : public std::enable_shared_from_this<Run> {
   void DropPreviousSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<std::string, Known> known_ ABSL_GUARDED_BY(mu_);
 
-  // Once the run has ended and its last node's event stream has closed
-  // (Unwatch), the members, credentials and node index are freed and what
-  // Status shows of the nodes is kept in two exactly sized blocks: about 90
-  // bytes per node instead of about 600 (a 10,000-node run kept ~6 MiB for
-  // ended_run_ttl). A node's later requests find no credential
-  // (PERMISSION_DENIED). Idempotent.
+  // Once the run has ended and no event stream of it is open (its nodes
+  // have left), the members, credentials, lost nodes' ids and node index are
+  // freed, and what Status shows of the nodes is kept in two exactly sized
+  // blocks: about 90 bytes per node instead of about 600 (a 10,000-node run
+  // kept ~6 MiB for ended_run_ttl). The root cause, the configuration and
+  // the store stay. A node's later calls are answered from the run's end
+  // without a credential check (status_only_ in Join, Heartbeat, Watch,
+  // ReportFailure and ReportFinished): what they learn is what Status shows.
+  // Skipped (the run stays whole) when the nodes' text passes 4 GiB.
+  // Call at the end of an operation (it frees pending_, barriers_ and the
+  // members that the operation may still use). Idempotent.
+  void MaybeKeepOnlyStatusLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KeepOnlyStatusLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer to a call in a status-only run's name that needs a member:
+  // FAILED_PRECONDITION naming the run's end.
+  absl::Status EndedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   struct EndedNode {
     uint32_t text_begin = 0;  // node_id, hostname and addr, back to back in ended_text_.
     uint32_t id_size = 0;
@@ -262,6 +279,7 @@ class Run : public std::enable_shared_from_this<Run> {
     absl::Time last_seen = absl::InfinitePast();
   };
   bool status_only_ ABSL_GUARDED_BY(mu_) = false;
+  int ended_lost_nodes_ ABSL_GUARDED_BY(mu_) = 0;  // lost_.size() when it was freed.
   std::vector<EndedNode> ended_nodes_ ABSL_GUARDED_BY(mu_);  // By node rank.
   std::string ended_text_ ABSL_GUARDED_BY(mu_);
 };

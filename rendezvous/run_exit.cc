@@ -20,7 +20,16 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
     BarrierResult now;
     now.node_count = static_cast<int>(members_.size());
     Member* member = members_.find(node_id);
-    if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
+    if (status_only_) {
+      // Over, its nodes gone: the answer is how it ended (no credential left).
+      if (state_ == State::kFinished && round == round_) {
+        now.node_count = now.finished_nodes = static_cast<int>(ended_nodes_.size());
+        now.all_finished = true;
+        later.push_back([cb = std::move(done), now]() mutable { cb(now); });
+      } else {
+        refused = EndedLocked();
+      }
+    } else if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
       refused = s;
     } else if (!member) {
       refused = absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",
@@ -69,6 +78,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
         barriers_.emplace(id, Barrier{id, tid, std::move(done)});
       }
     }
+    MaybeKeepOnlyStatusLocked();
   }
   if (!refused.ok()) {
     done(refused);

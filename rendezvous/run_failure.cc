@@ -53,6 +53,12 @@ absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const s
   FailureVerdict verdict;
   {
     absl::MutexLock lock(&mu_);
+    if (status_only_) {
+      // Over, its nodes gone: a late report gets the run's verdict, as a
+      // secondary one would (no credential left to check).
+      if (!has_root_cause_ || failure.round > round_) return EndedLocked();
+      return VerdictLocked(/*is_root=*/false);
+    }
     if (absl::Status s = CheckSessionLocked(failure.node_id, session); !s.ok()) return s;
     if (!IsParticipantLocked(failure.node_id)) {
       return absl::PermissionDeniedError(absl::StrCat("node '", failure.node_id.substr(0, 64),
@@ -78,6 +84,7 @@ absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const s
     } else {
       verdict = AcceptFailureLocked(std::move(failure), later);
     }
+    MaybeKeepOnlyStatusLocked();
   }
   RunAll(later);
   return verdict;

@@ -42,6 +42,9 @@ void Run::OnLivenessTimer() {
                      later);
     }
     if (!members_.empty() || !pending_.empty()) ArmLivenessLocked();
+    // A lost node's stream is closed as stale (its Unwatch finds nothing): the
+    // run may have ended here with no stream left.
+    MaybeKeepOnlyStatusLocked();
   }
   RunAll(later);
 }

@@ -1,9 +1,10 @@
 // Run: what Status reports, and the summary an ended run keeps for it once
 // its nodes have left.
 #include <algorithm>
+#include <cstdint>
 
+#include "absl/strings/str_cat.h"
 #include "rendezvous/run.h"
-#include "rendezvous/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 
@@ -18,7 +19,7 @@ RunStatus Run::Status() const {
     s.max_restarts = config_.max_restarts;
     s.min_nodes = config_.min_nodes;
     s.max_nodes = config_.max_nodes;
-    s.lost_nodes = static_cast<int>(lost_.size());
+    s.lost_nodes = status_only_ ? ended_lost_nodes_ : static_cast<int>(lost_.size());
     const absl::Time now = absl::Now();
     auto age = [&](absl::Time last_seen) {
       return last_seen == absl::InfinitePast() ? absl::Seconds(-1) : now - last_seen;
@@ -70,13 +71,23 @@ RunStatus Run::Status() const {
   return s;
 }
 
+void Run::MaybeKeepOnlyStatusLocked() {
+  if ((state_ == State::kFinished || state_ == State::kFailed) && watchers_.empty()) KeepOnlyStatusLocked();
+}
+
+absl::Status Run::EndedLocked() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("run '", run_id_.substr(0, 64), "' has already ", StateName(state_), " at round ", round_));
+}
+
 void Run::KeepOnlyStatusLocked() {
   if (status_only_) return;
-  status_only_ = true;
   // An ended run has no joiners (EndLocked's callers answer and clear them)
   // and no round being re-formed that Status shows.
   size_t text_size = 0;
   for (const auto& m : members_) text_size += m.node.node_id.size() + m.node.hostname.size() + m.node.addr.size();
+  if (text_size > UINT32_MAX) return;  // The offsets are 32-bit: kept whole.
+  status_only_ = true;
   ended_text_.reserve(text_size);
   ended_nodes_.reserve(members_.size());
   for (const auto& m : members_) {
@@ -101,6 +112,8 @@ void Run::KeepOnlyStatusLocked() {
   absl::flat_hash_map<std::string, Known>().swap(known_);
   absl::flat_hash_map<std::string, std::shared_ptr<EventSink>>().swap(watchers_);
   absl::flat_hash_map<uint64_t, Barrier>().swap(barriers_);
+  ended_lost_nodes_ = static_cast<int>(lost_.size());
+  absl::flat_hash_set<std::string>().swap(lost_);
 }
 
 }  // namespace meshrun::rendezvous

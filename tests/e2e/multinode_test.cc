@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/time/clock.h"
+#include "common/net.h"
 #include "tests/e2e/e2e_util.h"
 
 using namespace meshrun::testing;
@@ -245,12 +246,17 @@ TEST_CASE("killing the meshrun that hosts the server stops the other node, namin
           "[e2e][multinode]") {
   std::string dir = TempDir();
   int port = FreePort();
-  NodeProc a = StartNode(dir, "a", Plus(Common(port, "hostdies", 2), {"--nproc_per_node=1", "sleep", "60"}));
-  usleep(300000);
+  std::string worker = WriteScript(dir, "w.sh", "echo started\nexec sleep 60");
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "hostdies", 2), {"--nproc_per_node=1", worker}));
+  // a hosts the server (both run on this host: the first to take the port
+  // does): b starts once a listens, and a is killed once both workers run.
+  for (int i = 0; i < 400 && !meshrun::PortInUse("127.0.0.1", port); ++i) usleep(50000);
+  CHECK(meshrun::PortInUse("127.0.0.1", port));
   NodeProc b = StartNode(dir, "b", Plus(Common(port, "hostdies", 2), {"--nproc_per_node=1", "--shutdown_timeout=1",
-                                                                       "sleep", "60"}));
-  for (int i = 0; i < 100 && !Contains(ReadFile(b.err_path), "") ; ++i) usleep(10000);
-  usleep(700000);
+                                                                       worker}));
+  for (int i = 0; i < 400 && CountOccurrences(a.out() + b.out(), "started") < 2; ++i) usleep(50000);
+  INFO(b.err() << "\n--- a:\n" << a.err());
+  CHECK(CountOccurrences(a.out() + b.out(), "started") == 2);  // (Going on either way: the waits below end both.)
   kill(a.pid, SIGKILL);
   auto start = absl::Now();
   b.code = WaitCommand(b.pid, 30);

@@ -475,8 +475,50 @@ TEST_CASE("an ended run keeps what Status shows once its nodes have left, and on
     CHECK(y.state == x.state);
     CHECK(y.keepalive_age >= x.keepalive_age);  // The same last sign of life, read later.
   }
-  // Nothing of the nodes' credentials is left: their late calls are refused.
-  CHECK(absl::IsPermissionDenied(creds.Heartbeat(*run, "a").status()));
+  // Only the summary is left (an unknown node's heartbeat would be refused
+  // by a whole run), and late calls are answered from how the run ended.
+  auto ok = run->Heartbeat("nobody", "");
+  REQUIRE(ok.ok());
+  CHECK(*ok == before.round);
+  absl::Status join;
+  run->Join(Node("c", 1, "c"), c, 0, "", [&](absl::StatusOr<Assignment> r) { join = r.status(); });
+  CHECK(absl::IsFailedPrecondition(join));
+  CHECK_THAT(std::string(join.message()), Catch::Contains("has already " + state));
+  auto late = std::make_shared<Recorder>();
+  REQUIRE(run->Watch("a", late, 0, "a credential the run no longer holds").ok());
+  REQUIRE(late->events.size() == 1);
+  CHECK(late->events[0].kind == (state == "finished" ? RunEvent::Kind::kRunFinished : RunEvent::Kind::kRunFailed));
+  run->Unwatch("a", late.get());
+  std::optional<absl::StatusOr<BarrierResult>> fin;
+  run->ReportFinished("a", 0, "", absl::Seconds(1), [&](absl::StatusOr<BarrierResult> r) { fin = r; });
+  REQUIRE(fin.has_value());
+  if (state == "finished") {
+    REQUIRE(fin->ok());
+    CHECK((*fin)->all_finished);
+    CHECK((*fin)->node_count == 2);
+  } else {
+    CHECK(absl::IsFailedPrecondition(fin->status()));
+  }
   // A third Status reads the same summary.
   CHECK(run->Status().node_list.size() == after.node_list.size());
+}
+
+TEST_CASE("a run that its liveness check ends with no stream left keeps only its summary", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  RunConfig c = Config(1, 1);
+  c.keep_alive_interval = absl::Milliseconds(30);
+  c.keep_alive_max_attempt = 2;
+  creds.Join(*run, Node("a", 1, "a"), c, -1, [](absl::StatusOr<Assignment> r) { REQUIRE(r.ok()); });
+  auto sink = std::make_shared<Recorder>();
+  REQUIRE(creds.Watch(*run, "a", sink, 0).ok());
+  // "a" never beats: lost, the run fails (MIN 1, no restart), its stream is
+  // closed as stale and removed.
+  for (int i = 0; i < 200 && !run->terminal(); ++i) absl::SleepFor(absl::Milliseconds(10));
+  REQUIRE(run->terminal());
+  CHECK(run->Status().state == "failed");
+  CHECK(run->Status().lost_nodes == 1);
+  CHECK(run->Heartbeat("nobody", "").ok());  // The summary only.
+  run->Unwatch("a", sink.get());             // Finds nothing: already removed.
+  CHECK(run->Status().lost_nodes == 1);
 }
