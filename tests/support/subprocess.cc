@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 extern char** environ;
@@ -141,6 +143,17 @@ RunResult RunCommand(const std::vector<std::string>& argv, const std::map<std::s
   return r;
 }
 
+namespace {
+// Commands started by StartCommand and not waited for yet.
+std::mutex started_mu;
+std::set<pid_t> started;
+
+void Forget(pid_t pid) {
+  std::lock_guard<std::mutex> lock(started_mu);
+  started.erase(pid);
+}
+}  // namespace
+
 pid_t StartCommand(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                    const std::string& out_path, const std::string& err_path) {
   int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -148,6 +161,10 @@ pid_t StartCommand(const std::vector<std::string>& argv, const std::map<std::str
   pid_t pid = SpawnWith(argv, env, out_fd, err_fd);
   close(out_fd);
   close(err_fd);
+  if (pid > 0) {
+    std::lock_guard<std::mutex> lock(started_mu);
+    started.insert(pid);
+  }
   return pid;
 }
 
@@ -156,12 +173,36 @@ int WaitCommand(pid_t pid, double timeout_s) {
   int status = 0;
   while (std::chrono::steady_clock::now() < deadline) {
     pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) return CodeOf(status);
+    if (w == pid) {
+      Forget(pid);
+      return CodeOf(status);
+    }
     usleep(5000);  // Test helper only.
   }
   kill(-pid, SIGKILL);
   waitpid(pid, &status, 0);
+  Forget(pid);
   return -1;
+}
+
+int KillStartedCommands() {
+  std::set<pid_t> left;
+  {
+    std::lock_guard<std::mutex> lock(started_mu);
+    left.swap(started);
+  }
+  int killed = 0;
+  for (pid_t pid : left) {
+    int status = 0;
+    // Still our running child: its group goes. Exited: reaped here (its
+    // group may live on, but its id may be reused: not killed). Reaped
+    // elsewhere (ECHILD): nothing.
+    if (waitpid(pid, &status, WNOHANG) != 0) continue;
+    kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    ++killed;
+  }
+  return killed;
 }
 
 std::string MeshrunBinary() { return MESHRUN_BINARY; }

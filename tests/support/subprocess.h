@@ -30,6 +30,13 @@ pid_t StartCommand(const std::vector<std::string>& argv, const std::map<std::str
 // Waits up to `timeout_s` for `pid`; returns its exit code (128+n for a
 // signal), or -1 after killing it on timeout.
 int WaitCommand(pid_t pid, double timeout_s);
+// SIGKILLs the process group of every command StartCommand started that is
+// still running and not waited for (WaitCommand), reaps it, and returns how
+// many there were. A command already reaped elsewhere is only forgotten (its
+// pid may belong to another process by now). The test main calls it when
+// each test case ends, so that a failed REQUIRE leaves nothing running.
+// Thread-safe.
+int KillStartedCommands();
 
 // The meshrun binary under test, and paths into the source tree.
 std::string MeshrunBinary();
