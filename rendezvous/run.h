@@ -54,7 +54,8 @@ class Run : public std::enable_shared_from_this<Run> {
   // stream's SESSION event, then per round in its Assignment). A node the
   // run does not know yet may join with an empty `session` (it becomes
   // known); a known node must give its current credential, else
-  // PERMISSION_DENIED and nothing changes.
+  // PERMISSION_DENIED and nothing changes (in a run that is over and kept as
+  // a summary, no credential is checked: see above).
   void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
             JoinCallback done);
   // Withdraws `node_id`'s pending join (its Join call was cancelled: the
@@ -66,7 +67,8 @@ class Run : public std::enable_shared_from_this<Run> {
   void CancelJoin(const std::string& node_id);
 
   // Records a heartbeat; returns the current round. PERMISSION_DENIED for
-  // an unknown node or a wrong credential; FAILED_PRECONDITION ("stale")
+  // an unknown node or a wrong credential (not in a summary-only run: see
+  // above); FAILED_PRECONDITION ("stale")
   // for a node that was declared lost. A participant's credential of the
   // round before is accepted too, until 2 keep-alive intervals after the
   // round closed (then only the current one; never after the run ended):
@@ -80,7 +82,8 @@ class Run : public std::enable_shared_from_this<Run> {
   // sink of that node). When the run moved past `known_round` (or ended), the
   // sink first gets the event that says so. A node the run does not know
   // (empty `session`) becomes known: its first event is kSession with its
-  // credential. A known node needs its credential (PERMISSION_DENIED).
+  // credential. A known node needs its credential (PERMISSION_DENIED; not
+  // in a summary-only run, whose streams get its last event: see above).
   // RESOURCE_EXHAUSTED at max_watchers_per_run. On error the sink is not
   // subscribed. Thread-safe.
   absl::Status Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
@@ -97,13 +100,14 @@ class Run : public std::enable_shared_from_this<Run> {
   // Later reports of that round are secondary and get the same decision.
   // Only from a member (of the running round, or of the round being
   // re-formed) with its credential: else PERMISSION_DENIED and nothing
-  // changes.
+  // changes (a summary-only run answers its verdict: see above). A run that
+  // has ended answers STOP.
   absl::StatusOr<FailureVerdict> ReportFailure(WorkerFailure failure, const std::string& session);
 
   // The exit barrier: `node_id` finished round `round`; `done` is answered
   // when every member finished (RUN_FINISHED is pushed) or after `timeout`.
   // Only from a member of `round` with its credential (PERMISSION_DENIED
-  // through `done`). Returns a barrier id for CancelFinished.
+  // through `done`; a summary-only run answers from its end: see above). Returns a barrier id for CancelFinished.
   uint64_t ReportFinished(const std::string& node_id, int64_t round, const std::string& session,
                           absl::Duration timeout, BarrierCallback done);
   void CancelFinished(uint64_t id);

@@ -12,7 +12,9 @@ namespace meshrun::rendezvous {
 
 FailureVerdict Run::VerdictLocked(bool is_root) const {
   FailureVerdict v;
-  v.decision = state_ == State::kFailed ? Decision::kStop : Decision::kRestart;
+  // A run that is over (failed, or finished with an earlier incident on
+  // record) has nothing to restart: a late report is told to stop.
+  v.decision = state_ == State::kFailed || state_ == State::kFinished ? Decision::kStop : Decision::kRestart;
   v.next_round = round_;
   v.root_cause = root_cause_;
   v.is_root_cause = is_root;

@@ -499,6 +499,18 @@ TEST_CASE("an ended run keeps what Status shows once its nodes have left, and on
   } else {
     CHECK(absl::IsFailedPrecondition(fin->status()));
   }
+  WorkerFailure f;
+  f.node_id = "a";
+  f.round = 0;
+  f.exit_code = 3;
+  auto verdict = run->ReportFailure(f, "");
+  if (state == "finished") {
+    CHECK(absl::IsFailedPrecondition(verdict.status()));  // No incident on record.
+  } else {
+    REQUIRE(verdict.ok());
+    CHECK(verdict->decision == Decision::kStop);
+    CHECK_FALSE(verdict->is_root_cause);
+  }
   // A third Status reads the same summary.
   CHECK(run->Status().node_list.size() == after.node_list.size());
 }
