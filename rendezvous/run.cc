@@ -284,7 +284,13 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
     catch_up.kind = RunEvent::Kind::kRestart;
     sink->Push(catch_up);
   }
-  watchers_[node_id] = std::move(sink);
+  // One stream per node: an older one still open ends here. (An agent
+  // re-opens only after its stream ended; left open, a replaced stream would
+  // be counted by nobody, past max_watchers_per_run, and outlive the run.)
+  std::shared_ptr<EventSink>& slot = watchers_[node_id];
+  if (slot && slot != sink) slot->CloseRun(absl::StrCat("replaced by a newer event stream of node '",
+                                                        node_id.substr(0, 64), "'"));
+  slot = std::move(sink);
   return absl::OkStatus();
 }
 

@@ -79,7 +79,7 @@ class Run : public std::enable_shared_from_this<Run> {
   absl::StatusOr<int64_t> Heartbeat(const std::string& node_id, const std::string& session);
 
   // Subscribes `sink` to this run's events for `node_id` (replacing an older
-  // sink of that node). When the run moved past `known_round` (or ended), the
+  // sink of that node, which is closed: CloseRun). When the run moved past `known_round` (or ended), the
   // sink first gets the event that says so. A node the run does not know
   // (empty `session`) becomes known: its first event is kSession with its
   // credential. A known node needs its credential (PERMISSION_DENIED; not

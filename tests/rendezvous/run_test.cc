@@ -534,3 +534,19 @@ TEST_CASE("a run that its liveness check ends with no stream left keeps only its
   run->Unwatch("a", sink.get());             // Finds nothing: already removed.
   CHECK(run->Status().lost_nodes == 1);
 }
+
+TEST_CASE("a node's newer event stream ends its older one", "[run]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  creds.Join(*run, Node("a", 1, "a"), Config(1, 1), -1, [](absl::StatusOr<Assignment> r) { REQUIRE(r.ok()); });
+  auto first = std::make_shared<Recorder>();
+  auto second = std::make_shared<Recorder>();
+  REQUIRE(creds.Watch(*run, "a", first, 0).ok());
+  REQUIRE(creds.Watch(*run, "a", second, 0).ok());
+  CHECK_THAT(first->closed, Catch::Contains("replaced by a newer event stream of node 'a'"));
+  CHECK(second->closed.empty());
+  // The older stream's end finds the newer one in place: the node is not lost.
+  run->Unwatch("a", first.get());
+  CHECK(run->Status().state == "running");
+  CHECK(second->closed.empty());
+}
