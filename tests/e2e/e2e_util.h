@@ -1,16 +1,21 @@
 // Shared helpers for the end-to-end tests.
 #pragma once
 
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
-#include <map>
-
+#include "absl/time/clock.h"
 #include "tests/support/subprocess.h"
 
 namespace meshrun::testing {
@@ -36,16 +41,24 @@ inline int CountOccurrences(const std::string& text, const std::string& needle) 
   return n;
 }
 
-}  // namespace meshrun::testing
+// Polls `pred` every `poll_s` seconds until it holds or `seconds` have
+// passed; returns its last value (bounded: every test wait goes through a
+// deadline).
+template <typename P>
+bool WaitFor(P pred, double seconds, double poll_s = 0.05) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(seconds);
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Seconds(poll_s));
+  }
+  return pred();
+}
 
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <vector>
-
-namespace meshrun::testing {
+// Whether process `pid` exists and is not a zombie.
+inline bool Alive(pid_t pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  return !stat.empty() && stat.find(") Z ") == std::string::npos;
+}
 
 // A TCP port free on 127.0.0.1 right now, for a multi-node test to hand to
 // every node.

@@ -24,22 +24,6 @@ std::vector<std::string> Node(int port, const std::string& run, const std::strin
   return a;
 }
 
-// Waits until `pred()` holds or `seconds` pass (polling a file the workers write).
-template <typename P>
-bool WaitFor(P pred, double seconds) {
-  auto deadline = absl::Now() + absl::Seconds(seconds);
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    usleep(20000);
-  }
-  return pred();
-}
-
-bool Alive(pid_t pid) {
-  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  return !stat.empty() && stat.find(") Z ") == std::string::npos;
-}
-
 std::vector<pid_t> Pids(const std::string& text, const std::string& tag) {
   std::vector<pid_t> out;
   std::regex re(tag + " pid=(\\d+)");

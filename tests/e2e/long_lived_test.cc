@@ -31,15 +31,6 @@ constexpr bool kRssBounds = false;  // ASan's quarantine keeps freed blocks.
 constexpr bool kRssBounds = true;
 #endif
 
-bool WaitFor(const std::function<bool()>& pred, double seconds) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(seconds);
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    usleep(50000);
-  }
-  return pred();
-}
-
 std::unique_ptr<pb::Rendezvous::Stub> Stub(int port) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

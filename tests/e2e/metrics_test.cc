@@ -48,16 +48,6 @@ double Sample(const std::string& text, const std::string& name) {
   return std::stod(text.substr(at + name.size() + 2));
 }
 
-template <typename P>
-bool WaitFor(P pred, double seconds) {
-  auto deadline = absl::Now() + absl::Seconds(seconds);
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    usleep(50000);
-  }
-  return pred();
-}
-
 }  // namespace
 
 TEST_CASE("metrics of a server daemon move through a job with a restart", "[e2e][metrics]") {

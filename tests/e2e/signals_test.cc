@@ -19,21 +19,6 @@ using namespace meshrun::testing;
 
 namespace {
 
-template <typename P>
-bool WaitFor(P pred, double seconds) {
-  auto deadline = absl::Now() + absl::Seconds(seconds);
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    usleep(20000);
-  }
-  return pred();
-}
-
-bool Alive(pid_t pid) {
-  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  return !stat.empty() && stat.find(") Z ") == std::string::npos;
-}
-
 // Every "<tag>=<pid>[,<pid>...]" in `text`.
 std::vector<pid_t> PidsAfter(const std::string& text, const std::string& tag) {
   std::vector<pid_t> out;

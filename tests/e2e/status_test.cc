@@ -12,16 +12,6 @@ using namespace meshrun::testing;
 
 namespace {
 
-template <typename P>
-bool WaitFor(P pred, double seconds) {
-  auto deadline = absl::Now() + absl::Seconds(seconds);
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    usleep(50000);
-  }
-  return pred();
-}
-
 RunResult Status(int port, std::vector<std::string> extra) {
   std::vector<std::string> argv = {MeshrunBinary(), "status", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port)};
   argv.insert(argv.end(), extra.begin(), extra.end());
