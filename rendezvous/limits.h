@@ -55,8 +55,9 @@ struct ServerLimits {
   int64_t max_restarts = 1 << 20;        // --max_restarts.
   absl::Duration min_keep_alive_interval = absl::Milliseconds(100);
   // The server's own traffic counts (traffic_counters.h): client addresses
-  // remembered at once to count connections, and distinct nodes whose store
-  // requests are counted apart (further ones count as "(other)").
+  // remembered at once to count connections, and distinct nodes (of the
+  // runs held: a removed run's are forgotten) whose store requests are
+  // counted apart (further ones count as "(other)").
   int64_t max_counted_peers = 65536;
   int64_t max_counted_nodes = 16384;
   // Longest store wait (a KvGet's wait_ms) and exit-barrier timeout a

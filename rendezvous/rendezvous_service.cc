@@ -203,7 +203,9 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
     (*resp->mutable_refused_counts())[kMethodNames[m]] = refused_[m].load(std::memory_order_relaxed);
   }
   if (traffic_ != nullptr) {
-    TrafficSnapshot t = traffic_->Snapshot();
+    // One run's nodes only, when the request names a run.
+    TrafficSnapshot t =
+        req->run().run_id().empty() ? traffic_->Snapshot() : traffic_->SnapshotOf(req->run().run_id());
     resp->set_connections_accepted(t.connections_accepted);
     resp->mutable_store_requests_by_node()->insert(t.store_requests_by_node.begin(), t.store_requests_by_node.end());
     resp->mutable_store_keys_read_by_node()->insert(t.store_keys_read_by_node.begin(),

@@ -102,11 +102,16 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   void Count(Method m, const grpc::Status& s);
   // Counts and answers a unary call at once.
   grpc::ServerUnaryReactor* Reply(Method m, grpc::CallbackServerContext* ctx, const grpc::Status& s);
-  // Counts a store request in `traffic_`, for the node its metadata names,
-  // reading `keys_read` keys.
-  void CountStore(grpc::CallbackServerContext* ctx, int64_t keys_read);
-  // The run a store request goes to (created for a store-only run).
-  absl::StatusOr<std::shared_ptr<Run>> StoreRun(const v1::RunRef& run);
+  // The run an admitted store request goes to (created for a store-only
+  // run: RESOURCE_EXHAUSTED or INVALID_ARGUMENT as RunRegistry::FindOrCreate),
+  // the request counted in `traffic_` for that run and the node its
+  // metadata names, reading `keys_read` keys.
+  absl::StatusOr<std::shared_ptr<Run>> StoreRun(grpc::CallbackServerContext* ctx, const v1::RunRef& run,
+                                                int64_t keys_read);
+  // Admit, then StoreRun: the start of every unary store method (`m` names
+  // it, as for Admit).
+  absl::StatusOr<std::shared_ptr<Run>> AdmitStore(Method m, grpc::CallbackServerContext* ctx,
+                                                  const v1::RunRef& run, int64_t keys_read);
 
   // Warns when `max_nodes` agents need more descriptors than open_files_.
   void CheckOpenFiles(int64_t max_nodes);

@@ -103,8 +103,8 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run
     }
     fresh = NewRunLocked(run_id);
   }
-  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
-  if (old) old->Close(absl::StrCat("run '", run_id, "' was restarted by a new job with the same id"));
+  if (evicted) Removed(*evicted, absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
+  if (old) Removed(*old, absl::StrCat("run '", run_id, "' was restarted by a new job with the same id"));
   return fresh;
 }
 
@@ -124,7 +124,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string
     if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
     run = NewRunLocked(run_id);
   }
-  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
+  if (evicted) Removed(*evicted, absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
   return run;
 }
 
@@ -153,6 +153,11 @@ int64_t RunRegistry::size() const {
   return static_cast<int64_t>(runs_.size());
 }
 
+void RunRegistry::Removed(Run& run, const std::string& why) {
+  run.Close(why);
+  if (on_removed_) on_removed_(run.run_id());
+}
+
 int RunRegistry::SweepEnded() {
   const absl::Time cutoff = clock_() - limits_.ended_run_ttl;
   std::vector<std::shared_ptr<Run>> removed;
@@ -163,7 +168,7 @@ int RunRegistry::SweepEnded() {
   for (const auto& run : removed) {
     Logger("rdzv")->info("run '{}' ended more than {} ago: removed", run->run_id(),
                          absl::FormatDuration(limits_.ended_run_ttl));
-    run->Close(absl::StrCat("run '", run->run_id(), "' ended and was removed"));
+    Removed(*run, absl::StrCat("run '", run->run_id(), "' ended and was removed"));
   }
   const int n = static_cast<int>(removed.size());
   removed.clear();

@@ -74,6 +74,13 @@ class RunRegistry {
   // Closes every run (server shutdown).
   void CloseAll(const std::string& why);
 
+  // `hook` is called with the id of every run removed from now on (swept
+  // after ended_run_ttl, removed to make room at max_runs, or replaced by a
+  // new job under the same id), outside the registry's lock, on the thread
+  // that removed it. Set it once, before the registry serves calls (not
+  // thread-safe against removals).
+  void SetOnRemoved(std::function<void(const std::string& run_id)> hook) { on_removed_ = std::move(hook); }
+
  private:
   // Runs in the order they ended: (end time, id, the run). Shared with each
   // run's on-ended hook, which may fire after the registry is gone.
@@ -90,9 +97,13 @@ class RunRegistry {
   // before `cutoff`) out of runs_; nullptr when there is none.
   std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmSweep();
+  // Closes a run just taken out of runs_ (why: its parked calls' answer)
+  // and tells on_removed_. Called without mu_.
+  void Removed(Run& run, const std::string& why);
 
   DeadlineTimer* const timer_;
   const ServerLimits limits_;
+  std::function<void(const std::string&)> on_removed_;
   const Clock clock_;
   const std::shared_ptr<std::atomic<int64_t>> server_bytes_;
   const std::shared_ptr<EndedRuns> ended_ = std::make_shared<EndedRuns>();

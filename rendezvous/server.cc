@@ -72,9 +72,11 @@ struct RendezvousServer::Impl {
   ServerOptions options;
   std::string addr;  // host:port as bound.
   DeadlineTimer timer;
+  // Before the registry: its removal hook (ForgetRun) may run until the
+  // registry is destroyed.
+  std::unique_ptr<TrafficCounters> traffic;  // Connections accepted, store requests per node.
   std::unique_ptr<RunRegistry> registry;
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
-  std::unique_ptr<TrafficCounters> traffic;  // Connections accepted, store requests per node.
   std::unique_ptr<MemoryReleaser> releaser;  // Gives free heap back after bursts.
   std::unique_ptr<RendezvousService> service;
   std::unique_ptr<MetricsEndpoint> exposer;  // GET /metrics, when metrics_port >= 0.
@@ -210,6 +212,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
+  impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });
   impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(),
                                                       options.limits, impl->traffic.get());
   if (options.open_files_warning) {

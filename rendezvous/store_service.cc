@@ -3,6 +3,7 @@
 // rendezvous_service.cc.
 #include "absl/strings/str_cat.h"
 #include "proto/wire.h"
+#include "rendezvous/requests.h"
 #include "rendezvous/kv_batch_reactor.h"
 #include "rendezvous/reactors.h"
 #include "rendezvous/rendezvous_service.h"
@@ -12,24 +13,30 @@ namespace meshrun::rendezvous {
 namespace pb = ::meshrun::v1;
 using wire::ToGrpc;
 
-void RendezvousService::CountStore(grpc::CallbackServerContext* ctx, int64_t keys_read) {
-  if (traffic_ == nullptr) return;
-  const auto& metadata = ctx->client_metadata();
-  auto it = metadata.find(kNodeMetadataKey);
-  traffic_->OnStoreRequest(it == metadata.end() ? absl::string_view()
-                                                : absl::string_view(it->second.data(), it->second.size()),
-                           keys_read);
+absl::StatusOr<std::shared_ptr<Run>> RendezvousService::StoreRun(grpc::CallbackServerContext* ctx,
+                                                                const pb::RunRef& run, int64_t keys_read) {
+  absl::StatusOr<std::shared_ptr<Run>> found = registry_->FindOrCreate(run.run_id());
+  if (found.ok() && traffic_ != nullptr) {
+    const auto& metadata = ctx->client_metadata();
+    auto it = metadata.find(kNodeMetadataKey);
+    traffic_->OnStoreRequest(run.run_id(),
+                             it == metadata.end() ? absl::string_view()
+                                                  : absl::string_view(it->second.data(), it->second.size()),
+                             keys_read);
+  }
+  return found;
 }
 
-absl::StatusOr<std::shared_ptr<Run>> RendezvousService::StoreRun(const pb::RunRef& run) {
-  return registry_->FindOrCreate(run.run_id());
+absl::StatusOr<std::shared_ptr<Run>> RendezvousService::AdmitStore(Method m, grpc::CallbackServerContext* ctx,
+                                                                  const pb::RunRef& run, int64_t keys_read) {
+  (void)m;
+  if (absl::Status s = requests::Admit(token_, run, /*need_run_id=*/true, limits_); !s.ok()) return s;
+  return StoreRun(ctx, run, keys_read);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvSet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvSetRequest* req, pb::KvSetResponse*) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvSet, req->run()); !s.ok()) return Reply(kKvSet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvSet, ctx, req->run(), 0);
   if (!run.ok()) return Reply(kKvSet, ctx, ToGrpc(run.status()));
   return Reply(kKvSet, ctx, ToGrpc((*run)->kv().Set(req->round(), req->key(), req->value())));
 }
@@ -59,9 +66,7 @@ grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round, std
 
 grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvGetRequest* req, pb::KvGetResponse* resp) {
-  CountStore(ctx, 1);
-  if (auto s = Admit(kKvGet, req->run()); !s.ok()) return Reply(kKvGet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvGet, ctx, req->run(), 1);
   if (!run.ok()) return Reply(kKvGet, ctx, ToGrpc(run.status()));
   return AwaitKeys(
       *run, req->round(), {req->key()}, req->wait_ms(),
@@ -71,9 +76,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* ctx,
                                                    const pb::KvAddRequest* req, pb::KvAddResponse* resp) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvAdd, req->run()); !s.ok()) return Reply(kKvAdd, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvAdd, ctx, req->run(), 0);
   if (!run.ok()) return Reply(kKvAdd, ctx, ToGrpc(run.status()));
   absl::StatusOr<int64_t> v = (*run)->kv().Add(req->round(), req->key(), req->delta());
   if (v.ok()) resp->set_value(*v);
@@ -83,9 +86,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerContext* ctx,
                                                           const pb::KvCompareSetRequest* req,
                                                           pb::KvCompareSetResponse* resp) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvCompareSet, req->run()); !s.ok()) return Reply(kKvCompareSet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvCompareSet, ctx, req->run(), 0);
   if (!run.ok()) return Reply(kKvCompareSet, ctx, ToGrpc(run.status()));
   absl::StatusOr<std::pair<std::string, bool>> r =
       (*run)->kv().CompareSet(req->round(), req->key(), req->expected(), req->desired());
@@ -98,9 +99,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerCo
 
 grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext* ctx,
                                                      const pb::KvCheckRequest* req, pb::KvCheckResponse* resp) {
-  CountStore(ctx, req->keys_size());
-  if (auto s = Admit(kKvCheck, req->run()); !s.ok()) return Reply(kKvCheck, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvCheck, ctx, req->run(), req->keys_size());
   if (!run.ok()) return Reply(kKvCheck, ctx, ToGrpc(run.status()));
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
   resp->set_all_present((*run)->kv().Check(req->round(), keys));
@@ -110,9 +109,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContext* ctx,
                                                       const pb::KvDeleteRequest* req,
                                                       pb::KvDeleteResponse* resp) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvDelete, req->run()); !s.ok()) return Reply(kKvDelete, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvDelete, ctx, req->run(), 0);
   if (!run.ok()) return Reply(kKvDelete, ctx, ToGrpc(run.status()));
   absl::StatusOr<bool> deleted = (*run)->kv().Delete(req->round(), req->key());
   if (deleted.ok()) resp->set_deleted(*deleted);
@@ -122,9 +119,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiGetRequest* req,
                                                         pb::KvMultiGetResponse* resp) {
-  CountStore(ctx, req->keys_size());
-  if (auto s = Admit(kKvMultiGet, req->run()); !s.ok()) return Reply(kKvMultiGet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvMultiGet, ctx, req->run(), req->keys_size());
   if (!run.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(run.status()));
   if (!req->set_keys().empty()) {
     absl::Status st = (*run)->kv().MultiSet(
@@ -143,9 +138,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiSetRequest* req,
                                                         pb::KvMultiSetResponse*) {
-  CountStore(ctx, 0);
-  if (auto s = Admit(kKvMultiSet, req->run()); !s.ok()) return Reply(kKvMultiSet, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvMultiSet, ctx, req->run(), 0);
   if (!run.ok()) return Reply(kKvMultiSet, ctx, ToGrpc(run.status()));
   absl::Status st = (*run)->kv().MultiSet(req->round(),
                                           std::vector<std::string>(req->keys().begin(), req->keys().end()),
@@ -155,9 +148,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext* ctx,
                                                     const pb::KvWaitRequest* req, pb::KvWaitResponse*) {
-  CountStore(ctx, req->keys_size());
-  if (auto s = Admit(kKvWait, req->run()); !s.ok()) return Reply(kKvWait, ctx, s);
-  absl::StatusOr<std::shared_ptr<Run>> run = StoreRun(req->run());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvWait, ctx, req->run(), req->keys_size());
   if (!run.ok()) return Reply(kKvWait, ctx, ToGrpc(run.status()));
   return AwaitKeys(
       *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
@@ -168,8 +159,6 @@ grpc::ServerWriteReactor<pb::KvBatchResponse>* RendezvousService::KvBatch(grpc::
                                                                           const pb::KvBatchRequest* req) {
   int64_t keys_read = 0;
   for (const pb::KvBatchItem& item : req->items()) keys_read += item.keys_size();
-  // One call is one request of its node, however many items it carries.
-  CountStore(ctx, keys_read);
   grpc::Status s = Admit(kKvBatch, req->run());
   if (s.ok() && req->items_size() > limits_.max_batch_items) {
     s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -178,7 +167,8 @@ grpc::ServerWriteReactor<pb::KvBatchResponse>* RendezvousService::KvBatch(grpc::
   }
   absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
   if (s.ok()) {
-    run = StoreRun(req->run());
+    // One call is one request of its node, however many items it carries.
+    run = StoreRun(ctx, req->run(), keys_read);
     s = ToGrpc(run.status());
   }
   if (!s.ok()) {

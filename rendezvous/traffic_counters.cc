@@ -70,26 +70,66 @@ bool TrafficCounters::OnCall(absl::string_view peer, absl::Time now) {
   return true;
 }
 
-void TrafficCounters::OnStoreRequest(absl::string_view node, int64_t keys_read) {
-  std::string name = node.empty() ? kDirect : std::string(node.substr(0, options_.max_node_bytes));
+void TrafficCounters::OnStoreRequest(absl::string_view run_id, absl::string_view node, int64_t keys_read) {
+  absl::string_view name = node.empty() ? absl::string_view(kDirect) : node.substr(0, options_.max_node_bytes);
   absl::MutexLock lock(&mu_);
-  auto it = nodes_.find(name);
-  if (it == nodes_.end()) {
-    if (static_cast<int64_t>(nodes_.size()) >= options_.max_nodes) name = kOther;
-    it = nodes_.try_emplace(std::move(name)).first;
+  auto run = runs_.find(run_id);
+  NodeCounts* counts = nullptr;
+  if (run != runs_.end()) {
+    if (auto it = run->second.find(name); it != run->second.end()) counts = &it->second;
   }
-  ++it->second.requests;
-  it->second.keys_read += keys_read;
+  if (counts == nullptr) {
+    if (nodes_counted_ >= options_.max_nodes) {
+      run = runs_.try_emplace("").first;  // Past the limit: one shared entry.
+      name = kOther;
+    } else if (run == runs_.end()) {
+      run = runs_.try_emplace(std::string(run_id)).first;
+    }
+    auto [it, added] = run->second.try_emplace(std::string(name));
+    if (added && !run->first.empty()) ++nodes_counted_;  // The shared "(other)" is not counted.
+    counts = &it->second;
+  }
+  ++counts->requests;
+  counts->keys_read += keys_read;
+}
+
+void TrafficCounters::ForgetRun(absl::string_view run_id) {
+  if (run_id.empty()) return;  // "" holds the counts past the limit.
+  absl::MutexLock lock(&mu_);
+  auto it = runs_.find(run_id);
+  if (it == runs_.end()) return;
+  nodes_counted_ -= static_cast<int64_t>(it->second.size());
+  runs_.erase(it);
+  ShrinkIfSparse(runs_);
+}
+
+TrafficSnapshot TrafficCounters::ConnectionsLocked() const {
+  TrafficSnapshot s;
+  s.connections_accepted = accepted_;
+  s.peers_remembered = PeersLocked();
+  return s;
 }
 
 TrafficSnapshot TrafficCounters::Snapshot() const {
   absl::MutexLock lock(&mu_);
-  TrafficSnapshot s;
-  s.connections_accepted = accepted_;
-  s.peers_remembered = PeersLocked();
-  for (const auto& [node, c] : nodes_) {
-    s.store_requests_by_node[node] = c.requests;
-    s.store_keys_read_by_node[node] = c.keys_read;
+  TrafficSnapshot s = ConnectionsLocked();
+  for (const auto& [run, nodes] : runs_) {
+    for (const auto& [node, c] : nodes) {
+      s.store_requests_by_node[node] += c.requests;
+      s.store_keys_read_by_node[node] += c.keys_read;
+    }
+  }
+  return s;
+}
+
+TrafficSnapshot TrafficCounters::SnapshotOf(absl::string_view run_id) const {
+  absl::MutexLock lock(&mu_);
+  TrafficSnapshot s = ConnectionsLocked();
+  if (auto it = runs_.find(run_id); it != runs_.end()) {
+    for (const auto& [node, c] : it->second) {
+      s.store_requests_by_node[node] = c.requests;
+      s.store_keys_read_by_node[node] = c.keys_read;
+    }
   }
   return s;
 }

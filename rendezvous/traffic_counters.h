@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,8 +26,9 @@ struct TrafficOptions {
   // a new one is still counted but not remembered, so its later calls are
   // counted again: the count can only grow too high, never hide one.
   int64_t max_peers = 65536;
-  // Distinct node names counted per node; requests of further nodes are
-  // counted under "(other)".
+  // (run, node name) pairs counted at once, over all runs held; requests of
+  // further nodes are counted under "(other)" (of no run). A removed run's
+  // nodes are forgotten (ForgetRun).
   int64_t max_nodes = 16384;
   // A client address silent this long is forgotten (the server closes a
   // connection idle for connection_idle_timeout, limits.h, so by then it is
@@ -68,13 +70,22 @@ class TrafficCounters {
   // connections from one address in that time).
   bool OnCall(absl::string_view peer, absl::Time now);
 
-  // A store request received for `node` (the "meshrun-node" metadata; ""
-  // when the client sent none: counted as "(direct)"), asking to read
-  // `keys_read` keys (0 for writes).
-  void OnStoreRequest(absl::string_view node, int64_t keys_read);
+  // A store request of run `run_id` (admitted: the run exists) received
+  // for `node` (the "meshrun-node" metadata; "" when the client sent none:
+  // counted as "(direct)"), asking to read `keys_read` keys (0 for writes).
+  void OnStoreRequest(absl::string_view run_id, absl::string_view node, int64_t keys_read);
 
+  // Forgets run `run_id`'s per-node counts: the run was removed, and its
+  // node ids (fresh for every membership) are not seen again. O(its nodes).
+  void ForgetRun(absl::string_view run_id);
+
+  // Server-wide: connections, and every held run's per-node counts (a node
+  // name's counts summed over the runs that have it). O(nodes counted).
   TrafficSnapshot Snapshot() const;
 
+  // Connections (server-wide) and the per-node counts of run `run_id`
+  // only: O(that run's nodes), however many the server holds.
+  TrafficSnapshot SnapshotOf(absl::string_view run_id) const;
 
  private:
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -96,7 +107,12 @@ class TrafficCounters {
     int64_t requests = 0;
     int64_t keys_read = 0;
   };
-  std::map<std::string, NodeCounts> nodes_ ABSL_GUARDED_BY(mu_);
+  // Per run id, per node name. Requests past max_nodes go to run "" (no
+  // run: never forgotten), node "(other)".
+  absl::flat_hash_map<std::string, std::map<std::string, NodeCounts, std::less<>>> runs_ ABSL_GUARDED_BY(mu_);
+  int64_t nodes_counted_ ABSL_GUARDED_BY(mu_) = 0;  // Entries of runs_' maps.
+  // The connection counts of a snapshot.
+  TrafficSnapshot ConnectionsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace meshrun::rendezvous

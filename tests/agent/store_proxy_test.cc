@@ -62,12 +62,14 @@ struct Setup {
     return *s;
   }
 
-  v1::StatusResponse ServerStatus() const {
+  // The server's Status: of every run, or of run `run_id` only.
+  v1::StatusResponse ServerStatus(const std::string& run_id = "") const {
     auto stub = v1::Rendezvous::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::StatusRequest req;
     req.mutable_run()->set_token("s3cret");
+    req.mutable_run()->set_run_id(run_id);
     v1::StatusResponse resp;
     REQUIRE(stub->Status(&ctx, req, &resp).ok());
     return resp;
@@ -107,6 +109,11 @@ TEST_CASE("store proxy: every store operation works for a worker with no token, 
   v1::StatusResponse status = s.ServerStatus();
   CHECK(status.store_requests_by_node().count("node-a") == 1);
   CHECK(status.store_requests_by_node().count("(direct)") == 0);
+  // Per run: one run's Status counts its own nodes only.
+  auto job = s.ServerStatus("job").store_requests_by_node();
+  CHECK(job.size() == 1);
+  CHECK(job["node-a"] == status.store_requests_by_node().at("node-a"));
+  CHECK(s.ServerStatus("another-job").store_requests_by_node().empty());
   // The workers' counters come from the server, through the proxy.
   auto counts = QueryRequestCounts(s.proxy->endpoint(), "", {});
   REQUIRE(counts.ok());

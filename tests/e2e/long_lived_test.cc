@@ -117,6 +117,18 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
   CHECK(one.exit_code == 0);
   CHECK(Contains(one.out, "run 'ended-0' at 127.0.0.1:" + std::to_string(d.port) + ": finished"));
 
+  // Store requests per node, as Status counts them: of one run, or of all.
+  auto store_requests = [&](const std::string& run_id) {
+    pb::StatusRequest req;
+    req.mutable_run()->set_run_id(run_id);
+    pb::StatusResponse resp;
+    REQUIRE(stub->Status(Ctx().get(), req, &resp).ok());
+    return std::map<std::string, int64_t>(resp.store_requests_by_node().begin(), resp.store_requests_by_node().end());
+  };
+  // Each run made one store request (OneNodeRun's KvMultiSet, no node named).
+  CHECK(store_requests("live") == std::map<std::string, int64_t>{{"(direct)", 1}});
+  CHECK(store_requests("")["(direct)"] >= kRuns + 1);
+
   // Removed 2 s after they ended (the sweep runs every 0.2 s here).
   REQUIRE(WaitFor([&] { return !Contains(Status(d.port).out, "ended-"); }, 15));
   const absl::Duration gone = absl::Now() - ended;
@@ -129,6 +141,9 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
   CHECK(CountLines(left.out, "run '") == 1);
   RunResult none = Status(d.port, {"--rdzv_id=ended-0"});
   CHECK(Contains(none.out + none.err, "no run"));
+  // The removed runs' store traffic counts are forgotten with them: the
+  // server-wide counts are now the live run's.
+  CHECK(store_requests("") == store_requests("live"));
   usleep(300000);
   const double after = d.RssMiB();
   std::printf("daemon RSS: idle %.1f MiB, %d ended runs held %.1f MiB, after they were removed %.1f MiB\n", idle, kRuns,
@@ -325,6 +340,8 @@ TEST_CASE("status of one run over gRPC with 100,000 runs held", "[.status-scale]
     REQUIRE(stub->Status(Ctx().get(), one, &one_resp).ok());
     const absl::Duration t_one = absl::Now() - s1;
     REQUIRE(one_resp.runs_size() == 1);
+    // Its own store traffic only, not the other runs'.
+    CHECK(one_resp.store_requests_by_node().size() == 1);
     pb::StatusRequest all;
     pb::StatusResponse all_resp;
     const absl::Time s2 = absl::Now();

@@ -17,14 +17,14 @@ TEST_CASE("waiters park until every key is set, then fire once", "[kv]") {
     got = *v;
     ++fired;
   });
-  kv->Set(0, "a", "1");
+  REQUIRE(kv->Set(0, "a", "1").ok());
   CHECK(fired == 0);
-  kv->Set(1, "b", "wrong round");
+  REQUIRE(kv->Set(1, "b", "wrong round").ok());
   CHECK(fired == 0);
-  kv->Set(0, "b", "2");
+  REQUIRE(kv->Set(0, "b", "2").ok());
   CHECK(fired == 1);
   CHECK(got == std::vector<std::string>{"1", "2"});
-  kv->Set(0, "b", "3");
+  REQUIRE(kv->Set(0, "b", "3").ok());
   CHECK(fired == 1);
 }
 
@@ -46,7 +46,7 @@ TEST_CASE("waiters expire, cancel, and are aborted by a new round", "[kv]") {
   CHECK(cancelled == 1);
   for (int i = 0; i < 200 && expired == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   CHECK(expired == 1);
-  kv->Set(0, "kept", "v");
+  REQUIRE(kv->Set(0, "kept", "v").ok());
   kv->DropRoundsBelow(1);
   CHECK(aborted == 1);
   CHECK(kv->size() == 0);
@@ -57,7 +57,7 @@ TEST_CASE("add and compare-set follow c10d", "[kv]") {
   auto kv = std::make_shared<KvStore>("run", &timer);
   CHECK(*kv->Add(0, "n", 2) == 2);
   CHECK(*kv->Add(0, "n", 3) == 5);
-  kv->Set(0, "s", "text");
+  REQUIRE(kv->Set(0, "s", "text").ok());
   CHECK(absl::IsFailedPrecondition(kv->Add(0, "s", 1).status()));
   CHECK(kv->CompareSet(0, "c", "", "v")->second);
   auto miss = *kv->CompareSet(0, "absent", "expected", "v");

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "rendezvous/run.h"
@@ -76,6 +77,12 @@ TEST_CASE("finished and failed runs are shown until ended_run_ttl, then removed 
   std::atomic<int64_t> ahead_s{0};
   ServerLimits limits;  // ended_run_ttl: the default 10 minutes.
   RunRegistry registry(&timer, limits, [&] { return absl::Now() + absl::Seconds(ahead_s.load()); });
+  absl::Mutex removed_mu;
+  std::set<std::string> removed;  // The periodic sweep's hook runs on the timer's thread.
+  registry.SetOnRemoved([&](const std::string& id) {
+    absl::MutexLock lock(&removed_mu);
+    removed.insert(id);
+  });
 
   auto done = *registry.ForJoin("done", -1);
   auto failed = *registry.ForJoin("failed", -1);
@@ -108,6 +115,10 @@ TEST_CASE("finished and failed runs are shown until ended_run_ttl, then removed 
   CHECK(registry.Find("live") == live);
   CHECK(registry.Find("store-only") == store_only);
   CHECK(registry.size() == 2);
+  {
+    absl::MutexLock lock(&removed_mu);
+    CHECK(removed == std::set<std::string>{"done", "failed"});
+  }
   CHECK(sink->closed == "run 'done' ended and was removed");
   CHECK(done->kv().size() == 0);
   std::vector<RunStatus> all = registry.Status();
@@ -143,12 +154,14 @@ TEST_CASE("at max_runs the run that ended first makes room", "[registry][limits]
   ServerLimits limits;
   limits.max_runs = 3;
   RunRegistry registry(&timer, limits);
+  std::vector<std::string> removed;  // The hook runs on this thread here.
+  registry.SetOnRemoved([&](const std::string& id) { removed.push_back(id); });
   auto a = *registry.ForJoin("a", -1);
   auto b = *registry.ForJoin("b", -1);
   auto c = *registry.ForJoin("c", -1);
   Assignment ab = JoinOne(*b, "nb");
   Assignment aa = JoinOne(*a, "na");
-  JoinOne(*c, "nc");
+  Assignment ac = JoinOne(*c, "nc");
   Finish(*b, "nb", ab);  // b ends first, then a.
   Finish(*a, "na", aa);
   REQUIRE(registry.ForJoin("d", -1).ok());
@@ -158,6 +171,12 @@ TEST_CASE("at max_runs the run that ended first makes room", "[registry][limits]
   CHECK(registry.Find("a") == nullptr);
   // c is live: nothing more to remove.
   CHECK(absl::IsResourceExhausted(registry.ForJoin("f", -1).status()));
+  CHECK(removed == std::vector<std::string>{"b", "a"});
+  // A new job under an ended run's id replaces it: removed too.
+  Finish(*c, "nc", ac);
+  REQUIRE(registry.ForJoin("c", -1).ok());
+  CHECK(registry.Find("c") != c);
+  CHECK(removed == std::vector<std::string>{"b", "a", "c"});
 }
 
 TEST_CASE("a run's end that comes after its registry is gone is harmless", "[registry]") {

@@ -36,13 +36,17 @@ TEST_CASE("traffic: bounded: more peers than remembered are counted (too often, 
   for (int i = 0; i < 3; ++i) t.OnCall("ipv4:10.0.0.1:" + std::to_string(5000 + i), now);
   CHECK(t.OnCall("ipv4:10.0.0.1:5002", now));  // Not remembered: counted again.
   CHECK(t.Snapshot().connections_accepted == 4);
-  t.OnStoreRequest("node-a-with-a-long-name", 3);
-  t.OnStoreRequest("", 1);
-  t.OnStoreRequest("node-b", 0);
-  t.OnStoreRequest("node-a-with-a-long-name", 2);
+  t.OnStoreRequest("run", "node-a-with-a-long-name", 3);
+  t.OnStoreRequest("run", "", 1);
+  t.OnStoreRequest("run", "node-b", 0);
+  t.OnStoreRequest("run", "node-a-with-a-long-name", 2);
   TrafficSnapshot s = t.Snapshot();
   CHECK(s.store_requests_by_node == std::map<std::string, int64_t>{{"(direct)", 1}, {"(other)", 1}, {"node-a-w", 2}});
   CHECK(s.store_keys_read_by_node == std::map<std::string, int64_t>{{"(direct)", 1}, {"(other)", 0}, {"node-a-w", 5}});
+  // A further run's nodes count under "(other)" too, until room is made.
+  t.OnStoreRequest("run-2", "node-c", 0);
+  CHECK(t.Snapshot().store_requests_by_node.at("(other)") == 2);
+  CHECK(t.SnapshotOf("run-2").store_requests_by_node.empty());
   const std::string text =
       prometheus::TextSerializer().Serialize(meshrun::rendezvous::ServerMetrics::TrafficFamilies(t.Snapshot()));
   CHECK(absl::StrContains(text, "meshrun_connections_accepted_total 4\n"));
@@ -91,4 +95,36 @@ TEST_CASE("traffic: keyed and other address forms are each remembered exactly", 
   // Forgotten after forget_after, whatever their form.
   CHECK(t.OnCall("ipv4:10.0.0.1:1", now + absl::Minutes(20)));
   CHECK(t.Snapshot().peers_remembered == 1);
+}
+
+TEST_CASE("traffic: store requests are counted per run, one run's snapshot is its nodes only, a removed run's are "
+          "forgotten",
+          "[traffic]") {
+  TrafficOptions o;
+  o.max_nodes = 3;
+  TrafficCounters t(o);
+  t.OnStoreRequest("a", "node-1", 2);
+  t.OnStoreRequest("a", "node-2", 0);
+  t.OnStoreRequest("b", "node-3", 1);
+  t.OnStoreRequest("b", "", 4);  // Past max_nodes: (other), of no run.
+  CHECK(t.SnapshotOf("a").store_requests_by_node == std::map<std::string, int64_t>{{"node-1", 1}, {"node-2", 1}});
+  CHECK(t.SnapshotOf("a").store_keys_read_by_node == std::map<std::string, int64_t>{{"node-1", 2}, {"node-2", 0}});
+  CHECK(t.SnapshotOf("b").store_requests_by_node == std::map<std::string, int64_t>{{"node-3", 1}});
+  CHECK(t.SnapshotOf("c").store_requests_by_node.empty());
+  CHECK(t.Snapshot().store_requests_by_node ==
+        std::map<std::string, int64_t>{{"(other)", 1}, {"node-1", 1}, {"node-2", 1}, {"node-3", 1}});
+  // Run "a" removed: its two nodes are forgotten and make room.
+  t.ForgetRun("a");
+  t.ForgetRun("a");  // Twice, or an unknown run: nothing.
+  t.ForgetRun("");   // The counts past the limit are of no run: kept.
+  CHECK(t.SnapshotOf("a").store_requests_by_node.empty());
+  t.OnStoreRequest("b", "", 1);
+  t.OnStoreRequest("d", "node-4", 1);
+  CHECK(t.Snapshot().store_requests_by_node ==
+        std::map<std::string, int64_t>{{"(direct)", 1}, {"(other)", 1}, {"node-3", 1}, {"node-4", 1}});
+  // The same node name in two runs: summed server-wide, apart per run.
+  t.ForgetRun("d");
+  t.OnStoreRequest("e", "node-3", 1);
+  CHECK(t.Snapshot().store_requests_by_node.at("node-3") == 2);
+  CHECK(t.SnapshotOf("e").store_requests_by_node.at("node-3") == 1);
 }
