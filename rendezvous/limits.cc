@@ -42,6 +42,7 @@ constexpr IntLimit kIntLimits[] = {
     {"max_restarts", &ServerLimits::max_restarts},
     {"max_counted_peers", &ServerLimits::max_counted_peers},
     {"max_counted_nodes", &ServerLimits::max_counted_nodes},
+    {"max_server_generations", &ServerLimits::max_server_generations},
 };
 constexpr DurationLimit kDurationLimits[] = {
     {"min_keep_alive_interval", &ServerLimits::min_keep_alive_interval},

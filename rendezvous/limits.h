@@ -78,6 +78,11 @@ struct ServerLimits {
   // connections (after running out of file descriptors gRPC's listener
   // stops; the server then rebuilds it once descriptors are free).
   absl::Duration listener_check_interval = absl::Seconds(1);
+  // gRPC servers the process keeps at once: each listener rebuild adds one,
+  // and an older one serves the connections it had until none has a call
+  // open. Past this, a rebuild shuts the oldest down (its clients
+  // reconnect): repeated shortages cannot pile servers up.
+  int64_t max_server_generations = 4;
   // After a burst (a round closed: its parked joins were answered; the last
   // agent's event stream closed), the heap's free memory is given back to
   // the system this long after (memory_release.h): one trim per delay.

@@ -47,8 +47,10 @@ ListenerHealth::Decision ListenerHealth::Check(const Observation& o, absl::Time 
     reason_ = o.failure.empty() ? "an accept failed" : o.failure;
   }
   if (!stopped_) {
-    stuck_ = o.queue > 0 && o.queue >= last_queue_ ? stuck_ + 1 : 0;
+    const bool accepting = o.accepted >= 0 && last_accepted_ >= 0 && o.accepted > last_accepted_;
+    stuck_ = o.queue > 0 && o.queue >= last_queue_ && !accepting ? stuck_ + 1 : 0;
     last_queue_ = o.queue;
+    last_accepted_ = o.accepted;
     if (stuck_ >= kStuckChecks) {
       stopped_ = true;
       reason_ = absl::StrCat(o.queue, " connection(s) waited in its accept queue for ", kStuckChecks, " checks");
@@ -89,7 +91,7 @@ ListenerHealth::Decision ListenerHealth::Rebuilt(const absl::Status& outcome, ab
   // Episodes that follow each other closely (the limit is too low for the
   // load) are rebuilt less and less often.
   gap_ = now - last_rebuild_ < absl::Seconds(10)
-             ? std::min(std::max(gap_ * 2, absl::Seconds(1)), absl::Seconds(30))
+             ? std::min(std::max(gap_ * 2, absl::Seconds(1)), kMaxRebuildGap)
              : absl::ZeroDuration();
   last_rebuild_ = now;
   next_try_ = now + gap_;
@@ -97,6 +99,7 @@ ListenerHealth::Decision ListenerHealth::Rebuilt(const absl::Status& outcome, ab
   since_ = absl::InfinitePast();
   stuck_ = 0;
   last_queue_ = -1;
+  last_accepted_ = -1;
   return d;
 }
 
@@ -153,6 +156,7 @@ ListenerHealth::Observation ListenerWatch::Observe() {
   o.accept_failures = total - failures_seen_;
   failures_seen_ = total;
   if (o.accept_failures > 0) o.failure = LastReason();
+  if (options_.accepted) o.accepted = options_.accepted();
   const bool valid = !fds_.empty() && std::all_of(fds_.begin(), fds_.end(), [&](int fd) {
     return IsListeningOn(fd, options_.port);
   });

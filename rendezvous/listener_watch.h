@@ -34,9 +34,14 @@ class ListenerHealth {
   // Descriptors that must be free before the listener is rebuilt (the new
   // listener and its first connections need some).
   static constexpr int64_t kHeadroom = 32;
-  // Checks in a row with a non-empty, non-shrinking accept queue after
-  // which the listener counts as stopped even without a reported failure.
+  // Checks in a row with a non-empty, non-shrinking accept queue and no
+  // connection accepted after which the listener counts as stopped even
+  // without a reported failure.
   static constexpr int kStuckChecks = 5;
+  // Longest wait between rebuilds when episodes follow each other: with a
+  // 1 s check, new connections are accepted again within 5 s of
+  // descriptors being free.
+  static constexpr absl::Duration kMaxRebuildGap = absl::Seconds(4);
   // A second episode's warning within this time is logged at info.
   static constexpr absl::Duration kWarnEvery = absl::Minutes(1);
 
@@ -47,6 +52,10 @@ class ListenerHealth {
     std::string failure;
     // Connections waiting in the listen queue; -1 when unknown.
     int64_t queue = -1;
+    // Connections the server has accepted so far (a counter that grows
+    // while the listener works: the traffic counters' count); -1 when
+    // unknown.
+    int64_t accepted = -1;
     // Descriptors open now and the soft limit; -1 when unknown.
     int64_t open_fds = -1;
     int64_t fd_limit = -1;
@@ -65,10 +74,12 @@ class ListenerHealth {
   // One check at `now`. An episode starts when gRPC reported a failed
   // accept while connections wait in this listener's queue (or its queue is
   // unknown), or when the accept queue stayed non-empty and did not shrink
-  // for kStuckChecks checks; its first decision carries the warning. While
-  // it lasts, `rebuild` is set once kHeadroom descriptors are free (or
-  // that was not probed), at most once per backoff (0 s, doubling up to
-  // 30 s while episodes follow each other within 10 s). Not thread-safe.
+  // for kStuckChecks checks while no connection was accepted (a busy
+  // listener that accepts is not stuck); its first decision carries the
+  // warning. While it lasts, `rebuild` is set once kHeadroom descriptors
+  // are free (or that was not probed), at most once per backoff (0 s;
+  // 1 s, doubling up to kMaxRebuildGap while episodes follow each other
+  // within 10 s). Not thread-safe.
   Decision Check(const Observation& o, absl::Time now);
   // The outcome of the rebuild Check asked for: OK ends the episode (an
   // info line says after how long); an error is warned about once per
@@ -84,6 +95,7 @@ class ListenerHealth {
   absl::Time since_ = absl::InfinitePast();
   int stuck_ = 0;
   int64_t last_queue_ = -1;
+  int64_t last_accepted_ = -1;
   absl::Time last_warning_ = absl::InfinitePast();
   bool warned_rebuild_error_ = false;
   absl::Time last_rebuild_ = absl::InfinitePast();
@@ -147,6 +159,9 @@ class ListenerWatch {
     std::function<absl::Status()> rebuild;
     // Runs after every check (the server retires idle old generations).
     std::function<void()> after_check;
+    // Connections accepted so far (ListenerHealth::Observation::accepted);
+    // unknown when empty.
+    std::function<int64_t()> accepted;
     // Told when descriptors run out and when they are free again; they must
     // outlive the watch. With none, free descriptors are counted only while
     // the listener is in trouble.

@@ -1,5 +1,8 @@
 #include "rendezvous/server.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
@@ -161,9 +164,28 @@ absl::Status RendezvousServer::Impl::RebuildListener() {
   int bound = 0;
   absl::StatusOr<Generation> g = Build(port, &bound);
   if (!g.ok()) return g.status();
-  absl::MutexLock lock(&mu);
-  generations.push_back(std::move(*g));
-  Logger("rdzv")->debug("listener on port {} rebuilt: {} server generation(s)", port, generations.size());
+  std::vector<Generation> over;
+  size_t held = 0;
+  {
+    absl::MutexLock lock(&mu);
+    generations.push_back(std::move(*g));
+    Logger("rdzv")->debug("listener on port {} rebuilt: {} server generation(s)", port, generations.size());
+    const size_t max = static_cast<size_t>(std::max<int64_t>(1, options.limits.max_server_generations));
+    held = generations.size();
+    while (generations.size() > max) {
+      over.push_back(std::move(generations.front()));
+      generations.erase(generations.begin());
+    }
+  }
+  for (Generation& old : over) {
+    Logger("rdzv")->warn(
+        "the rendezvous server on port {} rebuilt its listener once more and held {} gRPC servers, older ones still "
+        "serving calls (max_server_generations={}): the oldest, with {} call(s) open, is shut down and its clients "
+        "reconnect; raise the open files limit (docs/user-guide.md, Open files)",
+        port, held, options.limits.max_server_generations, old.open_calls->load());
+    old.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    old.server->Wait();
+  }
   return absl::OkStatus();
 }
 
@@ -260,6 +282,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   watch.interval = options.limits.listener_check_interval;
   watch.rebuild = [raw] { return raw->RebuildListener(); };
   watch.after_check = [raw] { raw->RetireIdle(); };
+  watch.accepted = [raw] { return raw->traffic->connections_accepted(); };
   // The metrics port stops while descriptors are exhausted (the watch
   // detects it for both).
   if (impl->exposer) watch.observers.push_back(impl->exposer.get());

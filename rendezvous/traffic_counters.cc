@@ -110,6 +110,11 @@ TrafficSnapshot TrafficCounters::ConnectionsLocked() const {
   return s;
 }
 
+int64_t TrafficCounters::connections_accepted() const {
+  absl::MutexLock lock(&mu_);
+  return accepted_;
+}
+
 TrafficSnapshot TrafficCounters::Snapshot() const {
   absl::MutexLock lock(&mu_);
   TrafficSnapshot s = ConnectionsLocked();

@@ -83,6 +83,9 @@ class TrafficCounters {
   // name's counts summed over the runs that have it). O(nodes counted).
   TrafficSnapshot Snapshot() const;
 
+  // Connections accepted so far (Snapshot's connections_accepted). O(1).
+  int64_t connections_accepted() const;
+
   // Connections (server-wide) and the per-node counts of run `run_id`
   // only: O(that run's nodes), however many the server holds.
   TrafficSnapshot SnapshotOf(absl::string_view run_id) const;

@@ -243,7 +243,9 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   // cannot raise it.
   // Idle connections are closed after handshake_timeout: a minute here,
   // so that only the test frees descriptors.
-  StartDaemon(d, dir, {}, {"--metrics_port", "0", "--limit", "handshake_timeout=60"},
+  // At most 2 gRPC servers at once: the second shortage below shuts the
+  // first down.
+  StartDaemon(d, dir, {}, {"--metrics_port", "0", "--limit", "handshake_timeout=60", "--limit", "max_server_generations=2"},
               {"/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" \"$@\""});
   const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port);
   std::string out = ReadFile(dir + "/server.out");
@@ -303,12 +305,25 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
                                 "/bin/true"},
                                {}, 60);
   CHECK(after.exit_code == 0);
+  // Warned once, not once per refused connection.
+  CHECK(CountOccurrences(d.err(), warning) == 1);
+
+  // A second shortage while the first server still serves the run from
+  // before: its listener is rebuilt again (within 5 s), and the third gRPC
+  // server is one past max_server_generations, so the first is shut down
+  // (warned) and that run's meshrun reconnects to the newest.
+  IdleConnections again(d.port, 300);
+  // (The listener's second warning within a minute is at info level.)
+  REQUIRE(WaitFor([&] { return CountOccurrences(d.err(), "stopped while the process is out of file descriptors") == 2; },
+                  10));
+  again.CloseAll();
+  REQUIRE(WaitFor([&] { return Contains(d.err(), "max_server_generations=2"); }, 10));
+  CHECK(Contains(d.err(), "held 3 gRPC servers"));
+  CHECK(WaitFor([&] { return Status(d.port, {"--rdzv_id=before"}, "1").exit_code == 0; }, 10));
   std::ofstream(go) << "go";
   CHECK(before.Wait(30) == 0);
   CHECK(Contains(ReadFile(dir + "/before.out"), "done"));
   CHECK_FALSE(Contains(ReadFile(dir + "/before.err"), "lost the rendezvous server"));
-  // Warned once, not once per refused connection.
-  CHECK(CountOccurrences(d.err(), warning) == 1);
   kill(d.pid, SIGTERM);
   CHECK(WaitCommand(d.pid, 20) == 0);
   d.pid = -1;

@@ -119,6 +119,16 @@ TEST_CASE("episodes in quick succession: warnings at most once a minute, rebuild
   CHECK_FALSE(h.Check(Freed(), t += absl::Milliseconds(500)).rebuild);
   CHECK(h.Check(Freed(), t += absl::Seconds(1)).rebuild);
   h.Rebuilt(absl::OkStatus(), t);
+  // Episode after episode: the wait doubles, but never past kMaxRebuildGap,
+  // so new connections are accepted within 5 s of descriptors being free.
+  for (int i = 0; i < 8; ++i) {
+    h.Check(Exhausted(), t += absl::Milliseconds(100));
+    absl::Time freed = t;
+    int checks = 0;
+    while (!h.Check(Freed(), t += absl::Seconds(1)).rebuild) REQUIRE(++checks < 10);
+    CHECK(t - freed <= absl::Seconds(5));
+    h.Rebuilt(absl::OkStatus(), t);
+  }
   // A minute on, a new episode warns again.
   CHECK_FALSE(h.Check(Exhausted(), t += absl::Minutes(2)).warning.empty());
 }
@@ -132,6 +142,24 @@ TEST_CASE("a queue that never moves counts as a stopped listener, a busy one doe
     CHECK_FALSE(busy.Check(o, t += absl::Seconds(1)).rebuild);
   }
   CHECK_FALSE(busy.stopped());
+  // A burst: the queue grows for longer than kStuckChecks, but the server
+  // goes on accepting connections, so the listener works.
+  ListenerHealth burst(1);
+  for (int i = 0; i < 3 * ListenerHealth::kStuckChecks; ++i) {
+    Obs o;
+    o.queue = 100 + 50 * i;
+    o.accepted = 1000 * i;
+    CHECK_FALSE(burst.Check(o, t += absl::Seconds(1)).rebuild);
+  }
+  CHECK_FALSE(burst.stopped());
+  // The same queue with the count standing still: stopped.
+  for (int i = 0; i < ListenerHealth::kStuckChecks; ++i) {
+    Obs o;
+    o.queue = 900;
+    o.accepted = 14000;
+    burst.Check(o, t += absl::Seconds(1));
+  }
+  CHECK(burst.stopped());
   ListenerHealth stuck(1);
   ListenerHealth::Decision d;
   for (int i = 0; i < ListenerHealth::kStuckChecks; ++i) {
