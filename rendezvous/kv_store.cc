@@ -349,6 +349,11 @@ int64_t KvStore::bytes() const {
   return bytes_;
 }
 
+int64_t KvStore::waiters() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(waiters_.size());
+}
+
 int64_t KvStore::size() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(data_.size());

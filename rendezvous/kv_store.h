@@ -81,6 +81,8 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   int64_t size() const;
   // Bytes held: the sum of every stored key's and value's length. O(1).
   int64_t bytes() const;
+  // Reads parked now (waiting for keys). O(1).
+  int64_t waiters() const;
 
  private:
   struct Key {

@@ -74,6 +74,11 @@ struct ServerLimits {
   // A finished or failed run is removed this long after it ended (its
   // store and memory freed); `meshrun status` shows it until then.
   absl::Duration ended_run_ttl = absl::Minutes(10);
+  // A store-only run (store calls, no node ever joined: a worker started by
+  // hand, another launcher) is removed once no store call has reached it
+  // for this long and no read is parked in it; its store is freed. (Else
+  // such runs would fill max_runs for good.)
+  absl::Duration store_only_run_ttl = absl::Hours(1);
   // How often the server checks that its listener still accepts
   // connections (after running out of file descriptors gRPC's listener
   // stops; the server then rebuilds it once descriptors are free).

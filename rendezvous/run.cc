@@ -83,8 +83,14 @@ absl::Status Run::CheckConfigLocked(const RunConfig& config) const {
   return absl::OkStatus();
 }
 
+bool Run::IdleStoreOnly(absl::Time cutoff) const {
+  return !had_node_.load() && last_store_call_.load(std::memory_order_relaxed) < absl::ToUnixNanos(cutoff) &&
+         kv_->waiters() == 0;
+}
+
 void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
                JoinCallback done) {
+  had_node_.store(true);
   Deferred later;
   absl::Status refused;
   {
@@ -240,6 +246,7 @@ absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::st
 
 absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
                         const std::string& session) {
+  had_node_.store(true);
   absl::MutexLock lock(&mu_);
   if (!watchers_.contains(node_id) && static_cast<int64_t>(watchers_.size()) >= limits_.max_watchers_per_run) {
     return absl::ResourceExhaustedError(absl::StrCat("run '", run_id_.substr(0, 64), "' has ", watchers_.size(),

@@ -38,6 +38,10 @@ void RunRegistry::ArmSweep() {
       std::clamp(limits_.ended_run_ttl / 10, absl::Milliseconds(10), absl::Seconds(1));
   sweep_id_ = timer_->Schedule(absl::Now() + period, [this] {
     SweepEnded();
+    if (const absl::Time now = clock_(); now >= next_idle_sweep_) {
+      next_idle_sweep_ = now + std::clamp(limits_.store_only_run_ttl / 10, absl::Seconds(1), absl::Minutes(1));
+      SweepIdleStoreOnly();
+    }
     ArmSweep();
   });
 }
@@ -120,9 +124,13 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string
   {
     absl::MutexLock lock(&mu_);
     auto it = runs_.find(run_id);
-    if (it != runs_.end()) return it->second;
+    if (it != runs_.end()) {
+      it->second->NoteStoreCall(clock_());
+      return it->second;
+    }
     if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
     run = NewRunLocked(run_id);
+    run->NoteStoreCall(clock_());
   }
   if (evicted) Removed(*evicted, absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
   return run;
@@ -183,6 +191,31 @@ int RunRegistry::SweepEnded() {
     Logger("rdzv")->debug("removed {} ended run(s); {} KiB of free heap returned in {}", n, freed / 1024,
                           absl::FormatDuration(absl::Now() - t));
   }
+  return n;
+}
+
+int RunRegistry::SweepIdleStoreOnly() {
+  const absl::Time cutoff = clock_() - limits_.store_only_run_ttl;
+  std::vector<std::shared_ptr<Run>> removed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = runs_.begin(); it != runs_.end();) {
+      if (it->second->IdleStoreOnly(cutoff)) {
+        removed.push_back(std::move(it->second));
+        runs_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& run : removed) {
+    Logger("rdzv")->info("store-only run '{}' had no store call for {}: removed", run->run_id(),
+                         absl::FormatDuration(limits_.store_only_run_ttl));
+    Removed(*run, absl::StrCat("store-only run '", run->run_id(), "' was idle and was removed"));
+  }
+  const int n = static_cast<int>(removed.size());
+  removed.clear();
+  if (n > 0) ReleaseFreeMemory();  // As SweepEnded.
   return n;
 }
 

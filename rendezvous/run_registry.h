@@ -28,7 +28,9 @@ namespace meshrun::rendezvous {
 // A long-lived server forgets what has ended: a run that finished or failed
 // stays (and `meshrun status` shows it) for limits.ended_run_ttl, then it
 // is removed, its parked calls answered ABORTED, and its store freed. A
-// store-only run (FindOrCreate, no Join) never ends and is not removed.
+// store-only run (FindOrCreate, no node ever joined) never ends; it is
+// removed once no store call has reached it for limits.store_only_run_ttl
+// and no read is parked in it.
 class RunRegistry {
  public:
   // The registry's idea of now. Run end times and the sweep both read it;
@@ -54,8 +56,10 @@ class RunRegistry {
   absl::StatusOr<std::shared_ptr<Run>> ForJoin(const std::string& run_id, int64_t last_round);
   // The run, or nullptr. O(1).
   std::shared_ptr<Run> Find(const std::string& run_id) const;
-  // The run, created when absent (a store-only run for other launchers);
-  // the same limits as ForJoin.
+  // The run a store call goes to, created when absent (a store-only run for
+  // other launchers), with the call noted (Run::NoteStoreCall, by the
+  // registry's clock, under its lock: a run being found is never removed
+  // as idle at the same time); the same limits as ForJoin.
   absl::StatusOr<std::shared_ptr<Run>> FindOrCreate(const std::string& run_id);
   // Every run's status, sorted by run id: O(runs x their nodes), for
   // listings and metrics.
@@ -70,6 +74,11 @@ class RunRegistry {
   // and returns how many it removed. O(removed). The periodic sweep calls
   // it; tests may too.
   int SweepEnded();
+  // Removes every store-only run idle for store_only_run_ttl (by the clock;
+  // Run::IdleStoreOnly) and returns how many. O(runs held): the periodic
+  // sweep calls it every store_only_run_ttl / 10 (1 s to 1 min); tests may
+  // too.
+  int SweepIdleStoreOnly();
 
   // Closes every run (server shutdown).
   void CloseAll(const std::string& why);
@@ -97,6 +106,7 @@ class RunRegistry {
   // before `cutoff`) out of runs_; nullptr when there is none.
   std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmSweep();
+  absl::Time next_idle_sweep_ = absl::InfinitePast();  // Only the sweep's thread.
   // Closes a run just taken out of runs_ (why: its parked calls' answer)
   // and tells on_removed_. Called without mu_.
   void Removed(Run& run, const std::string& why);

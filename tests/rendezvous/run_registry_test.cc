@@ -247,3 +247,53 @@ TEST_CASE("CancelAndWait returns after a running callback has returned", "[timer
   CHECK(timer.CancelAndWait(later));
   CHECK_FALSE(ran);
 }
+
+TEST_CASE("a store-only run is removed once idle for store_only_run_ttl unless a read is parked in it or a node "
+          "joined it",
+          "[registry]") {
+  DeadlineTimer timer;
+  std::atomic<int64_t> ahead_s{0};
+  ServerLimits limits;
+  limits.store_only_run_ttl = absl::Seconds(100);
+  RunRegistry registry(&timer, limits, [&] { return absl::Now() + absl::Seconds(ahead_s.load()); });
+  std::vector<std::string> removed;
+  absl::Mutex removed_mu;
+  registry.SetOnRemoved([&](const std::string& id) {
+    absl::MutexLock lock(&removed_mu);
+    removed.push_back(id);
+  });
+  auto idle = *registry.FindOrCreate("idle");
+  REQUIRE(idle->kv().Set(0, "k", "v").ok());
+  auto busy = *registry.FindOrCreate("busy");
+  auto waiting = *registry.FindOrCreate("waiting");
+  std::atomic<int> aborted{0};
+  waiting->kv().Await(0, {"never"}, absl::Seconds(1000), [&](absl::StatusOr<std::vector<std::string>> v) {
+    if (absl::IsAborted(v.status())) ++aborted;
+  });
+  auto joined = *registry.FindOrCreate("joined");
+  JoinOne(*joined, "n1");  // A node's run, even if its store goes quiet.
+
+  ahead_s = 99;
+  CHECK(registry.SweepIdleStoreOnly() == 0);
+  REQUIRE(registry.FindOrCreate("busy").ok());  // A store call at +99 s.
+  ahead_s = 101;
+  CHECK(registry.SweepIdleStoreOnly() == 1);
+  CHECK(registry.Find("idle") == nullptr);
+  CHECK(idle->kv().size() == 0);  // Its store freed.
+  CHECK(registry.Find("busy") == busy);
+  CHECK(registry.Find("waiting") == waiting);
+  CHECK(registry.Find("joined") == joined);
+  {
+    absl::MutexLock lock(&removed_mu);
+    CHECK(removed == std::vector<std::string>{"idle"});
+  }
+  ahead_s = 200;
+  CHECK(registry.SweepIdleStoreOnly() == 1);  // busy, 101 s after its call.
+  CHECK(registry.Find("busy") == nullptr);
+  CHECK(registry.Find("waiting") == waiting);
+  CHECK(aborted == 0);
+  // The id is free: a store call makes a fresh, empty run.
+  auto again = *registry.FindOrCreate("idle");
+  CHECK(again != idle);
+  CHECK_FALSE(again->kv().Check(0, {"k"}));
+}
