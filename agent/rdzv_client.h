@@ -1,5 +1,5 @@
 // The agent's side of the rendezvous protocol: join, watch, report. Converts
-// between rendezvous.proto and the domain types of rendezvous/types.h.
+// between rendezvous.proto and the domain types of proto/types.h.
 #pragma once
 
 #include <functional>
@@ -59,6 +59,8 @@ class RendezvousClient {
   void StartWatch(const std::string& node_id, int64_t known_round,
                   std::function<void(const rendezvous::RunEvent&)> on_event,
                   std::function<void(const absl::Status&)> on_closed);
+  // Ends the stream StartWatch opened (its on_closed gets OK) and waits for
+  // its thread; a no-op when none is open. Thread-safe; not from on_event.
   void StopWatch();
 
   // Records this node's heartbeat; returns the run's current round, or

@@ -28,7 +28,11 @@ class GrpcUpstream : public BatchUpstream {
  public:
   using Stub = v1::Rendezvous::Stub;
 
+  // Forwards for run `run_id` with `token` (the agent's; workers never see
+  // it). No channel yet: SetChannel before the first call.
   GrpcUpstream(std::string run_id, std::string token);
+  // Frees the stub. Its owner (the store proxy) first stops its own gRPC
+  // server and waits for the calls in flight (Drain), so none outlives it.
   ~GrpcUpstream() override;
 
   // The channel and node id for calls from now on (calls in flight finish
@@ -40,6 +44,7 @@ class GrpcUpstream : public BatchUpstream {
   // in flight until CallEnded. Thread-safe.
   std::shared_ptr<grpc::ClientContext> NewContext(std::chrono::system_clock::time_point deadline,
                                                   std::shared_ptr<Stub>* stub);
+  // A call made with NewContext ended (once per NewContext). Thread-safe.
   void CallEnded();
   // Calls in flight to the server now (batches and forwarded calls).
   int64_t in_flight();

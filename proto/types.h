@@ -144,6 +144,8 @@ struct RunStatus {
 class EventSink {
  public:
   virtual ~EventSink() = default;
+  // Queues one event for the node's stream, in order (a stream too far
+  // behind is closed by the implementation, not refused here).
   virtual void Push(const RunEvent& event) = 0;
   // Ends the stream: the node was declared lost and is now stale.
   virtual void CloseStale(const std::string& why) = 0;

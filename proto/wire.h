@@ -13,16 +13,21 @@
 
 namespace meshrun::rendezvous::wire {
 
+// The absl::Status as a gRPC status: the same code (the two enumerations
+// agree) and message. Pure, thread-safe.
 grpc::Status ToGrpc(const absl::Status& s);
 // The gRPC status as an absl::Status whose message starts with `what`.
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what);
 
+// Domain type <-> message, field by field (rendezvous.proto documents each
+// field). ToProto writes into `out` (fields it does not set are left as
+// they were) or returns the message; FromProto reads every field, taking
+// proto3's defaults for unset ones. Pure, thread-safe; none fails.
 void ToProto(const WorkerFailure& f, v1::WorkerFailure* out);
 WorkerFailure FromProto(const v1::WorkerFailure& f);
 void ToProto(const Assignment& a, v1::Assignment* out);
 Assignment FromProto(const v1::Assignment& a);
 v1::RunEvent ToProto(const RunEvent& e);
-
 RunEvent FromProto(const v1::RunEvent& e);
 void ToProto(const RunStatus& r, v1::RunStatus* out);
 RunStatus FromProto(const v1::RunStatus& r);

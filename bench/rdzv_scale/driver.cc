@@ -208,17 +208,12 @@ std::map<std::string, double> StoreByNode(const ServerProcess& server) {
   return SumByLabel(*text, "meshrun_store_requests_total", "node");
 }
 
-std::map<std::string, double> ConnectionMetrics(const ServerProcess& server) {
-  std::map<std::string, double> out;
+// The server's own count of connections accepted; -1 when unreadable.
+double AcceptedConnections(const ServerProcess& server) {
   absl::StatusOr<std::string> text = server.Metrics(absl::Seconds(20));
-  if (!text.ok()) return out;
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    if (!absl::StartsWith(line, "meshrun_connection")) continue;
-    size_t end = line.find_first_of("{ ");
-    std::string name(line.substr(0, end));
-    for (const auto& [k, v] : SumByLabel(*text, name, "")) out[name] = v;
-  }
-  return out;
+  if (!text.ok()) return -1;
+  std::map<std::string, double> total = SumByLabel(*text, "meshrun_connections_accepted_total", "");
+  return total.empty() ? -1 : total.begin()->second;
 }
 
 }  // namespace
@@ -315,6 +310,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   });
   std::map<std::string, double> rpcs_before = RpcsByMethod(srv);
   std::map<std::string, double> store_before = StoreByNode(srv);
+  double accepted_before = AcceptedConnections(srv);
   double join_first = 0;
   bool failed = false;
   for (const std::string& phase : PhaseNames()) {
@@ -355,6 +351,9 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
       if (d > 0) st.store_by_node[node] = d;
     }
     store_before = store_after;
+    const double accepted_after = AcceptedConnections(srv);
+    if (accepted_before >= 0 && accepted_after >= 0) st.accepted = accepted_after - accepted_before;
+    accepted_before = accepted_after;
     st.peak_fds = peak_fds.load();
     if (!lines.ok()) {
       res.failure = std::string(lines.status().message());
@@ -434,7 +433,6 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
       res.rss_peak_kib = s->hwm_kib;
       res.sockets_after = s->sockets;
     }
-    res.connection_metrics = ConnectionMetrics(srv);
     res.complete = true;
   } else if (auto s = srv.Sample(false); s.ok()) {
     res.rss_peak_kib = s->hwm_kib;

@@ -53,6 +53,9 @@ struct PhaseStats {
   std::map<std::string, double> rpcs;  // ... by method.
   // Server store requests during the phase by node (meshrun_store_requests_total{node}).
   std::map<std::string, double> store_by_node;
+  // Connections the server accepted during the phase, by its own count
+  // (meshrun_connections_accepted_total).
+  double accepted = 0;
   int sockets_end = -1;     // Server sockets at the end of the phase.
   int peak_fds = 0;         // Most server descriptors seen during it (sampled every 250 ms).
   int64_t rss_end_kib = 0;
@@ -77,9 +80,6 @@ struct RunResult {
   int64_t heartbeats_failed = 0;
   int64_t streams_lost = 0;
   std::string first_heartbeat_error;
-  // Other connection counters the server exports (any meshrun_connection*
-  // metric), at the end: name -> value.
-  std::map<std::string, double> connection_metrics;
   double load_avg_1m = 0;      // /proc/loadavg at the start of the run.
 };
 

@@ -82,9 +82,11 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
                         "streams_lost", "load_1m", "workers_per_agent", "workers_store_nodes",
                         "workers_store_requests_per_node_max", "workers_store_requests_per_node_mean",
                         "workers_store_requests_per_node_p90",
-                        "workers_store_requests_per_node_per_dim_max", "workers_sockets_end", "failure"}) {
+                        "workers_store_requests_per_node_per_dim_max", "workers_sockets_end"}) {
     head.push_back(c);
   }
+  for (const auto& p : PhaseNames()) head.push_back("accepted_" + p);
+  head.push_back("failure");
   f << absl::StrJoin(head, ",") << "\n";
   for (const RunResult& r : runs) {
     std::vector<std::string> row = {"meshrun", absl::StrCat(r.n), absl::StrCat(r.run), r.complete ? "1" : "0",
@@ -115,6 +117,7 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
     row.push_back(ws.ran ? Num(ws.p90, "%.0f") : "");
     row.push_back(ws.ran ? Num(ws.max / 3, "%.2f") : "");
     row.push_back(ws.ran ? absl::StrCat(ph("workers").sockets_end) : "");
+    for (const auto& p : PhaseNames()) row.push_back(r.phases.count(p) ? Num(ph(p).accepted, "%.0f") : "");
     row.push_back(Csv(r.failure));
     f << absl::StrJoin(row, ",") << "\n";
   }
