@@ -84,13 +84,13 @@ absl::Status Run::CheckConfigLocked(const RunConfig& config) const {
 }
 
 bool Run::IdleStoreOnly(absl::Time cutoff) const {
-  return !had_node_.load() && last_store_call_.load(std::memory_order_relaxed) < absl::ToUnixNanos(cutoff) &&
+  // The store's lock last, and only for a run that is otherwise idle.
+  return !had_node_.load() && last_activity_.load(std::memory_order_relaxed) < absl::ToUnixNanos(cutoff) &&
          kv_->waiters() == 0;
 }
 
 void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
                JoinCallback done) {
-  had_node_.store(true);
   Deferred later;
   absl::Status refused;
   {
@@ -145,6 +145,7 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       }
     }
     if (refused.ok()) {
+      had_node_.store(true);  // Admitted: no longer a store-only run.
       known_[node.node_id].last_seen = absl::Now();
       std::optional<Member> was_member = reforming_.erase(node.node_id);
       pending_.push_back(Joiner{node, last_round, std::move(done), std::move(was_member)});
@@ -246,7 +247,6 @@ absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::st
 
 absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
                         const std::string& session) {
-  had_node_.store(true);
   absl::MutexLock lock(&mu_);
   if (!watchers_.contains(node_id) && static_cast<int64_t>(watchers_.size()) >= limits_.max_watchers_per_run) {
     return absl::ResourceExhaustedError(absl::StrCat("run '", run_id_.substr(0, 64), "' has ", watchers_.size(),
@@ -298,6 +298,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   if (slot && slot != sink) slot->CloseRun(absl::StrCat("replaced by a newer event stream of node '",
                                                         node_id.substr(0, 64), "'"));
   slot = std::move(sink);
+  had_node_.store(true);  // A node's stream: no longer a store-only run.
   return absl::OkStatus();
 }
 

@@ -120,13 +120,15 @@ class Run : public std::enable_shared_from_this<Run> {
   // True once the run finished or failed. Thread-safe.
   bool terminal() const;
 
-  // A store call reached the run at `now` (RunRegistry::FindOrCreate).
-  // Thread-safe, O(1).
-  void NoteStoreCall(absl::Time now) { last_store_call_.store(absl::ToUnixNanos(now), std::memory_order_relaxed); }
-  // True for a store-only run (no node ever joined or opened an event stream
-  // in it) with no read parked and no store call since `cutoff`: what
-  // RunRegistry removes after store_only_run_ttl. Thread-safe, O(1); takes
-  // no lock of the run's own (the registry calls it under its lock).
+  // A call reached the run at `now`: a store call, or a join before the
+  // run has seen it (RunRegistry notes both under its lock). Thread-safe,
+  // O(1).
+  void NoteActivity(absl::Time now) { last_activity_.store(absl::ToUnixNanos(now), std::memory_order_relaxed); }
+  // True for a store-only run (no node was ever admitted by Join or opened
+  // an event stream in it) with no read parked and no activity since
+  // `cutoff`: what RunRegistry removes after store_only_run_ttl.
+  // Thread-safe, O(1). Takes only its store's lock, and only when the rest
+  // says idle (the registry calls it under its own lock).
   bool IdleStoreOnly(absl::Time cutoff) const;
   // `fn` runs once, outside the run's lock, when the run ends (finishes or
   // fails): the registry times the removal of ended runs with it. Set it
@@ -292,10 +294,10 @@ class Run : public std::enable_shared_from_this<Run> {
     absl::Time last_seen = absl::InfinitePast();
   };
   bool status_only_ ABSL_GUARDED_BY(mu_) = false;
-  // Whether a node ever joined or watched (not a store-only run), and the
-  // last store call's time (Unix ns): IdleStoreOnly.
+  // Whether a node was ever admitted (not a store-only run), and the last
+  // activity's time (Unix ns): IdleStoreOnly.
   std::atomic<bool> had_node_{false};
-  std::atomic<int64_t> last_store_call_{0};
+  std::atomic<int64_t> last_activity_{0};
   int ended_lost_nodes_ ABSL_GUARDED_BY(mu_) = 0;  // lost_.size() when it was freed.
   std::vector<EndedNode> ended_nodes_ ABSL_GUARDED_BY(mu_);  // By node rank.
   std::string ended_text_ ABSL_GUARDED_BY(mu_);

@@ -58,6 +58,7 @@ std::shared_ptr<Run> RunRegistry::NewRunLocked(const std::string& run_id) {
       e->queue.emplace_back(now, id, weak);
     }
   });
+  run->NoteActivity(clock_());  // A new run is not idle from the start.
   runs_[run_id] = run;
   return run;
 }
@@ -74,6 +75,7 @@ std::shared_ptr<Run> RunRegistry::TakeEndedLocked(absl::Time cutoff) {
     auto it = runs_.find(id);
     if (it == runs_.end() || it->second != run) continue;
     runs_.erase(it);
+    if (on_removed_) on_removed_(id);
     return run;
   }
   return nullptr;
@@ -99,11 +101,16 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run
   {
     absl::MutexLock lock(&mu_);
     auto it = runs_.find(run_id);
-    if (it != runs_.end() && !(it->second->terminal() && last_round < 0)) return it->second;
+    if (it != runs_.end() && !(it->second->terminal() && last_round < 0)) {
+      // Not idle while a node joins (a store-only run it joins included).
+      it->second->NoteActivity(clock_());
+      return it->second;
+    }
     if (it == runs_.end()) {
       if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
     } else {
       old = std::move(it->second);
+      if (on_removed_) on_removed_(run_id);  // Before the new run under its id.
     }
     fresh = NewRunLocked(run_id);
   }
@@ -118,19 +125,21 @@ std::shared_ptr<Run> RunRegistry::Find(const std::string& run_id) const {
   return it == runs_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string& run_id) {
+absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string& run_id,
+                                                               const std::function<void()>& found) {
   std::shared_ptr<Run> evicted;
   std::shared_ptr<Run> run;
   {
     absl::MutexLock lock(&mu_);
     auto it = runs_.find(run_id);
     if (it != runs_.end()) {
-      it->second->NoteStoreCall(clock_());
-      return it->second;
+      run = it->second;
+    } else {
+      if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
+      run = NewRunLocked(run_id);
     }
-    if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
-    run = NewRunLocked(run_id);
-    run->NoteStoreCall(clock_());
+    run->NoteActivity(clock_());
+    if (found) found();
   }
   if (evicted) Removed(*evicted, absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
   return run;
@@ -161,10 +170,7 @@ int64_t RunRegistry::size() const {
   return static_cast<int64_t>(runs_.size());
 }
 
-void RunRegistry::Removed(Run& run, const std::string& why) {
-  run.Close(why);
-  if (on_removed_) on_removed_(run.run_id());
-}
+void RunRegistry::Removed(Run& run, const std::string& why) { run.Close(why); }
 
 int RunRegistry::SweepEnded() {
   const absl::Time cutoff = clock_() - limits_.ended_run_ttl;
@@ -201,6 +207,7 @@ int RunRegistry::SweepIdleStoreOnly() {
     absl::MutexLock lock(&mu_);
     for (auto it = runs_.begin(); it != runs_.end();) {
       if (it->second->IdleStoreOnly(cutoff)) {
+        if (on_removed_) on_removed_(it->first);
         removed.push_back(std::move(it->second));
         runs_.erase(it++);
       } else {

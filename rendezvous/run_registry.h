@@ -57,10 +57,14 @@ class RunRegistry {
   // The run, or nullptr. O(1).
   std::shared_ptr<Run> Find(const std::string& run_id) const;
   // The run a store call goes to, created when absent (a store-only run for
-  // other launchers), with the call noted (Run::NoteStoreCall, by the
+  // other launchers), with the call noted (Run::NoteActivity, by the
   // registry's clock, under its lock: a run being found is never removed
-  // as idle at the same time); the same limits as ForJoin.
-  absl::StatusOr<std::shared_ptr<Run>> FindOrCreate(const std::string& run_id);
+  // as idle at the same time); the same limits as ForJoin. `found`, when
+  // given, runs under the registry's lock once the run is found or made
+  // (the store's traffic count: counted for this run, never for one
+  // removed meanwhile); it must not call into the registry.
+  absl::StatusOr<std::shared_ptr<Run>> FindOrCreate(const std::string& run_id,
+                                                    const std::function<void()>& found = nullptr);
   // Every run's status, sorted by run id: O(runs x their nodes), for
   // listings and metrics.
   std::vector<RunStatus> Status() const;
@@ -84,10 +88,11 @@ class RunRegistry {
   void CloseAll(const std::string& why);
 
   // `hook` is called with the id of every run removed from now on (swept
-  // after ended_run_ttl, removed to make room at max_runs, or replaced by a
-  // new job under the same id), outside the registry's lock, on the thread
-  // that removed it. Set it once, before the registry serves calls (not
-  // thread-safe against removals).
+  // after ended_run_ttl, removed to make room at max_runs, replaced by a new
+  // job under the same id, or a store-only run removed as idle), under the
+  // registry's lock, on the thread that removed it, before a new run under
+  // that id can exist; it must not call into the registry. Set it once,
+  // before the registry serves calls (not thread-safe against removals).
   void SetOnRemoved(std::function<void(const std::string& run_id)> hook) { on_removed_ = std::move(hook); }
 
  private:
@@ -107,8 +112,8 @@ class RunRegistry {
   std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmSweep();
   absl::Time next_idle_sweep_ = absl::InfinitePast();  // Only the sweep's thread.
-  // Closes a run just taken out of runs_ (why: its parked calls' answer)
-  // and tells on_removed_. Called without mu_.
+  // Closes a run just taken out of runs_ (why: its parked calls' answer).
+  // Called without mu_.
   void Removed(Run& run, const std::string& why);
 
   DeadlineTimer* const timer_;

@@ -172,12 +172,27 @@ absl::Status RendezvousServer::Impl::RebuildListener() {
     Logger("rdzv")->debug("listener on port {} rebuilt: {} server generation(s)", port, generations.size());
     const size_t max = static_cast<size_t>(std::max<int64_t>(1, options.limits.max_server_generations));
     held = generations.size();
+    // Older generations with no call open go first (RetireIdle would soon),
+    // then the oldest; never the newest.
+    for (size_t i = 0; generations.size() > max && i + 1 < generations.size();) {
+      if (generations[i].open_calls->load() == 0) {
+        over.push_back(std::move(generations[i]));
+        generations.erase(generations.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
     while (generations.size() > max) {
       over.push_back(std::move(generations.front()));
       generations.erase(generations.begin());
     }
   }
   for (Generation& old : over) {
+    if (old.open_calls->load() == 0) {
+      old.server->Shutdown(absl::ToChronoTime(absl::Now()));
+      old.server->Wait();
+      continue;
+    }
     Logger("rdzv")->warn(
         "the rendezvous server on port {} rebuilt its listener once more and held {} gRPC servers, older ones still "
         "serving calls (max_server_generations={}): the oldest, with {} call(s) open, is shut down and its clients "
@@ -282,7 +297,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   watch.interval = options.limits.listener_check_interval;
   watch.rebuild = [raw] { return raw->RebuildListener(); };
   watch.after_check = [raw] { raw->RetireIdle(); };
-  watch.accepted = [raw] { return raw->traffic->connections_accepted(); };
+  watch.accepted = [raw] { return raw->traffic->connections_remembered(); };
   // The metrics port stops while descriptors are exhausted (the watch
   // detects it for both).
   if (impl->exposer) watch.observers.push_back(impl->exposer.get());

@@ -66,6 +66,7 @@ bool TrafficCounters::OnCall(absl::string_view peer, absl::Time now) {
     } else {
       other_peers_.emplace(std::string(peer), now);
     }
+    ++accepted_remembered_;
   }
   return true;
 }
@@ -99,6 +100,12 @@ void TrafficCounters::ForgetRun(absl::string_view run_id) {
   auto it = runs_.find(run_id);
   if (it == runs_.end()) return;
   nodes_counted_ -= static_cast<int64_t>(it->second.size());
+  // "(direct)" is a name every run may have: its server-wide count must
+  // not go down (it is a Prometheus counter). Node ids are the run's own.
+  if (auto d = it->second.find(kDirect); d != it->second.end()) {
+    forgotten_direct_.requests += d->second.requests;
+    forgotten_direct_.keys_read += d->second.keys_read;
+  }
   runs_.erase(it);
   ShrinkIfSparse(runs_);
 }
@@ -110,14 +117,18 @@ TrafficSnapshot TrafficCounters::ConnectionsLocked() const {
   return s;
 }
 
-int64_t TrafficCounters::connections_accepted() const {
+int64_t TrafficCounters::connections_remembered() const {
   absl::MutexLock lock(&mu_);
-  return accepted_;
+  return accepted_remembered_;
 }
 
 TrafficSnapshot TrafficCounters::Snapshot() const {
   absl::MutexLock lock(&mu_);
   TrafficSnapshot s = ConnectionsLocked();
+  if (forgotten_direct_.requests > 0) {
+    s.store_requests_by_node[kDirect] = forgotten_direct_.requests;
+    s.store_keys_read_by_node[kDirect] = forgotten_direct_.keys_read;
+  }
   for (const auto& [run, nodes] : runs_) {
     for (const auto& [node, c] : nodes) {
       s.store_requests_by_node[node] += c.requests;

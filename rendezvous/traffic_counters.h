@@ -80,11 +80,17 @@ class TrafficCounters {
   void ForgetRun(absl::string_view run_id);
 
   // Server-wide: connections, and every held run's per-node counts (a node
-  // name's counts summed over the runs that have it). O(nodes counted).
+  // name's counts summed over the runs that have it; "(direct)" also keeps
+  // the counts of removed runs, so that it never goes down). O(nodes
+  // counted).
   TrafficSnapshot Snapshot() const;
 
-  // Connections accepted so far (Snapshot's connections_accepted). O(1).
-  int64_t connections_accepted() const;
+  // New connections counted so far while their address could be
+  // remembered (at most max_peers at once): unlike connections_accepted,
+  // it does not grow with calls of connections it had to forget, so it
+  // grows only when the listener accepts (ListenerWatch's sign of a
+  // working listener). O(1).
+  int64_t connections_remembered() const;
 
   // Connections (server-wide) and the per-node counts of run `run_id`
   // only: O(that run's nodes), however many the server holds.
@@ -114,6 +120,8 @@ class TrafficCounters {
   // run: never forgotten), node "(other)".
   absl::flat_hash_map<std::string, std::map<std::string, NodeCounts, std::less<>>> runs_ ABSL_GUARDED_BY(mu_);
   int64_t nodes_counted_ ABSL_GUARDED_BY(mu_) = 0;  // Entries of runs_' maps.
+  NodeCounts forgotten_direct_ ABSL_GUARDED_BY(mu_);  // "(direct)" of removed runs.
+  int64_t accepted_remembered_ ABSL_GUARDED_BY(mu_) = 0;
   // The connection counts of a snapshot.
   TrafficSnapshot ConnectionsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };

@@ -69,7 +69,9 @@ grpc::Status OneNodeRun(pb::Rendezvous::Stub& stub, const std::string& run, int 
     set.add_values(std::string(static_cast<size_t>(value_bytes), static_cast<char>('a' + k % 26)));
   }
   pb::KvMultiSetResponse set_resp;
-  if (grpc::Status s = stub.KvMultiSet(Ctx().get(), set, &set_resp); !s.ok()) return s;
+  auto set_ctx = Ctx();
+  set_ctx->AddMetadata("meshrun-node", run + "-node");  // As a store proxy names its node.
+  if (grpc::Status s = stub.KvMultiSet(set_ctx.get(), set, &set_resp); !s.ok()) return s;
   if (!finish) return grpc::Status::OK;
   pb::ReportFinishedRequest fin;
   fin.mutable_run()->set_run_id(run);
@@ -125,9 +127,9 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
     REQUIRE(stub->Status(Ctx().get(), req, &resp).ok());
     return std::map<std::string, int64_t>(resp.store_requests_by_node().begin(), resp.store_requests_by_node().end());
   };
-  // Each run made one store request (OneNodeRun's KvMultiSet, no node named).
-  CHECK(store_requests("live") == std::map<std::string, int64_t>{{"(direct)", 1}});
-  CHECK(store_requests("")["(direct)"] >= kRuns + 1);
+  // Each run made one store request (OneNodeRun's KvMultiSet) for its node.
+  CHECK(store_requests("live") == std::map<std::string, int64_t>{{"live-node", 1}});
+  CHECK(store_requests("").size() == kRuns + 1);
 
   // Removed 2 s after they ended (the sweep runs every 0.2 s here).
   REQUIRE(WaitFor([&] { return !Contains(Status(d.port).out, "ended-"); }, 15));
@@ -308,10 +310,16 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   // Warned once, not once per refused connection.
   CHECK(CountOccurrences(d.err(), warning) == 1);
 
-  // A second shortage while the first server still serves the run from
-  // before: its listener is rebuilt again (within 5 s), and the third gRPC
-  // server is one past max_server_generations, so the first is shut down
-  // (warned) and that run's meshrun reconnects to the newest.
+  // A job on the rebuilt (second) server, also waiting for `go`.
+  Started middle;
+  middle.pid = StartCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=middle", "--rdzv_conf=is_host=0",
+                             script},
+                            {}, dir + "/middle.out", dir + "/middle.err");
+  REQUIRE(WaitFor([&] { return Contains(ReadFile(dir + "/middle.out"), "started"); }, 30));
+  // A second shortage while both servers serve a job: the listener is
+  // rebuilt again (within 5 s), and the third gRPC server is one past
+  // max_server_generations with no older one idle, so the first is shut
+  // down (warned) and the job from before reconnects to the newest.
   IdleConnections again(d.port, 300);
   // (The listener's second warning within a minute is at info level.)
   REQUIRE(WaitFor([&] { return CountOccurrences(d.err(), "stopped while the process is out of file descriptors") == 2; },
@@ -322,7 +330,9 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   CHECK(WaitFor([&] { return Status(d.port, {"--rdzv_id=before"}, "1").exit_code == 0; }, 10));
   std::ofstream(go) << "go";
   CHECK(before.Wait(30) == 0);
+  CHECK(middle.Wait(30) == 0);
   CHECK(Contains(ReadFile(dir + "/before.out"), "done"));
+  CHECK(Contains(ReadFile(dir + "/middle.out"), "done"));
   CHECK_FALSE(Contains(ReadFile(dir + "/before.err"), "lost the rendezvous server"));
   kill(d.pid, SIGTERM);
   CHECK(WaitCommand(d.pid, 20) == 0);

@@ -2,6 +2,7 @@
 // for the round before's credential, and one event stream per node.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <map>
 #include <optional>
 #include <utility>
@@ -80,8 +81,12 @@ TEST_CASE("a silent node is lost after keep-alive interval x attempts", "[run]")
 TEST_CASE("a node joining below MAX makes the running job re-form with it", "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
-  creds.Join(*run, Node("a", 2, "a"), Config(1, 2), -1, [](absl::StatusOr<Assignment>) {});
-  for (int i = 0; i < 300 && run->Status().state != "running"; ++i) absl::SleepFor(absl::Milliseconds(10));
+  // Wait for a's answer, not only the run's state: the answer (with the
+  // credential the Watch below needs) is delivered after the state changes.
+  std::atomic<bool> a_joined{false};
+  creds.Join(*run, Node("a", 2, "a"), Config(1, 2), -1, [&](absl::StatusOr<Assignment> r) { a_joined = r.ok(); });
+  for (int i = 0; i < 300 && !a_joined; ++i) absl::SleepFor(absl::Milliseconds(10));
+  REQUIRE(a_joined);
   REQUIRE(run->Status().state == "running");
   auto sink_a = std::make_shared<Recorder>();
   REQUIRE(creds.Watch(*run, "a", sink_a, 0).ok());

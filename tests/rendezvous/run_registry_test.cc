@@ -253,11 +253,12 @@ TEST_CASE("a store-only run is removed once idle for store_only_run_ttl unless a
           "[registry]") {
   DeadlineTimer timer;
   std::atomic<int64_t> ahead_s{0};
+  std::atomic<int> aborted{0};  // Before the registry: its end aborts the parked read.
+  std::vector<std::string> removed;
+  absl::Mutex removed_mu;
   ServerLimits limits;
   limits.store_only_run_ttl = absl::Seconds(100);
   RunRegistry registry(&timer, limits, [&] { return absl::Now() + absl::Seconds(ahead_s.load()); });
-  std::vector<std::string> removed;
-  absl::Mutex removed_mu;
   registry.SetOnRemoved([&](const std::string& id) {
     absl::MutexLock lock(&removed_mu);
     removed.push_back(id);
@@ -266,29 +267,39 @@ TEST_CASE("a store-only run is removed once idle for store_only_run_ttl unless a
   REQUIRE(idle->kv().Set(0, "k", "v").ok());
   auto busy = *registry.FindOrCreate("busy");
   auto waiting = *registry.FindOrCreate("waiting");
-  std::atomic<int> aborted{0};
   waiting->kv().Await(0, {"never"}, absl::Seconds(1000), [&](absl::StatusOr<std::vector<std::string>> v) {
     if (absl::IsAborted(v.status())) ++aborted;
   });
   auto joined = *registry.FindOrCreate("joined");
   JoinOne(*joined, "n1");  // A node's run, even if its store goes quiet.
+  // A refused join admits no node: still store-only, removed when idle.
+  auto refused = *registry.FindOrCreate("refused");
+  bool refused_answered = false;
+  refused->Join(Node("x"), Config(), -1, "not-a-credential",
+                [&](absl::StatusOr<Assignment> a) { refused_answered = !a.ok(); });
+  CHECK(refused_answered);
 
+  // (The periodic sweep may also run at any point below: what is checked is
+  // which runs are left, not which call removed them.)
   ahead_s = 99;
-  CHECK(registry.SweepIdleStoreOnly() == 0);
+  registry.SweepIdleStoreOnly();
+  CHECK(registry.Find("idle") == idle);
   REQUIRE(registry.FindOrCreate("busy").ok());  // A store call at +99 s.
   ahead_s = 101;
-  CHECK(registry.SweepIdleStoreOnly() == 1);
+  registry.SweepIdleStoreOnly();
   CHECK(registry.Find("idle") == nullptr);
+  CHECK(registry.Find("refused") == nullptr);
   CHECK(idle->kv().size() == 0);  // Its store freed.
   CHECK(registry.Find("busy") == busy);
   CHECK(registry.Find("waiting") == waiting);
   CHECK(registry.Find("joined") == joined);
   {
     absl::MutexLock lock(&removed_mu);
-    CHECK(removed == std::vector<std::string>{"idle"});
+    std::sort(removed.begin(), removed.end());
+    CHECK(removed == std::vector<std::string>{"idle", "refused"});
   }
   ahead_s = 200;
-  CHECK(registry.SweepIdleStoreOnly() == 1);  // busy, 101 s after its call.
+  registry.SweepIdleStoreOnly();  // busy, 101 s after its call.
   CHECK(registry.Find("busy") == nullptr);
   CHECK(registry.Find("waiting") == waiting);
   CHECK(aborted == 0);

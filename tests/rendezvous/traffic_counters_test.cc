@@ -127,4 +127,27 @@ TEST_CASE("traffic: store requests are counted per run, one run's snapshot is it
   t.OnStoreRequest("e", "node-3", 1);
   CHECK(t.Snapshot().store_requests_by_node.at("node-3") == 2);
   CHECK(t.SnapshotOf("e").store_requests_by_node.at("node-3") == 1);
+  // "(direct)" is every run's name for clients that name no node: a removed
+  // run's share stays in the server-wide count (a Prometheus counter never
+  // goes down), not in any run's.
+  t.ForgetRun("b");
+  CHECK(t.SnapshotOf("b").store_requests_by_node.empty());
+  CHECK(t.Snapshot().store_requests_by_node.at("(direct)") == 1);
+  CHECK(t.Snapshot().store_keys_read_by_node.at("(direct)") == 1);
+  CHECK(t.Snapshot().store_requests_by_node.count("node-3") == 1);  // e's.
+}
+
+TEST_CASE("traffic: the count of remembered connections grows only with connections it can remember",
+          "[traffic]") {
+  TrafficOptions o;
+  o.max_peers = 2;
+  TrafficCounters t(o);
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 2; ++i) t.OnCall("ipv4:10.0.0.1:" + std::to_string(5000 + i), now);
+  CHECK(t.connections_remembered() == 2);
+  // Past max_peers, each call of an unremembered connection counts as
+  // accepted again, but not as a new remembered one.
+  for (int i = 0; i < 5; ++i) CHECK(t.OnCall("ipv4:10.0.0.1:6000", now));
+  CHECK(t.Snapshot().connections_accepted == 7);
+  CHECK(t.connections_remembered() == 2);
 }
