@@ -47,10 +47,12 @@ ListenerHealth::Decision ListenerHealth::Check(const Observation& o, absl::Time 
     reason_ = o.failure.empty() ? "an accept failed" : o.failure;
   }
   if (!stopped_) {
-    const bool accepting = o.accepted >= 0 && last_accepted_ >= 0 && o.accepted > last_accepted_;
+    auto grew = [](int64_t now, int64_t before) { return now >= 0 && before >= 0 && now > before; };
+    const bool accepting = grew(o.accepted, last_accepted_) || grew(o.open_fds, last_open_fds_);
     stuck_ = o.queue > 0 && o.queue >= last_queue_ && !accepting ? stuck_ + 1 : 0;
     last_queue_ = o.queue;
     last_accepted_ = o.accepted;
+    last_open_fds_ = o.open_fds;
     if (stuck_ >= kStuckChecks) {
       stopped_ = true;
       reason_ = absl::StrCat(o.queue, " connection(s) waited in its accept queue for ", kStuckChecks, " checks");
@@ -100,6 +102,7 @@ ListenerHealth::Decision ListenerHealth::Rebuilt(const absl::Status& outcome, ab
   stuck_ = 0;
   last_queue_ = -1;
   last_accepted_ = -1;
+  last_open_fds_ = -1;
   return d;
 }
 

@@ -35,9 +35,13 @@ class ListenerHealth {
   // listener and its first connections need some).
   static constexpr int64_t kHeadroom = 32;
   // Checks in a row with a non-empty, non-shrinking accept queue and no
-  // connection accepted after which the listener counts as stopped even
-  // without a reported failure.
-  static constexpr int kStuckChecks = 5;
+  // sign of accepting (neither the count of connections nor the process's
+  // open descriptors grew) after which the listener counts as stopped even
+  // without a reported failure. Its rebuild resets the queued connections,
+  // so a busy listener must never be taken for a stopped one: at 10,000
+  // agents a server short of CPU left hundreds queued for 5 s while it
+  // still accepted, and each false rebuild sent them all back to retry.
+  static constexpr int kStuckChecks = 10;
   // Longest wait between rebuilds when episodes follow each other: with a
   // 1 s check, new connections are accepted again within 5 s of
   // descriptors being free.
@@ -74,8 +78,8 @@ class ListenerHealth {
   // One check at `now`. An episode starts when gRPC reported a failed
   // accept while connections wait in this listener's queue (or its queue is
   // unknown), or when the accept queue stayed non-empty and did not shrink
-  // for kStuckChecks checks while no connection was accepted (a busy
-  // listener that accepts is not stuck); its first decision carries the
+  // for kStuckChecks checks with no sign of accepting (a busy listener that
+  // accepts is not stuck); its first decision carries the
   // warning. While it lasts, `rebuild` is set once kHeadroom descriptors
   // are free (or that was not probed), at most once per backoff (0 s;
   // 1 s, doubling up to kMaxRebuildGap while episodes follow each other
@@ -96,6 +100,7 @@ class ListenerHealth {
   int stuck_ = 0;
   int64_t last_queue_ = -1;
   int64_t last_accepted_ = -1;
+  int64_t last_open_fds_ = -1;
   absl::Time last_warning_ = absl::InfinitePast();
   bool warned_rebuild_error_ = false;
   absl::Time last_rebuild_ = absl::InfinitePast();
