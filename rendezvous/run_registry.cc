@@ -182,19 +182,23 @@ int RunRegistry::SweepEnded() {
   for (const auto& run : removed) {
     Logger("rdzv")->info("run '{}' ended more than {} ago: removed", run->run_id(),
                          absl::FormatDuration(limits_.ended_run_ttl));
-    Removed(*run, absl::StrCat("run '", run->run_id(), "' ended and was removed"));
   }
+  return CloseRemoved(std::move(removed), "ended and was removed");
+}
+
+int RunRegistry::CloseRemoved(std::vector<std::shared_ptr<Run>> removed, absl::string_view why) {
+  for (const auto& run : removed) Removed(*run, absl::StrCat("run '", run->run_id(), "' ", why));
   const int n = static_cast<int>(removed.size());
   removed.clear();
   if (n > 0) {
     // The allocator keeps freed heap pages for reuse; a daemon that just
-    // dropped ended runs gives them back. Measured with glibc
+    // dropped runs gives them back. Measured with glibc
     // (tests/e2e/long_lived_test.cc: 200 ended runs of 256 KiB of store
     // each, idle 18 MiB): RSS stays at 78 MiB without, drops to 20 MiB
     // with; the trim took 41 us.
     const absl::Time t = absl::Now();
     const int64_t freed = ReleaseFreeMemory();
-    Logger("rdzv")->debug("removed {} ended run(s); {} KiB of free heap returned in {}", n, freed / 1024,
+    Logger("rdzv")->debug("removed {} run(s); {} KiB of free heap returned in {}", n, freed / 1024,
                           absl::FormatDuration(absl::Now() - t));
   }
   return n;
@@ -218,12 +222,8 @@ int RunRegistry::SweepIdleStoreOnly() {
   for (const auto& run : removed) {
     Logger("rdzv")->info("store-only run '{}' had no store call for {}: removed", run->run_id(),
                          absl::FormatDuration(limits_.store_only_run_ttl));
-    Removed(*run, absl::StrCat("store-only run '", run->run_id(), "' was idle and was removed"));
   }
-  const int n = static_cast<int>(removed.size());
-  removed.clear();
-  if (n > 0) ReleaseFreeMemory();  // As SweepEnded.
-  return n;
+  return CloseRemoved(std::move(removed), "was a store-only run, idle, and was removed");
 }
 
 void RunRegistry::CloseAll(const std::string& why) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -112,6 +113,10 @@ class RunRegistry {
   std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmSweep();
   absl::Time next_idle_sweep_ = absl::InfinitePast();  // Only the sweep's thread.
+  // Closes runs just taken out of runs_ ("run '<id>' <why>": their parked
+  // calls' answer), gives the freed heap back, and returns how many.
+  // Called without mu_.
+  int CloseRemoved(std::vector<std::shared_ptr<Run>> removed, absl::string_view why);
   // Closes a run just taken out of runs_ (why: its parked calls' answer).
   // Called without mu_.
   void Removed(Run& run, const std::string& why);

@@ -95,6 +95,9 @@ struct RendezvousServer::Impl {
   absl::StatusOr<Generation> Build(int port_to_bind, int* bound);
   // Replaces the stopped listener (ListenerWatch's rebuild).
   absl::Status RebuildListener();
+  // Takes generations out past max_server_generations (the newest stays):
+  // idle older ones first, then the oldest.
+  std::vector<Generation> TakeOverLimitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Shuts down older generations once no call has been open on them for
   // two checks: their clients reconnect (to the newest) at their next call.
   void RetireIdle();
@@ -169,39 +172,43 @@ absl::Status RendezvousServer::Impl::RebuildListener() {
   {
     absl::MutexLock lock(&mu);
     generations.push_back(std::move(*g));
-    Logger("rdzv")->debug("listener on port {} rebuilt: {} server generation(s)", port, generations.size());
-    const size_t max = static_cast<size_t>(std::max<int64_t>(1, options.limits.max_server_generations));
     held = generations.size();
-    // Older generations with no call open go first (RetireIdle would soon),
-    // then the oldest; never the newest.
-    for (size_t i = 0; generations.size() > max && i + 1 < generations.size();) {
-      if (generations[i].open_calls->load() == 0) {
-        over.push_back(std::move(generations[i]));
-        generations.erase(generations.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
-      }
-    }
-    while (generations.size() > max) {
-      over.push_back(std::move(generations.front()));
-      generations.erase(generations.begin());
-    }
+    Logger("rdzv")->debug("listener on port {} rebuilt: {} server generation(s)", port, held);
+    over = TakeOverLimitLocked();
   }
   for (Generation& old : over) {
-    if (old.open_calls->load() == 0) {
-      old.server->Shutdown(absl::ToChronoTime(absl::Now()));
-      old.server->Wait();
-      continue;
+    const int64_t open = old.open_calls->load();
+    if (open > 0) {
+      Logger("rdzv")->warn(
+          "the rendezvous server on port {} rebuilt its listener once more and held {} gRPC servers, older ones "
+          "still serving calls (max_server_generations={}): the oldest, with {} call(s) open, is shut down and its "
+          "clients reconnect; raise the open files limit (docs/user-guide.md, Open files)",
+          port, held, options.limits.max_server_generations, open);
     }
-    Logger("rdzv")->warn(
-        "the rendezvous server on port {} rebuilt its listener once more and held {} gRPC servers, older ones still "
-        "serving calls (max_server_generations={}): the oldest, with {} call(s) open, is shut down and its clients "
-        "reconnect; raise the open files limit (docs/user-guide.md, Open files)",
-        port, held, options.limits.max_server_generations, old.open_calls->load());
-    old.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    old.server->Shutdown(absl::ToChronoTime(absl::Now() + (open > 0 ? absl::Seconds(1) : absl::ZeroDuration())));
     old.server->Wait();
   }
   return absl::OkStatus();
+}
+
+std::vector<RendezvousServer::Impl::Generation> RendezvousServer::Impl::TakeOverLimitLocked() {
+  const size_t max = static_cast<size_t>(std::max<int64_t>(1, options.limits.max_server_generations));
+  std::vector<Generation> over;
+  auto take = [&](size_t i) {
+    over.push_back(std::move(generations[i]));
+    generations.erase(generations.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  // Older generations with no call open go first (RetireIdle would soon),
+  // then the oldest; never the newest.
+  for (size_t i = 0; generations.size() > max && i + 1 < generations.size();) {
+    if (generations[i].open_calls->load() == 0) {
+      take(i);
+    } else {
+      ++i;
+    }
+  }
+  while (generations.size() > max) take(0);
+  return over;
 }
 
 void RendezvousServer::Impl::RetireIdle() {

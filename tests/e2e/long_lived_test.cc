@@ -259,11 +259,16 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
   const std::string go = dir + "/go";
   const std::string script =
       WriteScript(dir, "w.sh", "echo started\nwhile [ ! -e " + go + " ]; do sleep 0.05; done\necho done");
+  // Starts job `name` (one node, its worker waiting for `go`) and waits for
+  // its worker to run.
+  auto start_waiting_job = [&](Started& job, const std::string& name) {
+    job.pid = StartCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=" + name, "--rdzv_conf=is_host=0",
+                            script},
+                           {}, dir + "/" + name + ".out", dir + "/" + name + ".err");
+    REQUIRE(WaitFor([&] { return Contains(ReadFile(dir + "/" + name + ".out"), "started"); }, 30));
+  };
   Started before;
-  before.pid = StartCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=before", "--rdzv_conf=is_host=0",
-                             script},
-                            {}, dir + "/before.out", dir + "/before.err");
-  REQUIRE(WaitFor([&] { return Contains(ReadFile(dir + "/before.out"), "started"); }, 30));
+  start_waiting_job(before, "before");
 
   // More idle connections than descriptors: gRPC's accept fails (EMFILE).
   IdleConnections idle(d.port, 300);
@@ -312,10 +317,7 @@ TEST_CASE("a daemon out of file descriptors warns once, keeps its connections, a
 
   // A job on the rebuilt (second) server, also waiting for `go`.
   Started middle;
-  middle.pid = StartCommand({MeshrunBinary(), "--nnodes=1", endpoint, "--rdzv_id=middle", "--rdzv_conf=is_host=0",
-                             script},
-                            {}, dir + "/middle.out", dir + "/middle.err");
-  REQUIRE(WaitFor([&] { return Contains(ReadFile(dir + "/middle.out"), "started"); }, 30));
+  start_waiting_job(middle, "middle");
   // A second shortage while both servers serve a job: the listener is
   // rebuilt again (within 5 s), and the third gRPC server is one past
   // max_server_generations with no older one idle, so the first is shut
