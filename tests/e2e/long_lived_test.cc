@@ -96,11 +96,15 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
           "[e2e][daemon][long-lived]") {
   std::string dir = TempDir();
   Daemon d;
-  StartDaemon(d, dir, {}, {"--limit", "ended_run_ttl=2"});
+  // The ttl leaves room for the 200 runs below: they take 0.4 s here, and
+  // several seconds under the sanitizers on busy cores (at 2 s, CI's
+  // sanitizer run once found ended-0 already removed).
+  constexpr int kTtlSeconds = 8;
+  StartDaemon(d, dir, {}, {"--limit", "ended_run_ttl=" + std::to_string(kTtlSeconds)});
   auto stub = Stub(d.port);
   // Warm up (gRPC's and the allocator's first costs), then the idle figure.
   REQUIRE(OneNodeRun(*stub, "warm-up", 1, 16, true).ok());
-  REQUIRE(WaitFor([&] { return !Contains(Status(d.port).out, "warm-up"); }, 10));
+  REQUIRE(WaitFor([&] { return !Contains(Status(d.port).out, "warm-up"); }, kTtlSeconds + 30));
   const double idle = d.RssMiB();
 
   // 200 runs of 256 small values each (1 KiB, as unique ids and addresses
@@ -114,10 +118,12 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
   REQUIRE(OneNodeRun(*stub, "live", 4, 64, false).ok());
   const absl::Time ended = absl::Now();
   const double full = d.RssMiB();
-  RunResult one = Status(d.port, {"--rdzv_id=ended-0"});
+  std::printf("%d runs filled and finished in %s\n", kRuns, absl::FormatDuration(ended - t0).c_str());
+  const std::string last = "ended-" + std::to_string(kRuns - 1);
+  RunResult one = Status(d.port, {"--rdzv_id=" + last});
   INFO(one.out << one.err);
   CHECK(one.exit_code == 0);
-  CHECK(Contains(one.out, "run 'ended-0' at 127.0.0.1:" + std::to_string(d.port) + ": finished"));
+  CHECK(Contains(one.out, "run '" + last + "' at 127.0.0.1:" + std::to_string(d.port) + ": finished"));
 
   // Store requests per node, as Status counts them: of one run, or of all.
   auto store_requests = [&](const std::string& run_id) {
@@ -129,14 +135,20 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
   };
   // Each run made one store request (OneNodeRun's KvMultiSet) for its node.
   CHECK(store_requests("live") == std::map<std::string, int64_t>{{"live-node", 1}});
-  CHECK(store_requests("").size() == kRuns + 1);
+  const size_t counted = store_requests("").size();
+  if (absl::Now() - t0 < absl::Seconds(kTtlSeconds)) {
+    CHECK(counted == kRuns + 1);  // No ended run can have been removed yet.
+  } else {
+    WARN("the runs took longer than ended_run_ttl: only the live run's count is checked");
+    CHECK(counted >= 1);
+  }
 
-  // Removed 2 s after they ended (the sweep runs every 0.2 s here).
-  REQUIRE(WaitFor([&] { return !Contains(Status(d.port).out, "ended-"); }, 15));
+  // Removed ended_run_ttl after they ended (the sweep runs every ttl/10 here).
+  REQUIRE(WaitFor([&] { return !Contains(Status(d.port).out, "ended-"); }, kTtlSeconds + 30));
   const absl::Duration gone = absl::Now() - ended;
   std::printf("ended runs gone from status %s after the last one ended (%s after the first)\n",
               absl::FormatDuration(gone).c_str(), absl::FormatDuration(absl::Now() - t0).c_str());
-  CHECK(gone >= absl::Seconds(2) - (ended - t0));
+  CHECK(gone >= absl::Seconds(kTtlSeconds) - (ended - t0));
   RunResult left = Status(d.port);
   INFO(left.out);
   CHECK(Contains(left.out, "run 'live'"));

@@ -35,6 +35,15 @@ alive() { [[ -e /proc/$1 ]] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status
 # evaluated afresh each time, so quote it.
 wait_until() { local tries=$1; shift; while ((tries-- > 0)); do eval "$*" && return 0; sleep 0.1; done; return 1; }
 ns_of_lease() { ip netns list | awk -v k="$1" '$1 ~ ("^mr" k "(h[0-9]+|sw)$") {print $1}'; }
+# Hold the fixture's lease lock (the one hosts_up takes its lease under) from before a lease is
+# freed until it has been checked: a hosts test running beside this one (ctest -j) would
+# otherwise take the freed lease, and its namespace names, in between.
+LEASE_LOCK_FD=
+lease_lock() {
+  exec {LEASE_LOCK_FD}>"$HOSTS_LEASE_ROOT/.lock" && flock -w 30 "$LEASE_LOCK_FD" && return 0
+  fail "could not take $HOSTS_LEASE_ROOT/.lock within 30 s"; return 1
+}
+lease_unlock() { [[ -n $LEASE_LOCK_FD ]] && exec {LEASE_LOCK_FD}>&-; LEASE_LOCK_FD=; }
 
 # A helper process that takes hosts (a separate bash, its own lease; run it with & and $! is
 # that bash).
@@ -112,11 +121,15 @@ s.bind(("0.0.0.0", 29511)); s.listen(); time.sleep(30)' &
     ok "hosts_wait_tcp not checked (no python3 for a listener)"
   fi
 
-  # Two fixtures in parallel processes: different leases (and different from ours).
-  helper par1 1 'for _ in $(seq 100); do [[ -e $3/par2.lease ]] && break; sleep 0.1; done' &
+  # Two fixtures in parallel processes: different leases (and different from ours). Each
+  # exits once both have theirs and this shell holds the lease lock.
+  helper par1 1 'for _ in $(seq 300); do [[ -e $3/par.go ]] && break; sleep 0.1; done' &
   local p1=$!
-  helper par2 1 'for _ in $(seq 100); do [[ -e $3/par1.lease ]] && break; sleep 0.1; done' &
+  helper par2 1 'for _ in $(seq 300); do [[ -e $3/par.go ]] && break; sleep 0.1; done' &
   local p2=$!
+  wait_until 300 'test -s "$OUT/par1.lease" -a -s "$OUT/par2.lease" || ! alive $p1 || ! alive $p2'
+  lease_lock
+  touch "$OUT/par.go"
   wait "$p1"; local r1=$?
   wait "$p2"; local r2=$?
   local l1 l2
@@ -127,6 +140,7 @@ s.bind(("0.0.0.0", 29511)); s.listen(); time.sleep(30)' &
   check "their EXIT traps freed their leases" \
     test ! -e "$HOSTS_LEASE_ROOT/${l1%% *}" -a ! -e "$HOSTS_LEASE_ROOT/${l2%% *}" \
     -a -z "$(ns_of_lease "${l1%% *}")" -a -z "$(ns_of_lease "${l2%% *}")"
+  lease_unlock
 
   # SIGTERM to a test shell that waits on a host process: it exits 143 through hosts_down.
   helper term 1 'on_host 0 sleep 1000 & wait' &
@@ -134,11 +148,13 @@ s.bind(("0.0.0.0", 29511)); s.listen(); time.sleep(30)' &
   wait_until 50 'test -s "$OUT/term.lease"'
   lt=$(cat "$OUT/term.lease" 2>/dev/null)
   wait_until 30 'test -n "$(ip netns pids "mr${lt%% *}h0" 2>/dev/null)"'
+  lease_lock
   kill -TERM "$pt"
   wait "$pt"; local rt=$?
   check "SIGTERM: the test shell exits 143 (got $rt)" test "$rt" = 143
   check "SIGTERM: its namespaces, processes and lease are gone" \
     test -n "$lt" -a -z "$(ns_of_lease "${lt%% *}")" -a ! -e "$HOSTS_LEASE_ROOT/${lt%% *}"
+  lease_unlock
 
   # Leave processes behind for the teardown: a plain one, and one that ignores SIGTERM.
   on_host 0 sleep 1000 &
@@ -147,6 +163,9 @@ s.bind(("0.0.0.0", 29511)); s.listen(); time.sleep(30)' &
   { host_pids 0; host_pids 1; } >"$OUT/pids"
   check "processes left for the teardown: $(tr '\n' ' ' <"$OUT/pids")" test "$(wc -l <"$OUT/pids")" -ge 3
 
+  # The last teardown: once the shell outside holds the lease lock (it checks our lease).
+  touch "$OUT/down.ready"
+  wait_until 600 'test -e "$OUT/down.go"'
   hosts_down 2>"$OUT/down.err"
   cat "$OUT/down.err" >&2
   check "hosts_down reports the process that ignored SIGTERM" grep -q 'SIGKILL' "$OUT/down.err"
@@ -155,6 +174,9 @@ s.bind(("0.0.0.0", 29511)); s.listen(); time.sleep(30)' &
 
 ( fixture ) &
 child=$!
+wait_until 3000 'test -e "$OUT/down.ready" || ! alive $child'
+lease_lock
+touch "$OUT/down.go"
 wait "$child"
 rc=$?
 child=
@@ -174,6 +196,7 @@ if [[ -n $k ]]; then
 else
   fail "the fixture never reported its lease"
 fi
+lease_unlock
 
 secs=$(((${EPOCHREALTIME/./} - ${T0/./}) / 1000))
 if [[ -s $OUT/failures ]]; then
