@@ -2,7 +2,6 @@
 // are removed ended_run_ttl after they ended.
 #include "rendezvous/run_registry.h"
 
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +9,13 @@
 #include "rendezvous/memory_release.h"
 
 namespace meshrun::rendezvous {
+namespace {
+
+// Why an ended run's parked calls end, whether swept after ended_run_ttl or
+// evicted to make room at max_runs: "run '<id>' ended and was removed".
+constexpr absl::string_view kEndedWhy = "ended and was removed";
+
+}  // namespace
 
 RunRegistry::RunRegistry(DeadlineTimer* timer, const ServerLimits& limits, Clock clock)
     : timer_(timer),
@@ -74,9 +80,7 @@ std::shared_ptr<Run> RunRegistry::TakeEndedLocked(absl::Time cutoff) {
     if (!run) continue;
     auto it = runs_.find(id);
     if (it == runs_.end() || it->second != run) continue;
-    runs_.erase(it);
-    if (on_removed_) on_removed_(id);
-    return run;
+    return EraseLocked(it);
   }
   return nullptr;
 }
@@ -109,13 +113,12 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run
     if (it == runs_.end()) {
       if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
     } else {
-      old = std::move(it->second);
-      if (on_removed_) on_removed_(run_id);  // Before the new run under its id.
+      old = EraseLocked(it);  // Before the new run under its id.
     }
     fresh = NewRunLocked(run_id);
   }
-  if (evicted) Removed(*evicted, absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
-  if (old) Removed(*old, absl::StrCat("run '", run_id, "' was restarted by a new job with the same id"));
+  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ", kEndedWhy));
+  if (old) old->Close(absl::StrCat("run '", run_id, "' was restarted by a new job with the same id"));
   return fresh;
 }
 
@@ -141,7 +144,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string
     run->NoteActivity(clock_());
     if (found) found();
   }
-  if (evicted) Removed(*evicted, absl::StrCat("run '", evicted->run_id(), "' ended and was removed"));
+  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ", kEndedWhy));
   return run;
 }
 
@@ -170,7 +173,12 @@ int64_t RunRegistry::size() const {
   return static_cast<int64_t>(runs_.size());
 }
 
-void RunRegistry::Removed(Run& run, const std::string& why) { run.Close(why); }
+std::shared_ptr<Run> RunRegistry::EraseLocked(RunMap::iterator it) {
+  std::shared_ptr<Run> run = std::move(it->second);
+  if (on_removed_) on_removed_(it->first);
+  runs_.erase(it);
+  return run;
+}
 
 int RunRegistry::SweepEnded() {
   const absl::Time cutoff = clock_() - limits_.ended_run_ttl;
@@ -183,11 +191,11 @@ int RunRegistry::SweepEnded() {
     Logger("rdzv")->info("run '{}' ended more than {} ago: removed", run->run_id(),
                          absl::FormatDuration(limits_.ended_run_ttl));
   }
-  return CloseRemoved(std::move(removed), "ended and was removed");
+  return CloseRemoved(std::move(removed), kEndedWhy);
 }
 
 int RunRegistry::CloseRemoved(std::vector<std::shared_ptr<Run>> removed, absl::string_view why) {
-  for (const auto& run : removed) Removed(*run, absl::StrCat("run '", run->run_id(), "' ", why));
+  for (const auto& run : removed) run->Close(absl::StrCat("run '", run->run_id(), "' ", why));
   const int n = static_cast<int>(removed.size());
   removed.clear();
   if (n > 0) {
@@ -211,9 +219,7 @@ int RunRegistry::SweepIdleStoreOnly() {
     absl::MutexLock lock(&mu_);
     for (auto it = runs_.begin(); it != runs_.end();) {
       if (it->second->IdleStoreOnly(cutoff)) {
-        if (on_removed_) on_removed_(it->first);
-        removed.push_back(std::move(it->second));
-        runs_.erase(it++);
+        removed.push_back(EraseLocked(it++));
       } else {
         ++it;
       }

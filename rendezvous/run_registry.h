@@ -113,13 +113,14 @@ class RunRegistry {
   std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmSweep();
   absl::Time next_idle_sweep_ = absl::InfinitePast();  // Only the sweep's thread.
+  using RunMap = absl::flat_hash_map<std::string, std::shared_ptr<Run>>;
+  // Takes the run at `it` out of runs_ and tells on_removed_: every way a
+  // run is removed goes through here. The caller closes it without mu_.
+  std::shared_ptr<Run> EraseLocked(RunMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes runs just taken out of runs_ ("run '<id>' <why>": their parked
   // calls' answer), gives the freed heap back, and returns how many.
   // Called without mu_.
   int CloseRemoved(std::vector<std::shared_ptr<Run>> removed, absl::string_view why);
-  // Closes a run just taken out of runs_ (why: its parked calls' answer).
-  // Called without mu_.
-  void Removed(Run& run, const std::string& why);
 
   DeadlineTimer* const timer_;
   const ServerLimits limits_;
@@ -128,7 +129,7 @@ class RunRegistry {
   const std::shared_ptr<std::atomic<int64_t>> server_bytes_;
   const std::shared_ptr<EndedRuns> ended_ = std::make_shared<EndedRuns>();
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
+  RunMap runs_ ABSL_GUARDED_BY(mu_);
   // The periodic sweep's timer entry; no new one once stopping_.
   absl::Mutex sweep_mu_;
   DeadlineTimer::Id sweep_id_ ABSL_GUARDED_BY(sweep_mu_) = 0;

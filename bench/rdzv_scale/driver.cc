@@ -196,24 +196,35 @@ double LoadAvg() {
   return v;
 }
 
-std::map<std::string, double> RpcsByMethod(const ServerProcess& server) {
-  absl::StatusOr<std::string> text = server.Metrics(absl::Seconds(20));
-  if (!text.ok()) return {};
-  return SumByLabel(*text, "meshrun_rpcs_total", "method");
-}
+// The server's counters a phase's figures are the differences of, from one
+// read of its metrics page.
+struct ServerCounters {
+  std::map<std::string, double> rpcs;           // meshrun_rpcs_total by method.
+  std::map<std::string, double> store_by_node;  // meshrun_store_requests_total by node.
+  double accepted = -1;                         // meshrun_connections_accepted_total; -1: unreadable.
+};
 
-std::map<std::string, double> StoreByNode(const ServerProcess& server) {
+ServerCounters ReadCounters(const ServerProcess& server) {
+  ServerCounters c;
   absl::StatusOr<std::string> text = server.Metrics(absl::Seconds(20));
-  if (!text.ok()) return {};
-  return SumByLabel(*text, "meshrun_store_requests_total", "node");
-}
-
-// The server's own count of connections accepted; -1 when unreadable.
-double AcceptedConnections(const ServerProcess& server) {
-  absl::StatusOr<std::string> text = server.Metrics(absl::Seconds(20));
-  if (!text.ok()) return -1;
+  if (!text.ok()) return c;
+  c.rpcs = SumByLabel(*text, "meshrun_rpcs_total", "method");
+  c.store_by_node = SumByLabel(*text, "meshrun_store_requests_total", "node");
   std::map<std::string, double> total = SumByLabel(*text, "meshrun_connections_accepted_total", "");
-  return total.empty() ? -1 : total.begin()->second;
+  if (!total.empty()) c.accepted = total.begin()->second;
+  return c;
+}
+
+// What grew from `before` to `after`, by label (only the ones that grew).
+std::map<std::string, double> Growth(const std::map<std::string, double>& before,
+                                     const std::map<std::string, double>& after) {
+  std::map<std::string, double> out;
+  for (const auto& [label, v] : after) {
+    auto it = before.find(label);
+    const double d = v - (it == before.end() ? 0 : it->second);
+    if (d > 0) out[label] = d;
+  }
+  return out;
 }
 
 }  // namespace
@@ -308,9 +319,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
       }
     }
   });
-  std::map<std::string, double> rpcs_before = RpcsByMethod(srv);
-  std::map<std::string, double> store_before = StoreByNode(srv);
-  double accepted_before = AcceptedConnections(srv);
+  ServerCounters counters_before = ReadCounters(srv);
   double join_first = 0;
   bool failed = false;
   for (const std::string& phase : PhaseNames()) {
@@ -332,7 +341,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
     const std::string cmd = phase == "round_closed" ? "roundclosed" : phase == "exit_barrier" ? "finish" : phase;
     auto lines = CommandAll(procs, cmd, absl::Now() + o.agent.phase_timeout + absl::Seconds(60));
     absl::StatusOr<ProcSample> after = srv.Sample(true);
-    std::map<std::string, double> rpcs_after = RpcsByMethod(srv);
+    ServerCounters counters_after = ReadCounters(srv);
     if (before.ok() && after.ok()) {
       st.server_cpu_s = after->cpu_s - before->cpu_s;
       st.sockets_end = after->sockets;
@@ -340,20 +349,13 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
     } else {
       res.failure = "the server process is gone";
     }
-    for (const auto& [m, v] : rpcs_after) {
-      double d = v - (rpcs_before.count(m) ? rpcs_before.at(m) : 0);
-      if (d > 0) st.rpcs[m] = d, st.requests += d;
+    st.rpcs = Growth(counters_before.rpcs, counters_after.rpcs);
+    for (const auto& [m, d] : st.rpcs) st.requests += d;
+    st.store_by_node = Growth(counters_before.store_by_node, counters_after.store_by_node);
+    if (counters_before.accepted >= 0 && counters_after.accepted >= 0) {
+      st.accepted = counters_after.accepted - counters_before.accepted;
     }
-    rpcs_before = rpcs_after;
-    std::map<std::string, double> store_after = StoreByNode(srv);
-    for (const auto& [node, v] : store_after) {
-      double d = v - (store_before.count(node) ? store_before.at(node) : 0);
-      if (d > 0) st.store_by_node[node] = d;
-    }
-    store_before = store_after;
-    const double accepted_after = AcceptedConnections(srv);
-    if (accepted_before >= 0 && accepted_after >= 0) st.accepted = accepted_after - accepted_before;
-    accepted_before = accepted_after;
+    counters_before = std::move(counters_after);
     st.peak_fds = peak_fds.load();
     if (!lines.ok()) {
       res.failure = std::string(lines.status().message());
