@@ -48,7 +48,9 @@ std::string DescribeMesh(const mesh::MeshLayout& layout, int nnodes, int nproc) 
   auto cell = [&](int r) { return absl::StrCat(r, " (n", node_of(r), ":l", r % nproc, ")"); };
   size_t width = 0;
   for (int r : layout.ranks()) width = std::max(width, cell(r).size());
-  size_t label_width = row_name.size() + 4;
+  // Wide enough for the last row's label ("dp=1115") plus two spaces; a 1-D
+  // mesh (one unlabelled row) gets the same 4-column indent as "x=0".
+  const size_t label_width = absl::StrCat(row_name, "=", rows - 1).size() + 2;
   for (int g = 0; g < grids && layout.size() <= 4096; ++g) {
     std::vector<int> coord(nd, 0);
     int rest = g;

@@ -66,3 +66,14 @@ TEST_CASE("meshrun mesh prints the tutorial's picture (golden files)", "[mesh]")
   auto c = MeshLayout::Create({8}, {}, 8);
   CHECK(meshrun::launcher::DescribeMesh(*c, 2, 4) == ReadFile(SourceDir() + "/tests/golden/mesh_8_unnamed.txt"));
 }
+
+TEST_CASE("meshrun mesh: row labels wider than the dimension's name still line up", "[mesh]") {
+  // 1,116 rows named "b": the last label "b=1115" is wider than "b" + 4
+  // columns (once an unsigned wrap-around and a length_error; found by fuzzing).
+  auto layout = MeshLayout::Create({1, 1116, 2}, {"a", "b", "c"}, 2232);
+  REQUIRE(layout.ok());
+  const std::string text = meshrun::launcher::DescribeMesh(*layout, 2, 1116);
+  CHECK(text.find("\nb=0       0 (n0:l0)") != std::string::npos);
+  CHECK(text.find("\nb=1115    2230 (n1:l1114)") != std::string::npos);
+  CHECK(text.find("\n          c=0") != std::string::npos);
+}
