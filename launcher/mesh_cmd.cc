@@ -21,6 +21,70 @@ std::string GroupText(const std::vector<int>& g) {
   return absl::StrCat("{", absl::StrJoin(g, ", "), "}");
 }
 
+// The largest mesh, in ranks, whose rank grid `meshrun mesh` draws; beyond
+// it only the dimensions' groups are listed.
+constexpr int kMaxDrawnRanks = 4096;
+
+// `text` followed by spaces up to `w` columns (`text` is never wider).
+std::string PadTo(const std::string& text, size_t w) { return text + std::string(w - text.size(), ' '); }
+
+// Appends `line` to `out` without its trailing spaces, then a newline.
+void AppendLine(std::string* out, const std::string& line) {
+  absl::StrAppend(out, line.substr(0, line.find_last_not_of(' ') + 1), "\n");
+}
+
+// The rank grids: rows are the second-to-last dimension, columns the last;
+// one grid per index of the leading dimensions, each cell
+// "<rank> (n<node>:l<local rank>)".
+std::string RankGrids(const mesh::MeshLayout& layout, int nproc) {
+  const int nd = layout.ndim();
+  const std::vector<int>& shape = layout.shape();
+  const int cols = shape[nd - 1];
+  const int rows = nd >= 2 ? shape[nd - 2] : 1;
+  const int grids = layout.size() / (rows * cols);
+  const std::string& col_name = layout.dim_names()[nd - 1];
+  const std::string row_name = nd >= 2 ? layout.dim_names()[nd - 2] : "";
+  auto cell = [nproc](int r) { return absl::StrCat(r, " (n", r / nproc, ":l", r % nproc, ")"); };
+  size_t cell_width = 0;
+  for (int r : layout.ranks()) cell_width = std::max(cell_width, cell(r).size());
+  // Each column as wide as its widest cell or its header ("tp=3").
+  std::vector<std::string> headers(cols);
+  std::vector<size_t> col_width(cols);
+  for (int c = 0; c < cols; ++c) {
+    headers[c] = absl::StrCat(col_name, "=", c);
+    col_width[c] = std::max(cell_width, headers[c].size());
+  }
+  // Wide enough for the last row's label ("dp=1115") plus two spaces; a 1-D
+  // mesh (one unlabelled row) gets the same 4-column indent as "x=0".
+  const size_t label_width = absl::StrCat(row_name, "=", rows - 1).size() + 2;
+  std::string out;
+  for (int g = 0; g < grids; ++g) {
+    std::vector<int> coord(nd, 0);
+    int rest = g;
+    for (int d = nd - 3; d >= 0; --d) {
+      coord[d] = rest % shape[d];
+      rest /= shape[d];
+    }
+    std::vector<std::string> lead;
+    for (int d = 0; d + 2 < nd; ++d) lead.push_back(absl::StrCat(layout.dim_names()[d], "=", coord[d]));
+    absl::StrAppend(&out, "\n");
+    if (!lead.empty()) absl::StrAppend(&out, absl::StrJoin(lead, ", "), ":\n");
+    std::string line(label_width, ' ');
+    for (int c = 0; c < cols; ++c) absl::StrAppend(&line, "  ", PadTo(headers[c], col_width[c]));
+    AppendLine(&out, line);
+    for (int r = 0; r < rows; ++r) {
+      std::string row = PadTo(nd >= 2 ? absl::StrCat(row_name, "=", r) : "", label_width);
+      if (nd >= 2) coord[nd - 2] = r;
+      for (int c = 0; c < cols; ++c) {
+        coord[nd - 1] = c;
+        absl::StrAppend(&row, "  ", PadTo(cell(layout.RankAt(coord)), col_width[c]));
+      }
+      AppendLine(&out, row);
+    }
+  }
+  return out;
+}
+
 int Usage(const std::string& msg) {
   std::fprintf(stderr, "meshrun mesh: error: %s\n", msg.c_str());
   return 2;
@@ -33,54 +97,12 @@ std::string DescribeMesh(const mesh::MeshLayout& layout, int nnodes, int nproc) 
   std::string out = absl::StrCat("mesh ", layout.ShapeString(), " named ", layout.NamesString(), " over ",
                                  layout.size(), " ranks (", nnodes, nnodes == 1 ? " node x " : " nodes x ", nproc,
                                  nproc == 1 ? " worker)\n" : " workers)\n");
-  // The rank grid: rows are the second-to-last dimension, columns the last;
-  // one grid per index of the leading dimensions.
   const int nd = layout.ndim();
   const std::vector<int>& shape = layout.shape();
-  const int cols = shape[nd - 1];
-  const int rows = nd >= 2 ? shape[nd - 2] : 1;
-  const int grids = layout.size() / (rows * cols);
-  if (layout.size() > 4096) {
+  if (layout.size() > kMaxDrawnRanks) {
     absl::StrAppend(&out, "\n(grid of ", layout.size(), " ranks not drawn)\n");
-  }
-  const std::string& col_name = layout.dim_names()[nd - 1];
-  const std::string row_name = nd >= 2 ? layout.dim_names()[nd - 2] : "";
-  auto cell = [&](int r) { return absl::StrCat(r, " (n", node_of(r), ":l", r % nproc, ")"); };
-  size_t width = 0;
-  for (int r : layout.ranks()) width = std::max(width, cell(r).size());
-  // Wide enough for the last row's label ("dp=1115") plus two spaces; a 1-D
-  // mesh (one unlabelled row) gets the same 4-column indent as "x=0".
-  const size_t label_width = absl::StrCat(row_name, "=", rows - 1).size() + 2;
-  for (int g = 0; g < grids && layout.size() <= 4096; ++g) {
-    std::vector<int> coord(nd, 0);
-    int rest = g;
-    std::vector<std::string> lead;
-    for (int d = nd - 3; d >= 0; --d) {
-      coord[d] = rest % shape[d];
-      rest /= shape[d];
-    }
-    for (int d = 0; d + 2 < nd; ++d) lead.push_back(absl::StrCat(layout.dim_names()[d], "=", coord[d]));
-    absl::StrAppend(&out, "\n");
-    if (!lead.empty()) absl::StrAppend(&out, absl::StrJoin(lead, ", "), ":\n");
-    std::string line(label_width, ' ');
-    for (int c = 0; c < cols; ++c) {
-      std::string h = absl::StrCat(col_name, "=", c);
-      absl::StrAppend(&line, "  ", h, std::string(width > h.size() ? width - h.size() : 0, ' '));
-    }
-    absl::StrAppend(&out, line.substr(0, line.find_last_not_of(' ') + 1), "\n");
-    for (int r = 0; r < rows; ++r) {
-      std::string label = nd >= 2 ? absl::StrCat(row_name, "=", r) : "";
-      std::string row = label + std::string(label_width - label.size(), ' ');
-      for (int c = 0; c < cols; ++c) {
-        if (nd >= 2) coord[nd - 2] = r;
-        coord[nd - 1] = c;
-        std::string text = cell(layout.RankAt(coord));
-        std::string h = absl::StrCat(col_name, "=", c);
-        size_t w = std::max(width, h.size());
-        absl::StrAppend(&row, "  ", text, std::string(w - text.size(), ' '));
-      }
-      absl::StrAppend(&out, row.substr(0, row.find_last_not_of(' ') + 1), "\n");
-    }
+  } else {
+    absl::StrAppend(&out, RankGrids(layout, nproc));
   }
   absl::StrAppend(&out, "\n");
   for (int d = 0; d < nd; ++d) {

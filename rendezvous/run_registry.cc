@@ -15,6 +15,10 @@ namespace {
 // evicted to make room at max_runs: "run '<id>' ended and was removed".
 constexpr absl::string_view kEndedWhy = "ended and was removed";
 
+// Closes a run just taken out of the registry; "run '<id>' <why>" is its
+// parked calls' answer. Called without the registry's lock.
+void CloseRun(Run& run, absl::string_view why) { run.Close(absl::StrCat("run '", run.run_id(), "' ", why)); }
+
 }  // namespace
 
 RunRegistry::RunRegistry(DeadlineTimer* timer, const ServerLimits& limits, Clock clock)
@@ -117,8 +121,8 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run
     }
     fresh = NewRunLocked(run_id);
   }
-  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ", kEndedWhy));
-  if (old) old->Close(absl::StrCat("run '", run_id, "' was restarted by a new job with the same id"));
+  if (evicted) CloseRun(*evicted, kEndedWhy);
+  if (old) CloseRun(*old, "was restarted by a new job with the same id");
   return fresh;
 }
 
@@ -144,7 +148,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string
     run->NoteActivity(clock_());
     if (found) found();
   }
-  if (evicted) evicted->Close(absl::StrCat("run '", evicted->run_id(), "' ", kEndedWhy));
+  if (evicted) CloseRun(*evicted, kEndedWhy);
   return run;
 }
 
@@ -195,7 +199,7 @@ int RunRegistry::SweepEnded() {
 }
 
 int RunRegistry::CloseRemoved(std::vector<std::shared_ptr<Run>> removed, absl::string_view why) {
-  for (const auto& run : removed) run->Close(absl::StrCat("run '", run->run_id(), "' ", why));
+  for (const auto& run : removed) CloseRun(*run, why);
   const int n = static_cast<int>(removed.size());
   removed.clear();
   if (n > 0) {
