@@ -47,7 +47,11 @@ int Session::Run() {
 
   BecomeSubreaper();
   signals_ = std::make_unique<SignalThread>(
-      o_.forwarded_signals, [this](int s) { q_.Push(SignalReceived{s}); },
+      o_.forwarded_signals,
+      [this](int s) {
+        if (!PassThrough(s)) stop_signal_.store(s);
+        q_.Push(SignalReceived{s});
+      },
       [this](pid_t p, int st) { q_.Push(ChildExit{p, st}); });
   if (absl::Status s = signals_->Start(); !s.ok()) return Fatal(s.ToString());
 
@@ -64,7 +68,7 @@ int Session::Run() {
   endpoint_ = ep->ToString();
   shim_ = FindShim();
   if (absl::Status s = PrepareLogDir(); !s.ok()) return Fatal(std::string(s.message()));
-  if (absl::Status s = NewMembership(); !s.ok()) return Fatal(std::string(s.message()));
+  if (absl::Status s = NewMembership(); !s.ok()) return MembershipFailed(s);
   int code = Loop();
   EndOfJob();
   proxy_.reset();   // The workers are gone: their store goes (its folder is removed).
@@ -76,6 +80,15 @@ int Session::Run() {
 int Session::Fatal(const std::string& msg) {
   std::fprintf(stderr, "meshrun: error: %s\n", msg.c_str());
   return 1;
+}
+
+int Session::MembershipFailed(const absl::Status& s) {
+  const int signo = stop_signal_.load();
+  if (signo == 0 || !absl::IsCancelled(s)) return Fatal(std::string(s.message()));
+  std::fprintf(stderr, "meshrun: %s; exiting\n", std::string(s.message()).c_str());
+  received_signal_ = signo;
+  if (o_.on_stop_signal) o_.on_stop_signal(signo);
+  return 128 + signo;
 }
 
 NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}

@@ -26,13 +26,12 @@ struct AgentOptions {
   // it stops its workers (the launcher hosting the server shuts it down
   // first, so the other nodes learn why rather than seeing a lost node).
   std::function<void(int signo)> on_stop_signal;
-  // MESHRUN_TOKEN (or read from token_file); empty: none. Sent with the
-  // agent's requests and the workers' store requests it forwards; never
-  // given to the workers.
-  std::string token;
-  // TLS to the server (MESHRUN_TLS_*, rdzv_conf tls_*), already loaded and
-  // checked; used by the agent's one connection, not given to the workers.
-  TlsMaterial tls;
+  // The token (MESHRUN_TOKEN, or read from a token file; empty: none) and
+  // TLS (MESHRUN_TLS_*, rdzv_conf tls_*) of this node's one connection to
+  // the server, already loaded and checked (LoadClientAuth). The token goes
+  // with the agent's requests and the workers' store requests it forwards;
+  // neither is given to the workers.
+  ClientAuth auth;
   // The store proxy (agent/store_proxy.h) serving this node's workers:
   // rdzv_conf store_proxy_cache_bytes, store_proxy_max_waiters, and
   // store_proxy_max_message_bytes, store_proxy_batch_hold

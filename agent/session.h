@@ -30,7 +30,7 @@
 #include "agent/node_agent.h"
 #include "agent/output.h"
 #include "agent/process.h"
-#include "agent/rdzv_client.h"
+#include "client/rdzv_client.h"
 #include "agent/store_proxy.h"
 #include "agent/worker_stop.h"
 #include "common/logging.h"
@@ -59,6 +59,9 @@ class Session {
   // ---- node_agent.cc
   // Prints "meshrun: error: <msg>" and returns 1.
   int Fatal(const std::string& msg);
+  // NewMembership failed with `s`: 128+n when a stop signal n ended its wait
+  // for the server (said in one line), else Fatal.
+  int MembershipFailed(const absl::Status& s);
 
   // ---- session_logs.cc
   // The run's log folder: --log_dir/<run id>_<start time>_<pid> (the pid
@@ -123,7 +126,7 @@ class Session {
   EventQueue q_;
   std::deque<Event> deferred_;
   std::unique_ptr<SignalThread> signals_;
-  std::unique_ptr<RendezvousClient> client_;  // Declared before the heartbeat thread that uses it.
+  std::unique_ptr<client::RendezvousClient> client_;  // Declared before the heartbeat thread that uses it.
   // The workers' store (agent/store_proxy.h): forwards over client_'s channel.
   std::unique_ptr<StoreProxy> proxy_;
   rendezvous::NodeDesc node_;
@@ -142,6 +145,9 @@ class Session {
   std::shared_ptr<absl::Notification> hb_stop_;
   std::thread hb_thread_;
   int received_signal_ = 0;
+  // The last signal that stops the job (not a pass-through one), set by the
+  // signal thread as it arrives: ends a wait for the server at once.
+  std::atomic<int> stop_signal_{0};
   std::filesystem::path run_dir_;
   bool temp_run_dir_ = true;
   bool keep_run_dir_ = false;

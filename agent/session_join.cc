@@ -24,7 +24,13 @@ absl::Status Session::NewMembership() {
   EndMembership();
   ++gen_;
   node_.node_id = absl::StrCat(node_.hostname, ":", node_.pid, ":", RandomSuffix());
-  auto client = RendezvousClient::Connect(endpoint_, o_.run_id, o_.token, o_.read_timeout, o_.tls);
+  auto client = client::RendezvousClient::Connect(endpoint_, o_.run_id, o_.auth, o_.read_timeout, [this] {
+    // A stop signal while waiting for the server ends the wait at once.
+    const int signo = stop_signal_.load();
+    return signo == 0 ? absl::OkStatus()
+                      : absl::CancelledError(absl::StrCat("received ", SignalName(signo),
+                                                          " while waiting for the rendezvous server"));
+  });
   if (!client.ok() && !o_.endpoint_note.empty()) {
     return absl::Status(client.status().code(), absl::StrCat(client.status().message(), " (", o_.endpoint_note, ")"));
   }
@@ -37,7 +43,7 @@ absl::Status Session::NewMembership() {
   } else {
     StoreProxyOptions po;
     po.run_id = o_.run_id;
-    po.token = o_.token;
+    po.token = o_.auth.token;
     po.cache = o_.store_cache;
     po.max_message_bytes = o_.store_proxy_max_message_bytes;
     // The node's workers publish together (libmesh's bootstraps).
@@ -80,7 +86,7 @@ int Session::Loop() {
       // were stopped. Rejoin as a new member.
       stale_ = false;
       last_round = -1;
-      if (absl::Status s = NewMembership(); !s.ok()) return Fatal(std::string(s.message()));
+      if (absl::Status s = NewMembership(); !s.ok()) return MembershipFailed(s);
     }
     std::optional<int> done;
     Assignment a;

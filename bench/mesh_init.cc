@@ -21,9 +21,9 @@
 
 #include "absl/time/clock.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
-#include "common/grpc_store.h"
+#include "client/grpc_store.h"
 #include "common/grpc_tls.h"
-#include "common/server_status.h"
+#include "client/status.h"
 #include "meshrun/device_mesh.h"
 
 using namespace meshrun::mesh;
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   // the barrier.
   // TLS as the worker's environment says (MESHRUN_TLS_*).
   meshrun::TlsMaterial tls;
-  if (auto env_store = meshrun::GrpcStoreOptionsFromEnv(); env_store.ok()) tls = env_store->tls;
+  if (auto env_store = meshrun::client::GrpcStoreOptionsFromEnv(); env_store.ok()) tls = env_store->tls;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auto channel = grpc::CreateCustomChannel(world->store_endpoint, meshrun::ClientCredentials(tls), args);
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   }
   // The last rank to reach the barrier reports, once every rank is done.
   if (reporter) {
-    auto counts = meshrun::QueryRequestCounts(world->store_endpoint, world->token, tls);
+    auto counts = meshrun::client::QueryRequestCounts(world->store_endpoint, world->token, tls);
     if (!counts.ok()) return 1;
     std::map<std::string, int64_t> mesh_kv;
     for (const auto& [m, n] : *counts) {

@@ -27,10 +27,12 @@ bool HostCharsOk(absl::string_view host, bool bracketed) {
 
 }  // namespace
 
-std::string Endpoint::ToString() const {
-  if (IsIpv6Literal()) return absl::StrCat("[", host, "]:", port);
+std::string HostPort(absl::string_view host, int port) {
+  if (absl::StrContains(host, ':')) return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);
 }
+
+std::string Endpoint::ToString() const { return HostPort(host, port); }
 
 bool Endpoint::IsIpv6Literal() const { return absl::StrContains(host, ':'); }
 

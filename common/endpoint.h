@@ -8,6 +8,10 @@
 
 namespace meshrun {
 
+// "host:port", with an IPv6 address in brackets ("[::1]:29400"); also a
+// valid gRPC target. The one formatter of host and port. Pure.
+std::string HostPort(absl::string_view host, int port);
+
 struct Endpoint {
   std::string host;  // A name, an IPv4 address or an IPv6 address (no brackets).
   int port = 0;      // 0..65535.

@@ -1,5 +1,7 @@
 #include "common/open_files.h"
 
+#include "common/logging.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -59,6 +61,17 @@ absl::StatusOr<OpenFilesLimit> RaiseOpenFilesLimit() {
   if (first != 0) out.soft_at_start = first;
   out.soft = FromRlim(rl.rlim_cur);
   return out;
+}
+
+std::optional<OpenFilesLimit> RaiseOpenFilesLimitOrWarn(const char* logger) {
+  absl::StatusOr<OpenFilesLimit> limit = RaiseOpenFilesLimit();
+  if (!limit.ok()) {
+    Logger(logger)->warn("cannot raise the open files limit: {}", std::string(limit.status().message()));
+    return std::nullopt;
+  }
+  Logger(logger)->debug("open files limit: soft {} (was {}), hard {}", limit->soft, limit->soft_at_start,
+                        limit->hard);
+  return *limit;
 }
 
 absl::StatusOr<OpenFilesLimit> CurrentOpenFilesLimit() {

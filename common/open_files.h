@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,11 @@ struct OpenFilesLimit {
 // (then nothing changed). Call early at start; a second call raises again
 // and keeps the first starting figure. Thread-safe.
 absl::StatusOr<OpenFilesLimit> RaiseOpenFilesLimit();
+
+// RaiseOpenFilesLimit for a command's start: the figures logged at debug on
+// `logger` (common/logging.h), a failure a warning there (not fatal:
+// nullopt).
+std::optional<OpenFilesLimit> RaiseOpenFilesLimitOrWarn(const char* logger);
 
 // The limits now (soft_at_start as OpenFilesSoftLimitAtStart, or the soft
 // limit when it was never raised). The POSIX error of getrlimit otherwise.

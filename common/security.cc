@@ -237,6 +237,25 @@ absl::StatusOr<Token> ResolveToken(const std::string& file) {
   return t;
 }
 
+absl::StatusOr<ClientAuth> LoadClientAuth(const std::string& token_file, const TlsFiles& tls_files) {
+  ClientAuth auth;
+  absl::StatusOr<Token> token = ResolveToken(token_file);
+  if (!token.ok()) return token.status();
+  auth.token = std::move(token->value);
+  absl::StatusOr<TlsMaterial> tls = LoadTls(TlsFilesFromEnv(tls_files));
+  if (!tls.ok()) return tls.status();
+  auth.tls = std::move(*tls);
+  return auth;
+}
+
+absl::Status CheckServerTls(const TlsMaterial& tls) {
+  if (!tls.client_tls() || tls.server_tls()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "a TLS CA (MESHRUN_TLS_CA, --tls_ca or rdzv_conf tls_ca) is set without a certificate and key: a server that "
+      "speaks TLS needs its own (MESHRUN_TLS_CERT and MESHRUN_TLS_KEY, --tls_cert and --tls_key, or rdzv_conf "
+      "tls_cert and tls_key)");
+}
+
 bool TokenEquals(absl::string_view a, absl::string_view b) {
   unsigned char da[EVP_MAX_MD_SIZE], db[EVP_MAX_MD_SIZE];
   unsigned int la = 0, lb = 0;

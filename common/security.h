@@ -69,6 +69,26 @@ struct TlsMaterial {
 // An empty TlsFiles gives an empty TlsMaterial (plain gRPC).
 absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& files);
 
+// Who a client of the rendezvous server is: the token it sends and the TLS
+// it speaks. Every client (the agent, `meshrun status`, a worker dialing the
+// server by hand) resolves it with LoadClientAuth.
+struct ClientAuth {
+  std::string token;  // Sent in every request; empty: none.
+  TlsMaterial tls;    // TLS when tls.client_tls().
+};
+
+// The token (ResolveToken(token_file): the flag's file, else
+// MESHRUN_TOKEN_FILE, else MESHRUN_TOKEN) and the TLS files (`tls_files`
+// from flags, unset ones from MESHRUN_TLS_CERT/KEY/CA), read and checked
+// now so that a bad one fails at start. Errors of ResolveToken and LoadTls:
+// one line naming the variable or file. Thread-safe.
+absl::StatusOr<ClientAuth> LoadClientAuth(const std::string& token_file, const TlsFiles& tls_files);
+
+// A server's TLS settings are whole: a CA alone (which asks clients for
+// certificates) without the server's own certificate and key is refused,
+// INVALID_ARGUMENT naming the settings. OK for plain, TLS and mutual TLS.
+absl::Status CheckServerTls(const TlsMaterial& tls);
+
 // Why a connection to a rendezvous server at `addr`:`port` fails, probed
 // once with a TCP connect and a TLS handshake made with OpenSSL directly
 // (each bounded by `timeout`). `host` is the name the user gave (checked

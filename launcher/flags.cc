@@ -365,8 +365,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
         return {std::nullopt, UsageError(absl::StrCat("--master_port=", master_port, ": must be in 1..65535"))};
       }
       if (node_rank < 0) a.node_rank = 0;
-      endpoint = absl::StrCat(absl::StrContains(master_addr, ':') ? absl::StrCat("[", master_addr, "]") : master_addr,
-                              ":", master_port);
+      endpoint = HostPort(master_addr, master_port);
       if (!cfg.is_host) cfg.is_host = (a.node_rank == 0);
       a.last_call_timeout = absl::ZeroDuration();
       if (a.min_nodes != a.max_nodes) {
@@ -394,12 +393,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   a.command = std::move(*cmd);
   // The token and the TLS files are read and checked now, so a bad one
   // fails at start naming the file.
-  absl::StatusOr<Token> token = ResolveToken(cfg.token_file);
-  if (!token.ok()) return {std::nullopt, UsageError(std::string(token.status().message()))};
-  a.token = std::move(token->value);
-  absl::StatusOr<TlsMaterial> tls = LoadTls(TlsFilesFromEnv(cfg.tls_files));
-  if (!tls.ok()) return {std::nullopt, UsageError(std::string(tls.status().message()))};
-  a.tls = std::move(*tls);
+  absl::StatusOr<ClientAuth> auth = LoadClientAuth(cfg.token_file, cfg.tls_files);
+  if (!auth.ok()) return {std::nullopt, UsageError(std::string(auth.status().message()))};
+  a.auth = std::move(*auth);
   out.config = std::move(cfg);
   return out;
 }

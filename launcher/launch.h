@@ -13,10 +13,6 @@ namespace meshrun::launcher {
 // Call from main() after agent::BlockSignals(config.agent.forwarded_signals).
 int Launch(LaunchConfig config);
 
-// `meshrun server [flags]`: the rendezvous server as a daemon. Runs until
-// SIGTERM or SIGINT, then shuts down within --shutdown_grace seconds.
-int ServerMain(int argc, char** argv);
-
 // The text `meshrun mesh` prints for `layout` on `nnodes` x `nproc` ranks.
 std::string DescribeMesh(const mesh::MeshLayout& layout, int nnodes, int nproc);
 

@@ -32,7 +32,7 @@ struct LaunchConfig {
   // named as in rendezvous/limits.h).
   rendezvous::ServerLimits server_limits;
   // rdzv_conf tls_cert / tls_key / tls_ca and token_file, before they are
-  // read (ParseCommandLine then fills agent.tls and agent.token).
+  // read (ParseCommandLine then fills agent.auth).
   TlsFiles tls_files;
   std::string token_file;
 };

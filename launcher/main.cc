@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "launcher/launch.h"
 #include "launcher/launch_config.h"
+#include "launcher/server_cmd.h"
 #include "launcher/status_cmd.h"
 
 int main(int argc, char** argv) {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/endpoint.h"
-#include "common/env_registry.h"
+#include "common/security.h"
 #include "launcher/cli.h"
 #include "nlohmann/json.hpp"
 
@@ -33,7 +33,7 @@ int Usage(const std::string& msg) {
 
 }  // namespace
 
-std::string FormatStatusTable(const rendezvous::ServerStatus& status, const std::string& endpoint) {
+std::string FormatStatusTable(const client::ServerStatus& status, const std::string& endpoint) {
   std::string out;
   if (status.runs.empty()) return absl::StrCat("no runs on the server at ", endpoint, "\n");
   for (const auto& r : status.runs) {
@@ -56,7 +56,7 @@ std::string FormatStatusTable(const rendezvous::ServerStatus& status, const std:
   return out;
 }
 
-std::string FormatStatusJson(const rendezvous::ServerStatus& status, const std::string& endpoint) {
+std::string FormatStatusJson(const client::ServerStatus& status, const std::string& endpoint) {
   nlohmann::json j;
   j["endpoint"] = endpoint;
   j["version"] = status.version;
@@ -84,8 +84,11 @@ std::string FormatStatusJson(const rendezvous::ServerStatus& status, const std::
 }
 
 int StatusMain(int argc, char** argv) {
-  CLI::App app{"meshrun status: a run as the rendezvous server sees it (token: MESHRUN_TOKEN)", "meshrun status"};
-  std::string endpoint, run_id;
+  CLI::App app{"meshrun status: a run as the rendezvous server sees it (token: MESHRUN_TOKEN or MESHRUN_TOKEN_FILE; "
+               "TLS: MESHRUN_TLS_CA/CERT/KEY)",
+               "meshrun status"};
+  std::string endpoint, run_id, token_file;
+  TlsFiles tls_files;
   bool watch = false, json = false;
   double interval = 2, watch_limit = 3600, timeout = 10;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The server, host:port (default port 29400)")
@@ -97,6 +100,12 @@ int StatusMain(int argc, char** argv) {
       ->default_str("3600");
   app.add_option("--timeout", timeout, "Seconds to wait for the server to answer (> 0)")->default_str("10");
   app.add_flag("--json", json, "One JSON object per line instead of the table");
+  app.add_option("--token_file,--token-file", token_file,
+                 "File holding the server's token (mode 0600; instead of MESHRUN_TOKEN)");
+  app.add_option("--tls_ca,--tls-ca", tls_files.ca, "PEM CA to verify a TLS server with (MESHRUN_TLS_CA)");
+  app.add_option("--tls_cert,--tls-cert", tls_files.cert,
+                 "PEM certificate to present to a mutual-TLS server (MESHRUN_TLS_CERT)");
+  app.add_option("--tls_key,--tls-key", tls_files.key, "PEM private key of --tls_cert (MESHRUN_TLS_KEY)");
   if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun status")) return *done;
   if (endpoint.empty()) return Usage("--rdzv_endpoint is required (the server's host:port)");
   auto ep = ParseEndpoint(endpoint, 29400);
@@ -107,7 +116,11 @@ int StatusMain(int argc, char** argv) {
   if (!(watch_limit > 0)) return Usage(absl::StrCat("--watch_limit=", watch_limit, ": must be > 0 seconds"));
   if (!(timeout > 0)) return Usage(absl::StrCat("--timeout=", timeout, ": must be > 0 seconds"));
   const std::string target = ep->ToString();
-  const std::string token = env::Get(env::kToken).value_or("");
+  absl::StatusOr<ClientAuth> auth = LoadClientAuth(token_file, tls_files);
+  if (!auth.ok()) return Usage(std::string(auth.status().message()));
+  // Redrawn in place on a terminal only: a pipe or a file gets the frames
+  // one after the other, without control codes.
+  const bool in_place = watch && !json && ::isatty(STDOUT_FILENO) == 1;
 
   // Ctrl-C ends --watch cleanly: wait for it between redraws.
   sigset_t stop;
@@ -117,8 +130,7 @@ int StatusMain(int argc, char** argv) {
   if (watch) pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   const absl::Time end = absl::Now() + absl::Seconds(watch_limit);
   for (;;) {
-    absl::StatusOr<rendezvous::ServerStatus> s =
-        rendezvous::QueryServerStatus(target, token, run_id, absl::Seconds(timeout));
+    absl::StatusOr<client::ServerStatus> s = client::QueryServerStatus(target, *auth, run_id, absl::Seconds(timeout));
     std::string frame;
     if (s.ok()) {
       frame = json ? FormatStatusJson(*s, target) : FormatStatusTable(*s, target);
@@ -129,8 +141,9 @@ int StatusMain(int argc, char** argv) {
       frame = absl::StrCat("meshrun status: ", s.status().message(), "\n");
     }
     if (watch && !json) {
-      frame = absl::StrCat("\033[H\033[2J", "meshrun status, every ", interval, " s (Ctrl-C to stop), ",
-                           absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()), "\n", frame);
+      frame = absl::StrCat(in_place ? "\033[H\033[2J" : "", "meshrun status, every ", interval,
+                           " s (Ctrl-C to stop), ", absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()),
+                           "\n", frame);
     }
     std::fputs(frame.c_str(), stdout);
     std::fflush(stdout);

@@ -1,6 +1,6 @@
 #include "backends.h"
 
-#include "common/grpc_store.h"
+#include "client/grpc_store.h"
 
 #include <csignal>
 #include <cstdio>
@@ -67,7 +67,7 @@ absl::StatusOr<Backend> MakeGlooBackend(std::shared_ptr<Store> store, const Worl
   // other node reaches); for a worker started by hand without it, the one
   // this host uses to reach the store (a host name may resolve to 127.0.1.1).
   absl::StatusOr<std::string> addr = world.node_addr;
-  if (world.node_addr.empty() && IsUnixStoreEndpoint(world.store_endpoint)) {
+  if (world.node_addr.empty() && client::IsUnixStoreEndpoint(world.store_endpoint)) {
     addr = std::string("127.0.0.1");  // Started by hand beside an agent's proxy: this host only.
   } else if (world.node_addr.empty()) {
     absl::StatusOr<Endpoint> ep = ParseEndpoint(world.store_endpoint, 29400);

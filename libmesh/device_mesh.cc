@@ -12,7 +12,7 @@
 #include "backends.h"
 #include "common/endpoint.h"
 #include "common/env_registry.h"
-#include "common/grpc_store.h"
+#include "client/grpc_store.h"
 #include "common/net.h"
 #include "mesh_internal.h"
 
@@ -59,7 +59,7 @@ absl::StatusOr<World> WorldFromEnv() {
                  need_int(env::kGroupRank, &w.node_rank), need_int(env::kRound, &w.round)}) {
     if (!s.ok()) return s;
   }
-  absl::StatusOr<GrpcStoreOptions> store = GrpcStoreOptionsFromEnv();
+  absl::StatusOr<client::GrpcStoreOptions> store = client::GrpcStoreOptionsFromEnv();
   if (!store.ok()) return store.status();
   w.store_endpoint = store->endpoint;
   w.run_id = store->run_id;
@@ -184,13 +184,13 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
     // Not a member: no store traffic, no communicators.
     return DeviceMesh(state, dims, layout);
   }
-  GrpcStoreOptions so;
+  client::GrpcStoreOptions so;
   so.endpoint = world.store_endpoint;
   so.run_id = world.run_id;
   so.round = world.round;
   so.token = world.token;
   // TLS to the server as the worker's environment says (MESHRUN_TLS_*).
-  if (absl::StatusOr<GrpcStoreOptions> env_store = GrpcStoreOptionsFromEnv(); env_store.ok()) {
+  if (absl::StatusOr<client::GrpcStoreOptions> env_store = client::GrpcStoreOptionsFromEnv(); env_store.ok()) {
     so.tls = std::move(env_store->tls);
   }
   so.connect_timeout = options.timeout;
@@ -200,7 +200,7 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   // The connection comes up while the backend sets up locally (Gloo's
   // listening pairs); the first store request waits for it.
   so.wait_for_connection = false;
-  absl::StatusOr<std::shared_ptr<Store>> store = ConnectGrpcStore(so);
+  absl::StatusOr<std::shared_ptr<Store>> store = client::ConnectGrpcStore(so);
   if (!store.ok()) return store.status();
   state->store = *store;
 

@@ -1,5 +1,7 @@
 #include "rendezvous/server.h"
 
+#include "common/endpoint.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -8,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_log.h"
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
@@ -22,24 +25,11 @@
 namespace meshrun::rendezvous {
 namespace {
 
-// gRPC's own log lines go to the "grpc" logger. A failed bind is expected
-// (another agent on this host hosts the server) and is logged at debug;
-// other errors stay visible as warnings.
-void RouteGrpcLogs(gpr_log_func_args* args) {
-  auto log = Logger("grpc");
-  const std::string file = args->file ? args->file : "";
-  const bool bind_noise = absl::StrContains(file, "chttp2_server") || absl::StrContains(file, "tcp_server");
-  // gRPC's listener stops after an accept fails for want of descriptors
-  // (grpc/grpc#20418): the server's listener watch takes it from here, and
-  // warns once per episode in its own words.
-  if (absl::StrContains(file, "tcp_server") && args->message != nullptr) {
-    ListenerWatch::NoteAcceptFailure(args->message);
-  }
-  if (args->severity == GPR_LOG_SEVERITY_ERROR && !bind_noise) {
-    log->warn("{}:{}: {}", file, args->line, args->message);
-  } else {
-    log->debug("{}:{}: {}", file, args->line, args->message);
-  }
+// gRPC's listener stops after an accept fails for want of descriptors
+// (grpc/grpc#20418): the server's listener watch takes it from here, and
+// warns once per episode in its own words.
+void WatchAcceptFailures(const char* file, const char* message) {
+  if (absl::StrContains(file, "tcp_server")) ListenerWatch::NoteAcceptFailure(message);
 }
 
 // The traffic counters' bounds from the server's limits.
@@ -104,9 +94,7 @@ struct RendezvousServer::Impl {
 };
 
 absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build(int port_to_bind, int* bound) {
-  const std::string where = absl::StrContains(options.host, ':')
-                                ? absl::StrCat("[", options.host, "]:", port_to_bind)
-                                : absl::StrCat(options.host, ":", port_to_bind);
+  const std::string where = HostPort(options.host, port_to_bind);
   Generation g;
   grpc::ServerBuilder builder;
   // One server per port: a second agent on this host must fail to bind and
@@ -243,8 +231,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is outside 0..65535"));
   }
-  static const bool routed = (gpr_set_log_function(&RouteGrpcLogs), true);
-  (void)routed;
+  RouteGrpcLogs(&WatchAcceptFailures);
   // A port that is already listening is refused before gRPC tries to bind:
   // a failed gRPC server start leaves gRPC's state such that the process can
   // abort at exit.
@@ -272,8 +259,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   grpc::EnableDefaultHealthCheckService(true);
   absl::StatusOr<Impl::Generation> first = impl->Build(options.port, &impl->port);
   if (!first.ok()) return first.status();
-  impl->addr = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", impl->port)
-                                            : absl::StrCat(host, ":", impl->port);
+  impl->addr = HostPort(host, impl->port);
   {
     absl::MutexLock lock(&impl->mu);
     impl->generations.push_back(std::move(*first));
@@ -346,8 +332,7 @@ std::string RendezvousServer::endpoint() const {
   std::string host = impl_->options.host;
   if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
   if (host == "::") host = "::1";
-  return absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", impl_->port)
-                                      : absl::StrCat(host, ":", impl_->port);
+  return HostPort(host, impl_->port);
 }
 
 }  // namespace meshrun::rendezvous

@@ -1,4 +1,4 @@
-// bench/rdzv_scale: N simulated node agents (the real agent::RendezvousClient,
+// bench/rdzv_scale: N simulated node agents (the real client::RendezvousClient,
 // production connection settings) against one `meshrun server` process, at
 // several N; torchrun's c10d rendezvous at small N in the same run. See
 // docs/performance.md, "Rendezvous at scale", and --help.

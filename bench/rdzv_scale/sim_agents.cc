@@ -6,13 +6,13 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "agent/rdzv_client.h"
+#include "client/rdzv_client.h"
 #include "bench/rdzv_scale/sim_workers.h"
 #include "proto/types.h"
 
 namespace meshrun::bench {
 
-using agent::RendezvousClient;
+using client::RendezvousClient;
 using rendezvous::Assignment;
 using rendezvous::RunEvent;
 
@@ -54,7 +54,7 @@ PhaseResult SimAgents::Connect() {
   auto connect_some = [&] {
     for (int i = next.fetch_add(1); i < config_.count; i = next.fetch_add(1)) {
       Agent& a = *agents_[i];
-      auto c = RendezvousClient::Connect(config_.endpoint, config_.run_id, config_.token, config_.read_timeout);
+      auto c = RendezvousClient::Connect(config_.endpoint, config_.run_id, ClientAuth{config_.token, {}}, config_.read_timeout);
       if (!c.ok()) {
         absl::MutexLock lock(&rmu);
         ++r.failed;

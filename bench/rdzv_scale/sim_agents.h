@@ -1,5 +1,5 @@
 // bench/rdzv_scale: one process's share of the simulated agents. Each
-// simulated agent is a real agent::RendezvousClient (the class meshrun's
+// simulated agent is a real client::RendezvousClient (the class meshrun's
 // node agent uses, with its production connection settings) driven through
 // the agent's sequence: Connect, StartWatch before the first join, a
 // heartbeat every keep_alive_interval, JoinAsync, the ROUND_CLOSED event,
@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace meshrun::agent {
+namespace meshrun::client {
 class RendezvousClient;
 }
 

@@ -1,5 +1,5 @@
 // The agent's rendezvous client against a real `meshrun server` process.
-#include "agent/rdzv_client.h"
+#include "client/rdzv_client.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "tests/support/subprocess.h"
 
-namespace meshrun::agent {
+namespace meshrun::client {
 namespace {
 
 using testing::MeshrunBinary;
@@ -55,7 +55,7 @@ TEST_CASE("a server that stops answering is lost after the run's keep-alive limi
           "[agent][rdzv_client]") {
   ServerProc server;
   StartServer(&server);
-  auto c = RendezvousClient::Connect(absl::StrCat("127.0.0.1:", server.port), "silent", "", absl::Seconds(10));
+  auto c = RendezvousClient::Connect(absl::StrCat("127.0.0.1:", server.port), "silent", {}, absl::Seconds(10));
   REQUIRE(c.ok());
   absl::Notification closed;
   absl::Status closed_status;
@@ -119,4 +119,4 @@ TEST_CASE("a server that stops answering is lost after the run's keep-alive limi
   kill(server.pid, SIGCONT);
 }
 
-}  // namespace meshrun::agent
+}  // namespace meshrun::client

@@ -17,13 +17,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "agent/store_proxy.h"
-#include "common/grpc_store.h"
-#include "common/server_status.h"
+#include "client/grpc_store.h"
+#include "client/status.h"
 #include "libmesh/agreement.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/server.h"
 
 using namespace meshrun;
+using namespace meshrun::client;
 
 namespace {
 

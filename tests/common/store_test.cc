@@ -5,12 +5,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/grpc_store.h"
-#include "common/server_status.h"
+#include "client/grpc_store.h"
+#include "client/status.h"
 #include "rendezvous/server.h"
 #include "tests/support/certs.h"
 
 using namespace meshrun;
+using namespace meshrun::client;
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include "common/endpoint.h"
 #include "common/gloo_store.h"
-#include "common/grpc_store.h"
+#include "client/grpc_store.h"
 #include "common/net.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
@@ -18,12 +18,12 @@
 int main() {
   const int rank = std::atoi(std::getenv("RANK"));
   const int world = std::atoi(std::getenv("WORLD_SIZE"));
-  auto options = meshrun::GrpcStoreOptionsFromEnv();
+  auto options = meshrun::client::GrpcStoreOptionsFromEnv();
   if (!options.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, options.status().ToString().c_str());
     return 2;
   }
-  auto store = meshrun::ConnectGrpcStore(*options);
+  auto store = meshrun::client::ConnectGrpcStore(*options);
   if (!store.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, store.status().ToString().c_str());
     return 2;

@@ -90,7 +90,8 @@ TEST_CASE("meshrun status while a node is lost: the survivor waits, the loss is 
   CHECK(code == 143);
 }
 
-TEST_CASE("meshrun status --watch redraws in place and stops at its limit", "[e2e][status]") {
+TEST_CASE("meshrun status --watch redraws in place on a terminal, prints plain frames into a pipe, stops at its limit",
+          "[e2e][status]") {
   std::string dir = TempDir();
   std::string script = WriteScript(dir, "w.sh", "exec sleep 30");
   int port = FreePort();
@@ -106,8 +107,19 @@ TEST_CASE("meshrun status --watch redraws in place and stops at its limit", "[e2
   INFO(w.out << w.err);
   CHECK(w.exit_code == 0);
   CHECK(absl::Now() - started < absl::Seconds(5));
-  CHECK(CountOccurrences(w.out, "\033[H\033[2J") >= 4);
+  // stdout is a pipe here: frames one after the other, no control codes.
+  CHECK(CountOccurrences(w.out, "\033[") == 0);
   CHECK(CountOccurrences(w.out, "run 'watched'") >= 4);
+  // On a terminal (util-linux's script gives it a pseudo-terminal): redrawn in place.
+  RunResult tty = RunCommand({"/usr/bin/script", "-qefc",
+                              MeshrunBinary() + " status --rdzv_endpoint=127.0.0.1:" + std::to_string(port) +
+                                  " --watch --interval=0.2 --watch-limit=1.1",
+                              "/dev/null"},
+                             {}, 20);
+  INFO(tty.out << tty.err);
+  CHECK(tty.exit_code == 0);
+  CHECK(CountOccurrences(tty.out, "\033[H\033[2J") >= 4);
+  CHECK(CountOccurrences(tty.out, "run 'watched'") >= 4);
   kill(n.pid, SIGTERM);
   WaitCommand(n.pid, 20);
 

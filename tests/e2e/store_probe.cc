@@ -2,16 +2,16 @@
 // prints "set=<status> get=<status>" and exits 0 when both worked.
 #include <cstdio>
 
-#include "common/grpc_store.h"
+#include "client/grpc_store.h"
 
 int main() {
-  auto options = meshrun::GrpcStoreOptionsFromEnv();
+  auto options = meshrun::client::GrpcStoreOptionsFromEnv();
   if (!options.ok()) {
     std::printf("options=%s\n", options.status().ToString().c_str());
     return 2;
   }
   options->connect_timeout = absl::Seconds(5);
-  auto store = meshrun::ConnectGrpcStore(*options);
+  auto store = meshrun::client::ConnectGrpcStore(*options);
   if (!store.ok()) {
     std::printf("connect=%s\n", store.status().ToString().c_str());
     return 2;

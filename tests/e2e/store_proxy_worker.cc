@@ -25,8 +25,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "agreement.h"
-#include "common/grpc_store.h"
-#include "common/server_status.h"
+#include "client/grpc_store.h"
+#include "client/status.h"
 #include "meshrun/device_mesh.h"
 #include "meshrun/mesh_layout.h"
 
@@ -66,9 +66,9 @@ int MeshMode(const World& world) {
   auto barrier = [&]() {
     for (int d = 0; d < 2; ++d) (void)(*mesh->GetGroup(d))->Barrier();
   };
-  auto options = meshrun::GrpcStoreOptionsFromEnv();
+  auto options = meshrun::client::GrpcStoreOptionsFromEnv();
   if (!options.ok()) return Fail(rank, options.status().ToString());
-  auto store = meshrun::ConnectGrpcStore(*options);
+  auto store = meshrun::client::ConnectGrpcStore(*options);
   if (!store.ok()) return Fail(rank, store.status().ToString());
 
   // The unique ids of a 3-D mesh, through libmesh's exchange.
@@ -110,7 +110,7 @@ int MeshMode(const World& world) {
   barrier();
   std::map<std::string, int64_t> before;
   if (rank == 0) {
-    auto c = meshrun::QueryRequestCounts(world.store_endpoint, options->token, options->tls);
+    auto c = meshrun::client::QueryRequestCounts(world.store_endpoint, options->token, options->tls);
     if (!c.ok()) return Fail(rank, c.status().ToString());
     before = *c;
   }
@@ -119,7 +119,7 @@ int MeshMode(const World& world) {
   if (!all.ok()) return Fail(rank, all.status().ToString());
   barrier();
   if (rank == 0) {
-    auto after = meshrun::QueryRequestCounts(world.store_endpoint, options->token, options->tls);
+    auto after = meshrun::client::QueryRequestCounts(world.store_endpoint, options->token, options->tls);
     if (!after.ok()) return Fail(rank, after.status().ToString());
     std::printf("identical_reads: requests=%lld workers=%d keys=%zu\n",
                 static_cast<long long>(StoreRequests(*after) - StoreRequests(before)), n, keys.size());
@@ -134,9 +134,9 @@ int64_t UnixMs() { return absl::ToUnixMillis(absl::Now()); }
 int WaitMode(const World& world, const std::string& dir) {
   const int rank = world.rank;
   ::signal(SIGTERM, SIG_IGN);  // Outlive the agent's death until the shim's SIGKILL.
-  auto options = meshrun::GrpcStoreOptionsFromEnv();
+  auto options = meshrun::client::GrpcStoreOptionsFromEnv();
   if (!options.ok()) return Fail(rank, options.status().ToString());
-  auto store = meshrun::ConnectGrpcStore(*options);
+  auto store = meshrun::client::ConnectGrpcStore(*options);
   if (!store.ok()) return Fail(rank, store.status().ToString());
   if (absl::Status s = (*store)->Set(absl::StrCat("probe", rank), "v"); !s.ok()) return Fail(rank, s.ToString());
   std::ofstream(absl::StrCat(dir, "/ready.", rank)) << UnixMs() << "\n";

@@ -93,6 +93,35 @@ expect_fast() {
   fi
 }
 
+# status_ok NAME PORT [ENV...] -- [FLAGS...]: `meshrun status` against
+# localhost:PORT answers (exit 0, a line for the server's runs).
+# status_fails NAME PATTERN PORT [ENV...] -- [FLAGS...]: it fails within 10 s
+# with one line, matching PATTERN, and no gRPC log line of its own.
+run_status() {
+  local port=$1; shift
+  local envs=() start
+  while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  start=$(date +%s.%N)
+  OUT=$(env "${envs[@]}" "$MESHRUN" status --rdzv_endpoint="localhost:$port" --timeout 10 "$@" 2>&1)
+  RC=$?
+  ELAPSED=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
+}
+status_ok() {
+  local name=$1; shift
+  run_status "$@"
+  if [[ $RC -eq 0 ]] && grep -qE "^(run '|no runs on the server)" <<<"$OUT"; then pass "status: $name"
+  else fail "status: $name: rc=$RC $OUT"; fi
+}
+status_fails() {
+  local name=$1 pattern=$2; shift 2
+  run_status "$@"
+  if [[ $RC -eq 1 && $(wc -l <<<"$OUT") -eq 1 ]] && grep -qE "^meshrun status: error: .*$pattern" <<<"$OUT" &&
+     python3 -c "import sys; sys.exit(0 if $ELAPSED < 10 else 1)"; then
+    pass "status: $name (${ELAPSED}s): $OUT"
+  else fail "status: $name: rc=$RC in ${ELAPSED}s: $OUT"; fi
+}
+
 # A 2-node job: two meshruns on localhost:$port, 4 workers each running the
 # tutorial's 2-D setup over Gloo through the store. Extra env in "$@".
 two_node_job() {
@@ -138,6 +167,11 @@ join_once "$SERVER_PORT"
 expect_fast "plain client, TLS server" "speaks TLS and this node does not \(set MESHRUN_TLS_CA"
 join_once "$SERVER_PORT" MESHRUN_TLS_CA="$T/otherca.crt"
 expect_fast "wrong CA" "certificate failed verification \(unable to get local issuer certificate\): it is not signed by the CA in MESHRUN_TLS_CA=.*otherca.crt"
+# meshrun status speaks TLS as the agent does (flags or MESHRUN_TLS_CA).
+status_ok "TLS server, --tls_ca" "$SERVER_PORT" -- --tls_ca "$T/ca.crt"
+status_ok "TLS server, MESHRUN_TLS_CA" "$SERVER_PORT" MESHRUN_TLS_CA="$T/ca.crt"
+status_fails "plain client, TLS server" "speaks TLS and this node does not \(set MESHRUN_TLS_CA" "$SERVER_PORT"
+status_fails "wrong CA" "not signed by the CA in MESHRUN_TLS_CA=.*otherca.crt" "$SERVER_PORT" -- --tls_ca "$T/otherca.crt"
 stop_server
 
 start_server "$T/server_wronghost.log" --tls_cert "$T/wronghost.crt" --tls_key "$T/wronghost.key"
@@ -173,6 +207,12 @@ join_once "$SERVER_PORT" MESHRUN_TLS_CA="$T/ca.crt"
 expect_fast "missing client certificate (mutual TLS)" "requires a client certificate \(mutual TLS.*set MESHRUN_TLS_CERT and MESHRUN_TLS_KEY"
 join_once "$SERVER_PORT" MESHRUN_TLS_CERT="$T/stranger.crt" MESHRUN_TLS_KEY="$T/stranger.key" MESHRUN_TLS_CA="$T/ca.crt"
 expect_fast "client certificate of another CA (mutual TLS)" "refused this node's certificate MESHRUN_TLS_CERT=.*stranger.crt"
+status_ok "mutual TLS server, --tls_ca/--tls_cert/--tls_key" "$SERVER_PORT" -- --tls_ca "$T/ca.crt" \
+  --tls_cert "$T/host.crt" --tls_key "$T/host.key"
+status_ok "mutual TLS server, MESHRUN_TLS_*" "$SERVER_PORT" MESHRUN_TLS_CA="$T/ca.crt" MESHRUN_TLS_CERT="$T/host.crt" \
+  MESHRUN_TLS_KEY="$T/host.key"
+status_fails "mutual TLS server, no client certificate" "requires a client certificate" "$SERVER_PORT" -- \
+  --tls_ca "$T/ca.crt"
 stop_server
 
 # A TLS client against a plain server.
@@ -187,7 +227,7 @@ start=$(date +%s.%N)
 OUT=$(MESHRUN_TLS_CA="$T/ca.crt" "$MESHRUN" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="localhost:$HPORT" \
       --rdzv_id=caonly "$STORE_PROBE" 2>&1); RC=$?
 ELAPSED=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
-expect_fast "hosting with only a CA" "hosts the rendezvous server on port $HPORT but has only MESHRUN_TLS_CA \(tls_ca\): a TLS server also needs MESHRUN_TLS_CERT and MESHRUN_TLS_KEY"
+expect_fast "hosting with only a CA" "hosts the rendezvous server on port $HPORT, but a TLS CA \(MESHRUN_TLS_CA, --tls_ca or rdzv_conf tls_ca\) is set without a certificate and key"
 
 # Bad files, at start, naming the file.
 echo "not a certificate" >"$T/garbage.pem"
@@ -224,6 +264,9 @@ if ! grep -qE '\] MESHRUN_TOKEN(_FILE)?=' <<<"$OUT" && grep -q 'cmdline' <<<"$OU
 else fail "MESHRUN_TOKEN_FILE worker environment: $OUT"; fi
 join_once "$SERVER_PORT" MESHRUN_TOKEN="wrong"
 expect_fast "wrong token" "wrong token"
+status_ok "token server, --token_file" "$SERVER_PORT" -- --token_file "$T/token"
+status_ok "token server, MESHRUN_TOKEN_FILE" "$SERVER_PORT" MESHRUN_TOKEN_FILE="$T/token"
+status_fails "token server, no token" "requires a token" "$SERVER_PORT"
 echo "$OUT" >"$T/out.token_wrong"
 "$MESHRUN" --help-env >"$T/out.help_env" 2>&1
 stop_server
@@ -240,6 +283,12 @@ cat "$T"/*.log "$T"/*.out "$T"/*.err >>"$T/out.all" 2>/dev/null
 if grep -rqF "$SECRET" "$T"/out.* "$T"/server_*.log "$T"/*.out "$T"/*.err; then
   fail "the token appears in an output: $(grep -rlF "$SECRET" "$T"/out.* "$T"/*.log)"
 else pass "the token appears in no output (meshrun, server, workers, --help-env)"; fi
+
+# --- (e) meshrun status against a closed port: refused at once ------------------
+CLOSED=$(free_port)
+status_fails "closed port" "rendezvous server at localhost:$CLOSED is unreachable: .*Connection refused" "$CLOSED"
+if python3 -c "import sys; sys.exit(0 if $ELAPSED < 1 else 1)"; then pass "status: closed port within 1 s (${ELAPSED}s)"
+else fail "status: closed port took ${ELAPSED}s"; fi
 
 # --- (d) the warning of an open server -------------------------------------------
 warn_of() {  # env...: starts meshrun server --host 0.0.0.0, prints its stderr

@@ -13,11 +13,12 @@
 #include "absl/time/clock.h"
 #include "agreement.h"
 #include "agreement_support.h"
-#include "common/grpc_store.h"
-#include "common/server_status.h"
+#include "client/grpc_store.h"
+#include "client/status.h"
 #include "rendezvous/server.h"
 
 using namespace meshrun;
+using namespace meshrun::client;
 using namespace meshrun::agreement_test;
 
 namespace {

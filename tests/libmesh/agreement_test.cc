@@ -16,13 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "agreement.h"
-#include "common/grpc_store.h"
-#include "common/server_status.h"
+#include "client/grpc_store.h"
+#include "client/status.h"
 #include "meshrun/device_mesh.h"
 #include "rendezvous/server.h"
 #include "agreement_support.h"
 
 using namespace meshrun;
+using namespace meshrun::client;
 using namespace meshrun::mesh;
 using namespace meshrun::agreement_test;
 

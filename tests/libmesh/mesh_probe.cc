@@ -27,8 +27,8 @@ int Fail(int rank, const std::string& msg) {
 
 #ifdef MESHRUN_WITH_NCCL
 #include "agreement.h"
-#include "common/grpc_store.h"
-#include "common/server_status.h"
+#include "client/grpc_store.h"
+#include "client/status.h"
 #include "nccl/unique_id.h"
 
 static int NcclIds(const World& world) {
@@ -36,8 +36,8 @@ static int NcclIds(const World& world) {
   auto mesh = InitDeviceMesh("cpu", {2, 4}, {"replicate", "shard"});
   if (!mesh.ok()) return Fail(rank, mesh.status().ToString());
   meshrun::TlsMaterial tls;
-  if (auto env_store = meshrun::GrpcStoreOptionsFromEnv(); env_store.ok()) tls = env_store->tls;
-  auto counts = [&]() { return meshrun::QueryRequestCounts(world.store_endpoint, world.token, tls); };
+  if (auto env_store = meshrun::client::GrpcStoreOptionsFromEnv(); env_store.ok()) tls = env_store->tls;
+  auto counts = [&]() { return meshrun::client::QueryRequestCounts(world.store_endpoint, world.token, tls); };
   // A barrier over both dimensions: every rank has finished what came before.
   auto barrier = [&]() {
     for (int d = 0; d < 2; ++d) (void)(*mesh->GetGroup(d))->Barrier();
@@ -46,12 +46,12 @@ static int NcclIds(const World& world) {
   std::map<std::string, int64_t> before;
   if (rank == 0) before = *counts();
   barrier();
-  meshrun::GrpcStoreOptions so;
+  meshrun::client::GrpcStoreOptions so;
   so.endpoint = world.store_endpoint;
   so.run_id = world.run_id;
   so.round = world.round;
   so.token = world.token;
-  auto store = meshrun::ConnectGrpcStore(so);
+  auto store = meshrun::client::ConnectGrpcStore(so);
   if (!store.ok()) return Fail(rank, store.status().ToString());
   std::vector<internal::GroupSpec> rows;
   std::vector<int> coord = *mesh->coordinate();

@@ -1,17 +1,15 @@
-#include "agent/rdzv_client.h"
+#include "client/rdzv_client.h"
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/endpoint.h"
-#include "common/grpc_store.h"
-#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "proto/wire.h"
 
-namespace meshrun::agent {
+namespace meshrun::client {
 namespace {
 
 namespace pb = ::meshrun::v1;
@@ -46,12 +44,12 @@ struct RendezvousClient::Stubs {
   std::unique_ptr<pb::Rendezvous::Stub> stub;
 };
 
-RendezvousClient::RendezvousClient(std::string endpoint, std::string run_id, std::string token,
-                                   std::shared_ptr<grpc::Channel> channel)
-    : endpoint_(std::move(endpoint)),
+RendezvousClient::RendezvousClient(std::string run_id, std::string token, Connection connection)
+    : endpoint_(std::move(connection.endpoint)),
       run_id_(std::move(run_id)),
       token_(std::move(token)),
-      channel_(std::move(channel)),
+      channel_(std::move(connection.channel)),
+      route_(std::move(connection.route)),
       stubs_(std::make_unique<Stubs>(Stubs{pb::Rendezvous::NewStub(channel_)})) {}
 
 RendezvousClient::~RendezvousClient() {
@@ -71,96 +69,24 @@ RendezvousClient::~RendezvousClient() {
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
-    const std::string& endpoint, const std::string& run_id, const std::string& token,
-    absl::Duration connect_timeout, const TlsMaterial& tls) {
-  absl::StatusOr<Endpoint> ep = ParseEndpoint(endpoint, 29400);
-  if (!ep.ok()) return ep.status();
-  // Dial a numeric address this node actually reached (the server learns
-  // from it which address the other nodes reach its host on), retrying
-  // until the endpoint's host is up, with a line while it is not.
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + connect_timeout;
-  absl::Duration backoff = absl::Milliseconds(50);
-  absl::Time next_note = start + absl::Seconds(5);
-  absl::StatusOr<TcpRoute> route = absl::UnavailableError("not tried");
-  while (true) {
-    route = ProbeTcp(*ep, std::min(absl::Seconds(2), std::max(absl::Milliseconds(1), deadline - absl::Now())));
-    if (route.ok() || absl::Now() >= deadline) break;
-    if (absl::Now() >= next_note) {
-      Logger("agent")->warn("waiting for the rendezvous server at {} ({}); giving up in {} (read_timeout)", endpoint,
-                            std::string(route.status().message()), absl::FormatDuration(absl::Trunc(deadline - absl::Now(), absl::Seconds(1))));
-      next_note = absl::Now() + absl::Seconds(15);
-    }
-    absl::SleepFor(std::min(backoff, deadline - absl::Now()));
-    backoff = std::min(backoff * 2, absl::Seconds(1));
-  }
-  if (!route.ok()) {
-    return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint, " is unreachable (waited ",
-                                               absl::FormatDuration(connect_timeout), "): ", route.status().message()));
-  }
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-  // Each client owns its connection: without this, gRPC shares one
-  // connection among a process's channels with the same target and
-  // settings (its global subchannel pool), so several clients in one process
-  // (bench/rdzv_scale's simulated agents) would be one connection to the
-  // server. An agent has one client at a time either way.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  // Fail fast on a dead server rather than retrying for minutes.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    const std::string& endpoint, const std::string& run_id, const ClientAuth& auth, absl::Duration connect_timeout,
+    std::function<absl::Status()> interrupted) {
+  DialOptions o;
+  o.timeout = connect_timeout;
+  o.wait_bound_name = "read_timeout";
+  o.interrupted = std::move(interrupted);
+  o.channel.own_connection = true;
   // A vanished (not just closed) server is noticed by the heartbeats
   // (Heartbeat below: the run's keep-alive limit without an answer). HTTP/2
   // keepalive is the backstop for a client that sends none; it is slow on
   // purpose: pings every 2 s with a 4 s timeout went unanswered while a
   // server busy with 10,000 joining agents caught up, and every agent
   // dropped its connection at once (bench/rdzv_scale, docs/performance.md).
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTime)));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  // The channel carries the node's store proxy's reads too.
-  args.SetMaxReceiveMessageSize(kMaxStoreAnswerBytes);
-  // The channel dials the numeric address; the server's certificate is
-  // checked against the name the user gave.
-  SetTlsTargetName(tls, ep->host, &args);
-  auto channel = grpc::CreateCustomChannel(NumericTarget(route->remote, ep->port), ClientCredentials(tls), args);
-  // gRPC retries a failing handshake quietly until the deadline: on the
-  // first failure, probe once to name a TLS mismatch (plain against TLS,
-  // wrong CA, expired or wrong-host certificate, missing client
-  // certificate) and fail at once when one is found.
-  const absl::Time wait_until = std::max(deadline, absl::Now() + absl::Seconds(1));
-  // Probed at the first failure (TRANSIENT_FAILURE, or back to IDLE after
-  // trying: a handshake the server ends with an alert), else after 1.5 s
-  // without a channel, then every 5 s.
-  absl::Time next_probe = absl::Now() + absl::Milliseconds(1500);
-  absl::Time last_probe = absl::InfinitePast();
-  bool tried = false;
-  while (true) {
-    grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
-    if (state == GRPC_CHANNEL_READY) break;
-    if (state == GRPC_CHANNEL_CONNECTING) tried = true;
-    const bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE || (tried && state == GRPC_CHANNEL_IDLE);
-    if ((failed && absl::Now() - last_probe >= absl::Seconds(5)) || absl::Now() >= next_probe) {
-      std::string cause = ProbeTlsMismatch(ep->host, route->remote, ep->port, tls,
-                                           std::clamp(wait_until - absl::Now(), absl::Milliseconds(100), absl::Seconds(5)));
-      if (!cause.empty()) {
-        return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint, " (", route->remote, "): ", cause));
-      }
-      last_probe = absl::Now();
-      next_probe = last_probe + absl::Seconds(5);
-    }
-    if (absl::Now() >= wait_until) {
-      return absl::UnavailableError(absl::StrCat("rendezvous server at ", endpoint, " (", route->remote,
-                                                 ") accepted a connection but no gRPC channel came up within ",
-                                                 absl::FormatDuration(connect_timeout)));
-    }
-    channel->WaitForStateChange(state, absl::ToChronoTime(std::min(wait_until, absl::Now() + absl::Milliseconds(200))));
-  }
-  auto client = std::unique_ptr<RendezvousClient>(new RendezvousClient(endpoint, run_id, token, std::move(channel)));
-  client->route_ = *route;
-  client->tls_ = tls;
-  return client;
+  o.channel.keepalive_time = kKeepaliveTime;
+  o.channel.keepalive_timeout = kKeepaliveTimeout;
+  absl::StatusOr<Connection> c = Dial(endpoint, auth.tls, o);
+  if (!c.ok()) return c.status();
+  return std::unique_ptr<RendezvousClient>(new RendezvousClient(run_id, auth.token, std::move(*c)));
 }
 
 void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
@@ -434,4 +360,4 @@ void RendezvousClient::ReportFinishedAsync(
   });
 }
 
-}  // namespace meshrun::agent
+}  // namespace meshrun::client

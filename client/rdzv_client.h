@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/channel.h"
 #include "common/net.h"
 #include "common/security.h"
 #include "proto/types.h"
@@ -20,27 +21,24 @@ class ClientContext;
 class Status;
 }  // namespace grpc
 
-namespace meshrun::agent {
+namespace meshrun::client {
 
 class RendezvousClient {
  public:
-  // Connects to `endpoint` ("host:port"), waiting up to `connect_timeout`
-  // for its host to come up (a warning every 15 s after the first 5 s says
-  // what is being waited for). The endpoint is resolved here and the channel
+  // Connects to `endpoint` ("host:port") with `auth` (its token goes in
+  // every request; TLS when auth.tls.client_tls()), waiting up to
+  // `connect_timeout` for its host to come up (a warning every 15 s after
+  // the first 5 s says what is being waited for: read_timeout). The channel
   // dials the numeric address that accepted a TCP connection, so that
-  // dialed_addr() is an address this node really reached the server on.
-  // UNAVAILABLE naming the endpoint, the addresses tried and their errors
-  // when it is unreachable by then; INVALID_ARGUMENT for a malformed one.
-  // `tls`: TLS when tls.client_tls() (the server's certificate verified
-  // against tls.ca_pem and the endpoint's host name; cert/key presented when
-  // set), plain gRPC otherwise. A TLS mismatch with the server (see
-  // ProbeTlsMismatch) fails at the first failed handshake, UNAVAILABLE
-  // naming the cause, rather than at connect_timeout.
-  static absl::StatusOr<std::unique_ptr<RendezvousClient>> Connect(const std::string& endpoint,
-                                                                   const std::string& run_id,
-                                                                   const std::string& token,
-                                                                   absl::Duration connect_timeout,
-                                                                   const TlsMaterial& tls = {});
+  // dialed_addr() is an address this node really reached the server on
+  // (client/channel.h, Dial). UNAVAILABLE naming the endpoint, the
+  // addresses tried and their errors when it is unreachable by then, or at
+  // the first failed handshake naming a TLS mismatch; INVALID_ARGUMENT for
+  // a malformed endpoint; what `interrupted` returns when it ends the wait
+  // (checked at least every 100 ms; a stop signal).
+  static absl::StatusOr<std::unique_ptr<RendezvousClient>> Connect(
+      const std::string& endpoint, const std::string& run_id, const ClientAuth& auth, absl::Duration connect_timeout,
+      std::function<absl::Status()> interrupted = nullptr);
   ~RendezvousClient();
 
   // Joins the run's open round; `done` runs on a gRPC thread with the
@@ -108,8 +106,7 @@ class RendezvousClient {
   const std::string& local_addr() const { return route_.local; }
 
  private:
-  RendezvousClient(std::string endpoint, std::string run_id, std::string token,
-                   std::shared_ptr<grpc::Channel> channel);
+  RendezvousClient(std::string run_id, std::string token, Connection connection);
   // Runs a blocking call on a thread of its own, joined at destruction.
   void StartCall(std::function<void()> call);
   // Counts a heartbeat's outcome; ends the event stream when the server has
@@ -120,10 +117,9 @@ class RendezvousClient {
   const std::string endpoint_;
   const std::string run_id_;
   const std::string token_;
-  TlsMaterial tls_;
-  std::shared_ptr<grpc::Channel> channel_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const TcpRoute route_;
   std::unique_ptr<Stubs> stubs_;
-  TcpRoute route_;
 
   mutable absl::Mutex mu_;
   std::string session_ ABSL_GUARDED_BY(mu_);
@@ -146,4 +142,4 @@ class RendezvousClient {
   std::thread watch_thread_;
 };
 
-}  // namespace meshrun::agent
+}  // namespace meshrun::client

@@ -1,4 +1,4 @@
-#include "common/grpc_store.h"
+#include "client/grpc_store.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -18,19 +18,16 @@
 #include "common/net.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 
-namespace meshrun {
+namespace meshrun::client {
 namespace {
 
 namespace pb = ::meshrun::v1;
 
 // Why the server at `ep` cannot be reached over this TLS setting, as
-// " (cause)", or "" when the probe finds nothing (see ProbeTlsMismatch).
+// " (cause)"-style ": cause", or "" when the probe finds nothing.
 std::string TlsCause(const std::optional<Endpoint>& ep_or_unix, const TlsMaterial& tls) {
   if (!ep_or_unix) return "";  // The node's store proxy on a Unix socket: no TLS.
-  const Endpoint& ep = *ep_or_unix;
-  absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(ep.host);
-  if (!addrs.ok() || addrs->empty()) return "";
-  std::string cause = ProbeTlsMismatch(ep.host, addrs->front(), ep.port, tls, absl::Seconds(5));
+  std::string cause = TlsMismatchCause(*ep_or_unix, tls);
   return cause.empty() ? "" : absl::StrCat(": ", cause);
 }
 
@@ -232,28 +229,19 @@ class GrpcStore : public Store {
   std::atomic<bool> connected_;
 };
 
-}  // namespace
-
-namespace {
-
 // One channel per server endpoint for the whole process: every store (every
 // mesh a worker builds) shares its connection instead of opening a new one.
 // A Unix socket ("unix:/path") gets a plain channel: it reaches the node's
 // store proxy, which holds the token and TLS (agent/store_proxy.h).
-std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target, const TlsMaterial& tls, bool unix_socket) {
+std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target, const std::string& tls_host,
+                                             const TlsMaterial& tls, bool unix_socket) {
   static absl::Mutex mu;
   static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
   absl::MutexLock lock(&mu);
   auto& slot = (*channels)[unix_socket ? target
                                        : absl::StrCat(target, "\n", tls.files.cert, "\n", tls.files.key, "\n",
                                                       tls.files.ca)];
-  if (!slot) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-    args.SetMaxReceiveMessageSize(kMaxStoreAnswerBytes);
-    slot = grpc::CreateCustomChannel(
-        target, unix_socket ? grpc::InsecureChannelCredentials() : ClientCredentials(tls), args);
-  }
+  if (!slot) slot = NewChannel(target, tls_host, tls);
   return slot;
 }
 
@@ -264,16 +252,13 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& 
   std::string target;
   const bool unix_socket = IsUnixStoreEndpoint(options.endpoint);
   if (unix_socket) {
-    if (options.endpoint.size() < 7 || options.endpoint[5] != '/') {
-      return absl::InvalidArgumentError(absl::StrCat("store endpoint '", options.endpoint,
-                                                     "': a Unix socket must be unix:/absolute/path"));
-    }
+    MESHRUN_RETURN_IF_ERROR(CheckUnixEndpoint(options.endpoint));
     target = options.endpoint;
   } else {
     MESHRUN_ASSIGN_OR_RETURN(ep, ParseEndpoint(options.endpoint, 29400));
     target = ep->ToString();
   }
-  auto channel = SharedChannel(target, options.tls, unix_socket);
+  auto channel = SharedChannel(target, ep ? ep->host : "", options.tls, unix_socket);
   if (!options.wait_for_connection) {
     channel->GetState(/*try_to_connect=*/true);
     return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep, target));
@@ -286,7 +271,7 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& 
   return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, std::move(channel), ep, target));
 }
 
-bool IsUnixStoreEndpoint(absl::string_view endpoint) { return absl::StartsWith(endpoint, "unix:"); }
+bool IsUnixStoreEndpoint(absl::string_view endpoint) { return IsUnixEndpoint(endpoint); }
 
 absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv() {
   GrpcStoreOptions o;
@@ -306,13 +291,11 @@ absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv() {
   // Through the node's store proxy (a Unix socket), the agent adds the token
   // and TLS: none is read here.
   if (IsUnixStoreEndpoint(o.endpoint)) return o;
-  absl::StatusOr<Token> token = ResolveToken("");
-  if (!token.ok()) return token.status();
-  o.token = std::move(token->value);
-  absl::StatusOr<TlsMaterial> tls = LoadTls(TlsFilesFromEnv());
-  if (!tls.ok()) return tls.status();
-  o.tls = std::move(*tls);
+  absl::StatusOr<ClientAuth> auth = LoadClientAuth("", {});
+  if (!auth.ok()) return auth.status();
+  o.token = std::move(auth->token);
+  o.tls = std::move(auth->tls);
   return o;
 }
 
-}  // namespace meshrun
+}  // namespace meshrun::client

@@ -5,21 +5,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/channel.h"
 #include "common/security.h"
 #include "common/store.h"
 
-namespace meshrun {
+namespace meshrun::client {
 
-// The largest store answer a client accepts, bytes: every channel that
-// reads the store (a worker's, and an agent's, which carries its proxy's
-// reads) sets it as its maximum receive message size. gRPC's default, 4 MiB,
-// is too small for a large mesh's agreement: its first member reads every
-// member's description (libmesh's Encode: about 115-125 bytes each, so
-// 32,768 members are 3.7 MiB and about 33,000 fill 4 MiB). A read answers
-// at most one run's store, which the
-// server bounds (max_store_bytes_per_run, 64 MiB by default), so this is
-// that plus room for framing. A larger answer fails RESOURCE_EXHAUSTED.
-inline constexpr int kMaxStoreAnswerBytes = (64 << 20) + (1 << 20);
 
 struct GrpcStoreOptions {
   // "host:port" (or "[v6]:port") of the rendezvous server, or
@@ -72,4 +63,4 @@ absl::StatusOr<GrpcStoreOptions> GrpcStoreOptionsFromEnv();
 // True for "unix:..." store endpoints (the node's store proxy). Pure.
 bool IsUnixStoreEndpoint(absl::string_view endpoint);
 
-}  // namespace meshrun
+}  // namespace meshrun::client

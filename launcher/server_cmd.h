@@ -1,0 +1,19 @@
+// `meshrun server`: the rendezvous server as a daemon (flags -> ServerOptions).
+#pragma once
+
+#include <string>
+
+namespace meshrun::launcher {
+
+// `meshrun server [flags]`: runs until SIGTERM, SIGINT or SIGHUP, then shuts
+// down within --shutdown_grace seconds (exit 0). Exit 2 on a bad flag, a bad
+// token file or TLS files (one line naming it); 1 when it cannot serve (the
+// port is taken). Call from main() with SIGTERM, SIGINT and SIGHUP blocked.
+int ServerMain(int argc, char** argv);
+
+// The URL of a metrics page served on `host`:`port`: the machine's host
+// name for an any-address host ("", "::", "0.0.0.0"), an IPv6 literal in
+// brackets. Pure but for the host name.
+std::string MetricsUrl(const std::string& host, int port);
+
+}  // namespace meshrun::launcher
