@@ -30,9 +30,13 @@ bool IgnoredAtStart(int signo) { return g_recorded && sigismember(&g_ignored_at_
 std::vector<int> WithoutInheritedIgnored(const std::vector<int>& handled, std::vector<int>* dropped) {
   std::vector<int> out;
   for (int s : handled) {
-    if (IgnoredAtStart(s)) {
+    if (!IgnoredAtStart(s)) {
+      out.push_back(s);
+    } else if (s == SIGHUP) {
       if (dropped != nullptr) dropped->push_back(s);
     } else {
+      ::signal(s, SIG_DFL);  // Blocked next (BlockSignals): handled by the agent, default in its workers.
+      sigdelset(&g_ignored_at_start, s);
       out.push_back(s);
     }
   }

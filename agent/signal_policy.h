@@ -26,9 +26,14 @@ void RecordInheritedDispositions();
 // Async-signal-safe (reads a sigset), so Spawn's child may call it.
 bool IgnoredAtStart(int signo);
 
-// `handled` without the signals that were ignored at start: a meshrun
-// started under nohup keeps SIGHUP ignored, and its workers inherit the
-// ignored disposition, as it found it. The dropped ones go to *dropped.
+// `handled` without SIGHUP when it was ignored at start: a meshrun started
+// under nohup keeps SIGHUP ignored, and its workers inherit the ignored
+// disposition, as it found it (a dropped SIGHUP goes to *dropped). Every
+// other handled signal that arrived ignored (a script's background job has
+// SIGINT and SIGQUIT ignored) is taken back: its disposition is reset to
+// the default here, so that meshrun handles it and its workers start with
+// the default too, as torchrun 2.x stops on SIGINT there. Call once, in
+// main(), before any thread starts. Not thread-safe.
 std::vector<int> WithoutInheritedIgnored(const std::vector<int>& handled, std::vector<int>* dropped);
 
 }  // namespace meshrun::agent

@@ -134,6 +134,10 @@ absl::StatusOr<Connection> Dial(const std::string& endpoint, const TlsMaterial& 
     const absl::Duration left = std::max(absl::Milliseconds(1), deadline - absl::Now());
     route = ProbeTcp(*ep, options.wait_for_server ? std::min(absl::Seconds(1), left) : left);
     if (route.ok() || !options.wait_for_server || absl::Now() >= deadline) break;
+    if (backoff == absl::Milliseconds(50)) {
+      Logger("agent")->debug("waiting for the rendezvous server at {} ({})", endpoint,
+                             std::string(route.status().message()));
+    }
     if (!options.wait_bound_name.empty() && absl::Now() >= next_note) {
       Logger("agent")->warn("waiting for the rendezvous server at {} ({}); giving up in {} ({})", endpoint,
                             std::string(route.status().message()),
