@@ -38,6 +38,9 @@ bool Endpoint::IsIpv6Literal() const { return absl::StrContains(host, ':'); }
 
 absl::StatusOr<Endpoint> ParseEndpoint(absl::string_view text, int default_port) {
   if (text.empty()) return Bad(text, "empty");
+  if (const size_t scheme = text.find("://"); scheme != absl::string_view::npos) {
+    return Bad(text, absl::StrCat("a URL scheme ('", text.substr(0, scheme + 3), "') is not allowed: give host:port"));
+  }
   Endpoint ep;
   absl::string_view port_text;
   if (text.front() == '[') {

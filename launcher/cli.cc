@@ -3,9 +3,85 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
 namespace meshrun::launcher {
+namespace {
+
+// Levenshtein distance (insertions, deletions, substitutions), one row.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first flag among the words CLI11 reports as unexpected ("The
+// following arguments were not expected: x --tls-caa"); "" when none.
+std::string FirstUnexpectedFlag(const std::string& what) {
+  const std::string marker = "were not expected: ";
+  size_t at = what.find(marker);
+  if (at == std::string::npos) return "";
+  for (absl::string_view word : absl::StrSplit(absl::string_view(what).substr(at + marker.size()), ' ')) {
+    if (absl::StartsWith(word, "-")) return std::string(word);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> NearestNames(absl::string_view name, const std::vector<std::string>& candidates, int max) {
+  const size_t limit = std::max<size_t>(2, name.size() / 3);
+  std::vector<std::pair<size_t, size_t>> scored;  // (distance, index)
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const size_t d = EditDistance(name, candidates[i]);
+    if (d <= limit) scored.emplace_back(d, i);
+  }
+  std::stable_sort(scored.begin(), scored.end());
+  std::vector<std::string> out;
+  for (const auto& [d, i] : scored) {
+    if (static_cast<int>(out.size()) >= max) break;
+    if (std::find(out.begin(), out.end(), candidates[i]) == out.end()) out.push_back(candidates[i]);
+  }
+  return out;
+}
+
+std::string DidYouMeanFlag(const CLI::App& app, absl::string_view unknown) {
+  absl::string_view name = unknown.substr(0, unknown.find('='));
+  while (absl::ConsumePrefix(&name, "-")) {
+  }
+  // Each flag once, spelled as the user spells ("--a-b" or "--a_b").
+  const bool dashes = absl::StrContains(name, '-') && !absl::StrContains(name, '_');
+  std::vector<std::string> flags;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (std::string l : opt->get_lnames()) {
+      std::replace(l.begin(), l.end(), dashes ? '_' : '-', dashes ? '-' : '_');
+      if (std::find(flags.begin(), flags.end(), l) == flags.end()) flags.push_back(l);
+    }
+  }
+  std::vector<std::string> near = NearestNames(name, flags);
+  if (near.empty()) return "";
+  for (std::string& n : near) n = absl::StrCat("--", n);
+  return absl::StrCat(" (did you mean ", absl::StrJoin(near, " or "), "?)");
+}
 
 std::optional<int> ParseCli(CLI::App& app, int argc, char** argv, const std::string& who) {
+  // The last of a repeated flag wins; collecting options keep every value.
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_items_expected_max() <= 1) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -15,7 +91,9 @@ std::optional<int> ParseCli(CLI::App& app, int argc, char** argv, const std::str
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     std::replace(msg.begin(), msg.end(), '\n', ' ');
-    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", who.c_str(), msg.c_str(), who.c_str());
+    const std::string unexpected = FirstUnexpectedFlag(msg);
+    const std::string hint = unexpected.empty() ? "" : DidYouMeanFlag(app, unexpected);
+    std::fprintf(stderr, "%s: error: %s%s (see %s --help)\n", who.c_str(), msg.c_str(), hint.c_str(), who.c_str());
     return 2;
   }
   return std::nullopt;

@@ -226,7 +226,8 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     return out;
   }
   if (absl::StartsWith(rest[0], "-")) {
-    out.exit_code = UsageError(absl::StrCat("unknown flag '", rest[0], "' (see meshrun --help)"));
+    out.exit_code =
+        UsageError(absl::StrCat("unknown flag '", rest[0], "'", DidYouMeanFlag(app, rest[0]), " (see meshrun --help)"));
     return out;
   }
 

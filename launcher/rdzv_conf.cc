@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "launcher/cli.h"
 #include "rendezvous/limits.h"
 
 namespace meshrun::launcher {
@@ -18,7 +19,7 @@ constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
     "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
     "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
-    "store_proxy_max_message_bytes", "store_proxy_batch_hold"};
+    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "use_libuv", "store_type"};
 
 // A positive integer within [1, max] for rdzv_conf `key`.
 absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
@@ -124,6 +125,16 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       config->tls_files.key = value;
     } else if (key == "tls_ca") {
       config->tls_files.ca = value;
+    } else if (key == "use_libuv" || key == "store_type") {
+      // torchrun 2.x's TCPStore settings: meshrun has no TCPStore (its
+      // store is the rendezvous server's), so a line that names them runs
+      // unchanged and is told so.
+      if (key == "use_libuv") {
+        if (auto b = ParseBool(key, value); !b.ok()) return b.status();
+      }
+      config->notes.push_back(absl::StrCat("--rdzv_conf ", key, "=", value,
+                                           " has no effect: meshrun's store is the rendezvous server's own, not a "
+                                           "TCPStore"));
     } else if (key == "is_host") {
       auto b = ParseBool(key, value);
       if (!b.ok()) return b.status();
@@ -132,9 +143,13 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       // A server limit, for the embedded server this node may host.
       if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: ", s.message()));
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf: unknown key '", key, "'; known keys: ",
-                                                     absl::StrJoin(kRdzvConfKeys, ", "),
-                                                     "; server limits: ", rendezvous::LimitNames()));
+      std::vector<std::string> known(std::begin(kRdzvConfKeys), std::end(kRdzvConfKeys));
+      for (std::string& l : rendezvous::LimitNameList()) known.push_back(std::move(l));
+      std::vector<std::string> near = NearestNames(key, known);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rdzv_conf: unknown key '", key, "'",
+          near.empty() ? "" : absl::StrCat("; did you mean ", absl::StrJoin(near, " or "), "?"),
+          " (every key: docs/user-guide.md, --rdzv_conf and Server limits)"));
     }
   }
   return absl::OkStatus();

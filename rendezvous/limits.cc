@@ -87,12 +87,14 @@ absl::Status SetLimit(absl::string_view name, absl::string_view value, ServerLim
   return absl::NotFoundError(absl::StrCat("unknown server limit '", Shown(name), "'; known: ", LimitNames()));
 }
 
-std::string LimitNames() {
+std::vector<std::string> LimitNameList() {
   std::vector<std::string> names;
   for (const IntLimit& l : kIntLimits) names.push_back(l.name);
   for (const DurationLimit& l : kDurationLimits) names.push_back(l.name);
-  return absl::StrJoin(names, ", ");
+  return names;
 }
+
+std::string LimitNames() { return absl::StrJoin(LimitNameList(), ", "); }
 
 absl::Status CheckLength(absl::string_view what, absl::string_view value, int64_t max, absl::string_view limit,
                          bool allow_empty) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -102,6 +103,8 @@ absl::Status SetLimit(absl::string_view name, absl::string_view value, ServerLim
 
 // The names SetLimit accepts, comma-separated, for messages.
 std::string LimitNames();
+// The same names, one per element.
+std::vector<std::string> LimitNameList();
 
 // Checks a Join's node and config against `limits` and the protocol's own
 // rules (nproc > 0, 0 < min_nodes <= max_nodes, master_port in 1..65535,

@@ -23,6 +23,22 @@ TEST_CASE("endpoints parse in torchrun's forms", "[common]") {
   CHECK(d->port == 29400);
 }
 
+TEST_CASE("an endpoint with a URL scheme is refused as such, not as an ambiguous IPv6 address", "[common]") {
+  for (const char* text : {"http://host:29400", "grpc://10.0.0.1:29400", "https://[::1]:1"}) {
+    auto e = ParseEndpoint(text, 29400);
+    REQUIRE_FALSE(e.ok());
+    const std::string m(e.status().message());
+    CHECK(m.find("a URL scheme") != std::string::npos);
+    CHECK(m.find("is not allowed: give host:port") != std::string::npos);
+    CHECK(m.find("ambiguous") == std::string::npos);
+  }
+  CHECK(std::string(ParseEndpoint("http://host:29400", 1).status().message()) ==
+        "invalid endpoint 'http://host:29400': a URL scheme ('http://') is not allowed: give host:port; allowed: "
+        "host, host:port, 1.2.3.4:port, [v6addr]:port");
+  CHECK(meshrun::HostPort("::1", 5) == "[::1]:5");
+  CHECK(meshrun::HostPort("h", 5) == "h:5");
+}
+
 TEST_CASE("bad endpoints are refused with the value named", "[common]") {
   auto v6 = ParseEndpoint("fe80::1:29400", 29400);
   REQUIRE_FALSE(v6.ok());

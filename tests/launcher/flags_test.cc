@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cli.h"
 #include "launcher/launch_config.h"
 
 using namespace meshrun::launcher;
@@ -137,4 +138,29 @@ TEST_CASE("torchrun's command-line forms", "[flags]") {
     CHECK_FALSE(c->standalone);
     CHECK(c->endpoint_port == 23457);
   }
+}
+
+TEST_CASE("a repeated flag takes its last value, as torchrun's argparse", "[flags]") {
+  auto c = Parse({"--nnodes=2", "--rdzv_endpoint=h:1", "--rdzv_conf=join_timeout=1", "--nproc_per_node=1",
+                  "--rdzv_conf=join_timeout=2", "--nproc-per-node=3"});
+  REQUIRE(c);
+  CHECK(c->agent.join_timeout == absl::Seconds(2));
+  CHECK(c->agent.nproc == 3);
+}
+
+TEST_CASE("a misspelled flag gets the nearest flags, in the user's spelling; nothing near, no guess", "[flags]") {
+  CLI::App app{"t"};
+  std::string v;
+  app.add_option("--nproc_per_node,--nproc-per-node", v);
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", v);
+  app.add_option("--rdzv_id,--rdzv-id", v);
+  CHECK(DidYouMeanFlag(app, "--nproc-per-nod=2") == " (did you mean --nproc-per-node?)");
+  CHECK(DidYouMeanFlag(app, "--nproc_per_nod") == " (did you mean --nproc_per_node?)");
+  CHECK(DidYouMeanFlag(app, "--rdzv_ids") == " (did you mean --rdzv_id?)");
+  CHECK(DidYouMeanFlag(app, "--frobnicate") == "");
+  CHECK(NearestNames("max_run", {"max_runs", "max_nodes", "max_wait", "join_timeout"}) ==
+        std::vector<std::string>{"max_runs"});
+  CHECK(NearestNames("tls_cs", {"tls_cert", "tls_key", "tls_ca"}) == std::vector<std::string>{"tls_ca"});
+  CHECK(NearestNames("tls_xa", {"tls_cb", "tls_ca"}) == std::vector<std::string>{"tls_cb", "tls_ca"});
+  CHECK(NearestNames("", {"a", "abc"}).size() == 1);
 }

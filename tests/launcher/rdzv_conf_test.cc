@@ -18,8 +18,17 @@ TEST_CASE("rdzv_conf takes torchrun's keys and names unknown ones", "[flags]") {
   CHECK_FALSE(*c.is_host);
   absl::Status bad = ApplyRdzvConf("bogus=1", &c);
   REQUIRE_FALSE(bad.ok());
-  CHECK(std::string(bad.message()).find("bogus") != std::string::npos);
-  CHECK(std::string(bad.message()).find("join_timeout") != std::string::npos);
+  CHECK(std::string(bad.message()) ==
+        "--rdzv_conf: unknown key 'bogus' (every key: docs/user-guide.md, --rdzv_conf and Server limits)");
+  // A misspelling gets the nearest keys, not all fifty.
+  absl::Status near = ApplyRdzvConf("join_timout=1", &c);
+  REQUIRE_FALSE(near.ok());
+  CHECK(std::string(near.message()) ==
+        "--rdzv_conf: unknown key 'join_timout'; did you mean join_timeout? (every key: docs/user-guide.md, "
+        "--rdzv_conf and Server limits)");
+  absl::Status limit = ApplyRdzvConf("max_run=4", &c);
+  REQUIRE_FALSE(limit.ok());
+  CHECK(std::string(limit.message()).find("did you mean max_runs") != std::string::npos);
   CHECK_FALSE(ApplyRdzvConf("join_timeout=abc", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("novalue", &c).ok());
   // Numbers that are no timeout: NaN, infinities, negatives, past a year.
@@ -38,8 +47,8 @@ TEST_CASE("rdzv_conf takes token_file and the TLS files", "[flags]") {
   CHECK(c.tls_files.cert == "/c.pem");
   CHECK(c.tls_files.key == "/k.pem");
   CHECK(c.tls_files.ca == "/ca.pem");
-  absl::Status bad = ApplyRdzvConf("bogus=1", &c);
-  CHECK(std::string(bad.message()).find("tls_ca") != std::string::npos);
+  absl::Status bad = ApplyRdzvConf("tls_cs=/ca.pem", &c);
+  CHECK(std::string(bad.message()).find("did you mean tls_ca") != std::string::npos);
 }
 
 TEST_CASE("seconds: a year at most, no NaN or infinity, the setting named in the error", "[flags]") {
@@ -65,4 +74,18 @@ TEST_CASE("rdzv_conf takes the store proxy's settings and refuses bad ones with 
   REQUIRE_FALSE(s.ok());
   CHECK(std::string(s.message()) == "store_proxy_batch_hold=-1: must be a number of seconds, 0..31536000 (a year)");
   CHECK_FALSE(ApplyRdzvConf("store_proxy_max_waiters=0", &c).ok());
+}
+
+TEST_CASE("rdzv_conf accepts torchrun 2.x's use_libuv and store_type with a note, and a repeated key's last value",
+          "[flags]") {
+  LaunchConfig c;
+  REQUIRE(ApplyRdzvConf("use_libuv=1,store_type=tcp,join_timeout=1,join_timeout=2", &c).ok());
+  CHECK(c.agent.join_timeout == absl::Seconds(2));
+  REQUIRE(c.notes.size() == 2);
+  CHECK(c.notes[0] == "--rdzv_conf use_libuv=1 has no effect: meshrun's store is the rendezvous server's own, not a "
+                      "TCPStore");
+  CHECK(c.notes[1].find("store_type=tcp has no effect") != std::string::npos);
+  absl::Status bad = ApplyRdzvConf("use_libuv=maybe", &c);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.message()) == "use_libuv=maybe: must be 0/1 or true/false");
 }
