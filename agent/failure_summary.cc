@@ -53,7 +53,16 @@ std::string FormatFailureSummary(const std::optional<rendezvous::WorkerFailure>&
   } else {
     absl::StrAppend(&out, "Root cause: unknown\n");
   }
-  absl::StrAppend(&out, line, "\nOther workers on this node (", c.hostname, "): stopped by meshrun\n", bar, "\n");
+  std::string others;
+  if (c.others_stopped > 0) {
+    others = absl::StrCat(c.others_stopped, " stopped by meshrun");
+    if (c.others_exited_ok > 0) absl::StrAppend(&others, " (", c.others_exited_ok, " had exited 0)");
+  } else if (c.others_exited_ok > 0) {
+    others = absl::StrCat("none running (", c.others_exited_ok, " had exited 0)");
+  } else {
+    others = "none";
+  }
+  absl::StrAppend(&out, line, "\nOther workers on this node (", c.hostname, "): ", others, "\n", bar, "\n");
   return out;
 }
 

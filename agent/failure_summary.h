@@ -20,6 +20,11 @@ struct SummaryContext {
   int restart_count = 0;           // Restarts used so far.
   int max_restarts = 0;
   int permanent_failure_exit_code = 0;  // To say why a failure was permanent.
+  // This node's other workers of the round (the root cause's worker left
+  // out): still running when meshrun stopped them, and those that had
+  // exited 0 before. Both 0: none (a node between rounds, or one worker).
+  int others_stopped = 0;
+  int others_exited_ok = 0;
 };
 
 // meshrun's exit code for a failure: its exit code, or 128+n for signal n.
@@ -29,7 +34,9 @@ int ExitCodeOfFailure(const rendezvous::WorkerFailure& f);
 std::string DescribeFailure(const rendezvous::WorkerFailure& f);
 
 // The summary block (several lines, each ending in '\n'); "Root cause:
-// unknown" when `root` is empty. Times in local time.
+// unknown" when `root` is empty. Times in local time. The last line says
+// what became of this node's other workers: "N stopped by meshrun", "none
+// running (M had exited 0)", or "none".
 std::string FormatFailureSummary(const std::optional<rendezvous::WorkerFailure>& root, const SummaryContext& c);
 
 }  // namespace meshrun::agent

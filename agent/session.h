@@ -70,7 +70,8 @@ class Session {
   absl::Status PrepareLogDir();
   // Where worker `lr` (global rank `rank`) writes, for this attempt.
   WorkerRoutes Routes(int lr, int rank, const std::filesystem::path& attempt) const;
-  // Removes the temporary log folder after a successful job.
+  // Removes the temporary log folder after a successful job; after a
+  // failed one keeps only what holds a file (the error files).
   void CleanLogDir(int code);
 
   // ---- session_join.cc
@@ -91,6 +92,8 @@ class Session {
   bool Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code);
   // "N" or "MIN:MAX", as --nnodes.
   std::string NnodesText() const;
+  // The progress line's count: "1/2 nodes", or "1 node (of --nnodes=1:2)".
+  std::string JoinedText(int joined) const;
   // The next event: those held back while workers stopped first.
   std::optional<Event> NextEvent(absl::Time deadline);
 
@@ -110,6 +113,8 @@ class Session {
   // See agent/worker_stop.h: the signal to each main process, the grace,
   // then everything left below this agent.
   void StopWorkers(int signo, absl::Duration grace);
+  // Marks the workers still running as stopped by meshrun (the summary).
+  void MarkStopped();
 
   // ---- session_finish.cc
   // Prints the failure summary (failure_summary.h) and returns the root

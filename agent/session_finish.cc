@@ -1,5 +1,7 @@
 #include "agent/session.h"
 
+#include <sys/wait.h>
+
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,15 @@ namespace meshrun::agent {
 int Session::Summary(const std::optional<WorkerFailure>& root) {
   SummaryContext c{o_.run_id,           round_.round,        node_.hostname,  node_.node_id, failed_error_file_,
                    round_.restart_count, o_.max_restarts, o_.permanent_failure_exit_code};
+  for (const Worker& w : workers_) {
+    const bool is_root = root && root->node_id == node_.node_id && root->local_rank == w.local_rank;
+    if (is_root) continue;
+    if (w.stopped) {
+      ++c.others_stopped;
+    } else if (!w.running && WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) {
+      ++c.others_exited_ok;
+    }
+  }
   std::fputs(FormatFailureSummary(root, c).c_str(), stderr);
   return root ? ExitCodeOfFailure(*root) : 1;
 }

@@ -187,8 +187,8 @@ bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit
         joined_peak_ = std::max(joined_peak_, e.joined);
         if (e.joined < e.max_nodes) {
           absl::Duration left = std::max(absl::ZeroDuration(), join_deadline - absl::Now());
-          std::fprintf(stderr, "meshrun: %d/%s nodes joined run '%s', waiting up to %.0f s\n", e.joined,
-                       NnodesText().c_str(), o_.run_id.c_str(), absl::ToDoubleSeconds(left));
+          std::fprintf(stderr, "meshrun: %s joined run '%s', waiting up to %.0f s\n", JoinedText(e.joined).c_str(),
+                       o_.run_id.c_str(), absl::ToDoubleSeconds(left));
         }
       }
       continue;
@@ -205,6 +205,11 @@ bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit
     }
     // Child exits of a previous attempt were handled already; ignore.
   }
+}
+
+std::string Session::JoinedText(int joined) const {
+  if (o_.min_nodes == o_.max_nodes) return absl::StrCat(joined, "/", o_.max_nodes, " nodes");
+  return absl::StrCat(joined, joined == 1 ? " node" : " nodes", " (of --nnodes=", NnodesText(), ")");
 }
 
 std::string Session::NnodesText() const {

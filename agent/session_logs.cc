@@ -66,10 +66,28 @@ WorkerRoutes Session::Routes(int lr, int rank, const std::filesystem::path& atte
   return r;
 }
 
+// The temporary log folder goes after a successful job; after a failed one
+// it stays only for what it holds (the error files the summary names):
+// empty attempt folders go, and the folder itself when nothing is left.
 void Session::CleanLogDir(int code) {
-  if (!temp_run_dir_ || keep_run_dir_ || code != 0) return;
+  if (!temp_run_dir_ || keep_run_dir_) return;
   std::error_code ec;
-  std::filesystem::remove_all(run_dir_, ec);
+  bool any_file = false;
+  if (code != 0) {
+    for (auto it = std::filesystem::recursive_directory_iterator(run_dir_, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      any_file = any_file || it->is_regular_file(ec);
+    }
+  }
+  if (!any_file) {
+    std::filesystem::remove_all(run_dir_, ec);
+    return;
+  }
+  for (const auto& attempt : std::filesystem::directory_iterator(run_dir_, ec)) {
+    if (attempt.is_directory(ec) && std::filesystem::is_empty(attempt.path(), ec)) {
+      std::filesystem::remove(attempt.path(), ec);
+    }
+  }
 }
 
 }  // namespace meshrun::agent

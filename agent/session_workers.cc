@@ -109,6 +109,8 @@ std::optional<int> Session::Supervise() {
       w->running = false;
       w->status = c->status;
       if (!(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0)) return OnWorkerFailure(*w);
+      log_->debug("local rank {} (rank {}) exited 0; {} still running", w->local_rank,
+                  round_.rank_base + w->local_rank, Running());
       if (Running() == 0) return Finish();
       continue;
     }
@@ -189,6 +191,7 @@ std::optional<int> Session::OnWorkerFailure(const Worker& w) {
   failed_error_file_ = std::filesystem::exists(w.error_file) ? w.error_file : "";
   // Report first, so the other nodes stop or restart while this one is
   // still stopping its own workers.
+  MarkStopped();
   SignalMains(workers_, SIGTERM);
   absl::StatusOr<rendezvous::FailureVerdict> v = client_->ReportFailure(f, o_.read_timeout);
   StopWorkers(/*signo=*/0, o_.shutdown_timeout);  // SIGTERM went out above.
@@ -209,7 +212,12 @@ std::optional<int> Session::OnWorkerFailure(const Worker& w) {
 // See agent/worker_stop.h: the signal to each main process, the grace,
 // then everything left below this agent.
 void Session::StopWorkers(int signo, absl::Duration grace) {
+  MarkStopped();
   agent::StopWorkers(workers_, signo, grace, q_, deferred_);
+}
+
+void Session::MarkStopped() {
+  for (Worker& w : workers_) w.stopped = w.stopped || w.running;
 }
 
 }  // namespace meshrun::agent

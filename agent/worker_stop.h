@@ -28,6 +28,9 @@ struct Worker {
   int local_rank = 0;
   pid_t pid = -1;
   bool running = false;
+  // Still running when meshrun began to stop the workers (the failure
+  // summary counts these apart from those that had exited on their own).
+  bool stopped = false;
   int status = 0;
   std::string error_file;
 };

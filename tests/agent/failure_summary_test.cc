@@ -31,7 +31,7 @@ TEST_CASE("the failure summary names the root cause and why it was not restarted
   CHECK(Has(s, "  permanent : yes, not restarted (exit code 78 is --permanent_failure_exit_code); restarts used: 0 of 3\n"));
   CHECK(Has(s, "  message   : line1\n              line2\n"));
   CHECK_FALSE(Has(s, "error_file"));  // Another node's failure.
-  CHECK(Has(s, "Other workers on this node (hosta): stopped by meshrun\n"));
+  CHECK(Has(s, "Other workers on this node (hosta): none\n"));  // None counted.
   CHECK(ExitCodeOfFailure(f) == 78);
 
   c.permanent_failure_exit_code = 0;  // Then only the error file can have said so.
@@ -49,4 +49,19 @@ TEST_CASE("the failure summary names the root cause and why it was not restarted
   CHECK_FALSE(Has(s, "permanent"));
   CHECK(DescribeFailure(sig) == "rank 3 (local_rank 1) on hostb (node rank 1) failed with signal SIGKILL");
   CHECK(Has(FormatFailureSummary(std::nullopt, c), "Root cause: unknown\n"));
+}
+
+TEST_CASE("the failure summary says what became of this node's other workers", "[summary]") {
+  WorkerFailure f;
+  f.node_id = "a";
+  f.hostname = "hosta";
+  f.exit_code = 3;
+  SummaryContext c{"job", 0, "hosta", "a", "", 0, 0, 78};
+  CHECK(Has(FormatFailureSummary(f, c), "Other workers on this node (hosta): none\n"));
+  c.others_exited_ok = 2;
+  CHECK(Has(FormatFailureSummary(f, c), "Other workers on this node (hosta): none running (2 had exited 0)\n"));
+  c.others_stopped = 5;
+  CHECK(Has(FormatFailureSummary(f, c), "Other workers on this node (hosta): 5 stopped by meshrun (2 had exited 0)\n"));
+  c.others_exited_ok = 0;
+  CHECK(Has(FormatFailureSummary(f, c), "Other workers on this node (hosta): 5 stopped by meshrun\n"));
 }

@@ -1,6 +1,12 @@
 // End-to-end: the real meshrun binary runs real worker processes.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -39,6 +45,57 @@ TEST_CASE("a failing worker stops the job with its exit code and a summary", "[e
   CHECK(Contains(r.err, "exitcode  : 3"));
 }
 
+TEST_CASE("the failure summary counts the other workers as stopped or exited, and no empty log folder is left",
+          "[e2e]") {
+  std::string dir = TempDir();
+  std::string tmp = dir + "/tmp";
+  REQUIRE(mkdir(tmp.c_str(), 0700) == 0);
+  const std::string mine = tmp + "/meshrun-" + std::to_string(getuid());
+  auto folders = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(mine)) n += e.is_directory() ? 1 : 0;
+    return n;
+  };
+  SECTION("one worker fails while three run: 3 stopped by meshrun; no error file, no folder left") {
+    std::string script = WriteScript(dir, "fail.sh", "[ \"$LOCAL_RANK\" = 2 ] && exit 3\nexec sleep 30");
+    RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4", script}, {{"TMPDIR", tmp}}, 60);
+    INFO(r.err);
+    CHECK(r.exit_code == 3);
+    CHECK(Contains(r.err, "): 3 stopped by meshrun\n"));
+    CHECK(folders() == 0);
+  }
+  SECTION("the other worker had exited 0: none running; the error file is kept, empty attempts are not") {
+    std::string go = dir + "/go";
+    std::string script = WriteScript(dir, "fail.sh",
+                                     "[ \"$LOCAL_RANK\" = 0 ] && exit 0\n"
+                                     "while [ ! -e " + go + " ]; do sleep 0.05; done\n"
+                                     "echo '{\"message\": \"boom\"}' > \"$TORCHELASTIC_ERROR_FILE\"; exit 4");
+    // Rank 0 exits at once; rank 1 fails once meshrun has seen rank 0 go.
+    NodeProc n = StartNode(dir, "n", {"--standalone", "--nproc_per_node=2", "--max_restarts=0", script},
+                           {{"TMPDIR", tmp}, {"MESHRUN_LOG_LEVEL", "debug"}});
+    REQUIRE(WaitFor([&] { return Contains(n.err(), "local rank 0 (rank 0) exited 0; 1 still running"); }, 30));
+    std::ofstream(go) << "1";
+    CHECK(WaitCommand(n.pid, 60) == 4);
+    INFO(n.err());
+    CHECK(Contains(n.err(), "): none running (1 had exited 0)\n"));
+    REQUIRE(folders() == 1);
+    for (const auto& run : std::filesystem::directory_iterator(mine)) {
+      CHECK(std::filesystem::exists(run.path() / "attempt_0" / "rank_1.error.json"));
+    }
+  }
+}
+
+TEST_CASE("an elastic job's progress line counts nodes against --nnodes MIN:MAX", "[e2e]") {
+  const int port = FreePort();
+  RunResult r = RunCommand({MeshrunBinary(), "--nnodes=1:2", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                            "--rdzv_id=elastic", "--rdzv_conf=last_call_timeout=1.5", "/bin/true"},
+                           {}, 60);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(Contains(r.err, "meshrun: 1 node (of --nnodes=1:2) joined run 'elastic', waiting up to "));
+  CHECK_FALSE(Contains(r.err, "1/1:2"));
+}
+
 TEST_CASE("a worker killed by SIGSEGV gives exit 139 and names the signal", "[e2e]") {
   std::string dir = TempDir();
   std::string script = WriteScript(dir, "segv.sh", "[ \"$LOCAL_RANK\" = 1 ] && kill -SEGV $$\nexec sleep 30");
@@ -69,7 +126,10 @@ TEST_CASE("bad flag values give one line naming flag and value, exit 2", "[e2e]"
       {{"--rdzv_conf=bogus=1", "--nnodes=2", "--rdzv_endpoint=127.0.0.1:1", "/bin/true"}, "bogus"},
       {{"--rdzv_endpoint=fe80::1:29400", "--nnodes=2", "/bin/true"}, "ambiguous"},
       {{"--signals_to_handle=SIGNOPE", "/bin/true"}, "SIGNOPE"},
-      {{"--nproc_per_nod=4", "/bin/true"}, "--nproc_per_nod=4"},
+      {{"--nproc_per_nod=4", "/bin/true"}, "unknown flag '--nproc_per_nod=4' (did you mean --nproc_per_node?)"},
+      {{"--rdzv_endpoint=http://h:29400", "--nnodes=2", "/bin/true"}, "a URL scheme ('http://') is not allowed"},
+      {{"--rdzv_conf=join_timout=3", "--nnodes=2", "--rdzv_endpoint=127.0.0.1:1", "/bin/true"},
+       "did you mean join_timeout?"},
       {{"--max_restarts=abc", "/bin/true"}, "abc"},
       {{"--role=", "/bin/echo", "hi"}, "--role=: empty value"},
       {{"--rdzv_backend=static", "--master_port=99999", "--nnodes=2", "/bin/true"}, "--master_port=99999"},
