@@ -92,6 +92,10 @@ class Session {
   bool Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code);
   // "N" or "MIN:MAX", as --nnodes.
   std::string NnodesText() const;
+  // For a server that refused this node's token while another meshrun of
+  // this host holds the endpoint's port (o_.endpoint_note): names that
+  // meshrun and its run, and says what to do. "" otherwise.
+  std::string RefusalHint(const absl::Status& s) const;
   // The progress line's count: "1/2 nodes", or "1 node (of --nnodes=1:2)".
   std::string JoinedText(int joined) const;
   // The next event: those held back while workers stopped first.

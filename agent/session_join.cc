@@ -149,7 +149,7 @@ bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit
                                         " nodes joined"));
       } else {
         *exit_code = Fatal(absl::StrCat("could not join run '", o_.run_id, "' at ", o_.endpoint, ": ",
-                                        s.message()));
+                                        s.message(), RefusalHint(s)));
       }
       return false;
     }
@@ -200,11 +200,20 @@ bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit
         OnStale(std::string(sc->status.message()));
         return false;
       }
-      *exit_code = Fatal(std::string(sc->status.message()));
+      *exit_code = Fatal(absl::StrCat(sc->status.message(), RefusalHint(sc->status)));
       return false;
     }
     // Child exits of a previous attempt were handled already; ignore.
   }
+}
+
+std::string Session::RefusalHint(const absl::Status& s) const {
+  if (!absl::IsUnauthenticated(s) || o_.endpoint_note.empty()) return "";
+  absl::StatusOr<Endpoint> ep = ParseEndpoint(o_.endpoint, 29400);
+  return absl::StrCat(". On this host, ", o_.endpoint_note,
+                      ": another job's server holds that port; give this job a port of its own (--rdzv_endpoint=",
+                      ep.ok() ? ep->host : "HOST", ":PORT; deploy/slurm/meshrun.sbatch derives one from SLURM_JOB_ID, "
+                      "or takes MESHRUN_PORT)");
 }
 
 std::string Session::JoinedText(int joined) const {

@@ -7,10 +7,13 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/checks.h"
 
 namespace meshrun::launcher {
@@ -25,8 +28,21 @@ socklen_t AbstractAddress(int port, sockaddr_un* addr) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
 }
 
-// "pid 1234 (meshrun --nnodes=2 ...)" for the process listening on `addr`,
-// or a plain phrase when it cannot be found.
+// The run id a meshrun command line names (--rdzv_id=X, --rdzv-id X, ...),
+// "" when it names none.
+std::string RunIdOf(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    for (const char* flag : {"--rdzv_id", "--rdzv-id"}) {
+      const std::string with_value = absl::StrCat(flag, "=");
+      if (args[i].rfind(with_value, 0) == 0) return args[i].substr(with_value.size());
+      if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
+    }
+  }
+  return "";
+}
+
+// "pid 1234 (meshrun --nnodes=2 ..., run 'job1')" for the process listening
+// on `addr`, or a plain phrase when it cannot be found.
 std::string Holder(const sockaddr_un& addr, socklen_t len) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return "another process";
@@ -37,11 +53,15 @@ std::string Holder(const sockaddr_un& addr, socklen_t len) {
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 && cred.pid > 0) {
       who = absl::StrCat("pid ", cred.pid);
       std::ifstream f(absl::StrCat("/proc/", cred.pid, "/cmdline"));
-      std::string cmd;
-      std::getline(f, cmd);  // No newline in cmdline; never throws (a gone process reads as empty).
+      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());  // A gone process reads as empty.
       while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
-      if (cmd.size() > 120) cmd = cmd.substr(0, 117) + "...";
-      if (!cmd.empty()) absl::StrAppend(&who, " (", absl::StrReplaceAll(cmd, {{std::string(1, '\0'), " "}}), ")");
+      std::vector<std::string> args = absl::StrSplit(cmd, '\0');
+      const std::string run_id = RunIdOf(args);
+      std::string shown = absl::StrJoin(args, " ");
+      if (shown.size() > 120) shown = shown.substr(0, 117) + "...";
+      if (!cmd.empty()) {
+        absl::StrAppend(&who, " (", shown, run_id.empty() ? "" : absl::StrCat(", run '", run_id, "'"), ")");
+      }
     }
   }
   ::close(fd);

@@ -17,7 +17,8 @@ absl::Status Admit(const std::string& server_token, const pb::RunRef& run, bool 
                    const ServerLimits& limits) {
   if (!server_token.empty() && !meshrun::TokenEquals(run.token(), server_token)) {
     return absl::UnauthenticatedError(run.token().empty() ? "this server requires a token (MESHRUN_TOKEN)"
-                                                          : "wrong token (MESHRUN_TOKEN)");
+                                                          : "wrong token (MESHRUN_TOKEN; is this port another "
+                                                            "job's rendezvous server?)");
   }
   if (need_run_id) return CheckLength("run id", run.run_id(), limits.max_run_id_bytes, "max_run_id_bytes");
   return absl::OkStatus();
