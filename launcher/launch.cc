@@ -1,6 +1,7 @@
 #include "launcher/launch.h"
 
 #include "launcher/cli.h"
+#include "launcher/health_port.h"
 #include "launcher/hosting.h"
 
 #include <signal.h>
@@ -28,6 +29,18 @@ int Launch(LaunchConfig config) {
 
   // Before anything opens a descriptor: a hosted server holds one per agent.
   const std::optional<OpenFilesLimit> open_files = RaiseOpenFilesLimitOrWarn("launcher");
+  // Probes see this meshrun ("") from the start, and the server it hosts.
+  std::unique_ptr<HealthPort> health;
+  if (config.health_port >= 0) {
+    absl::StatusOr<std::unique_ptr<HealthPort>> h = HealthPort::Start("::", config.health_port, a.auth.token,
+                                                                   config.server_limits.max_health_watchers);
+    if (!h.ok()) {
+      std::fprintf(stderr, "meshrun: error: rdzv_conf health_port: %s\n", std::string(h.status().message()).c_str());
+      return 1;
+    }
+    health = std::move(*h);
+    Logger("launcher")->info("gRPC health checks on plaintext port {}", health->port());
+  }
   std::unique_ptr<rendezvous::RendezvousServer> server;
   std::optional<HostClaim> host_claim;  // Held while `server` serves.
   const bool local = config.standalone || IsLocalHost(config.endpoint_host);
@@ -80,6 +93,7 @@ int Launch(LaunchConfig config) {
       }
       server = std::move(*started);
       host_claim = std::move(claim);
+      if (health) health->SetServing(rendezvous::kHealthServiceName, true);
       a.endpoint = config.standalone ? server->endpoint()
                                      : Endpoint{config.endpoint_host, server->port()}.ToString();
       Logger("launcher")->info("hosting the rendezvous server on port {}", server->port());
@@ -117,7 +131,8 @@ int Launch(LaunchConfig config) {
   }
 
   if (server) {
-    a.on_stop_signal = [&server](int signo) {
+    a.on_stop_signal = [&server, &health](int signo) {
+      if (health) health->SetServing(rendezvous::kHealthServiceName, false);
       server->Shutdown(absl::Seconds(1), absl::StrCat("the rendezvous server is shutting down: its meshrun on ",
                                                        Hostname(), " received ", agent::SignalName(signo)));
     };
@@ -133,6 +148,7 @@ int Launch(LaunchConfig config) {
       Logger("launcher")->warn("other agents still connected after {}; shutting the server down",
                                absl::FormatDuration(a.exit_barrier_timeout));
     }
+    if (health) health->SetServing(rendezvous::kHealthServiceName, false);
     server->Shutdown(absl::Seconds(1));
   }
   return code;

@@ -24,6 +24,9 @@ struct LaunchConfig {
   // rdzv_conf metrics_port (meshrun's key): the embedded server, when this
   // meshrun hosts it, serves Prometheus metrics on this port; -1: none.
   int metrics_port = -1;
+  // rdzv_conf health_port (meshrun's key): this meshrun answers gRPC health
+  // checks on this plaintext port (launcher/health_port.h); -1: none.
+  int health_port = -1;
   // Host and port of --rdzv_endpoint (or master_addr:master_port for static).
   std::string endpoint_host;
   int endpoint_port = 29400;

@@ -19,7 +19,7 @@ constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
     "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
     "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
-    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "use_libuv", "store_type"};
+    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "use_libuv", "store_type", "health_port"};
 
 // A positive integer within [1, max] for rdzv_conf `key`.
 absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
@@ -101,6 +101,12 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
         return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a TCP port 0..65535 (0: any free)"));
       }
       config->metrics_port = port;
+    } else if (key == "health_port") {
+      int port = -1;
+      if (!absl::SimpleAtoi(value, &port) || port < 0 || port > 65535) {
+        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a TCP port 0..65535 (0: any free)"));
+      }
+      config->health_port = port;
     } else if (key == "store_proxy_cache_bytes") {
       auto n = ParsePositive(key, value, int64_t{1} << 40);
       if (!n.ok()) return n.status();

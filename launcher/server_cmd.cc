@@ -14,6 +14,7 @@
 #include "common/open_files.h"
 #include "common/security.h"
 #include "launcher/cli.h"
+#include "launcher/health_port.h"
 #include "launcher/hosting.h"
 #include "rendezvous/server.h"
 
@@ -48,6 +49,12 @@ int ServerMain(int argc, char** argv) {
   app.add_option("--metrics_port,--metrics-port", metrics_port,
                  "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics (0: any free port; default off)");
   app.add_option("--metrics_host,--metrics-host", metrics_host, "Address for the metrics port (default: --host)");
+  int health_port = -1;
+  std::string health_host;
+  app.add_option("--health_port,--health-port", health_port,
+                 "Also answer gRPC health checks on this plaintext port (for probes that cannot speak TLS; 0: any free "
+                 "port; default off)");
+  app.add_option("--health_host,--health-host", health_host, "Address for the health port (default: --host)");
   app.add_option("--token_file,--token-file", token_file,
                  "File holding the token every request must carry (mode 0600; instead of MESHRUN_TOKEN)");
   app.add_option("--tls_cert,--tls-cert", tls_files.cert, "PEM certificate to serve TLS with (MESHRUN_TLS_CERT)");
@@ -64,6 +71,10 @@ int ServerMain(int argc, char** argv) {
   }
   if (port < 0 || port > 65535) {
     std::fprintf(stderr, "meshrun server: error: --port=%d: must be in 0..65535\n", port);
+    return 2;
+  }
+  if (health_port < -1 || health_port > 65535) {
+    std::fprintf(stderr, "meshrun server: error: --health_port=%d: must be in 0..65535\n", health_port);
     return 2;
   }
   if (grace < 0) {
@@ -120,6 +131,18 @@ int ServerMain(int argc, char** argv) {
       return 1;
     }
   }
+  std::unique_ptr<HealthPort> health;
+  if (health_port >= 0) {
+    absl::StatusOr<std::unique_ptr<HealthPort>> h = HealthPort::Start(health_host.empty() ? host : health_host, health_port, so.token,
+                                                                   so.limits.max_health_watchers);
+    if (!h.ok()) {
+      std::fprintf(stderr, "meshrun server: error: --health_port: %s\n", std::string(h.status().message()).c_str());
+      (*server)->Shutdown(absl::ZeroDuration());
+      return 1;
+    }
+    health = std::move(*h);
+    health->SetServing(rendezvous::kHealthServiceName, true);
+  }
   // An agent started on this host for this port finds the daemon through
   // the claim and joins it quietly (launcher/hosting.h); best effort.
   absl::StatusOr<HostClaim> claim = HostClaim::Take((*server)->port());
@@ -127,6 +150,10 @@ int ServerMain(int argc, char** argv) {
   std::printf("meshrun server listening on %s port %d%s%s\n", host.c_str(), (*server)->port(),
               so.token.empty() ? "" : " (token required)",
               so.tls.mutual() ? " (mutual TLS)" : so.tls.server_tls() ? " (TLS)" : "");
+  if (health) {
+    std::printf("meshrun server: gRPC health checks, plaintext, on %s\n",
+                HostPort(health_host.empty() ? host : health_host, health->port()).c_str());
+  }
   if ((*server)->metrics_port() >= 0) {
     std::printf("meshrun server: metrics on %s\n",
                 MetricsUrl(metrics_host.empty() ? host : metrics_host, (*server)->metrics_port()).c_str());
@@ -141,6 +168,10 @@ int ServerMain(int argc, char** argv) {
   int sig = 0;
   sigwait(&set, &sig);
   std::fprintf(stderr, "meshrun server: received %s; shutting down\n", agent::SignalName(sig).c_str());
+  if (health) {
+    health->SetServing("", false);
+    health->SetServing(rendezvous::kHealthServiceName, false);
+  }
   (*server)->Shutdown(absl::Seconds(grace));
   return 0;
 }

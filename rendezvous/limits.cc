@@ -36,6 +36,7 @@ constexpr IntLimit kIntLimits[] = {
     {"max_watchers_per_run", &ServerLimits::max_watchers_per_run},
     {"max_watch_queue_events", &ServerLimits::max_watch_queue_events},
     {"max_watch_queue_bytes", &ServerLimits::max_watch_queue_bytes},
+    {"max_health_watchers", &ServerLimits::max_health_watchers},
     {"max_nproc", &ServerLimits::max_nproc},
     {"max_world_size", &ServerLimits::max_world_size},
     {"max_nodes", &ServerLimits::max_nodes},

@@ -49,6 +49,9 @@ struct ServerLimits {
   // off; its agent re-opens the stream and catches up from its round.
   int64_t max_watch_queue_events = 256;
   int64_t max_watch_queue_bytes = 256 << 10;
+  // gRPC health Watch streams open at once (health_service.h); Check is
+  // unbounded (it answers at once).
+  int64_t max_health_watchers = 64;
   // Job shape.
   int64_t max_nproc = 65536;             // Workers of one node.
   int64_t max_world_size = 1 << 24;      // Workers of one round, all nodes.

@@ -16,6 +16,7 @@
 #include "common/net.h"
 #include "common/open_files.h"
 #include "rendezvous/call_interceptor.h"
+#include "rendezvous/health_service.h"
 #include "rendezvous/listen_socket.h"
 #include "rendezvous/listener_watch.h"
 #include "rendezvous/memory_release.h"
@@ -72,6 +73,7 @@ struct RendezvousServer::Impl {
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
   std::unique_ptr<MemoryReleaser> releaser;  // Gives free heap back after bursts.
   std::unique_ptr<RendezvousService> service;
+  std::unique_ptr<HealthService> health;  // grpc.health.v1 on the same port.
   std::unique_ptr<MetricsEndpoint> exposer;  // GET /metrics, when metrics_port >= 0.
   absl::Mutex mu;
   std::vector<Generation> generations ABSL_GUARDED_BY(mu);
@@ -123,6 +125,7 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   builder.AddChannelArgument(GRPC_ARG_HTTP2_HPACK_TABLE_SIZE_DECODER, 0);
   builder.AddListeningPort(where, ServerCredentials(options.tls), bound);
   builder.RegisterService(service.get());
+  builder.RegisterService(health.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   // One interceptor per call feeds the RPC metrics, the traffic counters
   // and this generation's count of open calls (call_interceptor.h).
@@ -132,9 +135,6 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   if (!g.server || *bound == 0) {
     return absl::AlreadyExistsError(
         absl::StrCat("cannot bind the rendezvous server to ", where, " (address in use or not local)"));
-  }
-  if (grpc::HealthCheckServiceInterface* health = g.server->GetHealthCheckService()) {
-    health->SetServingStatus(kHealthServiceName, true);
   }
   return g;
 }
@@ -253,10 +253,13 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->service->set_memory_releaser(impl->releaser.get());
 
   const std::string& host = options.host;
-  // gRPC's standard health service (grpc.health.v1.Health, Check and Watch)
-  // on the same port, outside the token: "" and "meshrun.v1.Rendezvous"
-  // answer SERVING while the server runs, NOT_SERVING once it shuts down.
-  grpc::EnableDefaultHealthCheckService(true);
+  // gRPC's standard health service (grpc.health.v1.Health) on the same
+  // port: Check outside the token, Watch with it (health_service.h); "" and
+  // "meshrun.v1.Rendezvous" answer SERVING while the server runs,
+  // NOT_SERVING once it shuts down.
+  impl->health = std::make_unique<HealthService>(options.token, options.limits.max_health_watchers);
+  impl->health->SetServing("", true);
+  impl->health->SetServing(kHealthServiceName, true);
   absl::StatusOr<Impl::Generation> first = impl->Build(options.port, &impl->port);
   if (!first.ok()) return first.status();
   impl->addr = HostPort(host, impl->port);
@@ -306,15 +309,12 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
   impl_->shut_down = true;
   impl_->watch.reset();  // No rebuild or retirement from here on.
   absl::MutexLock lock(&impl_->mu);
-  for (Impl::Generation& g : impl_->generations) {
-    if (grpc::HealthCheckServiceInterface* health = g.server->GetHealthCheckService()) {
-      health->SetServingStatus(false);  // Probes see NOT_SERVING during the grace period.
-    }
-  }
+  impl_->health->SetAllNotServing();  // Probes see NOT_SERVING during the grace period.
   impl_->exposer.reset();
-  // Parked calls (joins, store waits, barriers) are answered ABORTED first,
-  // so the graceful phase does not wait on them.
+  // Parked calls (joins, store waits, barriers) and health Watch streams are
+  // ended first, so the graceful phase does not wait on them.
   impl_->registry->CloseAll(why);
+  impl_->health->EndWatches(why);
   const auto deadline = absl::ToChronoTime(absl::Now() + grace);
   for (Impl::Generation& g : impl_->generations) g.server->Shutdown(deadline);
   for (Impl::Generation& g : impl_->generations) g.server->Wait();

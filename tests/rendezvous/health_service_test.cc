@@ -1,0 +1,87 @@
+// grpc.health.v1 as the server serves it (rendezvous/health_service.h):
+// Check open to anyone, Watch only with the token on a token server,
+// bounded, following changes, ended by the server's shutdown.
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+
+#include "meshrun/proto/health.grpc.pb.h"
+#include "rendezvous/server.h"
+
+namespace {
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+struct Stream {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> reader;
+};
+
+std::unique_ptr<Stream> OpenWatch(Health::Stub& stub, const std::string& service, const std::string& bearer) {
+  auto s = std::make_unique<Stream>();
+  s->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  if (!bearer.empty()) s->ctx.AddMetadata("authorization", "Bearer " + bearer);
+  HealthCheckRequest req;
+  req.set_service(service);
+  s->reader = stub.Watch(&s->ctx, req);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("health Watch needs the token on a token server, is bounded, and ends at shutdown", "[server][health]") {
+  meshrun::rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.token = "secret";
+  o.limits.max_health_watchers = 2;
+  auto server = meshrun::rendezvous::RendezvousServer::Start(o);
+  REQUIRE(server.ok());
+  auto stub = Health::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+
+  // Check: open, no token.
+  {
+    grpc::ClientContext ctx;
+    HealthCheckRequest req;
+    HealthCheckResponse resp;
+    REQUIRE(stub->Check(&ctx, req, &resp).ok());
+    CHECK(resp.status() == HealthCheckResponse::SERVING);
+  }
+  // Watch without the token, or with a wrong one: UNAUTHENTICATED, nothing sent.
+  for (const std::string& bearer : {std::string(), std::string("wrong")}) {
+    auto w = OpenWatch(*stub, "", bearer);
+    HealthCheckResponse r;
+    CHECK_FALSE(w->reader->Read(&r));
+    grpc::Status s = w->reader->Finish();
+    CHECK(s.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(s.error_message().find("authorization: Bearer <token>") != std::string::npos);
+  }
+  // With the token: the status now; max_health_watchers=2 streams at once.
+  auto a = OpenWatch(*stub, "", "secret");
+  auto b = OpenWatch(*stub, "meshrun.v1.Rendezvous", "secret");
+  HealthCheckResponse r;
+  REQUIRE(a->reader->Read(&r));
+  CHECK(r.status() == HealthCheckResponse::SERVING);
+  REQUIRE(b->reader->Read(&r));
+  CHECK(r.status() == HealthCheckResponse::SERVING);
+  auto c = OpenWatch(*stub, "", "secret");
+  CHECK_FALSE(c->reader->Read(&r));
+  grpc::Status third = c->reader->Finish();
+  CHECK(third.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(third.error_message().find("max_health_watchers=2") != std::string::npos);
+
+  // Shutdown: NOT_SERVING, then the stream ends (it does not hold the shutdown's grace).
+  const absl::Time start = absl::Now();
+  (*server)->Shutdown(absl::Seconds(5), "shutting down for the test");
+  CHECK(absl::Now() - start < absl::Seconds(4));
+  bool saw_not_serving = false;
+  while (a->reader->Read(&r)) saw_not_serving = saw_not_serving || r.status() == HealthCheckResponse::NOT_SERVING;
+  CHECK(saw_not_serving);
+  CHECK(a->reader->Finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  while (b->reader->Read(&r)) {
+  }
+  CHECK_FALSE(b->reader->Finish().ok());
+}
