@@ -32,7 +32,7 @@ absl::StatusOr<JoinArgs> JoinFromProto(const pb::JoinRequest& req, const std::st
                       n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role(),
                       n.local_addr(), n.dialed_addr()};
   // Without an explicit --local_addr, a node's address is the source of the
-  // connection this server sees (DESIGN.md section 4b), not its own guess.
+  // connection this server sees (docs/design.md section 4b), not its own guess.
   if (out.node.local_addr.empty() && !peer_ip.empty()) out.node.addr = peer_ip;
   out.config = RunConfig{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
                          FromMs(c.exit_barrier_timeout_ms())};

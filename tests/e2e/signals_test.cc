@@ -1,4 +1,4 @@
-// Stopping workers end to end (DESIGN.md §4a): the stop signal reaches each
+// Stopping workers end to end (docs/design.md §4a): the stop signal reaches each
 // worker's main process first, helpers are killed after the grace; nohup's
 // SIGHUP stays ignored; SIGUSR1 reaches workers by default; what workers
 // leave behind is stopped at the end of the job. Real processes, loopback.

@@ -67,7 +67,7 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
     }
     for (const auto& [k, v] : ours) {
       // GLOO_SOCKET_IFNAME: the interface of the node's advertised address,
-      // set when unset so PyTorch's Gloo does not bind 127.0.1.1 (DESIGN 3).
+      // set when unset so PyTorch's Gloo does not bind 127.0.1.1 (docs/design.md §3).
       if (k.rfind("MESHRUN_", 0) == 0 || k == "PYTHON_EXEC" || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" ||
           k == "GLOO_SOCKET_IFNAME") {
         continue;
