@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/net.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/support/skip.h"
 
 using namespace meshrun::testing;
 
@@ -222,18 +223,16 @@ TEST_CASE("a node that finishes early waits at the exit barrier: both exit 0", "
 
 TEST_CASE("the seed's 2-D gloo setup over 2 nodes x 4 workers", "[e2e][multinode][torch]") {
   std::string py = TorchPython();
-  std::string shared = SharedDir();
-  if (py.empty() || shared.empty()) {
-    WARN("SKIPPED: needs python3-torch and ../shared/cases");
-    return;
-  }
+  if (py.empty()) MESHRUN_SKIP("no python3 with torch (install python3-torch)");
+  const std::string api = TorchMeshApi(py);
   std::string dir = TempDir();
   int port = FreePort();
-  std::string prog = shared + "/cases/seed_2d_setup_gloo.py";
+  std::string prog = SourceDir() + "/tests/py/two_d_mesh.py";
   std::map<std::string, std::string> env = {{"PYTHON_EXEC", py}};
-  NodeProc a = StartNode(dir, "a", Plus(Common(port, "seed2", 2), {"--nproc_per_node=4", prog}), env);
-  usleep(200000);
-  NodeProc b = StartNode(dir, "b", Plus(Common(port, "seed2", 2), {"--nproc_per_node=4", prog}), env);
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "mesh2", 2), {"--nproc_per_node=4", "--local_addr=127.0.0.1",
+                                                                   prog}), env);
+  NodeProc b = StartNode(dir, "b", Plus(Common(port, "mesh2", 2), {"--nproc_per_node=4", "--local_addr=127.0.0.2",
+                                                                   prog}), env);
   a.code = WaitCommand(a.pid, 240);
   b.code = WaitCommand(b.pid, 240);
   INFO(a.err() << "\n----\n" << b.err());

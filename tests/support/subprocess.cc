@@ -209,11 +209,6 @@ std::string MeshrunBinary() { return MESHRUN_BINARY; }
 std::string SourceDir() { return MESHRUN_SOURCE_DIR; }
 std::string BinaryDir() { return MESHRUN_BINARY_DIR; }
 
-std::string SharedDir() {
-  const char* env = std::getenv("MESHRUN_SHARED_DIR");
-  std::string dir = env ? env : std::string(MESHRUN_SOURCE_DIR) + "/../shared";
-  return std::filesystem::exists(dir + "/cases") ? std::filesystem::canonical(dir).string() : "";
-}
 
 std::string TorchPython() {
   static const std::string found = [] {
@@ -225,6 +220,11 @@ std::string TorchPython() {
     return std::string();
   }();
   return found;
+}
+
+std::string TorchMeshApi(const std::string& python) {
+  RunResult r = RunCommand({python, "-c", "from torch.distributed.device_mesh import init_device_mesh"}, {}, 120);
+  return r.exit_code == 0 ? "device_mesh" : "new_group";
 }
 
 std::string ReadFile(const std::string& path) {
