@@ -44,4 +44,25 @@ absl::StatusOr<JoinArgs> JoinFromProto(const pb::JoinRequest& req, const std::st
   return out;
 }
 
+absl::Status CheckWatch(const pb::WatchRequest& req, const ServerLimits& limits) {
+  return CheckLength("node id", req.node_id(), limits.max_node_id_bytes, "max_node_id_bytes");
+}
+
+absl::StatusOr<absl::Duration> BarrierTimeout(const pb::ReportFinishedRequest& req, const ServerLimits& limits) {
+  const absl::Duration timeout = FromMs(req.timeout_ms());
+  if (timeout < absl::ZeroDuration() || timeout > limits.max_wait) {
+    return absl::InvalidArgumentError(absl::StrCat("exit barrier timeout_ms=", req.timeout_ms(), ": allowed: 0..",
+                                                   absl::ToInt64Milliseconds(limits.max_wait), " (max_wait)"));
+  }
+  return timeout;
+}
+
+absl::Status CheckKvBatch(const pb::KvBatchRequest& req, const ServerLimits& limits) {
+  if (req.items_size() > limits.max_batch_items) {
+    return absl::InvalidArgumentError(absl::StrCat("store batch of ", req.items_size(), " requests: allowed: at most ",
+                                                   limits.max_batch_items, " (max_batch_items)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace meshrun::rendezvous::requests
