@@ -212,7 +212,8 @@ std::string BinaryDir() { return MESHRUN_BINARY_DIR; }
 
 std::string TorchPython() {
   static const std::string found = [] {
-    for (const char* py : {"/usr/bin/python3"}) {
+    const char* chosen = std::getenv("MESHRUN_TEST_PYTHON");
+    for (const char* py : {chosen != nullptr && *chosen != '\0' ? chosen : "/usr/bin/python3"}) {
       if (access(py, X_OK) != 0) continue;
       RunResult r = RunCommand({py, "-c", "import torch.distributed"}, {}, 120);
       if (r.exit_code == 0) return std::string(py);

@@ -42,7 +42,9 @@ int KillStartedCommands();
 std::string MeshrunBinary();
 std::string SourceDir();
 std::string BinaryDir();
-// An interpreter that can `import torch` (Debian's /usr/bin/python3), or "".
+// An interpreter that can `import torch`, or "": $MESHRUN_TEST_PYTHON when
+// set (e.g. a venv with a newer PyTorch, to run the PyTorch tests under it),
+// else Debian's /usr/bin/python3.
 std::string TorchPython();
 // How tests/py/two_d_mesh.py builds its groups under `python` (one with
 // torch): "device_mesh" where PyTorch has init_device_mesh (2.2 and later),
