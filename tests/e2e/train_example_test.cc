@@ -122,3 +122,32 @@ TEST_CASE("examples/train.py: a failed worker is restarted by meshrun and resume
   CHECK(Contains(r.out, "resumed from step 20 (restart count 1)"));
   CHECK(Contains(r.out, "done: 40 steps"));
 }
+
+TEST_CASE("examples/train.py: SIGUSR1 (Slurm's time-limit notice) saves a checkpoint and training goes on",
+          "[e2e][torch][example]") {
+  std::string py = TorchPython();
+  if (py.empty()) MESHRUN_SKIP("no python3 with torch (install python3-torch)");
+  const std::string dir = TempDir();
+  NodeProc n = StartNode(dir, "n", {"--standalone", "--nproc_per_node=2", SourceDir() + "/examples/train.py",
+                                    "--checkpoint_dir=" + dir + "/ckpt", "--steps=1000000", "--checkpoint_every=0",
+                                    "--log_every=5"},
+                         {{"PYTHON_EXEC", py}});
+  const bool training = WaitFor([&] { return Contains(n.out(), "rank=0 step=10 "); }, 180, 0.1);
+  INFO(n.out() << n.err());
+  REQUIRE(training);
+  kill(n.pid, SIGUSR1);  // meshrun passes it on to every worker.
+  const bool saved = WaitFor([&] { return Contains(n.out(), " (SIGUSR1): "); }, 60, 0.1);
+  const int at = NumberAfter(n.out(), "checkpoint saved at step ");
+  // Training goes on past the save (20 steps more are logged).
+  const bool going_on = WaitFor([&] { return Contains(n.out(), "rank=0 step=" + std::to_string((at / 5 + 4) * 5) + " "); },
+                                60, 0.1);
+  kill(n.pid, SIGTERM);
+  n.code = WaitCommand(n.pid, 60);
+  INFO(n.out() << n.err());
+  CHECK(saved);
+  CHECK(at >= 10);
+  CHECK(going_on);
+  CHECK(n.code == 143);
+  CHECK(Contains(n.out(), "(SIGTERM): "));
+  CHECK(std::filesystem::exists(dir + "/ckpt/checkpoint.pt"));
+}
