@@ -58,7 +58,7 @@ int Session::Run() {
   absl::StatusOr<Endpoint> ep = ParseEndpoint(o_.endpoint, 29400);
   if (!ep.ok()) return Fatal(std::string(ep.status().message()));
   // The advertised address is decided by the server at each round
-  // (DESIGN.md section 4b); this node only states an explicit --local_addr.
+  // (docs/design.md section 4b); this node only states an explicit --local_addr.
   if (!o_.local_addr.empty()) {
     absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(o_.local_addr);
     if (!addrs.ok()) return Fatal(absl::StrCat("--local_addr=", o_.local_addr, ": ", addrs.status().message()));

@@ -1,4 +1,4 @@
-// Worker processes: spawning with process hygiene (DESIGN.md §4a), signalling
+// Worker processes: spawning with process hygiene (docs/design.md §4a), signalling
 // process groups, naming exit statuses, and the agent's signal thread.
 #pragma once
 

@@ -1,7 +1,7 @@
 // The process tree under a process, read from /proc: what a stop must reach
 // after the grace period (a worker's helpers that left its process group,
 // orphans reparented to a child subreaper). Plain C++ and POSIX only, so that
-// meshrun-worker-shim can use it too (DESIGN.md §4a).
+// meshrun-worker-shim can use it too (docs/design.md §4a).
 #pragma once
 
 #include <sys/types.h>

@@ -1,5 +1,5 @@
 // Which signals meshrun handles and what each one does (torchrun's
-// --signals_to_handle, DESIGN.md §4a).
+// --signals_to_handle, docs/design.md §4a).
 #pragma once
 
 #include <vector>

@@ -1,5 +1,5 @@
 // How a node's store proxy sends its requests to the server
-// (DESIGN.md section 1 item 6): the requests its workers make at about the
+// (docs/design.md section 1 item 6): the requests its workers make at about the
 // same time go as one server call. No gRPC here: the call itself is a
 // BatchUpstream's (store_upstream.h, the KvBatch method of
 // rendezvous.proto).

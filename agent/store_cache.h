@@ -1,4 +1,4 @@
-// The domain of a node's store proxy (DESIGN.md section 1 item 6): the
+// The domain of a node's store proxy (docs/design.md section 1 item 6): the
 // node's workers read the store through their agent, which turns identical
 // concurrent reads into one server request and keeps write-once values for
 // the round. No gRPC here: the proxy (store_proxy.h) adapts the workers'

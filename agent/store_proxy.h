@@ -1,4 +1,4 @@
-// A node's store proxy (DESIGN.md section 1 item 6): the agent serves the
+// A node's store proxy (docs/design.md section 1 item 6): the agent serves the
 // store API (the KV methods of rendezvous.proto's Rendezvous service, so a
 // worker's GrpcStore works unchanged) to its own workers on a Unix-domain
 // socket, and forwards to the server over the agent's one connection, with

@@ -1,4 +1,4 @@
-// The environment of one worker (DESIGN.md §3): torchrun's variables with
+// The environment of one worker (docs/design.md §3): torchrun's variables with
 // torchrun's meaning, plus meshrun's MESHRUN_* extras.
 #pragma once
 
@@ -37,7 +37,7 @@ struct WorkerEnvInput {
 // (OMP only when nproc > 1), as torchrun does; GLOO_SOCKET_IFNAME only when
 // `base` lacks it (torchrun sets none: PyTorch's Gloo then binds what the
 // host name resolves to, 127.0.1.1 on Debian). MESHRUN_NODE_ADDR is the
-// assignment's node_addr. The token and TLS stay with the agent (DESIGN.md
+// assignment's node_addr. The token and TLS stay with the agent (docs/design.md
 // section 3): MESHRUN_TOKEN, MESHRUN_TOKEN_FILE and MESHRUN_TLS_CERT/KEY/CA
 // are removed from `base`, since workers reach the store through the
 // agent's proxy. Pure function.

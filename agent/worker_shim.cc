@@ -1,5 +1,5 @@
 // meshrun-worker-shim: the parent of every worker, so that nothing of a
-// worker outlives its agent (DESIGN.md §4a).
+// worker outlives its agent (docs/design.md §4a).
 //
 //   meshrun-worker-shim <grace_ms> -- prog args...
 //

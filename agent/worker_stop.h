@@ -1,4 +1,4 @@
-// Stopping this node's workers (DESIGN.md §4a): the stop signal goes to each
+// Stopping this node's workers (docs/design.md §4a): the stop signal goes to each
 // worker's main process only; after the grace period everything left below
 // the agent (the workers' process groups, their helpers that left the group,
 // orphans reparented to the agent, a child subreaper) is killed.

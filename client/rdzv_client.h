@@ -96,7 +96,7 @@ class RendezvousClient {
   // its workers' store requests over (agent/store_proxy.h): shared, so it
   // lives as long as either holds it.
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
-  // This node's current session credential (DESIGN.md section 4c): handed
+  // This node's current session credential (docs/design.md section 4c): handed
   // out by the server in the event stream's first event, then renewed with
   // every assignment; sent with every request that speaks for the node.
   std::string session() const;

@@ -27,7 +27,7 @@ struct Var {
   absl::string_view description;
 };
 
-// The torchrun-compatible worker variables (torchrun's meaning, DESIGN.md §3).
+// The torchrun-compatible worker variables (torchrun's meaning, docs/design.md §3).
 inline constexpr Var kRank{"RANK", Type::kInt, Use::kSetForWorkers, "Global rank of the worker, 0..WORLD_SIZE-1; contiguous per node."};
 inline constexpr Var kLocalRank{"LOCAL_RANK", Type::kInt, Use::kSetForWorkers, "Rank of the worker on its node, 0..LOCAL_WORLD_SIZE-1."};
 inline constexpr Var kWorldSize{"WORLD_SIZE", Type::kInt, Use::kSetForWorkers, "Total number of workers in the job."};

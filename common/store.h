@@ -15,7 +15,7 @@
 
 namespace meshrun {
 
-// Write-once keys (DESIGN.md section 5): every key whose name starts with
+// Write-once keys (docs/design.md section 5): every key whose name starts with
 // "mesh/", libmesh's namespace (unique ids, Gloo pair addresses, the
 // members' descriptions and verdicts). Once such a key holds a value in a
 // round, that value never changes: the server refuses any write that would

@@ -1,4 +1,4 @@
-// Which meshrun on a host serves an endpoint's port (DESIGN.md sections 2
+// Which meshrun on a host serves an endpoint's port (docs/design.md sections 2
 // and 4b): decided per network namespace, never through a file in a shared
 // temporary folder (containers and namespaces often share /tmp).
 #pragma once

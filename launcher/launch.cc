@@ -67,7 +67,7 @@ int Launch(LaunchConfig config) {
     so.metrics_port = config.metrics_port;
     so.tls = a.auth.tls;
     so.open_files_warning = false;  // Said below, once, with this node's workers counted.
-    // One meshrun per network namespace tries the port (DESIGN.md 4b).
+    // One meshrun per network namespace tries the port (docs/design.md 4b).
     std::optional<HostClaim> claim;
     absl::Status started_status;
     if (!config.standalone) {

@@ -137,6 +137,7 @@ struct RunStatus {
   std::vector<NodeStatus> node_list;
   int lost_nodes = 0;  // Nodes declared lost in this run so far.
   int64_t kv_bytes = 0;  // Bytes of keys and values in its store.
+  int64_t kv_waiters = 0;  // Store reads parked now, waiting for their keys.
 };
 
 // Receives a run's events, in order. Implementations must not block and must

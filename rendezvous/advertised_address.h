@@ -1,5 +1,5 @@
 // Each node's advertised address, decided once per round by the server
-// (DESIGN.md section 4b): the one address every other node of the round can
+// (docs/design.md section 4b): the one address every other node of the round can
 // reach it on. MASTER_ADDR, libmesh's Gloo pairs and GLOO_SOCKET_IFNAME all
 // derive from it.
 #pragma once

@@ -1,4 +1,4 @@
-// Session credentials (DESIGN.md section 4c): secrets the server hands to a
+// Session credentials (docs/design.md section 4c): secrets the server hands to a
 // node, and their comparison.
 #pragma once
 

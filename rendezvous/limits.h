@@ -1,5 +1,5 @@
 // Every resource the rendezvous server gives a client is bounded
-// (DESIGN.md section 4c). Each limit has a documented default
+// (docs/design.md section 4c). Each limit has a documented default
 // (docs/user-guide.md, "Server limits") and can be changed on the server:
 // `meshrun server --limit NAME=VALUE` or `--rdzv_conf NAME=VALUE` for an
 // embedded server. A request past a limit is refused with INVALID_ARGUMENT

@@ -1,4 +1,4 @@
-// Deterministic node order of a closing round (DESIGN.md §4).
+// Deterministic node order of a closing round (docs/design.md §4).
 #pragma once
 
 #include <string>

@@ -122,9 +122,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
 grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackServerContext*,
                                                                  const pb::WatchRequest* req) {
   grpc::Status s = Admit(kWatch, req->run());
-  if (s.ok()) {
-    s = ToGrpc(CheckLength("node id", req->node_id(), limits_.max_node_id_bytes, "max_node_id_bytes"));
-  }
+  if (s.ok()) s = ToGrpc(requests::CheckWatch(*req, limits_));
   absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
   if (s.ok()) {
     run = registry_->ForJoin(req->run().run_id(), req->known_round());
@@ -165,16 +163,11 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServer
   if (auto s = Admit(kReportFinished, req->run()); !s.ok()) return Reply(kReportFinished, ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
   if (!run) return Reply(kReportFinished, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
-  const absl::Duration timeout = absl::Milliseconds(req->timeout_ms());
-  if (timeout < absl::ZeroDuration() || timeout > limits_.max_wait) {
-    return Reply(kReportFinished, ctx,
-                 grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                              absl::StrCat("exit barrier timeout_ms=", req->timeout_ms(), ": allowed: 0..",
-                                           absl::ToInt64Milliseconds(limits_.max_wait), " (max_wait)")));
-  }
+  const absl::StatusOr<absl::Duration> timeout = requests::BarrierTimeout(*req, limits_);
+  if (!timeout.ok()) return Reply(kReportFinished, ctx, ToGrpc(timeout.status()));
   std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
   uint64_t id = run->ReportFinished(
-      req->node_id(), req->round(), req->session(), timeout,
+      req->node_id(), req->round(), req->session(), *timeout,
       [this, reactor, resp](absl::StatusOr<BarrierResult> r) {
         Count(kReportFinished, ToGrpc(r.status()));
         if (!reactor->Claim()) return;  // The call ended: `resp` is gone.

@@ -33,7 +33,7 @@ absl::StatusOr<JoinArgs> JoinFromProto(const pb::JoinRequest& req, const std::st
                       n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role(),
                       n.local_addr(), n.dialed_addr()};
   // Without an explicit --local_addr, a node's address is the source of the
-  // connection this server sees (DESIGN.md section 4b), not its own guess.
+  // connection this server sees (docs/design.md section 4b), not its own guess.
   if (out.node.local_addr.empty() && !peer_ip.empty()) out.node.addr = peer_ip;
   out.config = RunConfig{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
                          FromMs(c.exit_barrier_timeout_ms())};
@@ -43,6 +43,27 @@ absl::StatusOr<JoinArgs> JoinFromProto(const pb::JoinRequest& req, const std::st
   // CheckJoin bounds nproc (max_nproc) and the round bounds their sum.
   if (absl::Status s = CheckJoin(req.run().run_id(), out.node, out.config, limits); !s.ok()) return s;
   return out;
+}
+
+absl::Status CheckWatch(const pb::WatchRequest& req, const ServerLimits& limits) {
+  return CheckLength("node id", req.node_id(), limits.max_node_id_bytes, "max_node_id_bytes");
+}
+
+absl::StatusOr<absl::Duration> BarrierTimeout(const pb::ReportFinishedRequest& req, const ServerLimits& limits) {
+  const absl::Duration timeout = FromMs(req.timeout_ms());
+  if (timeout < absl::ZeroDuration() || timeout > limits.max_wait) {
+    return absl::InvalidArgumentError(absl::StrCat("exit barrier timeout_ms=", req.timeout_ms(), ": allowed: 0..",
+                                                   absl::ToInt64Milliseconds(limits.max_wait), " (max_wait)"));
+  }
+  return timeout;
+}
+
+absl::Status CheckKvBatch(const pb::KvBatchRequest& req, const ServerLimits& limits) {
+  if (req.items_size() > limits.max_batch_items) {
+    return absl::InvalidArgumentError(absl::StrCat("store batch of ", req.items_size(), " requests: allowed: at most ",
+                                                   limits.max_batch_items, " (max_batch_items)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace meshrun::rendezvous::requests

@@ -1,7 +1,10 @@
-// The request rules of the server's gRPC adapter (rendezvous_service.cc), as
-// pure functions: the token and run-id check every request passes, and a
-// Join request's validation and translation to the domain types. Kept apart
-// from the adapter so tests and the fuzzer (tests/fuzz/) run the same code.
+// The request rules of the server's gRPC adapter (rendezvous_service.cc,
+// store_service.cc), as pure functions: the token and run-id check every
+// request passes, a Join request's validation and translation to the domain
+// types, and the checks of the requests that carry bounds of their own
+// (Watch, ReportFinished, KvBatch). Kept apart from the adapter so tests and
+// the fuzzer (tests/fuzz/) run the same code: every check the adapter makes
+// before a request reaches the domain is one of these.
 #pragma once
 
 #include <string>
@@ -34,5 +37,18 @@ struct JoinArgs {
 // interval or attempt count of 0 means the server's default.
 absl::StatusOr<JoinArgs> JoinFromProto(const v1::JoinRequest& req, const std::string& peer_ip,
                                        const ServerLimits& limits = ServerLimits());
+
+// A Watch request, after Admit: INVALID_ARGUMENT for a node id longer than
+// limits.max_node_id_bytes.
+absl::Status CheckWatch(const v1::WatchRequest& req, const ServerLimits& limits = ServerLimits());
+
+// A ReportFinished request, after Admit: its exit-barrier wait (timeout_ms),
+// or INVALID_ARGUMENT when that is negative or above limits.max_wait.
+absl::StatusOr<absl::Duration> BarrierTimeout(const v1::ReportFinishedRequest& req,
+                                              const ServerLimits& limits = ServerLimits());
+
+// A KvBatch request, after Admit: INVALID_ARGUMENT for more than
+// limits.max_batch_items items.
+absl::Status CheckKvBatch(const v1::KvBatchRequest& req, const ServerLimits& limits = ServerLimits());
 
 }  // namespace meshrun::rendezvous::requests

@@ -49,7 +49,7 @@ class Run : public std::enable_shared_from_this<Run> {
   // the round the node last ran in, -1 on its first join; a node that still
   // claims the running round is refused as stale. Thread-safe.
   //
-  // Membership is authenticated (DESIGN.md section 4c): every node the run
+  // Membership is authenticated (docs/design.md section 4c): every node the run
   // knows has a secret session credential, handed out by the server (in its
   // stream's SESSION event, then per round in its Assignment). A node the
   // run does not know yet may join with an empty `session` (it becomes

@@ -68,6 +68,7 @@ RunStatus Run::Status() const {
   }
   s.kv_keys = kv_->size();
   s.kv_bytes = kv_->bytes();
+  s.kv_waiters = kv_->waiters();
   return s;
 }
 

@@ -100,7 +100,7 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   Generation g;
   grpc::ServerBuilder builder;
   // One server per port: a second agent on this host must fail to bind and
-  // become a client (DESIGN.md §1.2).
+  // become a client (docs/design.md §1.2).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 1 << 20);
   // Agents ping every few seconds (HTTP/2 keepalive) to notice a lost server.

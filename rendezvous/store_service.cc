@@ -158,11 +158,7 @@ grpc::ServerWriteReactor<pb::KvBatchResponse>* RendezvousService::KvBatch(grpc::
   int64_t keys_read = 0;
   for (const pb::KvBatchItem& item : req->items()) keys_read += item.keys_size();
   grpc::Status s = Admit(kKvBatch, req->run());
-  if (s.ok() && req->items_size() > limits_.max_batch_items) {
-    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     absl::StrCat("store batch of ", req->items_size(), " requests: allowed: at most ",
-                                  limits_.max_batch_items, " (max_batch_items)"));
-  }
+  if (s.ok()) s = ToGrpc(requests::CheckKvBatch(*req, limits_));
   absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
   if (s.ok()) {
     // One call is one request of its node, however many items it carries.

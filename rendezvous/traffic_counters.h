@@ -1,7 +1,7 @@
 // The server's own count of who talks to it: connections accepted, and
 // store requests per node. They show that workers reach the store through
 // their node's agent, so the server sees O(nodes) connections, not
-// O(workers) (DESIGN.md section 1 item 6). Pure domain: no gRPC; the gRPC
+// O(workers) (docs/design.md section 1 item 6). Pure domain: no gRPC; the gRPC
 // side feeds it (call_interceptor.h for connections, the service's
 // store handlers for store requests).
 #pragma once

@@ -3,10 +3,13 @@
 
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/grpc_store.h"
 #include "client/status.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/server.h"
 #include "tests/support/certs.h"
 
@@ -14,6 +17,19 @@ using namespace meshrun;
 using namespace meshrun::client;
 
 namespace {
+
+// The store reads parked in `run` on the server at `endpoint`, as its status
+// counts them; -1 when it cannot say.
+int64_t ParkedReads(const std::string& endpoint, const std::string& run) {
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::StatusRequest req;
+  req.mutable_run()->set_run_id(run);
+  v1::StatusResponse resp;
+  if (!stub->Status(&ctx, req, &resp).ok() || resp.runs_size() != 1) return -1;
+  return resp.runs(0).kv_waiters();
+}
 
 std::unique_ptr<rendezvous::RendezvousServer> StartServer(const std::string& token = "") {
   rendezvous::ServerOptions o;
@@ -68,13 +84,22 @@ TEST_CASE("a waiting get wakes when another client sets the key", "[store]") {
   auto server = StartServer();
   auto reader = Connect(*server, "job");
   auto writer = Connect(*server, "job");
+  // The writer sets the key once the reader's get is parked on the server
+  // (its status counts a waiter), and reports on the test's thread.
+  absl::Status set = absl::UnknownError("not run");
+  bool parked = false;
   std::thread t([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    REQUIRE(writer->Set("late", "here").ok());
+    for (int i = 0; i < 500 && !parked; ++i) {
+      parked = ParkedReads(server->endpoint(), "job") == 1;
+      if (!parked) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    set = writer->Set("late", "here");
   });
   auto start = absl::Now();
   auto v = reader->Get("late", absl::Seconds(10));
   t.join();
+  CHECK(parked);
+  REQUIRE(set.ok());
   REQUIRE(v.ok());
   CHECK(*v == "here");
   CHECK(absl::Now() - start < absl::Seconds(5));

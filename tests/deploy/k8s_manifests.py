@@ -4,7 +4,8 @@
   k8s_manifests.py check DEPLOY_DIR OUT_YAML
       Structural checks of every manifest (the custom resources have no schema anywhere
       here: apiVersion, kind, required fields, no unknown fields, and that the pieces agree
-      with each other). Writes the core objects embedded in the custom resources (their pod
+      with each other), and that each runs one of the repository's examples where the image
+      holds them (/opt/meshrun/examples/<file>, a file of examples/). Writes the core objects embedded in the custom resources (their pod
       templates, the TrainJob's trainer as a container) to OUT_YAML for kubernetes-validate.
       Prints one line per problem; exit 1 when there is any.
 
@@ -30,6 +31,8 @@ import sys
 import yaml
 
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where the image (deploy/container) puts the repository's examples/.
+EXAMPLES_IN_IMAGE = "/opt/meshrun/examples/"
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 problems = []
@@ -118,6 +121,20 @@ def split_program(argv, where):
                     f"starts at the first word without a dash")
     problem(f"{where}: no program after meshrun's flags")
     return argv, []
+
+
+def program_ok(prog, deploy, where):
+    """The manifest runs one of the repository's examples, at its path in the image."""
+    if not prog:
+        return
+    path = prog[0]
+    if not path.startswith(EXAMPLES_IN_IMAGE):
+        problem(f"{where}: the program {path} is not one of the examples in the image "
+                f"({EXAMPLES_IN_IMAGE}...)")
+        return
+    local = os.path.join(os.path.dirname(os.path.abspath(deploy)), "examples", path[len(EXAMPLES_IN_IMAGE):])
+    if not os.path.isfile(local):
+        problem(f"{where}: the program {path} has no source in the repository ({local})")
 
 
 def expand(s, env):
@@ -214,6 +231,7 @@ def check(deploy, out_yaml):
             if not argv or os.path.basename(argv[0]) != "meshrun":
                 problem(f"{w}: the container must run meshrun, runs {argv[:1]}")
             flags, prog = split_program(argv, w)
+            program_ok(prog, deploy, w)
             env_names = {e.get("name") for e in c.get("env") or []}
             env_values = {e.get("name"): e.get("value") for e in c.get("env") or []}
             ep = flag_value(flags, "--rdzv_endpoint")
@@ -282,7 +300,8 @@ def check(deploy, out_yaml):
             argv = list(c.get("command") or []) + list(c.get("args") or [])
             if not argv or os.path.basename(argv[0]) != "meshrun":
                 problem(f"{where}: the container must run meshrun, runs {argv[:1]}")
-            flags, _ = split_program(argv, where)
+            flags, prog = split_program(argv, where)
+            program_ok(prog, deploy, where)
             if flag_value(flags, "--rdzv_backend") != "static":
                 problem(f"{where}: meshrun needs --rdzv_backend=static under the training operator")
             if not any(p.get("name") == "pytorchjob-port" for p in c.get("ports") or []):
@@ -315,7 +334,8 @@ def check(deploy, out_yaml):
         argv = list(tr.get("command") or []) + list(tr.get("args") or [])
         if not argv or os.path.basename(argv[0]) != "meshrun":
             problem(f"{w}: trainer.command must run meshrun, runs {argv[:1]}")
-        flags, _ = split_program(argv, w)
+        flags, prog = split_program(argv, w)
+        program_ok(prog, deploy, w)
         if flag_value(flags, "--rdzv_backend") != "static":
             problem(f"{w}: meshrun needs --rdzv_backend=static under the torch runtime")
         reserved = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",

@@ -4,9 +4,10 @@
 # set up like Debian machines: each maps its own name to 127.0.1.1, and host0 has a
 # docker0-like interface that no other host reaches.
 #
-#   1. sbatch -N 3 --export=NONE,... of the script runs the 2-D Gloo setup (/work/shared/cases)
-#      with 2 workers per node under /usr/bin/python3; the job ends COMPLETED, all 6 ranks report
-#      OK, every meshrun got the same token, and the token shows up in no output or log.
+#   1. sbatch -N 3 --export=NONE,... of the script runs a 2-D PyTorch mesh over Gloo
+#      (tests/py/two_d_mesh.py) with 2 workers per node under /usr/bin/python3; the job ends
+#      COMPLETED, all 6 ranks report OK, every meshrun got the same token, and the token shows up
+#      in no output or log.
 #   2. A second job of long-waiting workers (each with a grandchild that ignores SIGTERM):
 #      `scancel -s USR1` reaches every worker (they record each SIGUSR1 and its sender), every
 #      meshrun survives it and the job goes on; SIGUSR1 sent to the meshruns alone is forwarded
@@ -15,6 +16,9 @@
 #      namespace. Its token differs from the first job's.
 #
 # usage: slurm_test.sh SOURCE_DIR MESHRUN_BINARY    (exit 0 pass, 1 fail, 77 skip)
+# Skipped (77) only for what this machine lacks: the Slurm and munge programs, root, PyTorch,
+# network namespaces (hosts_require). Once namespaces are shown to work, a fixture or a Slurm
+# that does not come up is a failure.
 set -uo pipefail
 
 src=$(cd "${1:?usage: slurm_test.sh SOURCE_DIR MESHRUN_BINARY}" && pwd)
@@ -29,9 +33,7 @@ done
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces, Slurm daemons)"
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   skip "/usr/bin/python3 has no torch (Debian package python3-torch)"
-case_py=$src/../shared/cases/seed_2d_setup_gloo.py
-[ -f "$case_py" ] || skip "no $case_py"
-case_py=$(readlink -f "$case_py")
+case_py=$src/tests/py/two_d_mesh.py
 fixture=$src/tests/hosts/netns_hosts.sh
 [ -f "$fixture" ] || skip "no hosts fixture $fixture"
 # shellcheck source=/dev/null
@@ -84,7 +86,7 @@ dump() {
 }
 fail() { echo "FAIL: $*"; dump; exit 1; }
 
-hosts_up 3 --debian-hosts --decoy-iface || { rm -rf "$work"; skip "hosts_up failed"; }
+hosts_up 3 --debian-hosts --decoy-iface || { rm -rf "$work"; echo "FAIL: hosts_up 3 failed (namespaces work here)"; exit 1; }
 trap cleanup EXIT   # replaces the fixture's EXIT trap; cleanup calls hosts_down
 for ((i = 0; i < 3; i++)); do
   [ "${HOSTS_NAME[i]}" = "host$i" ] || fail "fixture named host $i '${HOSTS_NAME[i]}'"
@@ -96,9 +98,9 @@ head -c 1024 /dev/urandom >"$work/munge/munge.key" && chmod 0400 "$work/munge/mu
 munged --force --socket="$work/munge/munge.sock" --key-file="$work/munge/munge.key" \
   --pid-file="$munged_pid_file" --log-file="$work/munge/munged.log" \
   --seed-file="$work/munge/munged.seed" >"$work/munge/start.log" 2>&1 ||
-  skip "munged does not start: $(tail -n 1 "$work/munge/start.log")"
+  fail "munged does not start: $(tail -n 1 "$work/munge/start.log")"
 for _ in $(seq 1 50); do [ -S "$work/munge/munge.sock" ] && break; sleep 0.1; done
-[ -S "$work/munge/munge.sock" ] || skip "munged socket did not appear"
+[ -S "$work/munge/munge.sock" ] || fail "munged socket did not appear"
 
 # ---- slurm.conf for a 3-node cluster on the namespace hosts.
 mkdir -p "$work/state" "$work/spool/host0" "$work/spool/host1" "$work/spool/host2"
@@ -147,10 +149,7 @@ for _ in $(seq 1 150); do  # 30 s
   [ "$states" = " 3 idle" ] && { ready=1; break; }
   sleep 0.2
 done
-if [ $ready = 0 ]; then
-  echo "Slurm did not come up (sinfo: ${states:-nothing})"; dump
-  skip "Slurm cluster did not start here"
-fi
+[ $ready = 1 ] || fail "the Slurm cluster did not come up in 30 s (sinfo: ${states:-nothing})"
 echo "slurm: 3 idle nodes after $((SECONDS - t0)) s"
 
 # ---- helpers
@@ -183,7 +182,7 @@ export PYTHON_EXEC=/usr/bin/python3
 export NPROC_PER_NODE=2
 cd "$work" || fail "cd $work"
 
-# ---- 1. a real job: 3 nodes x 2 workers, the 2-D Gloo setup, ends COMPLETED.
+# ---- 1. a real job: 3 nodes x 2 workers, a 2-D PyTorch mesh over Gloo, ends COMPLETED.
 t1=$SECONDS
 # Submitted with --export=NONE (only the named variables): srun in the script must still hand
 # the token to every meshrun.
@@ -193,8 +192,9 @@ job1=$(on_host 0 sbatch --parsable --export=NONE,MESHRUN="$MESHRUN",PYTHON_EXEC=
 state=$(wait_state "$job1" 60)
 echo "job 1 ($job1): $state after $((SECONDS - t1)) s"
 [ "$state" = COMPLETED ] || fail "job 1 ended $state, expected COMPLETED"
+# A (2, 3) mesh of 6 ranks: rows {0,1,2} {3,4,5} sum to 3 and 12, columns {c, c+3} to 2c+3.
 for r in 0 1 2 3 4 5; do
-  grep -q "rank=$r shard_sum=[0-9]* replicate_sum=[0-9]* OK" "$work/job1.out" ||
+  grep -q "rank=$r api=[a-z_]* mesh=2x3 coords=($((r / 3)), $((r % 3))) shard_sum=$((9 * (r / 3) + 3)) replicate_sum=$((2 * (r % 3) + 3)) OK" "$work/job1.out" ||
     fail "job 1: rank $r did not report OK"
 done
 ok_lines=$(grep -c 'replicate_sum=.* OK' "$work/job1.out")

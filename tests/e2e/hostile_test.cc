@@ -394,6 +394,7 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
                          << " errors; server RSS idle " << idle_rss << " MiB, now " << rss << " MiB, peak " << hwm
                          << " MiB");
   CHECK(victim.errors == 0);
-  CHECK(victim.P99() < 100);
+  // A latency bound: held in the plain build only (kTimingBounds).
+  if (kTimingBounds) CHECK(victim.P99() < 100);
   if (kRssBounds) CHECK(hwm < 256);
 }

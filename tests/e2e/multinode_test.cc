@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/net.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/support/skip.h"
 
 using namespace meshrun::testing;
 
@@ -116,13 +117,16 @@ TEST_CASE("node_rank decides the order when the nodes give exactly 0..n-1", "[e2
 TEST_CASE("a duplicate --node_rank is refused naming both nodes", "[e2e][multinode]") {
   std::string dir = TempDir();
   int port = FreePort();
-  auto args = Plus(Common(port, "dup", 2), {"--node_rank=0", "--rdzv_conf=join_timeout=5", "/bin/true"});
+  auto args = Plus(Common(port, "dup", 2), {"--node_rank=0", "--rdzv_conf=join_timeout=20", "/bin/true"});
   NodeProc a = StartNode(dir, "a", args);
-  usleep(300000);
+  // The two nodes are identical: the second to join is refused. B starts
+  // once the server has A's join (A reports the join progress), so B is it.
+  REQUIRE(WaitJoined(a, "dup", 20));
   NodeProc b = StartNode(dir, "b", args);
   b.code = WaitCommand(b.pid, 30);
   kill(a.pid, SIGTERM);
   a.code = WaitCommand(a.pid, 30);
+  CHECK(a.code == 143);  // Still waiting for a second node: stopped by the signal.
   CHECK(b.code == 1);
   CHECK(Contains(b.err(), "--node_rank=0 is already taken"));
   CHECK(CountOccurrences(b.err(), "(pid ") == 2);
@@ -164,12 +168,14 @@ TEST_CASE("a node alone past join_timeout exits naming endpoint, run and count",
 TEST_CASE("nodes that disagree on nnodes are refused naming the field", "[e2e][multinode]") {
   std::string dir = TempDir();
   int port = FreePort();
-  NodeProc a = StartNode(dir, "a", Plus(Common(port, "conf", 2), {"--rdzv_conf=join_timeout=10", "/bin/true"}));
-  usleep(300000);
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "conf", 2), {"--rdzv_conf=join_timeout=20", "/bin/true"}));
+  // A's configuration is the run's once the server has its join: B, which
+  // disagrees, is the one refused.
+  REQUIRE(WaitJoined(a, "conf", 20));
   RunResult b = RunCommand({MeshrunBinary(), "--nnodes=3", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
                             "--rdzv_id=conf", "/bin/true"}, {}, 30);
   kill(a.pid, SIGTERM);
-  WaitCommand(a.pid, 30);
+  CHECK(WaitCommand(a.pid, 30) == 143);
   CHECK(b.exit_code == 1);
   CHECK(Contains(b.err, "--nnodes"));
   CHECK(Contains(b.err, "--nnodes=3"));
@@ -220,25 +226,34 @@ TEST_CASE("a node that finishes early waits at the exit barrier: both exit 0", "
   CHECK_FALSE(Contains(b.err(), "lost"));
 }
 
-TEST_CASE("the seed's 2-D gloo setup over 2 nodes x 4 workers", "[e2e][multinode][torch]") {
+TEST_CASE("a 2-D PyTorch mesh over 2 nodes x 4 workers: a shard group per node, replicate groups across",
+          "[e2e][multinode][torch]") {
   std::string py = TorchPython();
-  std::string shared = SharedDir();
-  if (py.empty() || shared.empty()) {
-    WARN("SKIPPED: needs python3-torch and ../shared/cases");
-    return;
-  }
+  if (py.empty()) MESHRUN_SKIP("no python3 with torch (install python3-torch)");
+  const std::string api = TorchMeshApi(py);
   std::string dir = TempDir();
   int port = FreePort();
-  std::string prog = shared + "/cases/seed_2d_setup_gloo.py";
+  std::string prog = SourceDir() + "/tests/py/two_d_mesh.py";
   std::map<std::string, std::string> env = {{"PYTHON_EXEC", py}};
-  NodeProc a = StartNode(dir, "a", Plus(Common(port, "seed2", 2), {"--nproc_per_node=4", prog}), env);
-  usleep(200000);
-  NodeProc b = StartNode(dir, "b", Plus(Common(port, "seed2", 2), {"--nproc_per_node=4", prog}), env);
+  NodeProc a = StartNode(dir, "a", Plus(Common(port, "mesh2", 2), {"--nproc_per_node=4", "--local_addr=127.0.0.1",
+                                                                   prog}), env);
+  NodeProc b = StartNode(dir, "b", Plus(Common(port, "mesh2", 2), {"--nproc_per_node=4", "--local_addr=127.0.0.2",
+                                                                   prog}), env);
   a.code = WaitCommand(a.pid, 240);
   b.code = WaitCommand(b.pid, 240);
   INFO(a.err() << "\n----\n" << b.err());
   CHECK(a.code == 0);
   CHECK(b.code == 0);
+  // Node A (127.0.0.1, node rank 0) holds ranks 0-3, row 0 of the (2, 4)
+  // mesh; B ranks 4-7, row 1: each shard group is one node, each
+  // replicate group spans both.
+  for (int rank = 0; rank < 8; ++rank) {
+    const NodeProc& n = rank < 4 ? a : b;
+    CHECK(Contains(n.out(), "rank=" + std::to_string(rank) + " api=" + api + " mesh=2x4 coords=(" +
+                                std::to_string(rank / 4) + ", " + std::to_string(rank % 4) + ") shard_sum=" +
+                                std::to_string(rank < 4 ? 6 : 22) + " replicate_sum=" +
+                                std::to_string(2 * (rank % 4) + 4) + " OK"));
+  }
   CHECK(CountOccurrences(a.out() + b.out(), " OK") == 8);
 }
 

@@ -1,4 +1,4 @@
-// Stopping workers end to end (DESIGN.md §4a): the stop signal reaches each
+// Stopping workers end to end (docs/design.md §4a): the stop signal reaches each
 // worker's main process first, helpers are killed after the grace; nohup's
 // SIGHUP stays ignored; SIGUSR1 reaches workers by default; what workers
 // leave behind is stopped at the end of the job. Real processes, loopback.
@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/support/skip.h"
 
 using namespace meshrun::testing;
 
@@ -56,10 +57,7 @@ TEST_CASE("SIGTERM goes to the main process first: helpers live through its hand
 
 TEST_CASE("a trainer that checkpoints on SIGTERM with 2 DataLoader workers saves on every rank", "[e2e][signals][torch]") {
   std::string py = TorchPython();
-  if (py.empty()) {
-    WARN("SKIPPED: no python3 with torch (install python3-torch)");
-    return;
-  }
+  if (py.empty()) MESHRUN_SKIP("no python3 with torch (install python3-torch)");
   std::string dir = TempDir();
   NodeProc n = StartNode(dir, "n", {"--standalone", "--nproc_per_node=2", "--shutdown_timeout=30",
                                     SourceDir() + "/tests/py/checkpoint_on_sigterm.py", dir},

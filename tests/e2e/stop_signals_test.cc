@@ -15,13 +15,6 @@ using namespace meshrun::testing;
 
 namespace {
 
-// Time bounds hold on this 2-core machine, not under the sanitizers' slowdown.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kTimingBounds = false;
-#else
-constexpr bool kTimingBounds = true;
-#endif
-
 // The SigIgn masks ("sigign=<hex>") a set of processes printed.
 std::vector<uint64_t> IgnoredMasks(const std::string& out) {
   std::vector<uint64_t> masks;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tests/e2e/e2e_util.h"
+#include "tests/support/skip.h"
 
 using namespace meshrun::testing;
 
@@ -34,10 +35,7 @@ std::map<std::string, std::map<std::string, std::string>> ParseEnvDump(const std
 
 TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2e][torch]") {
   std::string py = TorchPython();
-  if (py.empty()) {
-    WARN("SKIPPED: no python3 with torch (install python3-torch)");
-    return;
-  }
+  if (py.empty()) MESHRUN_SKIP("no python3 with torch (install python3-torch)");
   std::string script = SourceDir() + "/tests/py/print_env.py";
   std::map<std::string, std::string> env = {{"PYTHON_EXEC", py}, {"OMP_NUM_THREADS", "<unset>"}};
   RunResult m = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4", script}, env, 120);
@@ -67,7 +65,7 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
     }
     for (const auto& [k, v] : ours) {
       // GLOO_SOCKET_IFNAME: the interface of the node's advertised address,
-      // set when unset so PyTorch's Gloo does not bind 127.0.1.1 (DESIGN 3).
+      // set when unset so PyTorch's Gloo does not bind 127.0.1.1 (docs/design.md §3).
       if (k.rfind("MESHRUN_", 0) == 0 || k == "PYTHON_EXEC" || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" ||
           k == "GLOO_SOCKET_IFNAME") {
         continue;
@@ -82,26 +80,42 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
   }
 }
 
-TEST_CASE("the seed's 2-D gloo setup runs on 8 workers", "[e2e][torch]") {
+TEST_CASE("a 2-D mesh of 8 workers over PyTorch's Gloo: per-dimension groups, checked all-reduces",
+          "[e2e][torch]") {
   std::string py = TorchPython();
-  std::string shared = SharedDir();
-  if (py.empty() || shared.empty()) {
-    WARN("SKIPPED: needs python3-torch and ../shared/cases");
-    return;
-  }
-  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=8",
-                            shared + "/cases/seed_2d_setup_gloo.py"}, {{"PYTHON_EXEC", py}}, 240);
-  INFO(r.err);
+  if (py.empty()) MESHRUN_SKIP("no python3 with torch (install python3-torch)");
+  const std::string api = TorchMeshApi(py);
+  const std::string prog = SourceDir() + "/tests/py/two_d_mesh.py";
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=8", prog}, {{"PYTHON_EXEC", py}}, 240);
+  INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
+  // (2, 4): rows {0..3} {4..7} sum to 6 and 22; columns {c, c+4} to 4, 6, 8, 10.
+  for (int rank = 0; rank < 8; ++rank) {
+    const int row = rank / 4, col = rank % 4;
+    const int shard = row == 0 ? 6 : 22, replicate = 2 * col + 4;
+    CHECK(Contains(r.out, "rank=" + std::to_string(rank) + " api=" + api + " mesh=2x4 coords=(" +
+                              std::to_string(row) + ", " + std::to_string(col) + ") shard_sum=" +
+                              std::to_string(shard) + " replicate_sum=" + std::to_string(replicate) + " OK"));
+  }
   CHECK(CountOccurrences(r.out, " OK") == 8);
+
+  // The same program on a (4, 2) mesh, and with one rank's contribution
+  // corrupted: its groups' checks fail, and so does the job.
+  RunResult tall = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=8", prog, "--rows=4"},
+                              {{"PYTHON_EXEC", py}}, 240);
+  INFO(tall.out << tall.err);
+  CHECK(tall.exit_code == 0);
+  CHECK(Contains(tall.out, "rank=5 api=" + api + " mesh=4x2 coords=(2, 1) shard_sum=9 replicate_sum=16 OK"));
+  RunResult bad = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4", prog, "--corrupt_rank=3"},
+                             {{"PYTHON_EXEC", py}}, 240);
+  INFO(bad.out << bad.err);
+  CHECK(bad.exit_code != 0);
+  CHECK(Contains(bad.out + bad.err, "rank=3 api=" + api + ": all-reduce over the shard group is 1005, expected 5"));
 }
 
 TEST_CASE("DistributedDataParallel on gloo via env:// runs unchanged", "[e2e][torch]") {
   std::string py = TorchPython();
-  if (py.empty()) {
-    WARN("SKIPPED: no python3 with torch");
-    return;
-  }
+  if (py.empty()) MESHRUN_SKIP("no python3 with torch (install python3-torch)");
   RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=4",
                             SourceDir() + "/tests/py/ddp_gloo.py"}, {{"PYTHON_EXEC", py}}, 240);
   INFO(r.err);

@@ -5,9 +5,11 @@
 // The method byte picks a handler (modulo the count below) and the bytes are
 // parsed as its request message (ParseFromArray; bytes that do not parse are
 // a refused request). Each request then goes where rendezvous_service.cc
-// sends it: the same checks (requests::Admit, requests::JoinFromProto) and
-// the same domain calls on a RunRegistry with a DeadlineTimer. A last pseudo
-// method cancels a parked call, as a client that hangs up does.
+// sends it: the server's own checks (rendezvous/requests.h: Admit,
+// JoinFromProto, CheckWatch, BarrierTimeout, with the server's default
+// limits), never a copy of them, and the same domain calls on a RunRegistry
+// with a DeadlineTimer. A last pseudo method cancels a parked call, as a
+// client that hangs up does.
 //
 // Deterministic and bounded: nothing sleeps; parked calls (joins, barriers,
 // store waits) are answered by later requests, cancelled, or aborted when
@@ -100,7 +102,7 @@ constexpr char kToken[] = "fuzz-token";
 
 class Harness {
  public:
-  Harness() : registry_(&timer_) {}
+  Harness() : registry_(&timer_, limits_) {}
   ~Harness() {
     registry_.CloseAll("end of input");
     if (scratch_) scratch_->Close("end of input");
@@ -112,7 +114,7 @@ class Harness {
         pb::JoinRequest req;
         if (!req.ParseFromArray(data, static_cast<int>(size))) return;
         if (!Admitted(req.run())) return;
-        auto args = rdzv::requests::JoinFromProto(req, "10.0.0.1");
+        auto args = rdzv::requests::JoinFromProto(req, "10.0.0.1", limits_);
         if (!args.ok()) return;
         absl::StatusOr<std::shared_ptr<rdzv::Run>> found = registry_.ForJoin(req.run().run_id(), req.last_round());
         if (!found.ok()) return;
@@ -143,7 +145,7 @@ class Harness {
       case kWatch: {
         pb::WatchRequest req;
         if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
-        if (req.node_id().empty()) return;
+        if (!rdzv::requests::CheckWatch(req, limits_).ok()) return;
         absl::StatusOr<std::shared_ptr<rdzv::Run>> found = registry_.ForJoin(req.run().run_id(), req.known_round());
         if (!found.ok()) return;
         std::shared_ptr<rdzv::Run> run = *found;
@@ -172,9 +174,11 @@ class Harness {
         if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
         auto run = registry_.Find(req.run().run_id());
         if (!run) return;
+        absl::StatusOr<absl::Duration> timeout = rdzv::requests::BarrierTimeout(req, limits_);
+        if (!timeout.ok()) return;
         auto answers = answers_;
         uint64_t id = run->ReportFinished(req.node_id(), req.round(), sessions_->For(req.node_id(), req.session()),
-                                          absl::Milliseconds(req.timeout_ms()),
+                                          *timeout,
                                           [answers](absl::StatusOr<rdzv::BarrierResult>) { answers->Add(); });
         if (id != 0) parked_.push_back({Parked::kBarrier, run, "", id, nullptr});
         return;
@@ -253,7 +257,7 @@ class Harness {
       case kStatus: {
         pb::StatusRequest req;
         if (!req.ParseFromArray(data, static_cast<int>(size))) return;
-        if (!Admit(kToken, req.run(), /*need_run_id=*/false).ok()) return;
+        if (!Admit(kToken, req.run(), /*need_run_id=*/false, limits_).ok()) return;
         (void)registry_.Status();
         return;
       }
@@ -275,7 +279,7 @@ class Harness {
 
  private:
   // The server has a token: requests without it are refused (the seeds carry it).
-  bool Admitted(const pb::RunRef& run) { return Admit(kToken, run).ok(); }
+  bool Admitted(const pb::RunRef& run) { return Admit(kToken, run, /*need_run_id=*/true, limits_).ok(); }
 
   // The run a store request goes to; a refused one (max_runs, a run id too
   // long) goes to a scratch run so that the rest of the request is still
@@ -295,6 +299,8 @@ class Harness {
     if (id != 0) parked_.push_back({Parked::kKvWaiter, run, "", id, nullptr});
   }
 
+  // The server's default limits, as a `meshrun server` without --limit has.
+  const rdzv::ServerLimits limits_;
   // Declared first: destroyed last, after the registry closed every run.
   rdzv::DeadlineTimer timer_;
   rdzv::RunRegistry registry_;

@@ -2,7 +2,7 @@
 # Two common cluster set-ups that broke the address choice: Debian's hosts
 # file (each host's own name is 127.0.1.1) with peers on 192.168.x, and a
 # first interface on the endpoint's host that nobody reaches (a docker0-like
-# 172.17.0.1). libmesh's Gloo and PyTorch's Gloo must both pass; MASTER_ADDR
+# 172.17.0.1). libmesh's Gloo and PyTorch's Gloo (tests/py/two_d_mesh.py) must both pass; MASTER_ADDR
 # must be the address the other host reaches; an explicit --local_addr that
 # resolves to loopback is refused with a clear message.
 # Usage: debian_hosts_test.sh SOURCE_DIR MESHRUN BUILD_DIR
@@ -27,11 +27,13 @@ for i in 0 1; do expect_rc "mesh$i" 0 60 "host$i (libmesh two_d_setup 2x4)"; don
 
 py=$(torch_python)
 if [ -z "$py" ]; then
-  echo "note: no python3 with torch; the seed case is not run (install python3-torch)"
+  skip_part "the 2-D PyTorch mesh (PyTorch's Gloo)" "no python3 with torch (install python3-torch)"
 else
   P=$(free_port); common=(--nnodes=2 --rdzv_endpoint="host0:$P" --rdzv_conf=join_timeout=60)
-  for i in 0 1; do launch "$i" "seed$i" PYTHON_EXEC="$py" -- "${common[@]}" --nproc_per_node=2 --rdzv_id=seed "$SRC/../shared/cases/seed_2d_setup_gloo.py"; done
-  for i in 0 1; do expect_rc "seed$i" 0 90 "host$i (seed_2d_setup_gloo.py, PyTorch's Gloo)"; done
+  for i in 0 1; do launch "$i" "torch$i" PYTHON_EXEC="$py" -- "${common[@]}" --nproc_per_node=2 --rdzv_id=torch "$SRC/tests/py/two_d_mesh.py"; done
+  for i in 0 1; do expect_rc "torch$i" 0 90 "host$i (two_d_mesh.py, PyTorch's Gloo)"; done
+  for r in 0 1 2 3; do expect_in "torch$((r / 2))" "rank=$r api="; done
+  expect_in torch1 "coords=(1, 1) shard_sum=5 replicate_sum=4 OK"
 fi
 
 # --local_addr=host0 is 127.0.1.1 on host0: refused on every node, at once.

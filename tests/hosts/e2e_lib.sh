@@ -9,10 +9,14 @@
 #   await out0 60                         # RC=its exit code (124 after 60 s: then it is killed)
 #   expect_in out0 "text"                 # FAIL unless the output has the text
 #   expect_no_processes                   # FAIL if any host still runs a process
-#   finish                                # prints the summary line, exits 0 or 1
+#   skip_part "what" "why"                # a part that cannot run here: named in the summary
+#   finish                                # prints the summary line; exits 1 when anything
+#                                         # failed, else 77 (CTest: skipped) when a part was
+#                                         # skipped, else 0
 
 FAILS=0
 PASSES=0
+SKIPPED_PARTS=()
 declare -A E2E_PID
 
 ok()   { PASSES=$((PASSES + 1)); echo "ok: $*"; }
@@ -82,8 +86,29 @@ torch_python() {
   done
 }
 
+# api_of PYTHON: how tests/py/two_d_mesh.py builds its groups under PYTHON: device_mesh where
+# PyTorch has init_device_mesh (2.2 and later), else new_group.
+api_of() {
+  if "$1" -c 'from torch.distributed.device_mesh import init_device_mesh' 2>/dev/null; then echo device_mesh
+  else echo new_group; fi
+}
+
+# skip_part WHAT WHY: a part of the test that cannot run here (a missing tool). It is not a
+# pass: finish lists it, and the test then shows as skipped in CTest, not as passed.
+skip_part() {
+  SKIPPED_PARTS+=("$1: $2")
+  echo "skip: $1: $2"
+}
+
 finish() {
-  echo "$PASSES passed, $FAILS failed"
-  [ "$FAILS" -eq 0 ]
-  exit $?
+  local p
+  if [ ${#SKIPPED_PARTS[@]} -gt 0 ]; then
+    echo "$PASSES passed, $FAILS failed, ${#SKIPPED_PARTS[@]} skipped"
+    for p in "${SKIPPED_PARTS[@]}"; do echo "  not run: $p"; done
+  else
+    echo "$PASSES passed, $FAILS failed"
+  fi
+  [ "$FAILS" -eq 0 ] || exit 1
+  [ ${#SKIPPED_PARTS[@]} -eq 0 ] || exit 77
+  exit 0
 }

@@ -10,7 +10,7 @@ LIB=$SRC/tests/hosts/netns_hosts.sh
 # shellcheck source=netns_hosts.sh
 source "$LIB"
 hosts_require
-for tool in ping getent timeout; do
+for tool in ping getent timeout python3; do
   command -v "$tool" >/dev/null 2>&1 || { echo "SKIP: '$tool' not found"; exit 77; }
 done
 
@@ -106,20 +106,17 @@ fixture() {
   wait "$bg" 2>/dev/null
   check "the sleep is gone" eval '! alive "${spid:-0}"'
 
-  if command -v python3 >/dev/null 2>&1; then
-    on_host 2 python3 -c 'import socket, time
+  # (python3 is required above: the listener.)
+  on_host 2 python3 -c 'import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 29511)); s.listen(); time.sleep(30)' &
-    check "hosts_wait_tcp 0 ${HOSTS_V4[2]} 29511 10 (a listener on host2)" \
-      hosts_wait_tcp 0 "${HOSTS_V4[2]}" 29511 10
-    local t=$EPOCHREALTIME
-    check "hosts_wait_tcp on a closed port returns 1 after its timeout" \
-      eval '! hosts_wait_tcp 0 "${HOSTS_V4[1]}" 29512 1'
-    check "... within ~1 s" test $(((${EPOCHREALTIME/./} - ${t/./}) / 1000)) -lt 3000
-    host_kill 2
-  else
-    ok "hosts_wait_tcp not checked (no python3 for a listener)"
-  fi
+  check "hosts_wait_tcp 0 ${HOSTS_V4[2]} 29511 10 (a listener on host2)" \
+    hosts_wait_tcp 0 "${HOSTS_V4[2]}" 29511 10
+  local t=$EPOCHREALTIME
+  check "hosts_wait_tcp on a closed port returns 1 after its timeout" \
+    eval '! hosts_wait_tcp 0 "${HOSTS_V4[1]}" 29512 1'
+  check "... within ~1 s" test $(((${EPOCHREALTIME/./} - ${t/./}) / 1000)) -lt 3000
+  host_kill 2
 
   # Two fixtures in parallel processes: different leases (and different from ours). Each
   # exits once both have theirs and this shell holds the lease lock.

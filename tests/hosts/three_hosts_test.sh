@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 3 hosts x 4 workers, endpoint by name: ranks by node order, every rank
-# reaches MASTER_ADDR (a TCP check from every host), the seed case
-# (PyTorch's Gloo) and the libmesh examples.
+# reaches MASTER_ADDR (a TCP check from every host), a 2-D PyTorch mesh
+# (tests/py/two_d_mesh.py, PyTorch's Gloo) and the libmesh examples.
 # Usage: three_hosts_test.sh SOURCE_DIR MESHRUN BUILD_DIR
 set -u
 SRC=$1 MESHRUN=$2 BUILD=$3
@@ -40,15 +40,18 @@ P=$(free_port); common=(--nnodes=3 --rdzv_endpoint="host0:$P" --rdzv_conf=join_t
 for i in 0 1 2; do launch "$i" "slice$i" -- "${common[@]}" --nproc_per_node=4 --rdzv_id=slice "$BUILD/examples/three_d_slicing" --shape 3,2,2; done
 for i in 0 1 2; do expect_rc "slice$i" 0 60 "host$i (three_d_slicing 3x2x2)"; done
 
-# 3. The seed case with PyTorch's own Gloo, 3 hosts x 2 workers.
+# 3. A 2-D PyTorch mesh with PyTorch's own Gloo, 3 hosts x 2 workers: a (3, 2) mesh, one shard
+#    group per host, replicate groups across the three.
 py=$(torch_python)
 if [ -z "$py" ]; then
-  echo "note: no python3 with torch; the seed case is not run (install python3-torch)"
+  skip_part "the 2-D PyTorch mesh (PyTorch's Gloo)" "no python3 with torch (install python3-torch)"
 else
   P=$(free_port); common=(--nnodes=3 --rdzv_endpoint="host0:$P" --rdzv_conf=join_timeout=60)
-  for i in 0 1 2; do launch "$i" "seed$i" PYTHON_EXEC="$py" -- "${common[@]}" --nproc_per_node=2 --rdzv_id=seed "$SRC/../shared/cases/seed_2d_setup_gloo.py"; done
-  for i in 0 1 2; do expect_rc "seed$i" 0 90 "host$i (seed_2d_setup_gloo.py)"; done
-  for r in 0 1 2 3 4 5; do expect_in "seed$((r / 2))" "rank=$r shard_sum="; done
+  for i in 0 1 2; do launch "$i" "torch$i" PYTHON_EXEC="$py" -- "${common[@]}" --nproc_per_node=2 --rdzv_id=torch "$SRC/tests/py/two_d_mesh.py" --rows=3; done
+  for i in 0 1 2; do expect_rc "torch$i" 0 90 "host$i (two_d_mesh.py --rows=3)"; done
+  for r in 0 1 2 3 4 5; do
+    expect_in "torch$((r / 2))" "rank=$r api=$(api_of "$py") mesh=3x2 coords=($((r / 2)), $((r % 2))) shard_sum=$((4 * (r / 2) + 1)) replicate_sum=$((3 * (r % 2) + 6)) OK"
+  done
 fi
 expect_no_processes
 finish

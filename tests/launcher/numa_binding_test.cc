@@ -5,6 +5,7 @@
 
 #include "launcher/numa_binding.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/skip.h"
 
 using namespace meshrun::launcher;
 
@@ -103,10 +104,7 @@ TEST_CASE("a topology from an hwloc XML file places the same way", "[numa]") {
 TEST_CASE("on a machine without GPUs numa binding is a clear error", "[numa]") {
   auto here = Topology::ThisMachine();
   REQUIRE(here.ok());
-  if (!here->NvidiaGpuNumaNodes().empty()) {
-    WARN("SKIPPED: this machine has NVIDIA GPUs");
-    return;
-  }
+  if (!here->NvidiaGpuNumaNodes().empty()) MESHRUN_SKIP("this machine has NVIDIA GPUs");
   auto p = PlaceOnThisMachine(NumaMode::kNode, 2, std::nullopt);
   REQUIRE_FALSE(p.ok());
   CHECK(std::string(p.status().message()).find("--numa_binding=node: no NVIDIA GPU on this machine") == 0);

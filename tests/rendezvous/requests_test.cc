@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/match.h"
+
 namespace meshrun::rendezvous::requests {
 namespace {
 
@@ -58,6 +60,43 @@ TEST_CASE("requests: bad joins and joins past the limits are refused naming them
   r.mutable_config()->set_max_nodes(static_cast<int>(l.max_nodes));
   r.mutable_node()->set_nproc(static_cast<int>(l.max_nproc));
   CHECK(JoinFromProto(r, "").ok());
+}
+
+TEST_CASE("requests: an exit barrier's wait is bounded by max_wait", "[rdzv]") {
+  ServerLimits l;
+  l.max_wait = absl::Seconds(5);
+  v1::ReportFinishedRequest r;
+  r.set_timeout_ms(5000);
+  REQUIRE(BarrierTimeout(r, l).ok());
+  CHECK(*BarrierTimeout(r, l) == absl::Seconds(5));
+  r.set_timeout_ms(0);
+  CHECK(*BarrierTimeout(r, l) == absl::ZeroDuration());
+  for (int64_t ms : {int64_t{5001}, int64_t{-1}}) {
+    r.set_timeout_ms(ms);
+    auto t = BarrierTimeout(r, l);
+    CHECK(t.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(t.status().message() ==
+          "exit barrier timeout_ms=" + std::to_string(ms) + ": allowed: 0..5000 (max_wait)");
+  }
+}
+
+TEST_CASE("requests: a watch's node id and a store batch's items are bounded", "[rdzv]") {
+  ServerLimits l;
+  l.max_node_id_bytes = 4;
+  l.max_batch_items = 2;
+  v1::WatchRequest w;
+  w.set_node_id("abcd");
+  CHECK(CheckWatch(w, l).ok());
+  w.set_node_id("abcde");
+  CHECK(CheckWatch(w, l).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(CheckWatch(w, l).message(), "max_node_id_bytes"));
+  v1::KvBatchRequest b;
+  b.add_items();
+  b.add_items();
+  CHECK(CheckKvBatch(b, l).ok());
+  b.add_items();
+  CHECK(CheckKvBatch(b, l).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(CheckKvBatch(b, l).message() == "store batch of 3 requests: allowed: at most 2 (max_batch_items)");
 }
 
 }  // namespace

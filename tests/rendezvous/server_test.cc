@@ -95,6 +95,24 @@ TEST_CASE("a parked get is released when its client gives up: shutdown does not 
   auto server = rendezvous::RendezvousServer::Start(o);
   REQUIRE(server.ok());
   auto stub = Stub(**server);
+  // The store reads parked in `run`, as the server's status counts them
+  // (-1 when it cannot say).
+  auto waiters = [&](const std::string& run) -> int64_t {
+    grpc::ClientContext sctx;
+    pb::StatusRequest sreq;
+    sreq.mutable_run()->set_run_id(run);
+    pb::StatusResponse sresp;
+    if (!stub->Status(&sctx, sreq, &sresp).ok() || sresp.runs_size() != 1) return -1;
+    return sresp.runs(0).kv_waiters();
+  };
+  // Polls (at most 5 s) until `run` has `n` parked reads.
+  auto wait_for_waiters = [&](const std::string& run, int64_t n) {
+    for (int i = 0; i < 500; ++i) {
+      if (waiters(run) == n) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return waiters(run) == n;
+  };
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   pb::KvGetRequest req;
@@ -106,8 +124,11 @@ TEST_CASE("a parked get is released when its client gives up: shutdown does not 
   grpc::Status s = stub->KvGet(&ctx, req, &resp);
   CHECK(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
   CHECK(absl::Now() - start < absl::Seconds(5));
+  // The server let go of it too: no read is left parked in the run.
+  CHECK(wait_for_waiters("job", 0));
 
   // A get parked at shutdown is answered, and shutdown returns promptly.
+  req.mutable_run()->set_run_id("job2");
   grpc::ClientContext ctx2;
   pb::KvGetResponse resp2;
   std::atomic<bool> answered{false};
@@ -116,7 +137,11 @@ TEST_CASE("a parked get is released when its client gives up: shutdown does not 
     s2 = st;
     answered = true;
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  // Parked: the server counts it as a waiter of its run. (CHECK, not
+  // REQUIRE: the shutdown below must answer the call before its context
+  // goes out of scope.)
+  CHECK(wait_for_waiters("job2", 1));
+  CHECK_FALSE(answered);
   start = absl::Now();
   (*server)->Shutdown(absl::Seconds(2));
   CHECK(absl::Now() - start < absl::Seconds(4));

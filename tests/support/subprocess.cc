@@ -209,15 +209,11 @@ std::string MeshrunBinary() { return MESHRUN_BINARY; }
 std::string SourceDir() { return MESHRUN_SOURCE_DIR; }
 std::string BinaryDir() { return MESHRUN_BINARY_DIR; }
 
-std::string SharedDir() {
-  const char* env = std::getenv("MESHRUN_SHARED_DIR");
-  std::string dir = env ? env : std::string(MESHRUN_SOURCE_DIR) + "/../shared";
-  return std::filesystem::exists(dir + "/cases") ? std::filesystem::canonical(dir).string() : "";
-}
 
 std::string TorchPython() {
   static const std::string found = [] {
-    for (const char* py : {"/usr/bin/python3"}) {
+    const char* chosen = std::getenv("MESHRUN_TEST_PYTHON");
+    for (const char* py : {chosen != nullptr && *chosen != '\0' ? chosen : "/usr/bin/python3"}) {
       if (access(py, X_OK) != 0) continue;
       RunResult r = RunCommand({py, "-c", "import torch.distributed"}, {}, 120);
       if (r.exit_code == 0) return std::string(py);
@@ -225,6 +221,11 @@ std::string TorchPython() {
     return std::string();
   }();
   return found;
+}
+
+std::string TorchMeshApi(const std::string& python) {
+  RunResult r = RunCommand({python, "-c", "from torch.distributed.device_mesh import init_device_mesh"}, {}, 120);
+  return r.exit_code == 0 ? "device_mesh" : "new_group";
 }
 
 std::string ReadFile(const std::string& path) {

@@ -42,10 +42,14 @@ int KillStartedCommands();
 std::string MeshrunBinary();
 std::string SourceDir();
 std::string BinaryDir();
-// ../shared next to the repository (CI has it), or "" when absent.
-std::string SharedDir();
-// An interpreter that can `import torch` (Debian's /usr/bin/python3), or "".
+// An interpreter that can `import torch`, or "": $MESHRUN_TEST_PYTHON when
+// set (e.g. a venv with a newer PyTorch, to run the PyTorch tests under it),
+// else Debian's /usr/bin/python3.
 std::string TorchPython();
+// How tests/py/two_d_mesh.py builds its groups under `python` (one with
+// torch): "device_mesh" where PyTorch has init_device_mesh (2.2 and later),
+// else "new_group".
+std::string TorchMeshApi(const std::string& python);
 // Reads a whole file ("" when missing).
 std::string ReadFile(const std::string& path);
 // A fresh temporary folder, removed at process exit.
