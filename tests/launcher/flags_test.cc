@@ -148,7 +148,7 @@ TEST_CASE("a repeated flag takes its last value, as torchrun's argparse", "[flag
   CHECK(c->agent.nproc == 3);
 }
 
-TEST_CASE("a misspelled flag gets the nearest flags, in the user's spelling; nothing near, no guess", "[flags]") {
+TEST_CASE("a misspelled flag gets the nearest flags, in the user's spelling, and nothing when none is near", "[flags]") {
   CLI::App app{"t"};
   std::string v;
   app.add_option("--nproc_per_node,--nproc-per-node", v);
