@@ -115,8 +115,10 @@ class Session {
   // Reports a failed worker; nullopt to restart (join the next round).
   std::optional<int> OnWorkerFailure(const Worker& w);
   // See agent/worker_stop.h: the signal to each main process, the grace,
-  // then everything left below this agent.
-  void StopWorkers(int signo, absl::Duration grace);
+  // then everything left below this agent. `by_signal`: meshrun itself
+  // received `signo`. Returns a stop signal that arrived meanwhile and was
+  // kept for later (0: none).
+  int StopWorkers(int signo, absl::Duration grace, bool by_signal = false);
   // Marks the workers still running as stopped by meshrun (the summary).
   void MarkStopped();
 

@@ -122,7 +122,7 @@ std::optional<int> Session::Supervise() {
       std::fprintf(stderr, "meshrun: received %s; stopping workers\n", SignalName(sig->signo).c_str());
       received_signal_ = sig->signo;
       if (o_.on_stop_signal) o_.on_stop_signal(sig->signo);
-      StopWorkers(sig->signo, o_.shutdown_timeout);
+      StopWorkers(sig->signo, o_.shutdown_timeout, /*by_signal=*/true);
       return 128 + sig->signo;
     }
     if (auto* st = std::get_if<Stale>(&*ev)) {
@@ -160,7 +160,15 @@ std::optional<int> Session::Supervise() {
         StopWorkers(SIGTERM, o_.shutdown_timeout);
         return std::nullopt;
       }
-      StopWorkers(SIGTERM, o_.shutdown_timeout);
+      log_->info("{}; stopping this node's workers", std::string(sc->status.message()));
+      if (const int signo = StopWorkers(SIGTERM, o_.shutdown_timeout); signo != 0) {
+        // Told to stop while it stopped its workers for the lost server (a
+        // job stopped everywhere at once): the stop it was asked for.
+        std::fprintf(stderr, "meshrun: %s; received %s meanwhile: stopped this node's workers\n",
+                     std::string(sc->status.message()).c_str(), SignalName(signo).c_str());
+        received_signal_ = signo;
+        return 128 + signo;
+      }
       return Fatal(absl::StrCat(sc->status.message(), "; stopped this node's workers"));
     }
   }
@@ -211,9 +219,9 @@ std::optional<int> Session::OnWorkerFailure(const Worker& w) {
 
 // See agent/worker_stop.h: the signal to each main process, the grace,
 // then everything left below this agent.
-void Session::StopWorkers(int signo, absl::Duration grace) {
+int Session::StopWorkers(int signo, absl::Duration grace, bool by_signal) {
   MarkStopped();
-  agent::StopWorkers(workers_, signo, grace, q_, deferred_);
+  return agent::StopWorkers(workers_, signo, grace, by_signal, q_, deferred_);
 }
 
 void Session::MarkStopped() {

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "agent/process_tree.h"
+#include "agent/signal_policy.h"
 #include "common/logging.h"
 
 namespace meshrun::agent {
@@ -43,11 +44,12 @@ void BecomeSubreaper() {
   }
 }
 
-void StopWorkers(std::vector<Worker>& workers, int signo, absl::Duration grace, EventQueue& q,
-                 std::deque<Event>& deferred) {
+int StopWorkers(std::vector<Worker>& workers, int signo, absl::Duration grace, bool by_signal, EventQueue& q,
+                std::deque<Event>& deferred) {
   if (signo != 0) SignalMains(workers, signo);
   const absl::Time deadline = absl::Now() + grace;
   bool escalate = false;
+  int kept = 0;  // A stop signal that arrived during a stop it did not start.
   while (Running(workers) > 0 && !escalate) {
     std::optional<Event> ev = q.Pop(deadline);
     if (!ev) break;
@@ -56,8 +58,15 @@ void StopWorkers(std::vector<Worker>& workers, int signo, absl::Duration grace, 
         w->running = false;
         w->status = c->status;
       }
-    } else if (std::get_if<SignalReceived>(&*ev)) {
-      escalate = true;  // A second signal: stop waiting.
+    } else if (auto* sig = std::get_if<SignalReceived>(&*ev)) {
+      if (PassThrough(sig->signo)) {
+        SignalMains(workers, sig->signo);
+      } else if (by_signal || kept != 0) {
+        escalate = true;  // A second signal: stop waiting.
+      } else {
+        kept = sig->signo;  // The workers are stopping already: their grace stands.
+        deferred.push_back(std::move(*ev));
+      }
     } else {
       deferred.push_back(std::move(*ev));
     }
@@ -85,6 +94,7 @@ void StopWorkers(std::vector<Worker>& workers, int signo, absl::Duration grace, 
       deferred.push_back(std::move(*ev));
     }
   }
+  return kept;
 }
 
 int StopLeftovers(absl::Duration grace, bool keep) {

@@ -48,15 +48,22 @@ void BecomeSubreaper();
 //  1. `signo` to each running worker's main process (SignalMains; 0: the
 //     caller signalled them already);
 //  2. waits up to `grace` for every worker to exit, taking ChildExit events
-//     from `q` (a SignalReceived cuts the wait short: skip to SIGKILL; other
-//     events go to `deferred`, in order, for the caller);
+//     from `q`. A signal that stops the job cuts the wait short (skip to
+//     SIGKILL) when this stop was itself started by one (`by_signal`: "a
+//     second signal"), or when it is the second during this stop. Else (a
+//     restart, a lost server: every node of a job told to stop at once by
+//     scancel or a pod deletion sees its server go before its own SIGTERM)
+//     it does not cut the workers' grace: it is kept in `deferred` for the
+//     caller, and returned. A pass-through signal (SIGUSR1, ...) goes to the
+//     main processes. Other events go to `deferred`, in order;
 //  3. when every worker exited in time, what is left below this process gets
 //     SIGTERM and the rest of `grace`; else (or after that) SIGKILL;
 //  4. waits up to 10 s for the workers' exits after SIGKILL.
-// Marks each worker not running, with its wait status. Call from the
-// agent's one thread. Bounded by grace + about 12 s.
-void StopWorkers(std::vector<Worker>& workers, int signo, absl::Duration grace, EventQueue& q,
-                 std::deque<Event>& deferred);
+// Marks each worker not running, with its wait status. Returns the stop
+// signal kept in `deferred` (0: none). Call from the agent's one thread.
+// Bounded by grace + about 12 s.
+int StopWorkers(std::vector<Worker>& workers, int signo, absl::Duration grace, bool by_signal, EventQueue& q,
+                std::deque<Event>& deferred);
 
 // End of job: stops what the workers left behind below this process (e.g.
 // `sleep 1000 &` of a worker that exited 0): SIGTERM, up to `grace`, then

@@ -91,3 +91,38 @@ TEST_CASE("a stop signal while meshrun waits for its server (is_host=0, nothing 
     }
   }
 }
+
+TEST_CASE("a job stopped everywhere at once: a node that loses its server first still gives its workers their grace",
+          "[e2e][signals]") {
+  // scancel and a pod deletion send SIGTERM to every node together; the
+  // node that hosts the server stops serving at once, so another node may
+  // see its server go before its own SIGTERM arrives. That SIGTERM must not
+  // cut its workers' checkpoint short (it is not a second signal).
+  std::string dir = TempDir();
+  const int port = FreePort();
+  std::string script = WriteScript(dir, "ckpt.sh",
+                                   "trap 'sleep 1; echo \"saved $RANK\"; exit 0' TERM\n"
+                                   "echo \"ready $RANK\"\nwhile true; do sleep 0.05; done");
+  auto node = [&](const std::string& name, const std::string& addr) {
+    return StartNode(dir, name,
+                     {"--nnodes=2", "--nproc_per_node=1", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                      "--rdzv_id=everywhere", "--local_addr=" + addr, script},
+                     {{"MESHRUN_LOG_LEVEL", "info"}});
+  };
+  NodeProc a = node("a", "127.0.0.1");
+  REQUIRE(WaitFor([&] { return Contains(a.err(), "hosting the rendezvous server on port"); }, 20));
+  NodeProc b = node("b", "127.0.0.2");
+  REQUIRE(WaitFor([&] { return CountOccurrences(a.out() + b.out(), "ready ") == 2; }, 30));
+  REQUIRE(kill(a.pid, SIGTERM) == 0);
+  // The state: node b saw its server go and is stopping its workers.
+  REQUIRE(WaitFor([&] { return Contains(b.err(), "stopping this node's workers"); }, 30));
+  REQUIRE(kill(b.pid, SIGTERM) == 0);
+  const int code_b = WaitCommand(b.pid, 60);
+  const int code_a = WaitCommand(a.pid, 60);
+  INFO(a.err() << b.err());
+  CHECK(code_a == 143);
+  CHECK(code_b == 143);
+  CHECK(Contains(b.out(), "saved 1"));  // Its worker saved: not killed at the second signal.
+  CHECK(Contains(a.out(), "saved 0"));
+  CHECK(Contains(b.err(), "received SIGTERM meanwhile: stopped this node's workers"));
+}
