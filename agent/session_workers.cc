@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/error_file.h"
 #include "agent/failure_summary.h"
 #include "agent/signal_policy.h"
@@ -36,6 +37,9 @@ std::optional<int> Session::RunRound(const Assignment& a) {
   } else if (!a.node_addr.empty()) {
     log_->warn("advertised address {}: {}; GLOO_SOCKET_IFNAME left unset", a.node_addr, std::string(i.status().message()));
   }
+  std::vector<std::string> names;
+  for (int signo : o_.forwarded_signals) names.push_back(SignalName(signo));
+  const std::string signals_text = absl::StrJoin(names, ",");
   std::vector<Child> children;
   for (int lr = 0; lr < o_.nproc; ++lr) {
     Worker w;
@@ -43,7 +47,7 @@ std::optional<int> Session::RunRound(const Assignment& a) {
     const int rank = a.rank_base + lr;
     w.error_file = (attempt / absl::StrCat("rank_", rank, ".error.json")).string();
     WorkerEnvInput in{a,           lr,     o_.nproc, o_.role, o_.run_id, store_endpoint, w.error_file,
-                      ifname,      o_.permanent_failure_exit_code, o_.virtual_local_rank};
+                      ifname,      o_.permanent_failure_exit_code, o_.virtual_local_rank, signals_text};
     absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
     if (!pipes.ok()) {
       StopWorkers(SIGKILL, absl::ZeroDuration());

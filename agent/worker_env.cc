@@ -34,6 +34,7 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   set(env::kMasterPort, absl::StrCat(a.master_port));
   set(env::kRestartCount, absl::StrCat(a.restart_count));
   set(env::kMaxRestarts, absl::StrCat(a.max_restarts));
+  if (!in.signals_to_handle.empty()) set(env::kSignalsToHandle, in.signals_to_handle);
   set(env::kRunId, in.run_id);
   set(env::kUseAgentStore, "False");
   set(env::kErrorFile, in.error_file);

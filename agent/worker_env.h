@@ -28,6 +28,10 @@ struct WorkerEnvInput {
   // the worker's one device: entry `local_rank` of `base`'s list when set
   // (the launcher checks it is long enough), else `local_rank` itself.
   bool virtual_local_rank = false;
+  // TORCHELASTIC_SIGNALS_TO_HANDLE: the signals meshrun handles, by name,
+  // comma-separated (as torchrun 2.x writes --signals_to_handle into its
+  // environment, which its workers inherit). Not set when empty.
+  std::string signals_to_handle;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the

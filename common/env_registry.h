@@ -41,6 +41,7 @@ inline constexpr Var kMasterAddr{"MASTER_ADDR", Type::kString, Use::kSetForWorke
 inline constexpr Var kMasterPort{"MASTER_PORT", Type::kInt, Use::kSetForWorkers, "A port free on node rank 0; worker rank 0 hosts PyTorch's TCPStore there."};
 inline constexpr Var kRunId{"TORCHELASTIC_RUN_ID", Type::kString, Use::kSetForWorkers, "The run id (--rdzv_id)."};
 inline constexpr Var kRestartCount{"TORCHELASTIC_RESTART_COUNT", Type::kInt, Use::kSetForWorkers, "Failure restarts consumed so far, job-wide (same on every node)."};
+inline constexpr Var kSignalsToHandle{"TORCHELASTIC_SIGNALS_TO_HANDLE", Type::kString, Use::kSetForWorkers, "The signals meshrun handles (--signals_to_handle), by name, comma-separated, as torchrun 2.x's workers inherit it."};
 inline constexpr Var kMaxRestarts{"TORCHELASTIC_MAX_RESTARTS", Type::kInt, Use::kSetForWorkers, "The job-wide restart budget (--max_restarts)."};
 inline constexpr Var kUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", Type::kBool, Use::kSetForWorkers, "Always 'False': worker rank 0 hosts PyTorch's store at MASTER_ADDR:MASTER_PORT."};
 inline constexpr Var kErrorFile{"TORCHELASTIC_ERROR_FILE", Type::kString, Use::kSetForWorkers, "Where a worker writes its error JSON (torchrun's @record format)."};

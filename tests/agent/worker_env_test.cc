@@ -30,6 +30,7 @@ TEST_CASE("worker environment follows torchrun's contract", "[env]") {
   in.run_id = "job";
   in.store_endpoint = "unix:/tmp/meshrun-store-Ab12Cd/store.sock";
   in.error_file = "/tmp/e.json";
+  in.signals_to_handle = "SIGTERM,SIGUSR1";
   auto env = AsMap(BuildWorkerEnv({"PATH=/bin", "RANK=99", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}, in));
   CHECK(env["PATH"] == "/bin");
   CHECK(env["RANK"] == "7");
@@ -45,6 +46,7 @@ TEST_CASE("worker environment follows torchrun's contract", "[env]") {
   CHECK(env["MASTER_PORT"] == "29500");
   CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "1");
   CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "3");
+  CHECK(env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGUSR1");
   CHECK(env["TORCHELASTIC_RUN_ID"] == "job");
   CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
   CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/e.json");

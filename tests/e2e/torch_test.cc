@@ -52,9 +52,11 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
   // error-file path, meshrun's MESHRUN_* extras, MASTER_ADDR (meshrun gives
   // a numeric address, torchrun 1.13 the host's FQDN), and
   // TORCH_NCCL_ASYNC_ERROR_HANDLING, which newer torchrun sets and 1.13
-  // does not (it sets only the older NCCL_ASYNC_ERROR_HANDLING).
+  // does not (it sets only the older NCCL_ASYNC_ERROR_HANDLING), and
+  // TORCHELASTIC_SIGNALS_TO_HANDLE: torchrun 2.x sets it (1.13 does not),
+  // and meshrun's default list adds SIGUSR1 and SIGUSR2.
   const std::set<std::string> may_differ = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
-                                            "MASTER_ADDR"};
+                                            "MASTER_ADDR", "TORCHELASTIC_SIGNALS_TO_HANDLE"};
   for (const auto& [rank, vars] : theirs) {
     const auto& ours = mine.at(rank);
     for (const auto& [k, v] : vars) {
@@ -67,13 +69,14 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
       // GLOO_SOCKET_IFNAME: the interface of the node's advertised address,
       // set when unset so PyTorch's Gloo does not bind 127.0.1.1 (docs/design.md §3).
       if (k.rfind("MESHRUN_", 0) == 0 || k == "PYTHON_EXEC" || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" ||
-          k == "GLOO_SOCKET_IFNAME") {
+          k == "GLOO_SOCKET_IFNAME" || k == "TORCHELASTIC_SIGNALS_TO_HANDLE") {
         continue;
       }
       INFO("rank " << rank << " meshrun-only variable " << k);
       CHECK(vars.count(k) == 1);
     }
     CHECK(ours.at("GLOO_SOCKET_IFNAME") == "lo");  // Standalone: loopback.
+    CHECK(ours.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
     CHECK(ours.at("MESHRUN_NODE_ADDR") == "127.0.0.1");
     CHECK(ours.at("MASTER_PORT") != "");
     CHECK(ours.at("TORCHELASTIC_ERROR_FILE") != "");
