@@ -13,7 +13,20 @@
 #      meshrun survives it and the job goes on; SIGUSR1 sent to the meshruns alone is forwarded
 #      to every worker; `scancel -b -s USR1` (the batch shell, which is srun) reaches every
 #      worker too; `scancel` then ends the job CANCELLED and leaves no job process in any
-#      namespace. Its token differs from the first job's.
+#      namespace. Its token differs from the first job's. Its workers run in the step's cgroups
+#      (proctrack/cgroup, task/cgroup), when the cluster runs with them (below).
+#   3. Two jobs sharing the three nodes at once both finish COMPLETED, on the two ports the
+#      script derives from their job ids.
+#   4. Two jobs forced onto one port (MESHRUN_PORT): the second fails with one line naming the
+#      first job's run; the first is unharmed.
+#
+# Slurm runs as production clusters run it: ProctrackType=proctrack/cgroup and
+# TaskPlugin=task/cgroup,task/affinity, cgroup v1 (this machine's cgroups are v1 with a
+# unified mount). `ip netns exec` mounts a fresh /sys without cgroups, so each slurmd gets its
+# own subtree of each controller (mr<lease>-slurm-host<i>) bind-mounted at /sys/fs/cgroup/<c>:
+# three slurmds on one kernel would otherwise share /slurm/uid_0/job_N. Where that cannot be
+# set up (no cgroup v1 controllers here), the test says why and runs with
+# proctrack/linuxproc and task/none instead.
 #
 # usage: slurm_test.sh SOURCE_DIR MESHRUN_BINARY    (exit 0 pass, 1 fail, 77 skip)
 # Skipped (77) only for what this machine lacks: the Slurm and munge programs, root, PyTorch,
@@ -71,6 +84,7 @@ cleanup() {
       kill -KILL "$p" 2>/dev/null
     fi
   fi
+  declare -F cg_cleanup >/dev/null && cg_cleanup
   hosts_down
   rm -rf "$work"
   exit $rc
@@ -102,6 +116,58 @@ munged --force --socket="$work/munge/munge.sock" --key-file="$work/munge/munge.k
 for _ in $(seq 1 50); do [ -S "$work/munge/munge.sock" ] && break; sleep 0.1; done
 [ -S "$work/munge/munge.sock" ] || fail "munged socket did not appear"
 
+# ---- cgroups: one subtree per host of each cgroup v1 controller Slurm uses.
+cg_controllers="freezer cpuset memory devices cpu cpuacct"
+cg_prefix="mr${HOSTS_LEASE}-slurm-host"
+cg_reason=""
+for c in $cg_controllers; do
+  if ! grep -qE "^cgroup /sys/fs/cgroup/$c cgroup " /proc/mounts; then
+    cg_reason="no cgroup v1 '$c' controller mounted at /sys/fs/cgroup/$c (cgroup v2 only?)"
+    break
+  fi
+done
+cg_cleanup() {  # removes the hosts' subtrees, deepest first (every process is gone by now)
+  local c top
+  for c in $cg_controllers; do
+    for top in /sys/fs/cgroup/"$c"/"$cg_prefix"*; do
+      [ -d "$top" ] && find "$top" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+  done
+}
+if [ -z "$cg_reason" ]; then
+  proctrack=proctrack/cgroup
+  taskplugin=task/cgroup,task/affinity
+  printf 'CgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainDevices=no\nConstrainRAMSpace=no\n' >"$work/cgroup.conf"
+else
+  proctrack=proctrack/linuxproc
+  taskplugin=task/none
+  echo "CgroupPlugin=cgroup/v1" >"$work/cgroup.conf"
+  echo "note: Slurm runs without its cgroup plugins here: $cg_reason"
+fi
+# slurmd's launcher on a host: its own subtree of each controller, where Slurm looks for it.
+{
+  echo '#!/bin/sh'
+  echo 'set -e'
+  if [ "$proctrack" = proctrack/cgroup ]; then
+    echo 'h=$(hostname)'
+    echo 'mount -t tmpfs cgroup_root /sys/fs/cgroup'
+    echo "for c in $cg_controllers; do"
+    echo "  all=$work/cgroups/\$h/\$c"
+    echo "  sub=$cg_prefix\${h#host}"
+    echo '  mkdir -p /sys/fs/cgroup/$c "$all"'
+    echo '  mount -t cgroup -o "$c" cgroup "$all"'
+    echo '  mkdir -p "$all/$sub"'
+    echo '  if [ "$c" = cpuset ]; then'
+    echo '    cat "$all/cpuset.cpus" >"$all/$sub/cpuset.cpus"'
+    echo '    cat "$all/cpuset.mems" >"$all/$sub/cpuset.mems"'
+    echo '  fi'
+    echo '  mount --bind "$all/$sub" "/sys/fs/cgroup/$c"'
+    echo 'done'
+  fi
+  echo 'exec slurmd -D'
+} >"$work/slurmd-on-host"
+chmod 755 "$work/slurmd-on-host"
+
 # ---- slurm.conf for a 3-node cluster on the namespace hosts.
 mkdir -p "$work/state" "$work/spool/host0" "$work/spool/host1" "$work/spool/host2"
 {
@@ -118,8 +184,8 @@ mkdir -p "$work/state" "$work/spool/host0" "$work/spool/host1" "$work/spool/host
   echo "SlurmdPidFile=$work/slurmd-%n.pid"
   echo "SlurmctldLogFile=$work/slurmctld.log"
   echo "SlurmdLogFile=$work/slurmd-%n.log"
-  echo "ProctrackType=proctrack/linuxproc"
-  echo "TaskPlugin=task/none"
+  echo "ProctrackType=$proctrack"
+  echo "TaskPlugin=$taskplugin"
   echo "SwitchType=switch/none"
   echo "MpiDefault=none"
   echo "MailProg=/bin/true"
@@ -135,12 +201,11 @@ mkdir -p "$work/state" "$work/spool/host0" "$work/spool/host1" "$work/spool/host
   for ((i = 0; i < 3; i++)); do echo "NodeName=host$i NodeAddr=${HOSTS_V4[i]} CPUs=4 State=UNKNOWN"; done
   echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
 } >"$work/slurm.conf"
-echo "CgroupPlugin=cgroup/v1" >"$work/cgroup.conf"
 export SLURM_CONF=$work/slurm.conf
 
 (cd "$work" && on_host 0 slurmctld -D -i >"$work/slurmctld.stderr" 2>&1) &
 for ((i = 0; i < 3; i++)); do
-  (cd "$work" && on_host "$i" slurmd -D >"$work/slurmd-host$i.stderr" 2>&1) &
+  (cd "$work" && on_host "$i" "$work/slurmd-on-host" >"$work/slurmd-host$i.stderr" 2>&1) &
 done
 
 ready=0
@@ -150,7 +215,7 @@ for _ in $(seq 1 150); do  # 30 s
   sleep 0.2
 done
 [ $ready = 1 ] || fail "the Slurm cluster did not come up in 30 s (sinfo: ${states:-nothing})"
-echo "slurm: 3 idle nodes after $((SECONDS - t0)) s"
+echo "slurm: 3 idle nodes after $((SECONDS - t0)) s ($proctrack, $taskplugin)"
 
 # ---- helpers
 job_state() { on_host 0 scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
@@ -199,8 +264,8 @@ for r in 0 1 2 3 4 5; do
 done
 ok_lines=$(grep -c 'replicate_sum=.* OK' "$work/job1.out")
 [ "$ok_lines" = 6 ] || fail "job 1: $ok_lines OK lines, expected 6"
-grep -q "3 node(s) x 2 worker(s), rendezvous host0:29400" "$work/job1.out" ||
-  fail "job 1: the script's summary line is missing or wrong"
+grep -q "3 node(s) x 2 worker(s), rendezvous host0:$((29400 + job1 % 1000))" "$work/job1.out" ||
+  fail "job 1: the script's summary line is missing or wrong (port 29400 + job id % 1000)"
 [ "$(count_files "$work"/token."$job1".*)" = 3 ] || fail "job 1: not every node ran meshrun"
 [ "$(sort -u "$work"/token."$job1".* | wc -l)" = 1 ] || fail "job 1: nodes got different tokens"
 secret1=$(cat "$work/secret.$job1.0")
@@ -237,6 +302,19 @@ done
 [ "$(count_files "$work"/started."$job2".*)" = 6 ] ||
   fail "job 2: $(count_files "$work"/started."$job2".*) of 6 workers started (state $(job_state "$job2"))"
 [ "$(job_state "$job2")" = RUNNING ] || fail "job 2 is $(job_state "$job2"), expected RUNNING"
+if [ "$proctrack" = proctrack/cgroup ]; then
+  # Every worker runs in its step's cgroups: the freezer one (proctrack/cgroup) and the
+  # cpuset one (task/cgroup), under its host's subtree.
+  for f in "$work"/started."$job2".*; do
+    cg=$(cat "/proc/$(cat "$f")/cgroup" 2>/dev/null)
+    for c in freezer cpuset; do
+      # slurm_<node>: Debian's Slurm is built for several slurmds on one kernel.
+      grep -qE "^[0-9]+:$c:/${cg_prefix}[0-2]/slurm(_host[0-2])?/uid_0/job_${job2}/step_0(/|$)" <<<"$cg" ||
+        fail "job 2: worker ${f##*.} is not in its step's $c cgroup: $(grep ":$c:" <<<"$cg")"
+    done
+  done
+  echo "job 2: every worker in its step's freezer and cpuset cgroups (proctrack/cgroup, task/cgroup)"
+fi
 
 on_host 0 scancel -s USR1 "$job2" || fail "scancel -s USR1 failed"
 for _ in $(seq 1 75); do  # 15 s
@@ -323,6 +401,68 @@ if [ -n "$left" ]; then
   fail "processes left behind after scancel"
 fi
 echo "job 2: scancel -> CANCELLED, no process left after $((SECONDS - t3)) s"
+
+# ---- 3. two jobs sharing the three nodes at once: both finish, each on its own port.
+# Each worker waits (bounded) until all 12 workers of both jobs have started: the jobs overlap.
+cat >"$work/meet.sh" <<'MEETEOF'
+#!/bin/sh
+touch "$1/meet.$SLURM_JOB_ID.$RANK"
+i=0
+while [ "$(ls "$1"/meet.* | wc -l)" -lt 12 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+[ "$(ls "$1"/meet.* | wc -l)" -ge 12 ]
+MEETEOF
+chmod 755 "$work/meet.sh"
+t4=$SECONDS
+job3=$(on_host 0 sbatch --parsable -N 3 -o "$work/job3.out" "$sbatch_script" "$work/meet.sh" "$work" 2>"$work/sbatch3.err")
+[ -n "$job3" ] || fail "sbatch refused job 3: $(cat "$work/sbatch3.err")"
+job4=$(on_host 0 sbatch --parsable -N 3 -o "$work/job4.out" "$sbatch_script" "$work/meet.sh" "$work" 2>"$work/sbatch4.err")
+[ -n "$job4" ] || fail "sbatch refused job 4: $(cat "$work/sbatch4.err")"
+state3=$(wait_state "$job3" 90)
+state4=$(wait_state "$job4" 90)
+[ "$state3" = COMPLETED ] && [ "$state4" = COMPLETED ] ||
+  fail "jobs 3 and 4 sharing the nodes ended $state3 and $state4, expected COMPLETED twice"
+[ "$(count_files "$work"/meet."$job3".*)" = 6 ] && [ "$(count_files "$work"/meet."$job4".*)" = 6 ] ||
+  fail "jobs 3 and 4: not every worker ran"
+port3=$((29400 + job3 % 1000))
+port4=$((29400 + job4 % 1000))
+grep -q "rendezvous host0:$port3" "$work/job3.out" && grep -q "rendezvous host0:$port4" "$work/job4.out" ||
+  fail "jobs 3 and 4 did not use the ports derived from their ids ($port3, $port4)"
+echo "jobs 3 and 4 ($job3, $job4): shared the 3 nodes, ports $port3 and $port4, both COMPLETED after $((SECONDS - t4)) s"
+
+# ---- 4. two jobs forced onto one port: the second is told whose server holds it.
+cat >"$work/hold.sh" <<'HOLDEOF'
+#!/bin/sh
+touch "$1/held.$SLURM_JOB_ID.$RANK"
+i=0
+while [ ! -e "$1/release" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+[ -e "$1/release" ]
+HOLDEOF
+chmod 755 "$work/hold.sh"
+forced=$((29400 + (job4 + 500) % 1000))
+job5=$(on_host 0 env MESHRUN_PORT=$forced sbatch --parsable -N 3 -o "$work/job5.out" "$sbatch_script" "$work/hold.sh" "$work" \
+  2>"$work/sbatch5.err")
+[ -n "$job5" ] || fail "sbatch refused job 5: $(cat "$work/sbatch5.err")"
+for _ in $(seq 1 150); do  # 30 s
+  [ "$(count_files "$work"/held."$job5".*)" = 6 ] && break
+  sleep 0.2
+done
+[ "$(count_files "$work"/held."$job5".*)" = 6 ] || fail "job 5: $(count_files "$work"/held."$job5".*) of 6 workers started"
+# One node, the head node: the one that can see who holds the port (the other nodes only hear
+# "wrong token", and srun --kill-on-bad-exit may stop the head node before it says more).
+job6=$(on_host 0 env MESHRUN_PORT=$forced sbatch --parsable -N 1 -w host0 -o "$work/job6.out" "$sbatch_script" \
+  "$work/hold.sh" "$work" 2>"$work/sbatch6.err")
+[ -n "$job6" ] || fail "sbatch refused job 6: $(cat "$work/sbatch6.err")"
+state6=$(wait_state "$job6" 60)
+[ "$state6" = FAILED ] || fail "job 6 on job 5's port ended $state6, expected FAILED"
+grep -q "another job's server holds that port" "$work/job6.out" && grep -q "run '$job5')" "$work/job6.out" ||
+  fail "job 6: no line naming job 5 as the holder of port $forced: $(grep 'meshrun: error' "$work/job6.out" | head -3)"
+[ "$(count_files "$work"/held."$job6".*)" = 0 ] || fail "job 6 ran workers on another job's server"
+[ "$(job_state "$job5")" = RUNNING ] || fail "job 5 is $(job_state "$job5") after job 6 failed, expected RUNNING"
+touch "$work/release"
+state5=$(wait_state "$job5" 60)
+[ "$state5" = COMPLETED ] || fail "job 5 ended $state5, expected COMPLETED"
+echo "jobs 5 and 6 ($job5, $job6) on one port $forced: job 6 FAILED naming job 5; job 5 COMPLETED"
+echo "  $(grep 'another job' "$work/job6.out" | head -1)"
 
 # The token is never printed: not in the job outputs, nor in Slurm's logs.
 secret2=$(cat "$work/secret.$job2.0")
