@@ -2,20 +2,25 @@
 # deploy/systemd/meshrun-server.service: a valid, hardened unit whose ExecStart works.
 #
 #   1. The unit has what the deployment needs (hardening, its own user, LimitNOFILE, restart,
-#      the token from /etc/meshrun/server.env) and server.env.example the token variable.
+#      the token from /etc/meshrun/server.env, the TLS certificate and key through
+#      LoadCredential=, the health and metrics ports) and server.env.example the token.
 #   2. systemd-analyze verify prints nothing for it (the binary path pointed at the build);
 #      a copy with a misspelled directive makes it complain (the check can fail);
 #      systemd-analyze security --offline rates its exposure at most 3.0 ("OK").
-#   3. ExecStart, as written (only the binary and the port replaced: the built meshrun, port 0
-#      and --port_file), runs as an unprivileged user without new privileges and with the
-#      environment file's variables: it listens, a meshrun with the file's token runs a job
-#      through it, wrong and missing tokens are refused, SIGTERM stops it with 0.
+#   3. ExecStart, as written (only the binary and the ports replaced: the built meshrun, port 0
+#      and --port_file), runs as an unprivileged user without new privileges, with the
+#      environment file's variables and the credentials systemd would load (certificates
+#      made here, in a $CREDENTIALS_DIRECTORY): it serves TLS, a meshrun with the file's token
+#      and the CA runs a job through it, wrong and missing tokens are refused, the plaintext
+#      health port answers SERVING (as a Kubernetes gRPC probe asks), the metrics port
+#      answers, SIGTERM stops it with 0.
 #
-# usage: systemd_test.sh SOURCE_DIR MESHRUN_BINARY   (0 pass, 1 fail, 77 skip)
+# usage: systemd_test.sh SOURCE_DIR MESHRUN_BINARY HEALTH_PROBE   (0 pass, 1 fail, 77 skip)
 set -uo pipefail
 
 src=$(cd "${1:?usage: systemd_test.sh SOURCE_DIR MESHRUN_BINARY}" && pwd)
-meshrun=$(readlink -f "${2:?usage: systemd_test.sh SOURCE_DIR MESHRUN_BINARY}")
+meshrun=$(readlink -f "${2:?usage: systemd_test.sh SOURCE_DIR MESHRUN_BINARY HEALTH_PROBE}")
+probe=$(readlink -f "${3:?usage: systemd_test.sh SOURCE_DIR MESHRUN_BINARY HEALTH_PROBE}")
 t0=$SECONDS
 unit=$src/deploy/systemd/meshrun-server.service
 envex=$src/deploy/systemd/server.env.example
@@ -25,6 +30,7 @@ fail() { echo "FAIL: $*"; [ -f "${work:-/nonexistent}/server.log" ] && tail -n 2
 
 [ -x "$meshrun" ] || fail "no meshrun binary at $meshrun"
 py=$(command -v python3) || skip "no python3"
+command -v openssl >/dev/null || skip "no openssl CLI (certificates for the TLS run)"
 work=$(mktemp -d /tmp/meshrun-systemd-test.XXXXXX)
 chmod 755 "$work"
 server_pid=
@@ -66,20 +72,27 @@ if argv[1:2] != ["server"] or "--host" not in argv or "--port" not in argv:
     bad.append(f"ExecStart must run `meshrun server --host ... --port ...`: {argv}")
 elif argv[argv.index("--host") + 1] != "::" or argv[argv.index("--port") + 1] != "29400":
     bad.append(f"ExecStart must listen on :: port 29400: {argv}")
+for flag, value in (("--tls_cert", "${CREDENTIALS_DIRECTORY}/tls.crt"), ("--tls_key", "${CREDENTIALS_DIRECTORY}/tls.key"),
+                    ("--health_port", "29401"), ("--metrics_port", "29402")):
+    if flag not in argv or argv[argv.index(flag) + 1] != value:
+        bad.append(f"ExecStart must give {flag} {value}: {argv}")
+creds = [l.split("=", 1)[1].strip() for l in open(unit) if l.startswith("LoadCredential=")]
+for want in ("tls.crt:/etc/meshrun/tls/server.crt", "tls.key:/etc/meshrun/tls/server.key"):
+    if want not in creds:
+        bad.append(f"[Service] LoadCredential={want} missing")
 if sections.get("Install", {}).get("WantedBy") != "multi-user.target":
     bad.append("[Install] WantedBy=multi-user.target missing")
 text = open(envex).read()
 if not re.search(r"^MESHRUN_TOKEN=\S+", text, re.M):
     bad.append("server.env.example has no MESHRUN_TOKEN= line")
-for v in ("MESHRUN_TLS_CERT", "MESHRUN_TLS_KEY", "MESHRUN_TLS_CA"):
-    if not re.search(rf"^#\s*{v}=", text, re.M):
-        bad.append(f"server.env.example: {v} should be there, commented out (planned)")
+if re.search(r"planned|not read by meshrun", text):
+    bad.append("server.env.example still calls TLS planned")
 for b in bad:
     print(b)
 sys.exit(1 if bad else 0)
 EOF
 [ $? = 0 ] || { cat "$work/static.log"; fail "the unit lacks required settings"; }
-echo "unit: hardening, own user, LimitNOFILE=1048576, Restart=on-failure, EnvironmentFile present"
+echo "unit: hardening, own user, LimitNOFILE=1048576, Restart=on-failure, EnvironmentFile, TLS through LoadCredential, health and metrics ports"
 
 # ---- 2. systemd-analyze verify / security.
 verified=0
@@ -112,13 +125,27 @@ fi
 # ---- 3. ExecStart runs: unprivileged, no new privileges, the environment file's variables.
 token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 sed "s/^MESHRUN_TOKEN=.*/MESHRUN_TOKEN=$token/" "$envex" >"$work/server.env"
-mapfile -t argv < <("$py" - "$unit" "$meshrun" "$work/run/port" <<'EOF'
+# The credentials systemd would load: a CA and the server's certificate for 127.0.0.1.
+creds=$work/credentials
+mkdir -p "$creds"
+ossl() { openssl "$@" >>"$work/openssl.log" 2>&1 || fail "openssl $*: $(tail -n 2 "$work/openssl.log")"; }
+ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$work/ca.key" -out "$work/ca.crt" \
+  -days 2 -subj /CN=meshrun-test-ca
+ossl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$creds/tls.key" -out "$work/server.csr" \
+  -subj /CN=server
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$work/server.ext"
+ossl x509 -req -in "$work/server.csr" -CA "$work/ca.crt" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
+  -extfile "$work/server.ext" -out "$creds/tls.crt"
+chmod 0400 "$creds"/*
+chown -R 65534:65534 "$creds" 2>/dev/null
+mapfile -t argv < <("$py" - "$unit" "$meshrun" "$work/run/port" "$creds" <<'EOF'
 import shlex, sys
-unit, meshrun, port_file = sys.argv[1:4]
+unit, meshrun, port_file, creds = sys.argv[1:5]
 line = [l.strip() for l in open(unit) if l.strip().startswith("ExecStart=")][-1]
-argv = shlex.split(line.partition("=")[2])
+argv = [a.replace("${CREDENTIALS_DIRECTORY}", creds) for a in shlex.split(line.partition("=")[2])]
 argv[0] = meshrun
-argv[argv.index("--port") + 1] = "0"      # a free port instead of 29400
+for flag in ("--port", "--health_port", "--metrics_port"):
+    argv[argv.index(flag) + 1] = "0"      # free ports instead of 29400..29402
 argv += ["--port_file", port_file]
 print("\n".join(argv))
 EOF
@@ -140,7 +167,8 @@ server_pid=$!
 for _ in $(seq 1 100); do [ -s "$work/run/port" ] && break; kill -0 $server_pid 2>/dev/null || break; sleep 0.1; done
 [ -s "$work/run/port" ] || fail "the server did not write its port (ExecStart: ${argv[*]})"
 port=$(cat "$work/run/port")
-grep -q "listening on :: port $port" "$work/server.log" || fail "the server does not say it listens on :: port $port"
+grep -q "listening on :: port $port (token required) (TLS)" "$work/server.log" ||
+  fail "the server does not say it listens on :: port $port with a token and TLS"
 uid=$(awk '/^Uid:/ {print $2}' /proc/$server_pid/status)
 nnp=$(awk '/^NoNewPrivs:/ {print $2}' /proc/$server_pid/status)
 if [ ${#runner[@]} -gt 0 ]; then
@@ -157,10 +185,10 @@ echo "ExecStart: listening on :: port $port as uid $uid, NoNewPrivs $nnp, $nofil
 job() {  # TOKEN_OR_UNSET ID: a one-node job through the daemon
   local tok=$1 id=$2
   if [ "$tok" = unset ]; then
-    timeout 30 env -u MESHRUN_TOKEN "$meshrun" --nnodes=1 --rdzv_endpoint="127.0.0.1:$port" \
+    timeout 30 env -u MESHRUN_TOKEN MESHRUN_TLS_CA="$work/ca.crt" "$meshrun" --nnodes=1 --rdzv_endpoint="127.0.0.1:$port" \
       --rdzv_id="$id" --rdzv_conf=is_host=0 --no_python sh -c 'echo "rank $RANK of $WORLD_SIZE"'
   else
-    timeout 30 env MESHRUN_TOKEN="$tok" "$meshrun" --nnodes=1 --rdzv_endpoint="127.0.0.1:$port" \
+    timeout 30 env MESHRUN_TOKEN="$tok" MESHRUN_TLS_CA="$work/ca.crt" "$meshrun" --nnodes=1 --rdzv_endpoint="127.0.0.1:$port" \
       --rdzv_id="$id" --rdzv_conf=is_host=0 --no_python sh -c 'echo "rank $RANK of $WORLD_SIZE"'
   fi
 }
@@ -170,7 +198,19 @@ out=$(job wrong-token wrong 2>&1); rc=$?
 [ $rc = 1 ] && grep -q 'wrong token' <<<"$out" || { echo "$out"; fail "a wrong token was not refused (exit $rc)"; }
 out=$(job unset none 2>&1); rc=$?
 [ $rc = 1 ] && grep -q 'requires a token' <<<"$out" || { echo "$out"; fail "a missing token was not refused (exit $rc)"; }
-echo "token: the file's token runs a job; wrong and missing tokens are refused"
+echo "token and TLS: the file's token and the CA run a job; wrong and missing tokens are refused"
+
+# The plaintext health port answers a probe that speaks no TLS; the TLS port does not.
+hport=$(grep -o 'gRPC health checks, plaintext, on .*' "$work/server.log" | grep -o '[0-9]*$')
+[ -n "$hport" ] || fail "the server does not print its health port"
+hout=$("$probe" "127.0.0.1:$hport" meshrun.v1.Rendezvous 2>&1) || fail "health port: $hout"
+[ "$hout" = SERVING ] || fail "health port answered '$hout'"
+"$probe" "127.0.0.1:$port" >/dev/null 2>&1 && fail "a plaintext probe got an answer from the TLS port"
+mport=$(grep -o 'metrics on http://[^ ]*' "$work/server.log" | sed 's#.*:\([0-9]*\)/metrics#\1#')
+[ -n "$mport" ] || fail "the server does not print its metrics URL"
+"$py" -c "import sys, urllib.request; t = urllib.request.urlopen('http://127.0.0.1:$mport/metrics', timeout=5).read().decode(); sys.exit(0 if 'meshrun_' in t else 1)" ||
+  fail "the metrics port did not answer with meshrun's metrics"
+echo "probes: the plaintext health port answers SERVING (the TLS port does not answer plaintext); metrics answer"
 
 kill -TERM $server_pid
 for _ in $(seq 1 150); do kill -0 $server_pid 2>/dev/null || break; sleep 0.1; done  # TimeoutStopSec=15
