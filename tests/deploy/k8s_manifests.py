@@ -85,6 +85,24 @@ def only_keys(obj, allowed, where):
                 problem(f"{where}: unknown field '{k}' (known: {', '.join(sorted(allowed))})")
 
 
+def probes_ok(container, flags, where):
+    """Liveness and readiness probes: gRPC on the plaintext health port that meshrun opens
+    (--rdzv_conf=health_port=N), declared as a container port."""
+    conf = flag_value(flags, "--rdzv_conf") or ""
+    m = re.search(r"(?:^|,)health_port=(\d+)(?:,|$)", conf)
+    if not m:
+        problem(f"{where}: meshrun needs --rdzv_conf=health_port=N for the probes")
+        return
+    port = int(m.group(1))
+    c_ports = [p.get("containerPort") for p in container.get("ports") or []]
+    if port not in c_ports:
+        problem(f"{where}: the health port {port} must be a container port ({c_ports})")
+    for kind in ("livenessProbe", "readinessProbe"):
+        probe = container.get(kind)
+        if not isinstance(probe, dict) or (probe.get("grpc") or {}).get("port") != port:
+            problem(f"{where}: {kind} must be a gRPC probe of the health port {port}: {probe}")
+
+
 def token_ref_ok(container, secret, where):
     """The container's MESHRUN_TOKEN comes from the example Secret's key."""
     env = {e.get("name"): e for e in container.get("env") or []}
@@ -258,6 +276,7 @@ def check(deploy, out_yaml):
             if flag_value(flags, "--rdzv_backend") not in (None, "c10d", "meshrun"):
                 problem(f"{w}: --rdzv_backend must be c10d/meshrun")
             token_ref_ok(c, secret, w)
+            probes_ok(c, flags, w)
 
     embedded = []
 
@@ -307,6 +326,7 @@ def check(deploy, out_yaml):
             if not any(p.get("name") == "pytorchjob-port" for p in c.get("ports") or []):
                 problem(f"{where}: no container port named pytorchjob-port")
             token_ref_ok(c, secret, where)
+            probes_ok(c, flags, where)
 
     # --- Kubeflow Trainer v2: TrainJob
     w = "kubeflow-trainjob.yaml"
