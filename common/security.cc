@@ -1,5 +1,7 @@
 #include "common/security.h"
 
+#include "common/endpoint.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -327,7 +329,7 @@ absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& files) {
 
 std::string ProbeTlsMismatch(const std::string& host, const std::string& addr, int port, const TlsMaterial& tls,
                              absl::Duration timeout) {
-  const std::string where = absl::StrCat(host, ":", port);
+  const std::string where = HostPort(host, port);
   SigpipeGuard no_sigpipe;
   int fd = ConnectTcp(addr, port, timeout);
   if (fd < 0) return "";

@@ -7,6 +7,7 @@
 #include <prometheus/exposer.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/endpoint.h"
 #include "common/logging.h"
 
 namespace meshrun::rendezvous {
@@ -35,7 +36,7 @@ absl::StatusOr<std::string> MetricsListenAddress(const std::string& host, int po
   }
   if (host.empty() || host == "0.0.0.0" || host == "::") return absl::StrCat("0.0.0.0:", port);
   in_addr v4{};
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return absl::StrCat(host, ":", port);
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return HostPort(host, port);
   return absl::InvalidArgumentError(absl::StrCat(
       "metrics host '", host,
       "': must be a numeric IPv4 address or 0.0.0.0 (the metrics HTTP server, prometheus-cpp over Debian's "

@@ -84,6 +84,8 @@ expect_fast() {
     fail "$name: succeeded"
   elif [[ $(grep -c '^meshrun: error:' <<<"$OUT") -ne 1 ]]; then
     fail "$name: not one error line: $OUT"
+  elif grep -qE '^[EWI][0-9]{4} |Handshake failed' <<<"$OUT"; then
+    fail "$name: gRPC's own log line before meshrun's: $OUT"
   elif ! grep -qE "$pattern" <<<"$line"; then
     fail "$name: '$line' does not match /$pattern/"
   elif python3 -c "import sys; sys.exit(0 if $ELAPSED < 10 else 1)"; then
