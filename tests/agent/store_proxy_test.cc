@@ -40,7 +40,7 @@ struct Setup {
     auto s = rendezvous::RendezvousServer::Start(so);
     REQUIRE(s.ok());
     server = std::move(*s);
-    // As the agent's channel (agent/rdzv_client.cc): it carries the proxy's reads.
+    // As the agent's channel (client/rdzv_client.cc): it carries the proxy's reads.
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxStoreAnswerBytes);
     channel = grpc::CreateCustomChannel(server->endpoint(), grpc::InsecureChannelCredentials(), args);
