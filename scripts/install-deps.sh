@@ -9,7 +9,7 @@ PKGS=(
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev catch2 libgloo-dev nlohmann-json3-dev
   clang libclang-rt-14-dev
   python3-torch python3-numpy python3-matplotlib
-  libhwloc-dev prometheus-cpp-dev libjemalloc-dev
+  libhwloc-dev prometheus-cpp-dev libcivetweb-dev libjemalloc-dev
   libssl-dev openssl
   iproute2 iputils-ping procps
   slurm-wlm munge python3-yaml python3-venv systemd
