@@ -182,7 +182,7 @@ function(_meshrun_imported_closure out_targets out_files)
   set(${out_files} ${files} PARENT_SCOPE)
 endfunction()
 
-# The static archive for a shared library (a path, or -l<name> searched in
+# The static archive for a library (a .so or .a path, or -l<name> searched in
 # the multiarch folder): the copy made here (position-independent archives,
 # hwloc without udev), else the
 # one beside it (lib<name>_pic.a first: the position-independent build where
@@ -194,7 +194,8 @@ function(_meshrun_static_for out so)
   else()
     get_filename_component(dir "${so}" DIRECTORY)
     get_filename_component(name "${so}" NAME)
-    string(REGEX REPLACE "\\.so(\\.[0-9.]*)?$" "" base "${name}")
+    string(REGEX REPLACE "\\.(so(\\.[0-9.]*)?|a)$" "" base "${name}")
+    string(REGEX REPLACE "_pic$" "" base "${base}")
   endif()
   set(${out} "" PARENT_SCOPE)
   foreach(candidate "${MESHRUN_PIC_DIR}/${base}.a" "${MESHRUN_HWLOC_DIR}/${base}.a" "${dir}/${base}_pic.a" "${dir}/${base}.a")
@@ -223,7 +224,7 @@ function(meshrun_portable_static_deps)
       set(t ${CMAKE_MATCH_1})
       set(prop ${CMAKE_MATCH_2})
       set(loc ${CMAKE_MATCH_3})
-      if(loc MATCHES "\\.so(\\.[0-9.]*)?$")
+      if(loc MATCHES "\\.(so(\\.[0-9.]*)?|a)$")
         _meshrun_static_for(static "${loc}")
         if(static)
           set_target_properties(${t} PROPERTIES ${prop} "${static}")
@@ -241,7 +242,7 @@ function(meshrun_portable_static_deps)
     endif()
     set(new "")
     foreach(l ${libs})
-      if((IS_ABSOLUTE "${l}" AND l MATCHES "\\.so(\\.[0-9.]*)?$") OR
+      if((IS_ABSOLUTE "${l}" AND l MATCHES "\\.(so(\\.[0-9.]*)?|a)$") OR
          (l MATCHES "^-l" AND NOT l MATCHES "^-l(dl|m|rt|pthread|c)$"))
         _meshrun_static_for(static "${l}")
         if(static)

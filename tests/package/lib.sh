@@ -6,7 +6,7 @@ PKG_TEST="$BINARY_DIR/package-test"          # this run's artifacts: made again 
 PKG_DIST="$PKG_TEST/dist"
 PKG_UNPACKED="$PKG_TEST/archive"             # the archive, unpacked (by "package: archive")
 PKG_WORKER="$PKG_TEST/worker"                # the main job's worker, built against the archive
-PKG_CACHE="$BINARY_DIR/package-cache"        # kept between runs: Debian roots, images, apt's downloads
+PKG_CACHE="${MESHRUN_PACKAGE_CACHE:-$BINARY_DIR/package-cache}"  # kept between runs: Debian roots, images, apt downloads
 SUITE=bookworm
 MIRROR="${MESHRUN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
