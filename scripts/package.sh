@@ -49,6 +49,8 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
   [[ "$build" == "$here/build" ]] || die "--build-dir '$build' is not a configured build folder (no CMakeCache.txt)"
   bash "$here/scripts/build.sh"
 else
+  grep -q '^MESHRUN_PORTABLE:BOOL=OFF$' "$build/CMakeCache.txt" &&
+    die "$build is not a portable build (MESHRUN_PORTABLE=OFF): configure it with -DMESHRUN_PORTABLE=ON, or use another --build-dir"
   cmake --build "$build" -j2 > "$build/package-build.log" 2>&1 ||
     { tail -30 "$build/package-build.log"; die "bringing $build up to date failed (log: $build/package-build.log)"; }
 fi
