@@ -13,6 +13,10 @@ PKGS=(
   libssl-dev openssl
   iproute2 iputils-ping procps
   slurm-wlm munge python3-yaml python3-venv systemd
+  # Packaging (scripts/package.sh) and its tests (tests/package/): CPack's .deb
+  # (dpkg-dev, fakeroot), lintian, debootstrap roots, podman images, objdump.
+  dpkg-dev fakeroot lintian debootstrap podman runc uidmap golang-github-containernetworking-plugin-dnsname
+  binutils file curl util-linux
 )
 
 missing=()
