@@ -90,6 +90,8 @@ class Session {
   bool OnStale(const std::string& why);
   // Joins the next round; false with `*exit_code` set when the agent must stop.
   bool Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code);
+  // The event stream of a new membership is opened by its first Join.
+  bool watch_pending_ = false;
   // "N" or "MIN:MAX", as --nnodes.
   std::string NnodesText() const;
   // For a server that refused this node's token while another meshrun of

@@ -17,9 +17,9 @@ std::string RandomSuffix() {
 
 }  // namespace
 
-// Connects as a new member (a fresh node id), opens the event stream
-// before the first join (so join progress, a failure elsewhere and the
-// loss of the server reach this node at once) and starts heartbeats.
+// Connects as a new member (a fresh node id) and starts heartbeats; the
+// event stream opens with the first join (so join progress, a failure
+// elsewhere and the loss of the server reach this node at once).
 absl::Status Session::NewMembership() {
   EndMembership();
   ++gen_;
@@ -55,10 +55,10 @@ absl::Status Session::NewMembership() {
     proxy_ = std::move(*proxy);
   }
   if (o_.local_addr.empty()) node_.addr = client_->local_addr();
+  // The event stream opens right after the first join is sent (Join): a
+  // joining node's stream is a member's, which the server always admits.
+  watch_pending_ = true;
   const int gen = gen_;
-  client_->StartWatch(
-      node_.node_id, -1, [this, gen](const RunEvent& e) { q_.Push(ServerEvent{e, gen}); },
-      [this, gen](const absl::Status& s) { q_.Push(StreamClosed{s, gen}); });
   hb_stop_ = std::make_shared<absl::Notification>();
   hb_thread_ = std::thread([this, gen, stop = hb_stop_, client = client_.get(), id = node_.node_id] {
     while (!stop->WaitForNotificationWithTimeout(o_.keep_alive_interval)) {
@@ -119,6 +119,16 @@ bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit
   joined_peak_ = 0;
   client_->JoinAsync(node_, config_, last_round, o_.join_timeout,
                      [this](absl::StatusOr<Assignment> r) { q_.Push(JoinDone{std::move(r)}); });
+  if (watch_pending_) {
+    // After the join is on its way, over the same connection: whichever
+    // reaches the server first, the stream is a joining member's (the server
+    // hands it the join's credential, or the join takes the stream's).
+    watch_pending_ = false;
+    const int gen = gen_;
+    client_->StartWatch(
+        node_.node_id, -1, [this, gen](const RunEvent& e) { q_.Push(ServerEvent{e, gen}); },
+        [this, gen](const absl::Status& s) { q_.Push(StreamClosed{s, gen}); });
+  }
   for (;;) {
     // Events held back while the workers stopped come first (a signal, or
     // another node lost while this round re-forms).

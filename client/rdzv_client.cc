@@ -140,14 +140,12 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   // "ref_counted.h: assertion failed: prior > 0" at exit).
   StartCall([this, req, resp, ctx, timeout, done = std::move(done)]() mutable {
     {
-      // A node whose event stream is opening gets its credential in the
-      // stream's first event: the join must carry it (bounded wait).
+      // The credential known now, if any: a new node's join needs none (the
+      // server matches it with this connection's event stream, whichever
+      // of the two arrives first), and waiting for the stream's would race
+      // with the server ending that stream to make room.
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !watch_opening_ || !session_.empty() || stopping_;
-      };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-      req->set_session(session_);
+      req->set_session(has_assignment_ ? session_ : std::string());
     }
     grpc::Status s = stubs_->stub->Join(ctx.get(), *req, resp.get());
     if (!s.ok()) {
@@ -156,6 +154,7 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
       {
         absl::MutexLock lock(&mu_);
         session_ = resp->assignment().session();
+        has_assignment_ = true;
         known_round_ = std::max(known_round_, resp->assignment().round());
       }
       done(FromProto(resp->assignment()));
@@ -187,6 +186,10 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
     // this node's credential; the server's catch-up event says what was
     // missed. Bounded: a few cut-offs in a row end the stream.
     constexpr int kMaxReopens = 5;
+    // Evictions before joining (see below): each costs the server's flood
+    // a slot it had to free, so allow more of them.
+    constexpr int kMaxEvictions = 20;
+    constexpr char kEvictedMetadata[] = "meshrun-evicted";  // rendezvous/watch_reactor.h
     for (int reopens = 0;; ++reopens) {
       auto ctx = std::make_shared<grpc::ClientContext>();
       pb::WatchRequest req;
@@ -209,7 +212,10 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         NoteAnswer();
         if (ev.kind() == pb::RunEvent::SESSION) {
           absl::MutexLock lock(&mu_);
-          session_ = ev.session();
+          // A join's answer carries the newer credential: a SESSION event
+          // read after it (handed to this stream while the join was parked)
+          // is older.
+          if (!has_assignment_) session_ = ev.session();
           watch_opening_ = false;
           continue;
         }
@@ -225,9 +231,24 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         absl::MutexLock lock(&mu_);
         watch_opening_ = false;
       }
+      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          ctx->GetServerTrailingMetadata().count(kEvictedMetadata) > 0 && reopens < kMaxEvictions) {
+        // Ended to make room among nodes that have not joined (a flood of
+        // streams on this run): the server forgot this node; open a new
+        // stream as a new node, and join with its credential.
+        Logger("agent")->warn("the rendezvous server ended this node's event stream before it joined ({}); "
+                              "re-opening it", s.error_message());
+        absl::MutexLock lock(&mu_);
+        session_.clear();
+        watch_opening_ = true;
+        continue;
+      }
       if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && reopens < kMaxReopens) {
         Logger("agent")->warn("the rendezvous server cut off this node's event stream ({}); re-opening it",
                               s.error_message());
+        // Paced (0.1 s, 0.2 s, ...: 1.5 s in all): a stream refused for room
+        // before this node's join arrived is a member's once it has.
+        absl::SleepFor(absl::Milliseconds(100 * (reopens + 1)));
         continue;
       }
       std::string server_lost;

@@ -149,6 +149,10 @@ class RendezvousClient {
   // The event stream was started for a node without a credential and has
   // not delivered it yet: a join waits for it.
   bool watch_opening_ ABSL_GUARDED_BY(mu_) = false;
+  // A join was answered with an assignment: later joins carry its
+  // credential; a first join carries none (the server matches it with this
+  // connection's event stream).
+  bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> join_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> watch_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> finish_ctx_ ABSL_GUARDED_BY(mu_);

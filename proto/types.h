@@ -154,6 +154,13 @@ class EventSink {
   // down, or the run id was taken by a new job. `why` says which; the agent
   // reports it as the reason it lost the server.
   virtual void CloseRun(const std::string& why) = 0;
+  // Ends the stream to make room for others (RESOURCE_EXHAUSTED, `why`
+  // naming the limit): a non-member's stream, the oldest, when a run's
+  // non-member streams are full. The client may open it again.
+  virtual void CloseEvicted(const std::string& why) { CloseRun(why); }
+  // The stream's node joined: from now on it is a member's stream (served
+  // from the memory budget's member reserve).
+  virtual void PromoteToMember() {}
 };
 
 }  // namespace meshrun::rendezvous

@@ -29,6 +29,10 @@ class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckRespon
     Finish(s);
   }
   const std::string& service() const { return service_; }
+  // When an unauthenticated stream is ended (InfiniteFuture: never), and
+  // its charge on the memory budget. Set before the stream is shared.
+  absl::Time ends_at = absl::InfiniteFuture();
+  HeldCharge charge;
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
@@ -67,8 +71,22 @@ class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckRespon
   HealthCheckResponse response_ ABSL_GUARDED_BY(mu_);
 };
 
-HealthService::HealthService(std::string token, int64_t max_watchers)
-    : token_(std::move(token)), max_watchers_(max_watchers) {}
+HealthService::HealthService(std::string token, int64_t max_watchers, MemoryBudget* budget,
+                             absl::Duration open_stream_limit)
+    : token_(std::move(token)), max_watchers_(max_watchers), budget_(budget), open_stream_limit_(open_stream_limit) {}
+
+void HealthService::EndExpired() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (Watcher* w : watchers_) {
+    if (w->ends_at <= now) {
+      w->End(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("an unauthenticated health Watch stream ends after ",
+                                       absl::FormatDuration(open_stream_limit_),
+                                       " (connection_idle_timeout); open a new one, or use Check")));
+    }
+  }
+}
 
 HealthService::~HealthService() {
   EndWatches("the server is shutting down");
@@ -155,6 +173,19 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(grpc::Callba
     }
   }
   auto* w = new Watcher(this, req->service());
+  if (budget_ != nullptr) {
+    absl::Status charged = budget_->Charge(HeldKind::kHealthStream, 1, kHealthStreamCost, Claimant::kOther,
+                                           "a health Watch stream");
+    if (!charged.ok()) {
+      delete w;
+      return refuse(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(charged.message()));
+    }
+    w->charge = HeldCharge(budget_, HeldKind::kHealthStream, 1, kHealthStreamCost);
+  }
+  if (token_.empty() && open_stream_limit_ != absl::InfiniteDuration()) {
+    w->ends_at = absl::Now() + open_stream_limit_;
+    timer_.Schedule(w->ends_at, [this] { EndExpired(); });
+  }
   {
     absl::MutexLock lock(&mu_);
     if (closing_ || static_cast<int64_t>(watchers_.size()) >= max_watchers_) {

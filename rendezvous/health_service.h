@@ -14,7 +14,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "meshrun/proto/health.grpc.pb.h"
+#include "rendezvous/memory_budget.h"
+#include "rendezvous/timer.h"
 
 namespace meshrun::rendezvous {
 
@@ -22,7 +25,15 @@ class HealthService : public grpc::health::v1::Health::CallbackService {
  public:
   // `token`: the server's (empty: Watch is open to anyone too).
   // `max_watchers`: Watch streams at once, RESOURCE_EXHAUSTED past it.
-  HealthService(std::string token, int64_t max_watchers);
+  // `budget`, when given (it must outlive the service), is charged
+  // kHealthStreamCost per open Watch stream as anyone's (Claimant::kOther);
+  // a refusal is RESOURCE_EXHAUSTED naming the budget. On a server without
+  // a token, a Watch stream is unauthenticated: it is ended
+  // (DEADLINE_EXCEEDED) `open_stream_limit` after it opened (the server
+  // passes connection_idle_timeout), so that no such stream keeps its
+  // connection from counting as idle for longer.
+  HealthService(std::string token, int64_t max_watchers, MemoryBudget* budget = nullptr,
+                absl::Duration open_stream_limit = absl::InfiniteDuration());
   // Ends every Watch stream (UNAVAILABLE); call before the servers it is
   // registered with are destroyed.
   ~HealthService() override;
@@ -51,6 +62,8 @@ class HealthService : public grpc::health::v1::Health::CallbackService {
   using Status = grpc::health::v1::HealthCheckResponse::ServingStatus;
   Status StatusOfLocked(const std::string& service) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Remove(Watcher* w);
+  // Ends every unauthenticated stream open for open_stream_limit_.
+  void EndExpired();
 
   const std::string token_;
   const int64_t max_watchers_;
@@ -58,6 +71,10 @@ class HealthService : public grpc::health::v1::Health::CallbackService {
   absl::flat_hash_map<std::string, bool> serving_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  MemoryBudget* const budget_;
+  const absl::Duration open_stream_limit_;
+  // Last: stopped first, so that no EndExpired runs once members go.
+  DeadlineTimer timer_;
 };
 
 }  // namespace meshrun::rendezvous

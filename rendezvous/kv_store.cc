@@ -10,19 +10,35 @@
 namespace meshrun::rendezvous {
 
 KvStore::KvStore(std::string label, DeadlineTimer* timer, const ServerLimits& limits,
-                 std::shared_ptr<std::atomic<int64_t>> server_bytes)
+                 std::shared_ptr<std::atomic<int64_t>> server_bytes, MemoryBudget* budget)
     : label_(std::move(label)),
       timer_(timer),
       limits_(limits),
-      server_bytes_(server_bytes ? std::move(server_bytes) : std::make_shared<std::atomic<int64_t>>(0)) {}
+      server_bytes_(server_bytes ? std::move(server_bytes) : std::make_shared<std::atomic<int64_t>>(0)),
+      budget_(budget) {}
 
 KvStore::~KvStore() {
   absl::MutexLock lock(&mu_);
   server_bytes_->fetch_sub(bytes_);
+  if (budget_ != nullptr) {
+    budget_->Release(HeldKind::kStoreKey, charged_keys_, charged_key_bytes_);
+    budget_->Release(HeldKind::kParkedWait, static_cast<int64_t>(waiters_.size()),
+                     static_cast<int64_t>(waiters_.size()) * kParkedWaitCost);
+  }
+}
+
+void KvStore::SyncKeyChargeLocked() {
+  if (budget_ == nullptr) return;
+  const int64_t keys = static_cast<int64_t>(data_.size());
+  const int64_t bytes = keys * kStoreKeyCost + bytes_;
+  if (keys == charged_keys_ && bytes == charged_key_bytes_) return;
+  budget_->Release(HeldKind::kStoreKey, charged_keys_ - keys, charged_key_bytes_ - bytes);
+  charged_keys_ = keys;
+  charged_key_bytes_ = bytes;
 }
 
 absl::Status KvStore::CheckWritesLocked(int64_t round,
-                                        const std::vector<std::pair<const std::string*, size_t>>& writes) const {
+                                        const std::vector<std::pair<const std::string*, size_t>>& writes) {
   int64_t new_keys = 0;
   int64_t delta = 0;
   for (const auto& [key, value_size] : writes) {
@@ -53,6 +69,16 @@ absl::Status KvStore::CheckWritesLocked(int64_t round,
     return absl::ResourceExhaustedError(absl::StrCat("the server's stores hold ", server_bytes_->load(), " bytes; ",
                                                      delta, " more exceed max_store_bytes=",
                                                      limits_.max_store_bytes));
+  }
+  const int64_t charge = new_keys * kStoreKeyCost + std::max<int64_t>(delta, 0);
+  if (budget_ != nullptr && charge > 0) {
+    if (absl::Status s = budget_->Charge(HeldKind::kStoreKey, new_keys, charge, claimant(),
+                                         absl::StrCat(new_keys, " new store key(s) in run '", label_.substr(0, 64), "'"));
+        !s.ok()) {
+      return s;
+    }
+    charged_keys_ += new_keys;
+    charged_key_bytes_ += charge;
   }
   return absl::OkStatus();
 }
@@ -106,6 +132,7 @@ void KvStore::SetLocked(int64_t round, const std::string& key, std::string value
     timer_->Cancel(w->second.timer_id);
     fire.emplace_back(std::move(w->second.done), ValuesLocked(round, w->second.keys));
     waiters_.erase(w);
+    if (budget_ != nullptr) budget_->Release(HeldKind::kParkedWait, 1, kParkedWaitCost);
   }
 }
 
@@ -116,6 +143,7 @@ absl::Status KvStore::Set(int64_t round, const std::string& key, std::string val
     if (absl::Status s = CheckWriteOnceLocked(round, key, &value, "set"); !s.ok()) return s;
     if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
     SetLocked(round, key, std::move(value), fire);
+    SyncKeyChargeLocked();
   }
   Run(fire);
   return absl::OkStatus();
@@ -146,6 +174,7 @@ absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& ke
     }
     if (absl::Status s = CheckWritesLocked(round, writes); !s.ok()) return s;
     for (size_t i = 0; i < keys.size(); ++i) SetLocked(round, keys[i], std::move(values[i]), fire);
+    SyncKeyChargeLocked();
   }
   Run(fire);
   return absl::OkStatus();
@@ -170,6 +199,7 @@ absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int6
     if (absl::Status s = CheckWriteOnceLocked(round, key, &text, "add"); !s.ok()) return s;
     if (absl::Status s = CheckWritesLocked(round, {{&key, text.size()}}); !s.ok()) return s;
     SetLocked(round, key, std::move(text), fire);
+    SyncKeyChargeLocked();
   }
   Run(fire);
   return result;
@@ -188,6 +218,7 @@ absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, 
       if (absl::Status s = CheckWritesLocked(round, {{&key, desired.size()}}); !s.ok()) return s;
       out = {desired, true};
       SetLocked(round, key, std::move(desired), fire);
+      SyncKeyChargeLocked();
     } else {
       // c10d: an absent key with a non-empty expectation returns `expected`.
       out = {it == data_.end() ? expected : it->second, false};
@@ -209,6 +240,7 @@ absl::StatusOr<bool> KvStore::Delete(int64_t round, const std::string& key) {
   if (it == data_.end()) return false;
   if (absl::Status s = CheckWriteOnceLocked(round, key, nullptr, "delete"); !s.ok()) return s;
   EraseLocked(it);
+  SyncKeyChargeLocked();
   return true;
 }
 
@@ -250,6 +282,11 @@ KvStore::WaiterId KvStore::Await(int64_t round, std::vector<std::string> keys, a
       immediate = ValuesLocked(round, keys);
     } else if (wait <= absl::ZeroDuration()) {
       immediate = absl::NotFoundError(absl::StrCat("key(s) not set: ", absl::StrJoin(absent, ", ")));
+    } else if (absl::Status s = budget_ == nullptr ? absl::OkStatus()
+                                : budget_->Charge(HeldKind::kParkedWait, 1, kParkedWaitCost, claimant(),
+                                                  absl::StrCat("a parked store read in run '", label_.substr(0, 64), "'"));
+               !s.ok()) {
+      immediate = std::move(s);
     } else {
       WaiterId id = next_waiter_++;
       for (const auto& k : keys) {
@@ -282,6 +319,7 @@ void KvStore::RemoveWaiterLocked(WaiterId id) {
     if (ids.empty()) waiting_on_.erase(w);
   }
   waiters_.erase(it);
+  if (budget_ != nullptr) budget_->Release(HeldKind::kParkedWait, 1, kParkedWaitCost);
 }
 
 void KvStore::Expire(WaiterId id) {
@@ -340,6 +378,7 @@ void KvStore::AbortBelow(int64_t round, const std::string& why) {
       auto here = it++;
       if (here->first.round < round) EraseLocked(here);
     }
+    SyncKeyChargeLocked();
   }
   for (auto& cb : cbs) cb(absl::AbortedError(why));
 }

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "rendezvous/limits.h"
+#include "rendezvous/memory_budget.h"
 #include "rendezvous/timer.h"
 
 namespace meshrun::rendezvous {
@@ -30,9 +31,13 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // `limits`: max_key_bytes, max_value_bytes, max_keys_per_run,
   // max_store_bytes_per_run, max_waiters_per_run, max_wait and
   // max_store_bytes (the last counted in `server_bytes`, shared by every
-  // run's store of a server; a fresh counter when null).
+  // run's store of a server; a fresh counter when null). `budget`, when
+  // given (it must outlive the store), is charged every key (kStoreKeyCost
+  // plus its key's and value's bytes) and every parked read
+  // (kParkedWaitCost): a write or wait it refuses is RESOURCE_EXHAUSTED
+  // naming the budget, and changes nothing.
   KvStore(std::string label, DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(),
-          std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr);
+          std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr, MemoryBudget* budget = nullptr);
   ~KvStore();
 
   // All operations are thread-safe; each costs O(keys + waiters woken).
@@ -78,6 +83,11 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // Drops keys and waiters (ABORTED) of rounds below `round`.
   void DropRoundsBelow(int64_t round);
 
+  // From now on this store's charges are a member's (Claimant::kMember: a
+  // node joined its run), which the budget's member reserve serves.
+  // Thread-safe.
+  void MarkMemberRun() { member_.store(true, std::memory_order_relaxed); }
+
   int64_t size() const;
   // Bytes held: the sum of every stored key's and value's length. O(1).
   int64_t bytes() const;
@@ -104,8 +114,14 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   void SetLocked(int64_t round, const std::string& key, std::string value, Fire& fire)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks that writing these (key, value size) pairs stays within limits.
-  absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes) const
+  // and charges the memory budget for them (refused: RESOURCE_EXHAUSTED,
+  // nothing charged).
+  absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings the budget's charge for keys to what the store holds (after
+  // keys were erased or values shrank).
+  void SyncKeyChargeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Claimant claimant() const { return member_.load(std::memory_order_relaxed) ? Claimant::kMember : Claimant::kOther; }
   // FAILED_PRECONDITION when `key` is write-once and holds a value other
   // than *value (any value, for a delete: `value` null); `op` names the call.
   absl::Status CheckWriteOnceLocked(int64_t round, const std::string& key, const std::string* value,
@@ -128,6 +144,11 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   WaiterId next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  MemoryBudget* const budget_;
+  std::atomic<bool> member_{false};
+  // What the budget holds for this store's keys (objects, bytes).
+  int64_t charged_keys_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t charged_key_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace meshrun::rendezvous

@@ -43,8 +43,24 @@ struct ServerLimits {
   int64_t max_store_bytes = 1LL << 30;
   // Runs held at once (joining or running, and ended ones until removed).
   int64_t max_runs = 1024;
-  // Open event streams (Watch) per run.
+  // Open event streams (Watch) of a run's members (joined, or joining) per
+  // run, and of everyone else (nodes not joined yet, status watchers): past
+  // the second, the oldest non-member stream is ended to make room
+  // (Run::Watch), so that non-members never lock members out.
   int64_t max_watchers_per_run = 16384;
+  int64_t max_nonmember_watchers_per_run = 256;
+  // The server's memory budget, bytes (memory_budget.h): every object a
+  // client makes the server hold is charged at its measured cost; past it,
+  // new ones are refused (RESOURCE_EXHAUSTED naming the budget and what
+  // holds it). An eighth of it is kept for members of running jobs. 0: the
+  // default, DefaultServerMemory() (a quarter of the machine's or cgroup's
+  // memory, at most 2 GiB).
+  int64_t max_server_memory = 0;
+  // Per client connection: concurrent calls (HTTP/2 streams; the client
+  // queues further ones), and runs it may create (Join or a store call
+  // naming a new run id).
+  int64_t max_streams_per_connection = 1024;
+  int64_t max_runs_per_connection = 256;
   // A watcher that falls this far behind (events queued, or bytes) is cut
   // off; its agent re-opens the stream and catches up from its round.
   int64_t max_watch_queue_events = 256;
@@ -86,7 +102,9 @@ struct ServerLimits {
   // hand, another launcher) is removed once no store call has reached it
   // for this long and no read is parked in it; its store is freed. (Else
   // such runs would fill max_runs for good.)
-  absl::Duration store_only_run_ttl = absl::Hours(1);
+  // At max_runs, a job's Join removes the least recently used store-only
+  // run rather than being refused.
+  absl::Duration store_only_run_ttl = absl::Minutes(5);
   // How often the server checks that its listener still accepts
   // connections (after running out of file descriptors gRPC's listener
   // stops; the server then rebuilds it once descriptors are free).

@@ -90,7 +90,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   if (auto s = Admit(kJoin, *req, req->run()); !s.ok()) return Reply(kJoin, ctx, s);
   absl::StatusOr<requests::JoinArgs> args = requests::JoinFromProto(*req, wire::PeerIp(ctx->peer()), limits_);
   if (!args.ok()) return Reply(kJoin, ctx, ToGrpc(args.status()));
-  absl::StatusOr<std::shared_ptr<Run>> run = registry_->ForJoin(req->run().run_id(), req->last_round());
+  absl::StatusOr<std::shared_ptr<Run>> run = registry_->ForJoin(req->run().run_id(), req->last_round(), ctx->peer());
   if (!run.ok()) return Reply(kJoin, ctx, ToGrpc(run.status()));
   CheckOpenFiles(args->config.max_nodes);
   std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
@@ -105,7 +105,8 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
                  if (!reactor->Claim()) return;
                  if (a.ok()) ToProto(*a, resp->mutable_assignment());
                  reactor->Finish(ToGrpc(a.status()));
-               });
+               },
+               ctx->peer());
   return reactor.get();
 }
 
@@ -121,13 +122,13 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
   return Reply(kHeartbeat, ctx, grpc::Status::OK);
 }
 
-grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackServerContext* ctx,
                                                                  const pb::WatchRequest* req) {
   grpc::Status s = Admit(kWatch, *req, req->run());
   if (s.ok()) s = ToGrpc(requests::CheckWatch(*req, limits_));
   absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
   if (s.ok()) {
-    run = registry_->ForJoin(req->run().run_id(), req->known_round());
+    run = registry_->ForJoin(req->run().run_id(), req->known_round(), ctx->peer());
     s = ToGrpc(run.status());
   }
   if (!s.ok()) {
@@ -135,7 +136,7 @@ grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackS
     return new RefusedStream<pb::RunEvent>(s);
   }
   grpc::ServerWriteReactor<pb::RunEvent>* reactor =
-      StartWatch(*run, req->node_id(), this, limits_, req->known_round(), req->session(), &s);
+      StartWatch(ctx, *run, req->node_id(), this, limits_, req->known_round(), req->session(), &s);
   Count(kWatch, s);
   return reactor;
 }

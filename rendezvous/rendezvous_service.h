@@ -48,6 +48,10 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   // (a round closed) and when the last event stream closes. Optional; must
   // outlive the service. Set before serving.
   void set_memory_releaser(MemoryReleaser* releaser) { releaser_ = releaser; }
+  // The server's memory budget (memory_budget.h), which event streams and
+  // store batches are charged to; null: none. Set before serving.
+  void set_memory_budget(MemoryBudget* budget) { budget_ = budget; }
+  MemoryBudget* memory_budget() const { return budget_; }
 
   // Waits until no Watch stream is open (every agent has gone) or `timeout`
   // passes; true when none is open. Thread-safe.
@@ -127,6 +131,7 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   OpenFilesLimit open_files_;
   std::atomic<int64_t> warned_nodes_{0};
   MemoryReleaser* releaser_ = nullptr;
+  MemoryBudget* budget_ = nullptr;
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
   std::array<std::atomic<int64_t>, kNumMethods> refused_{};
   absl::Mutex watch_mu_;

@@ -33,11 +33,84 @@ const char* StateName(Run::State state) {
 }
 
 Run::Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits,
-         std::shared_ptr<std::atomic<int64_t>> server_bytes)
+         std::shared_ptr<std::atomic<int64_t>> server_bytes, MemoryBudget* budget, HeldCharge run_charge)
     : run_id_(std::move(run_id)),
       timer_(timer),
       limits_(limits),
-      kv_(std::make_shared<KvStore>(run_id_, timer, limits, std::move(server_bytes))) {}
+      kv_(std::make_shared<KvStore>(run_id_, timer, limits, std::move(server_bytes), budget)),
+      budget_(budget),
+      run_charge_(std::move(run_charge)) {}
+
+Run::~Run() {
+  if (budget_ != nullptr) budget_->Release(HeldKind::kNode, charged_nodes_, charged_nodes_ * kNodeCost);
+}
+
+absl::Status Run::ChargeNewNodeLocked(Claimant who, const std::string& node_id) {
+  if (budget_ == nullptr) return absl::OkStatus();
+  if (absl::Status s = budget_->Charge(HeldKind::kNode, 1, kNodeCost, who,
+                                       absl::StrCat("node '", node_id.substr(0, 64), "' in run '",
+                                                    run_id_.substr(0, 64), "'"));
+      !s.ok()) {
+    return s;
+  }
+  ++charged_nodes_;
+  return absl::OkStatus();
+}
+
+void Run::SyncNodeChargeLocked() {
+  const int64_t held = static_cast<int64_t>(known_.size());
+  if (budget_ == nullptr || held >= charged_nodes_) return;
+  budget_->Release(HeldKind::kNode, charged_nodes_ - held, (charged_nodes_ - held) * kNodeCost);
+  charged_nodes_ = held;
+}
+
+void Run::ForgetNonMemberLocked(const std::string& node_id) {
+  if (nonmember_seq_.erase(node_id) == 0) return;
+  // The order keeps stale entries until they reach its front; it never
+  // holds more than twice the live ones.
+  while (!nonmember_order_.empty()) {
+    auto it = nonmember_seq_.find(nonmember_order_.front().second);
+    if (it != nonmember_seq_.end() && it->second == nonmember_order_.front().first) break;
+    nonmember_order_.pop_front();
+  }
+  if (nonmember_order_.size() > 2 * nonmember_seq_.size() + 64) {
+    std::deque<std::pair<uint64_t, std::string>> live;
+    for (auto& e : nonmember_order_) {
+      auto it = nonmember_seq_.find(e.second);
+      if (it != nonmember_seq_.end() && it->second == e.first) live.push_back(std::move(e));
+    }
+    nonmember_order_.swap(live);
+  }
+}
+
+bool Run::EvictOldestNonMemberLocked() {
+  while (!nonmember_order_.empty()) {
+    auto [seq, id] = std::move(nonmember_order_.front());
+    nonmember_order_.pop_front();
+    auto it = nonmember_seq_.find(id);
+    if (it == nonmember_seq_.end() || it->second != seq) continue;
+    nonmember_seq_.erase(it);
+    auto w = watchers_.find(id);
+    if (w == watchers_.end()) continue;
+    w->second->CloseEvicted(absl::StrCat(
+        "run '", run_id_.substr(0, 64), "' has ", nonmember_seq_.size() + 1,
+        " event streams of nodes that have not joined: max_nonmember_watchers_per_run=",
+        limits_.max_nonmember_watchers_per_run, "; the oldest (node '", id.substr(0, 64),
+        "') was ended to make room; join, then re-open it"));
+    // Its Unwatch (when gRPC is done with it) finds the sink gone.
+    watchers_.erase(w);
+    if (!IsParticipantLocked(id) && !lost_.contains(id)) known_.erase(id);
+    SyncNodeChargeLocked();
+    return true;
+  }
+  return false;
+}
+
+std::pair<int64_t, int64_t> Run::watcher_counts() const {
+  absl::MutexLock lock(&mu_);
+  const int64_t others = static_cast<int64_t>(nonmember_seq_.size());
+  return {static_cast<int64_t>(watchers_.size()) - others, others};
+}
 
 
 absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::string& session) const {
@@ -60,7 +133,7 @@ bool Run::IsParticipantLocked(const std::string& node_id) const {
 void Run::CompactNodeMapsLocked() {
   absl::flat_hash_map<std::string, Known> known;
   known.reserve(known_.size());
-  for (auto& [id, k] : known_) known.emplace(id, Known{std::string(k.session), k.last_seen});
+  for (auto& [id, k] : known_) known.emplace(id, Known{std::string(k.session), std::string(k.peer), k.last_seen});
   known_ = std::move(known);
 }
 
@@ -90,7 +163,7 @@ bool Run::IdleStoreOnly(absl::Time cutoff) const {
 }
 
 void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
-               JoinCallback done) {
+               JoinCallback done, const std::string& peer) {
   Deferred later;
   absl::Status refused;
   {
@@ -98,12 +171,18 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     bool made_session = false;
     if (status_only_) {
       refused = EndedLocked();
-    } else if (known_.contains(node.node_id)) {
-      refused = CheckSessionLocked(node.node_id, session);
+    } else if (auto k = known_.find(node.node_id); k != known_.end()) {
+      // Made known by its own stream over this connection, not joined yet:
+      // the join takes the stream's credential.
+      const bool own_stream = session.empty() && !peer.empty() && k->second.peer == peer &&
+                              k->second.last_seen == absl::InfinitePast() && !IsParticipantLocked(node.node_id);
+      refused = own_stream ? absl::OkStatus() : CheckSessionLocked(node.node_id, session);
     } else if (!session.empty()) {
       refused = CheckSessionLocked(node.node_id, session);  // Unknown: PERMISSION_DENIED.
-    } else {
-      known_[node.node_id].session = NewCredential();
+    } else if (refused = ChargeNewNodeLocked(Claimant::kMember, node.node_id); refused.ok()) {
+      Known& k = known_[node.node_id];
+      k.session = NewCredential();
+      k.peer = peer;
       made_session = true;
     }
     if (!refused.ok()) {
@@ -146,6 +225,7 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     }
     if (refused.ok()) {
       had_node_.store(true);  // Admitted: no longer a store-only run.
+      kv_->MarkMemberRun();   // Its store serves members from now on.
       known_[node.node_id].last_seen = absl::Now();
       std::optional<Member> was_member = reforming_.erase(node.node_id);
       pending_.push_back(Joiner{node, last_round, std::move(done), std::move(was_member)});
@@ -170,6 +250,12 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       }
     }
     if (!refused.ok() && made_session) known_.erase(node.node_id);
+    if (!refused.ok()) SyncNodeChargeLocked();
+    // A node joining: its stream (opened before) is a member's from now on.
+    if (refused.ok()) {
+      ForgetNonMemberLocked(node.node_id);
+      if (auto w = watchers_.find(node.node_id); w != watchers_.end()) w->second->PromoteToMember();
+    }
   }
   if (!refused.ok()) {
     done(refused);
@@ -246,23 +332,58 @@ absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::st
 }
 
 absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
-                        const std::string& session) {
+                        const std::string& session, const std::function<absl::Status(Claimant)>& admit,
+                        const std::string& peer) {
   absl::MutexLock lock(&mu_);
-  if (!watchers_.contains(node_id) && static_cast<int64_t>(watchers_.size()) >= limits_.max_watchers_per_run) {
-    return absl::ResourceExhaustedError(absl::StrCat("run '", run_id_.substr(0, 64), "' has ", watchers_.size(),
-                                                     " event streams open: max_watchers_per_run=",
-                                                     limits_.max_watchers_per_run));
+  const bool member = !status_only_ && IsParticipantLocked(node_id);
+  const bool replacing = watchers_.contains(node_id);
+  if (member) {
+    const int64_t members_open = static_cast<int64_t>(watchers_.size() - nonmember_seq_.size());
+    if (!replacing && members_open >= limits_.max_watchers_per_run) {
+      return absl::ResourceExhaustedError(absl::StrCat("run '", run_id_.substr(0, 64), "' has ", members_open,
+                                                       " event streams of members open: max_watchers_per_run=",
+                                                       limits_.max_watchers_per_run));
+    }
   }
+  bool new_node = false;
+  bool hand_out = false;  // The stream of a joining node, from its join's connection.
   if (status_only_) {
     // Over, its nodes gone and their credentials with them: any stream
     // learns how it ended (below), as Status would tell it.
+  } else if (auto k = known_.find(node_id); k != known_.end() && session.empty() && !peer.empty() &&
+                                             k->second.peer == peer && IsParticipantLocked(node_id)) {
+    hand_out = true;
   } else if (known_.contains(node_id) || !session.empty()) {
-    if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) return s;
+    // A participant's credential of the round before is accepted too, as for
+    // heartbeats: a stream re-opened while its join was being answered.
+    if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok() && !PreviousSessionLocked(node_id, session)) {
+      return s;
+    }
   } else {
+    new_node = true;
+  }
+  if (admit) {
+    if (absl::Status s = admit(member ? Claimant::kMember : Claimant::kOther); !s.ok()) return s;
+  }
+  if (new_node) {
+    if (absl::Status s = ChargeNewNodeLocked(Claimant::kOther, node_id); !s.ok()) return s;
+  }
+  if (!member && !nonmember_seq_.contains(node_id)) {
+    // Room among non-members: the oldest one's stream goes.
+    while (static_cast<int64_t>(nonmember_seq_.size()) >= limits_.max_nonmember_watchers_per_run &&
+           EvictOldestNonMemberLocked()) {
+    }
+  }
+  if (new_node || hand_out) {
     RunEvent hello;
     hello.kind = RunEvent::Kind::kSession;
     hello.round = round_;
-    hello.session = known_[node_id].session = NewCredential();
+    Known& k = known_[node_id];
+    if (new_node) {
+      k.session = NewCredential();
+      k.peer = peer;
+    }
+    hello.session = k.session;
     sink->Push(hello);
   }
   RunEvent catch_up;
@@ -298,6 +419,13 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   if (slot && slot != sink) slot->CloseRun(absl::StrCat("replaced by a newer event stream of node '",
                                                         node_id.substr(0, 64), "'"));
   slot = std::move(sink);
+  if (!member) {
+    const uint64_t seq = next_nonmember_seq_++;
+    nonmember_seq_[node_id] = seq;
+    nonmember_order_.emplace_back(seq, node_id);
+  } else {
+    ForgetNonMemberLocked(node_id);
+  }
   had_node_.store(true);  // A node's stream: no longer a store-only run.
   return absl::OkStatus();
 }
@@ -315,6 +443,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     }
     watchers_.erase(it);
     ShrinkIfSparse(watchers_);
+    ForgetNonMemberLocked(node_id);
     // A pending joiner whose agent is gone leaves the round.
     if (std::optional<Joiner> p = pending_.erase(node_id)) {
       later.push_back([cb = std::move(p->done)]() mutable {
@@ -330,6 +459,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     }
     // A node that watched and left without taking part is forgotten.
     if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) known_.erase(node_id);
+    SyncNodeChargeLocked();
     MaybeKeepOnlyStatusLocked();
   }
   RunAll(later);
@@ -389,6 +519,8 @@ void Run::Close(const std::string& why) {
     // the reason, and their later Unwatch finds nothing to lose).
     for (auto& [id, sink] : watchers_) sink->CloseRun(why);
     watchers_.clear();
+    nonmember_seq_.clear();
+    nonmember_order_.clear();
   }
   RunAll(later);
   kv_->Close(why);

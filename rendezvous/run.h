@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "rendezvous/kv_store.h"
 #include "rendezvous/limits.h"
+#include "rendezvous/memory_budget.h"
 #include "rendezvous/node_list.h"
 #include "rendezvous/timer.h"
 #include "proto/types.h"
@@ -31,8 +34,14 @@ class Run : public std::enable_shared_from_this<Run> {
 
   // `timer` must outlive the run. `limits` bound its store and watchers;
   // `server_bytes` counts every store's bytes of the server (see KvStore).
+  // `budget`, when given (it must outlive the run), is charged every node
+  // the run knows (kNodeCost) and, through its store, every key and parked
+  // read; `run_charge` is the run's own charge (kRun), given back when the
+  // run goes.
   Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(),
-      std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr);
+      std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr, MemoryBudget* budget = nullptr,
+      HeldCharge run_charge = HeldCharge());
+  ~Run();
 
   // An ended run whose event streams have all closed keeps only a summary
   // (KeepOnlyStatusLocked, below); Join, Heartbeat, Watch, ReportFailure and
@@ -56,8 +65,18 @@ class Run : public std::enable_shared_from_this<Run> {
   // known); a known node must give its current credential, else
   // PERMISSION_DENIED and nothing changes (in a run that is over and kept as
   // a summary, no credential is checked: see above).
+  //
+  // `peer` is the client's connection (gRPC's peer string; empty: none).
+  // A node's agent joins first and then opens its event stream, over one
+  // connection, and the two may reach the server in either order: a join
+  // with no credential of a node that only its own stream made known, from
+  // the stream's connection, takes that credential; a stream with no
+  // credential of a node that joined (its join in progress, or answered),
+  // from the join's connection, is given its current one (kSession), and is
+  // a member's stream.
   void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
-            JoinCallback done);
+            JoinCallback done,
+            const std::string& peer = "");
   // Withdraws `node_id`'s pending join (its Join call was cancelled: the
   // client gave up or its connection closed) and answers it CANCELLED. A
   // member of the round being re-formed goes back to the members not
@@ -84,10 +103,25 @@ class Run : public std::enable_shared_from_this<Run> {
   // (empty `session`) becomes known: its first event is kSession with its
   // credential. A known node needs its credential (PERMISSION_DENIED; not
   // in a summary-only run, whose streams get its last event: see above).
-  // RESOURCE_EXHAUSTED at max_watchers_per_run. On error the sink is not
-  // subscribed. Thread-safe.
+  //
+  // Members first: the stream of a participant (a member, a member being
+  // re-formed, or a node whose join is in progress) is a member's stream,
+  // within max_watchers_per_run. Every other stream (a node that has not
+  // joined yet, a status watcher, any stream of an ended run) is a
+  // non-member's: at most max_nonmember_watchers_per_run of them are open;
+  // past that the oldest one is ended (CloseEvicted; a node that had not
+  // joined is forgotten with it) to make room, so that streams of nodes
+  // about to join always get in, however many others are opened. A
+  // non-member's stream becomes a member's when its node joins.
+  // `admit`, when given, is called under the run's lock with the stream's
+  // claimant before it is subscribed (the server charges the memory budget
+  // there); its refusal is returned and nothing changes. On error the sink
+  // is not subscribed. Thread-safe.
   absl::Status Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
-                     const std::string& session);
+                     const std::string& session,
+                     const std::function<absl::Status(Claimant)>& admit = nullptr, const std::string& peer = "");
+  // Streams open now: members' and non-members' (see Watch). Thread-safe.
+  std::pair<int64_t, int64_t> watcher_counts() const;
   // Drops the sink. When the node is a member of the running round and has
   // not finished, its agent is gone: the node is lost and the survivors
   // re-form (a membership change: no restart of the budget is used).
@@ -130,6 +164,14 @@ class Run : public std::enable_shared_from_this<Run> {
   // Thread-safe, O(1). Takes only its store's lock, and only when the rest
   // says idle (the registry calls it under its own lock).
   bool IdleStoreOnly(absl::Time cutoff) const;
+  // True while no node was ever admitted (a store-only run), and the time
+  // of its last activity (Unix ns). Thread-safe, O(1).
+  bool store_only() const { return !had_node_.load(); }
+  // Made by a join or an event stream (RunRegistry::ForJoin), not by a
+  // store call: never removed to make room for another job. Thread-safe.
+  void MarkMadeForJoin() { made_for_join_.store(true); }
+  bool made_for_join() const { return made_for_join_.load(); }
+  int64_t last_activity_ns() const { return last_activity_.load(std::memory_order_relaxed); }
   // `fn` runs once, outside the run's lock, when the run ends (finishes or
   // fails): the registry times the removal of ended runs with it. Set it
   // before the run is shared; a second call replaces the first.
@@ -241,6 +283,25 @@ class Run : public std::enable_shared_from_this<Run> {
   bool has_root_cause_ ABSL_GUARDED_BY(mu_) = false;
   WorkerFailure root_cause_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<EventSink>> watchers_ ABSL_GUARDED_BY(mu_);
+  // The nodes of watchers_ whose stream is a non-member's (see Watch), by
+  // opening order: (sequence, node id); an entry whose sequence is no
+  // longer the node's in nonmember_seq_ is stale and skipped.
+  absl::flat_hash_map<std::string, uint64_t> nonmember_seq_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<uint64_t, std::string>> nonmember_order_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_nonmember_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // Drops `node_id` from the non-member streams (it joined, or its stream
+  // ended).
+  void ForgetNonMemberLocked(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the oldest non-member stream; false when there is none.
+  bool EvictOldestNonMemberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The budget's charge for known_ (kNodeCost per node): a new node is
+  // charged before it is added (ChargeNewNodeLocked, refusable); removed
+  // ones are given back by SyncNodeChargeLocked.
+  absl::Status ChargeNewNodeLocked(Claimant who, const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SyncNodeChargeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MemoryBudget* const budget_;
+  HeldCharge run_charge_;
+  int64_t charged_nodes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int last_progress_joined_ ABSL_GUARDED_BY(mu_) = -1;
   bool progress_armed_ ABSL_GUARDED_BY(mu_) = false;
@@ -253,6 +314,8 @@ class Run : public std::enable_shared_from_this<Run> {
   // life (join or heartbeat; InfinitePast before its first join).
   struct Known {
     std::string session;
+    // The connection that made the node known (see Join).
+    std::string peer;
     absl::Time last_seen = absl::InfinitePast();
   };
   // The credentials that the last round close replaced, by node, accepted
@@ -297,6 +360,7 @@ class Run : public std::enable_shared_from_this<Run> {
   // Whether a node was ever admitted (not a store-only run), and the last
   // activity's time (Unix ns): IdleStoreOnly.
   std::atomic<bool> had_node_{false};
+  std::atomic<bool> made_for_join_{false};
   std::atomic<int64_t> last_activity_{0};
   int ended_lost_nodes_ ABSL_GUARDED_BY(mu_) = 0;  // lost_.size() when it was freed.
   std::vector<EndedNode> ended_nodes_ ABSL_GUARDED_BY(mu_);  // By node rank.

@@ -21,11 +21,12 @@ void CloseRun(Run& run, absl::string_view why) { run.Close(absl::StrCat("run '",
 
 }  // namespace
 
-RunRegistry::RunRegistry(DeadlineTimer* timer, const ServerLimits& limits, Clock clock)
+RunRegistry::RunRegistry(DeadlineTimer* timer, const ServerLimits& limits, Clock clock, MemoryBudget* budget)
     : timer_(timer),
       limits_(limits),
       clock_(clock ? std::move(clock) : Clock([] { return absl::Now(); })),
-      server_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {
+      server_bytes_(std::make_shared<std::atomic<int64_t>>(0)),
+      budget_(budget) {
   ArmSweep();
 }
 
@@ -56,8 +57,31 @@ void RunRegistry::ArmSweep() {
   });
 }
 
-std::shared_ptr<Run> RunRegistry::NewRunLocked(const std::string& run_id) {
-  auto run = std::make_shared<Run>(run_id, timer_, limits_, server_bytes_);
+absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string& run_id, Claimant who,
+                                                               const std::string& creator) {
+  if (!creator.empty()) {
+    auto c = runs_by_creator_.find(creator);
+    if (c != runs_by_creator_.end() && c->second >= limits_.max_runs_per_connection) {
+      return absl::ResourceExhaustedError(absl::StrCat("this connection (", creator.substr(0, 64), ") created ",
+                                                       c->second, " of the runs held: max_runs_per_connection=",
+                                                       limits_.max_runs_per_connection, "; refused new run '",
+                                                       run_id.substr(0, 64), "'"));
+    }
+  }
+  HeldCharge charge;
+  if (budget_ != nullptr) {
+    if (absl::Status s = budget_->Charge(HeldKind::kRun, 1, kRunCost, who,
+                                         absl::StrCat("new run '", run_id.substr(0, 64), "'"));
+        !s.ok()) {
+      return s;
+    }
+    charge = HeldCharge(budget_, HeldKind::kRun, 1, kRunCost);
+  }
+  auto run = std::make_shared<Run>(run_id, timer_, limits_, server_bytes_, budget_, std::move(charge));
+  if (!creator.empty()) {
+    ++runs_by_creator_[creator];
+    creator_of_[run_id] = creator;
+  }
   // The hook may outlive the registry (a run's last timer can end it during
   // shutdown): it holds the queue weakly, never the registry.
   run->SetOnEnded([ended = std::weak_ptr<EndedRuns>(ended_), clock = clock_, id = run_id,
@@ -89,7 +113,20 @@ std::shared_ptr<Run> RunRegistry::TakeEndedLocked(absl::Time cutoff) {
   return nullptr;
 }
 
-absl::Status RunRegistry::MakeRoomLocked(const std::string& run_id, std::shared_ptr<Run>* evicted) {
+std::shared_ptr<Run> RunRegistry::TakeLeastRecentStoreOnlyLocked() {
+  RunMap::iterator oldest = runs_.end();
+  int64_t oldest_ns = INT64_MAX;
+  for (auto it = runs_.begin(); it != runs_.end(); ++it) {
+    if (!it->second->store_only() || it->second->made_for_join()) continue;
+    if (const int64_t ns = it->second->last_activity_ns(); ns < oldest_ns) {
+      oldest_ns = ns;
+      oldest = it;
+    }
+  }
+  return oldest == runs_.end() ? nullptr : EraseLocked(oldest);
+}
+
+absl::Status RunRegistry::MakeRoomLocked(const std::string& run_id, bool for_join, std::shared_ptr<Run>* evicted) {
   if (absl::Status s = CheckLength("run id", run_id, limits_.max_run_id_bytes, "max_run_id_bytes"); !s.ok()) return s;
   if (static_cast<int64_t>(runs_.size()) < limits_.max_runs) return absl::OkStatus();
   // Full: the run that ended first makes room (its agents are gone or going).
@@ -97,17 +134,27 @@ absl::Status RunRegistry::MakeRoomLocked(const std::string& run_id, std::shared_
     *evicted = std::move(run);
     return absl::OkStatus();
   }
+  // Then the store-only run used least recently: a job comes first.
+  if (for_join) {
+    if (std::shared_ptr<Run> run = TakeLeastRecentStoreOnlyLocked()) {
+      Logger("rdzv")->warn("max_runs={} runs held: store-only run '{}' removed to make room for job '{}'",
+                           limits_.max_runs, run->run_id(), run_id.substr(0, 64));
+      *evicted = std::move(run);
+      return absl::OkStatus();
+    }
+  }
   return absl::ResourceExhaustedError(absl::StrCat("the server holds ", runs_.size(),
                                                    " live runs: max_runs=", limits_.max_runs,
                                                    "; refused new run '", run_id.substr(0, 64), "'"));
 }
 
-absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run_id, int64_t last_round) {
+absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run_id, int64_t last_round,
+                                                          const std::string& creator) {
   std::shared_ptr<Run> old;
   std::shared_ptr<Run> evicted;
   std::shared_ptr<Run> fresh;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     auto it = runs_.find(run_id);
     if (it != runs_.end() && !(it->second->terminal() && last_round < 0)) {
       // Not idle while a node joins (a store-only run it joins included).
@@ -115,11 +162,20 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run
       return it->second;
     }
     if (it == runs_.end()) {
-      if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
+      if (absl::Status s = MakeRoomLocked(run_id, /*for_join=*/true, &evicted); !s.ok()) return s;
     } else {
       old = EraseLocked(it);  // Before the new run under its id.
     }
-    fresh = NewRunLocked(run_id);
+    absl::StatusOr<std::shared_ptr<Run>> made = NewRunLocked(run_id, Claimant::kMember, creator);
+    if (!made.ok()) {
+      absl::Status s = made.status();
+      lock.Release();
+      if (evicted) CloseRun(*evicted, kEndedWhy);
+      if (old) CloseRun(*old, "was restarted by a new job with the same id");
+      return s;
+    }
+    fresh = std::move(*made);
+    fresh->MarkMadeForJoin();
   }
   if (evicted) CloseRun(*evicted, kEndedWhy);
   if (old) CloseRun(*old, "was restarted by a new job with the same id");
@@ -133,17 +189,24 @@ std::shared_ptr<Run> RunRegistry::Find(const std::string& run_id) const {
 }
 
 absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string& run_id,
-                                                               const std::function<void()>& found) {
+                                                               const std::function<void()>& found,
+                                                               const std::string& creator) {
   std::shared_ptr<Run> evicted;
   std::shared_ptr<Run> run;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     auto it = runs_.find(run_id);
     if (it != runs_.end()) {
       run = it->second;
     } else {
-      if (absl::Status s = MakeRoomLocked(run_id, &evicted); !s.ok()) return s;
-      run = NewRunLocked(run_id);
+      if (absl::Status s = MakeRoomLocked(run_id, /*for_join=*/false, &evicted); !s.ok()) return s;
+      absl::StatusOr<std::shared_ptr<Run>> made = NewRunLocked(run_id, Claimant::kOther, creator);
+      if (!made.ok()) {
+        lock.Release();
+        if (evicted) CloseRun(*evicted, kEndedWhy);
+        return made.status();
+      }
+      run = std::move(*made);
     }
     run->NoteActivity(clock_());
     if (found) found();
@@ -180,6 +243,12 @@ int64_t RunRegistry::size() const {
 std::shared_ptr<Run> RunRegistry::EraseLocked(RunMap::iterator it) {
   std::shared_ptr<Run> run = std::move(it->second);
   if (on_removed_) on_removed_(it->first);
+  if (auto c = creator_of_.find(it->first); c != creator_of_.end()) {
+    if (auto n = runs_by_creator_.find(c->second); n != runs_by_creator_.end() && --n->second <= 0) {
+      runs_by_creator_.erase(n);
+    }
+    creator_of_.erase(c);
+  }
   runs_.erase(it);
   return run;
 }

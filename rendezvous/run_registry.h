@@ -42,7 +42,11 @@ class RunRegistry {
   // ended_run_ttl / 10, at least every second, at most every 10 ms), so a
   // run is removed between ended_run_ttl and ended_run_ttl + 1 s after it
   // ended. `clock`: absl::Now when empty.
-  explicit RunRegistry(DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(), Clock clock = nullptr);
+  // `budget`, when given, must outlive the registry: every run is charged
+  // kRun (a run a join or event stream makes as a member's, a store-only
+  // one as anyone's) and, through the run, its nodes and store.
+  explicit RunRegistry(DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(), Clock clock = nullptr,
+                       MemoryBudget* budget = nullptr);
   // Stops the sweep and closes every run.
   ~RunRegistry();
   RunRegistry(const RunRegistry&) = delete;
@@ -51,10 +55,16 @@ class RunRegistry {
   // The run a join goes to: the existing one, or a fresh one when the id is
   // new or its previous run ended (finished or failed) and `last_round` is
   // -1 (a new job reusing the id). A new run needs room: at max_runs the
-  // run that ended first is removed (its parked calls ABORTED), and when
-  // none has ended the new one is refused with RESOURCE_EXHAUSTED naming
-  // max_runs. INVALID_ARGUMENT for a run id longer than max_run_id_bytes.
-  absl::StatusOr<std::shared_ptr<Run>> ForJoin(const std::string& run_id, int64_t last_round);
+  // run that ended first is removed (its parked calls ABORTED), else the
+  // least recently used store-only run (a job's join comes first), and
+  // when neither exists the new one is refused with RESOURCE_EXHAUSTED
+  // naming max_runs. `creator` (the client's connection, e.g. gRPC's peer
+  // "ipv4:10.0.0.1:41234"; empty: not counted) may have created at most
+  // max_runs_per_connection of the runs held (RESOURCE_EXHAUSTED naming
+  // it). RESOURCE_EXHAUSTED too when the memory budget refuses the run.
+  // INVALID_ARGUMENT for a run id longer than max_run_id_bytes.
+  absl::StatusOr<std::shared_ptr<Run>> ForJoin(const std::string& run_id, int64_t last_round,
+                                               const std::string& creator = "");
   // The run, or nullptr. O(1).
   std::shared_ptr<Run> Find(const std::string& run_id) const;
   // The run a store call goes to, created when absent (a store-only run for
@@ -64,8 +74,10 @@ class RunRegistry {
   // given, runs under the registry's lock once the run is found or made
   // (the store's traffic count: counted for this run, never for one
   // removed meanwhile); it must not call into the registry.
+  // A store call never removes a store-only run to make room.
   absl::StatusOr<std::shared_ptr<Run>> FindOrCreate(const std::string& run_id,
-                                                    const std::function<void()>& found = nullptr);
+                                                    const std::function<void()>& found = nullptr,
+                                                    const std::string& creator = "");
   // Every run's status, sorted by run id: O(runs x their nodes), for
   // listings and metrics.
   std::vector<RunStatus> Status() const;
@@ -104,10 +116,16 @@ class RunRegistry {
     std::deque<std::tuple<absl::Time, std::string, std::weak_ptr<Run>>> queue ABSL_GUARDED_BY(mu);
   };
 
-  absl::Status MakeRoomLocked(const std::string& run_id, std::shared_ptr<Run>* evicted)
+  // `for_join`: a store-only run may be removed to make room.
+  absl::Status MakeRoomLocked(const std::string& run_id, bool for_join, std::shared_ptr<Run>* evicted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new run under `run_id`, whose end is queued in ended_.
-  std::shared_ptr<Run> NewRunLocked(const std::string& run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The least recently used store-only run, taken out of runs_; nullptr
+  // when there is none. O(runs).
+  std::shared_ptr<Run> TakeLeastRecentStoreOnlyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new run under `run_id`, whose end is queued in ended_; charged to the
+  // budget as `who`'s and counted against `creator`.
+  absl::StatusOr<std::shared_ptr<Run>> NewRunLocked(const std::string& run_id, Claimant who,
+                                                    const std::string& creator) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the first ended run off the queue that is still held (and ended
   // before `cutoff`) out of runs_; nullptr when there is none.
   std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -130,6 +148,11 @@ class RunRegistry {
   const std::shared_ptr<EndedRuns> ended_ = std::make_shared<EndedRuns>();
   mutable absl::Mutex mu_;
   RunMap runs_ ABSL_GUARDED_BY(mu_);
+  MemoryBudget* const budget_;
+  // Runs held, by the connection that created them (max_runs_per_connection),
+  // and each such run's creator.
+  absl::flat_hash_map<std::string, int64_t> runs_by_creator_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::string> creator_of_ ABSL_GUARDED_BY(mu_);
   // The periodic sweep's timer entry; no new one once stopping_.
   absl::Mutex sweep_mu_;
   DeadlineTimer::Id sweep_id_ ABSL_GUARDED_BY(sweep_mu_) = 0;

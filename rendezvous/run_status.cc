@@ -111,7 +111,10 @@ void Run::KeepOnlyStatusLocked() {
   reforming_ = NodeList<Member>();
   pending_ = NodeList<Joiner>();
   absl::flat_hash_map<std::string, Known>().swap(known_);
+  SyncNodeChargeLocked();
   absl::flat_hash_map<std::string, std::shared_ptr<EventSink>>().swap(watchers_);
+  absl::flat_hash_map<std::string, uint64_t>().swap(nonmember_seq_);
+  std::deque<std::pair<uint64_t, std::string>>().swap(nonmember_order_);
   absl::flat_hash_map<uint64_t, Barrier>().swap(barriers_);
   ended_lost_nodes_ = static_cast<int>(lost_.size());
   absl::flat_hash_set<std::string>().swap(lost_);

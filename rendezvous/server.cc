@@ -19,6 +19,7 @@
 #include "rendezvous/health_service.h"
 #include "rendezvous/listen_socket.h"
 #include "rendezvous/listener_watch.h"
+#include "rendezvous/memory_budget.h"
 #include "rendezvous/memory_release.h"
 #include "rendezvous/metrics_exposer.h"
 #include "rendezvous/rendezvous_service.h"
@@ -82,12 +83,15 @@ struct RendezvousServer::Impl {
   ServerOptions options;
   std::string addr;  // host:port as bound.
   DeadlineTimer timer;
+  // Before everything that charges it (the registry's runs give their
+  // charges back when destroyed), and the releaser its hook calls.
+  std::unique_ptr<MemoryBudget> budget;
+  std::unique_ptr<MemoryReleaser> releaser;  // Gives free heap back after bursts.
   // Before the registry: its removal hook (ForgetRun) may run until the
   // registry is destroyed.
   std::unique_ptr<TrafficCounters> traffic;  // Connections accepted, store requests per node.
   std::unique_ptr<RunRegistry> registry;
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
-  std::unique_ptr<MemoryReleaser> releaser;  // Gives free heap back after bursts.
   std::unique_ptr<RendezvousService> service;
   std::unique_ptr<HealthService> health;  // grpc.health.v1 on the same port.
   std::unique_ptr<MetricsEndpoint> exposer;  // GET /metrics, when metrics_port >= 0.
@@ -125,7 +129,10 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   // One server per port: a second agent on this host must fail to bind and
   // become a client (docs/design.md §1.2).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 1 << 20);
+  // Calls open at once per connection (HTTP/2 SETTINGS): a client's further
+  // calls wait on its side, not in the server's memory.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(std::min<int64_t>(options.limits.max_streams_per_connection, INT32_MAX)));
   // Agents ping every few seconds (HTTP/2 keepalive) to notice a lost server.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
@@ -264,7 +271,17 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
+  impl->releaser = std::make_unique<MemoryReleaser>(&impl->timer, options.limits.memory_release_delay);
+  {
+    const int64_t budget =
+        options.limits.max_server_memory > 0 ? options.limits.max_server_memory : DefaultServerMemory();
+    impl->budget = std::make_unique<MemoryBudget>(budget, budget / 8);
+    // Objects going in bulk (a flood's streams cancelled, a run's store
+    // dropped): the freed heap goes back to the system soon after.
+    impl->budget->SetReleaseHook([releaser = impl->releaser.get()] { releaser->Request(); });
+    Logger("rdzv")->debug("memory budget: {}", impl->budget->Describe());
+  }
+  impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits, nullptr, impl->budget.get());
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
   impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });
   impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(),
@@ -272,15 +289,16 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   if (options.open_files_warning) {
     if (absl::StatusOr<OpenFilesLimit> l = CurrentOpenFilesLimit(); l.ok()) impl->service->set_open_files_limit(*l);
   }
-  impl->releaser = std::make_unique<MemoryReleaser>(&impl->timer, options.limits.memory_release_delay);
   impl->service->set_memory_releaser(impl->releaser.get());
+  impl->service->set_memory_budget(impl->budget.get());
 
   const std::string& host = options.host;
   // gRPC's standard health service (grpc.health.v1.Health) on the same
   // port: Check outside the token, Watch with it (health_service.h); "" and
   // "meshrun.v1.Rendezvous" answer SERVING while the server runs,
   // NOT_SERVING once it shuts down.
-  impl->health = std::make_unique<HealthService>(options.token, options.limits.max_health_watchers);
+  impl->health = std::make_unique<HealthService>(options.token, options.limits.max_health_watchers,
+                                                 impl->budget.get(), options.limits.connection_idle_timeout);
   impl->health->SetServing("", true);
   impl->health->SetServing(kHealthServiceName, true);
   absl::StatusOr<Impl::Generation> first = impl->Build(options.port, &impl->port);

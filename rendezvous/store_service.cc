@@ -15,14 +15,15 @@ using wire::ToGrpc;
 
 absl::StatusOr<std::shared_ptr<Run>> RendezvousService::StoreRun(grpc::CallbackServerContext* ctx,
                                                                 const pb::RunRef& run, int64_t keys_read) {
-  if (traffic_ == nullptr) return registry_->FindOrCreate(run.run_id());
+  if (traffic_ == nullptr) return registry_->FindOrCreate(run.run_id(), nullptr, ctx->peer());
   const auto& metadata = ctx->client_metadata();
   auto it = metadata.find(kNodeMetadataKey);
   const absl::string_view node =
       it == metadata.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
   // Counted under the registry's lock: for this run, never for one removed
   // meanwhile (whose counts ForgetRun dropped).
-  return registry_->FindOrCreate(run.run_id(), [&] { traffic_->OnStoreRequest(run.run_id(), node, keys_read); });
+  return registry_->FindOrCreate(
+      run.run_id(), [&] { traffic_->OnStoreRequest(run.run_id(), node, keys_read); }, ctx->peer());
 }
 
 absl::StatusOr<std::shared_ptr<Run>> RendezvousService::AdmitStore(Method m, grpc::CallbackServerContext* ctx,

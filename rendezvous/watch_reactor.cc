@@ -17,19 +17,32 @@ using wire::ToProto;
 // Streams a run's events; owned jointly by gRPC (until OnDone) and the run.
 class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public EventSink {
  public:
-  WatchReactor(std::shared_ptr<Run> run, std::string node_id, RendezvousService* service, const ServerLimits& limits)
-      : run_(std::move(run)),
+  WatchReactor(grpc::CallbackServerContext* ctx, std::shared_ptr<Run> run, std::string node_id,
+               RendezvousService* service, const ServerLimits& limits)
+      : ctx_(ctx),
+        run_(std::move(run)),
         node_id_(std::move(node_id)),
         service_(service),
         max_events_(limits.max_watch_queue_events),
-        max_bytes_(limits.max_watch_queue_bytes) {
+        max_bytes_(limits.max_watch_queue_bytes),
+        budget_(service->memory_budget()) {
     service_->WatchStarted();
   }
 
   // Subscribes to the run; a refusal ends the stream with it.
   grpc::Status Begin(std::shared_ptr<WatchReactor> self, int64_t known_round, const std::string& session) {
     self_ = std::move(self);
-    absl::Status s = run_->Watch(node_id_, self_, known_round, session);
+    absl::Status s = run_->Watch(node_id_, self_, known_round, session, [this](Claimant who) {
+      {
+        absl::MutexLock lock(&mu_);
+        member_ = who == Claimant::kMember;
+      }
+      if (budget_ == nullptr) return absl::OkStatus();
+      absl::Status charged = budget_->Charge(HeldKind::kEventStream, 1, kEventStreamCost, who,
+                                             absl::StrCat("an event stream of node '", node_id_.substr(0, 64), "'"));
+      if (charged.ok()) stream_charge_ = HeldCharge(budget_, HeldKind::kEventStream, 1, kEventStreamCost);
+      return charged;
+    }, ctx_->peer());
     if (!s.ok()) {
       absl::MutexLock lock(&mu_);
       finish_requested_ = true;
@@ -54,10 +67,27 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
                                                 " bytes) unread; max_watch_queue_events=", max_events_,
                                                 ", max_watch_queue_bytes=", max_bytes_, "; re-open the stream"));
       finish_requested_ = true;
-      while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+      while (queue_.size() > (writing_ ? 1u : 0u)) {
+        if (budget_ != nullptr) budget_->Release(HeldKind::kQueuedEvent, 1, queue_.back().ByteSizeLong());
+        queue_.pop_back();
+      }
       queued_bytes_ = 0;
       MaybeFinishLocked();
       return;
+    }
+    if (budget_ != nullptr) {
+      // A member's event is served whatever it costs (its queue is bounded
+      // above); anyone else's needs room in the budget.
+      if (member_) {
+        budget_->ForceCharge(HeldKind::kQueuedEvent, 1, size);
+      } else if (absl::Status s = budget_->Charge(HeldKind::kQueuedEvent, 1, size, Claimant::kOther,
+                                                  "an event queued to a non-member's stream");
+                 !s.ok()) {
+        final_status_ = ToGrpc(s);
+        finish_requested_ = true;
+        MaybeFinishLocked();
+        return;
+      }
     }
     queued_bytes_ += size;
     queue_.push_back(std::move(msg));
@@ -75,6 +105,20 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
     MaybeFinishLocked();
   }
 
+  void PromoteToMember() override {
+    absl::MutexLock lock(&mu_);
+    member_ = true;
+  }
+
+  void CloseEvicted(const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    if (finish_requested_ || done_) return;
+    finish_requested_ = true;
+    ctx_->AddTrailingMetadata(kEvictedMetadataKey, "not-joined");
+    final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why);
+    MaybeFinishLocked();
+  }
+
   void CloseRun(const std::string& why) override {
     absl::MutexLock lock(&mu_);
     if (finish_requested_ || done_) return;
@@ -86,7 +130,9 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     if (!queue_.empty()) {
-      queued_bytes_ = std::max<int64_t>(0, queued_bytes_ - static_cast<int64_t>(queue_.front().ByteSizeLong()));
+      const int64_t size = static_cast<int64_t>(queue_.front().ByteSizeLong());
+      queued_bytes_ = std::max<int64_t>(0, queued_bytes_ - size);
+      if (budget_ != nullptr) budget_->Release(HeldKind::kQueuedEvent, 1, size);
       queue_.pop_front();
     }
     writing_ = false;
@@ -114,6 +160,11 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
       absl::MutexLock lock(&mu_);
       done_ = true;
       self = std::move(self_);
+      if (budget_ != nullptr) {
+        for (const auto& e : queue_) budget_->Release(HeldKind::kQueuedEvent, 1, e.ByteSizeLong());
+      }
+      std::list<pb::RunEvent>().swap(queue_);
+      stream_charge_.Reset();
     }
   }
 
@@ -125,11 +176,15 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
     }
   }
 
+  grpc::CallbackServerContext* const ctx_;
   const std::shared_ptr<Run> run_;
   const std::string node_id_;
   RendezvousService* const service_;
   const int64_t max_events_;
   const int64_t max_bytes_;
+  MemoryBudget* const budget_;
+  bool member_ ABSL_GUARDED_BY(mu_) = false;  // A member's stream (Run::Watch; PromoteToMember).
+  HeldCharge stream_charge_;  // kEventStreamCost while the stream is open.
   absl::Mutex mu_;
   // A list, not a deque: an empty std::deque allocates ~600 bytes, for
   // each of 10,000 agents' streams; events are rare and short-lived.
@@ -145,11 +200,12 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
 
 }  // namespace
 
-grpc::ServerWriteReactor<pb::RunEvent>* StartWatch(std::shared_ptr<Run> run, std::string node_id,
+grpc::ServerWriteReactor<pb::RunEvent>* StartWatch(grpc::CallbackServerContext* ctx, std::shared_ptr<Run> run,
+                                                   std::string node_id,
                                                    RendezvousService* service, const ServerLimits& limits,
                                                    int64_t known_round, const std::string& session,
                                                    grpc::Status* status) {
-  auto reactor = std::make_shared<WatchReactor>(std::move(run), std::move(node_id), service, limits);
+  auto reactor = std::make_shared<WatchReactor>(ctx, std::move(run), std::move(node_id), service, limits);
   *status = reactor->Begin(reactor, known_round, session);
   return reactor.get();
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "rendezvous/kv_store.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/run.h"
@@ -153,7 +154,7 @@ TEST_CASE("the server holds at most max_runs runs, ended ones make room", "[limi
   RunRegistry registry(&timer, l);
   auto r1 = registry.ForJoin("one", -1);
   REQUIRE(r1.ok());
-  REQUIRE(registry.FindOrCreate("two").ok());
+  REQUIRE(registry.ForJoin("two", -1).ok());
   absl::StatusOr<std::shared_ptr<Run>> third = registry.ForJoin("three", -1);
   CHECK(absl::IsResourceExhausted(third.status()));
   CHECK_THAT(Msg(third.status()), Contains("max_runs=2"));
@@ -241,14 +242,57 @@ TEST_CASE("a new node's stream starts with its credential, a second stream for i
   CHECK(joined.ok());
 }
 
-TEST_CASE("watchers per run are bounded", "[limits]") {
+TEST_CASE("members' streams are bounded per run, non-members' make room by evicting the oldest", "[limits]") {
   DeadlineTimer timer;
   ServerLimits l;
-  l.max_watchers_per_run = 2;
+  l.max_watchers_per_run = 1;
+  l.max_nonmember_watchers_per_run = 2;
   auto run = std::make_shared<Run>("job", &timer, l);
-  REQUIRE(run->Watch("a", std::make_shared<Sink>(), -1, "").ok());
-  REQUIRE(run->Watch("b", std::make_shared<Sink>(), -1, "").ok());
-  absl::Status s = run->Watch("c", std::make_shared<Sink>(), -1, "");
+  struct Evictable : Sink {
+    std::string evicted;
+    void CloseEvicted(const std::string& why) override { evicted = why; }
+  };
+  auto a = std::make_shared<Evictable>(), b = std::make_shared<Evictable>(), c = std::make_shared<Evictable>();
+  REQUIRE(run->Watch("a", a, -1, "").ok());
+  REQUIRE(run->Watch("b", b, -1, "").ok());
+  // A third non-member: the oldest (a) is ended and forgotten.
+  REQUIRE(run->Watch("c", c, -1, "").ok());
+  CHECK_THAT(a->evicted, Contains("max_nonmember_watchers_per_run=2") && Contains("'a'"));
+  CHECK(b->evicted.empty());
+  CHECK(run->watcher_counts() == std::make_pair<int64_t, int64_t>(0, 2));
+  CHECK(absl::IsPermissionDenied(run->Watch("a", std::make_shared<Sink>(), -1, a->events.at(0).session)));
+  // A node that joins (over the stream's connection, no credential needed)
+  // has a member's stream, which nobody evicts; members are bounded by
+  // max_watchers_per_run.
+  run->Join(Node("j1"), Config(1, 2), -1, "", [](absl::StatusOr<Assignment>) {}, "conn-1");
+  auto j1 = std::make_shared<Evictable>();
+  REQUIRE(run->Watch("j1", j1, -1, "", nullptr, "conn-1").ok());
+  REQUIRE(j1->events.size() >= 1);
+  CHECK(j1->events.at(0).kind == RunEvent::Kind::kSession);  // The join's credential, handed to its stream.
+  CHECK(run->watcher_counts() == std::make_pair<int64_t, int64_t>(1, 2));
+  for (int i = 0; i < 5; ++i) REQUIRE(run->Watch(absl::StrCat("x", i), std::make_shared<Evictable>(), -1, "").ok());
+  CHECK(j1->evicted.empty());
+  CHECK(run->watcher_counts() == std::make_pair<int64_t, int64_t>(1, 2));
+  // Another connection gets no credential for j1.
+  CHECK(absl::IsPermissionDenied(run->Watch("j1", std::make_shared<Sink>(), -1, "", nullptr, "conn-2")));
+  run->Join(Node("j2"), Config(1, 2), -1, "", [](absl::StatusOr<Assignment>) {}, "conn-3");
+  absl::Status s = run->Watch("j2", std::make_shared<Sink>(), -1, "", nullptr, "conn-3");
   CHECK(absl::IsResourceExhausted(s));
-  CHECK_THAT(Msg(s), Contains("max_watchers_per_run=2"));
+  CHECK_THAT(Msg(s), Contains("max_watchers_per_run=1"));
+}
+
+TEST_CASE("a join that reaches the server after its node's stream takes the stream's credential", "[limits]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  auto sink = std::make_shared<Sink>();
+  REQUIRE(run->Watch("n", sink, -1, "", nullptr, "conn-1").ok());
+  REQUIRE(sink->events.at(0).kind == RunEvent::Kind::kSession);
+  std::optional<absl::StatusOr<Assignment>> from_other, joined;
+  // From another connection, no credential: refused.
+  run->Join(Node("n"), Config(1, 1), -1, "", [&](absl::StatusOr<Assignment> a) { from_other = a; }, "conn-2");
+  REQUIRE(from_other.has_value());
+  CHECK(absl::IsPermissionDenied(from_other->status()));
+  run->Join(Node("n"), Config(1, 1), -1, "", [&](absl::StatusOr<Assignment> a) { joined = a; }, "conn-1");
+  REQUIRE(joined.has_value());
+  CHECK(joined->ok());
 }

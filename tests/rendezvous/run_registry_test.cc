@@ -169,14 +169,17 @@ TEST_CASE("at max_runs the run that ended first makes room", "[registry][limits]
   CHECK(registry.Find("a") == a);
   REQUIRE(registry.FindOrCreate("e").ok());
   CHECK(registry.Find("a") == nullptr);
-  // c is live: nothing more to remove.
-  CHECK(absl::IsResourceExhausted(registry.ForJoin("f", -1).status()));
-  CHECK(removed == std::vector<std::string>{"b", "a"});
+  // c is live; a store call finds no room, a join removes the store-only e.
+  CHECK(absl::IsResourceExhausted(registry.FindOrCreate("f2").status()));
+  REQUIRE(registry.ForJoin("f", -1).ok());
+  CHECK(registry.Find("e") == nullptr);
+  CHECK(absl::IsResourceExhausted(registry.ForJoin("g", -1).status()));
+  CHECK(removed == std::vector<std::string>{"b", "a", "e"});
   // A new job under an ended run's id replaces it: removed too.
   Finish(*c, "nc", ac);
   REQUIRE(registry.ForJoin("c", -1).ok());
   CHECK(registry.Find("c") != c);
-  CHECK(removed == std::vector<std::string>{"b", "a", "c"});
+  CHECK(removed == std::vector<std::string>{"b", "a", "e", "c"});
 }
 
 TEST_CASE("a run's end that comes after its registry is gone is harmless", "[registry]") {
