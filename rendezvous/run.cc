@@ -401,6 +401,14 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
       progress.min_nodes = config_.min_nodes;
       progress.max_nodes = config_.max_nodes;
       sink->Push(progress);
+    } else if (state_ == State::kRunning && members_.contains(node_id)) {
+      // Its join was answered before its stream opened (the agent opens it
+      // right after sending the join): the round's close, as the others saw it.
+      RunEvent closed;
+      closed.kind = RunEvent::Kind::kRoundClosed;
+      closed.round = round_;
+      closed.restart_count = restart_count_;
+      sink->Push(closed);
     }
   } else if (state_ == State::kFailed) {
     catch_up.kind = RunEvent::Kind::kRunFailed;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/str_cat.h"
 #include "client/rdzv_client.h"
 #include "bench/rdzv_scale/sim_workers.h"
@@ -61,6 +63,13 @@ PhaseResult SimAgents::Connect() {
         if (r.error.empty()) r.error = std::string(c.status().message());
         continue;
       }
+      // The connection itself (its first call would make it otherwise).
+      if (!(*c)->channel()->WaitForConnected(absl::ToChronoTime(absl::Now() + config_.read_timeout))) {
+        absl::MutexLock lock(&rmu);
+        ++r.failed;
+        if (r.error.empty()) r.error = "no connection to the server within the read timeout";
+        continue;
+      }
       a.node.node_id = absl::StrCat("sim", a.index, ":", getpid(), ":", i);
       a.node.hostname = absl::StrCat("sim", a.index);
       a.node.addr = (*c)->local_addr();
@@ -68,22 +77,6 @@ PhaseResult SimAgents::Connect() {
       a.node.pid = getpid();
       a.node.nproc = config_.nproc;
       a.node.master_port = 20000 + a.index % 40000;
-      Agent* ap = &a;
-      (*c)->StartWatch(
-          a.node.node_id, -1,
-          [this](const RunEvent& e) {
-            if (e.kind != RunEvent::Kind::kRoundClosed) return;
-            const double t = MonoNow();
-            absl::MutexLock lock(&mu_);
-            if (round_closed_seen_++ == 0) round_closed_first_ = t;
-            round_closed_last_ = std::max(round_closed_last_, t);
-          },
-          [this, ap](const absl::Status& s) {
-            if (leaving_.load() || s.ok()) return;
-            absl::MutexLock lock(&mu_);
-            ++counters_.streams_lost;
-            if (phase_.error.empty()) phase_.error = absl::StrCat(ap->node.node_id, ": ", s.message());
-          });
       a.client = std::move(*c);
     }
   };
@@ -91,33 +84,17 @@ PhaseResult SimAgents::Connect() {
   const int n = std::max(1, std::min(config_.connect_concurrency, config_.count));
   for (int t = 0; t < n; ++t) pool.emplace_back(connect_some);
   for (auto& t : pool) t.join();
-  // Connected means known to the server: the stream's first event (SESSION)
-  // carried this node's credential.
-  const double deadline = start + absl::ToDoubleSeconds(config_.phase_timeout);
+  // Connected: the client has its channel to the server (the agent opens its
+  // event stream with its first join, as meshrun's agent does).
+  for (auto& a : agents_) {
+    if (!a->client) continue;
+    a->session_seen = true;
+    ++r.ok;
+    r.end = MonoNow();
+    if (r.first == 0) r.first = r.end;
+  }
   int pending = 0;
-  for (;;) {
-    pending = 0;
-    for (auto& a : agents_) {
-      if (!a->client || a->session_seen) continue;
-      if (!a->client->session().empty()) {
-        a->session_seen = true;
-        ++r.ok;
-        r.end = MonoNow();
-        if (r.first == 0) r.first = r.end;
-      } else {
-        ++pending;
-      }
-    }
-    if (pending == 0 || MonoNow() > deadline) break;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  if (pending > 0 && r.error.empty()) {
-    r.error = absl::StrCat(pending, " event streams delivered no session within the phase timeout");
-  }
   r.failed += pending;
-  for (int t = 0; t < std::max(1, config_.heartbeat_threads); ++t) {
-    heartbeat_threads_.emplace_back([this, t] { HeartbeatLoop(t); });
-  }
   return r;
 }
 
@@ -193,6 +170,30 @@ PhaseResult SimAgents::Join() {
       if (phase_.first == 0) phase_.first = t;
       phase_.end = std::max(phase_.end, t);
     });
+    // The event stream right after the join, over the same connection, as
+    // meshrun's agent opens it (agent/session_join.cc).
+    a->client->StartWatch(
+        a->node.node_id, -1,
+        [this](const RunEvent& e) {
+          if (e.kind != RunEvent::Kind::kRoundClosed) return;
+          const double t = MonoNow();
+          absl::MutexLock lock(&mu_);
+          if (round_closed_seen_++ == 0) round_closed_first_ = t;
+          round_closed_last_ = std::max(round_closed_last_, t);
+        },
+        [this, a](const absl::Status& s) {
+          if (leaving_.load() || s.ok()) return;
+          absl::MutexLock lock(&mu_);
+          ++counters_.streams_lost;
+          if (phase_.error.empty()) phase_.error = absl::StrCat(a->node.node_id, ": ", s.message());
+        });
+  }
+  // Heartbeats from here on, as the agent's (its first one a keep-alive
+  // interval after it started).
+  if (heartbeat_threads_.empty()) {
+    for (int t = 0; t < std::max(1, config_.heartbeat_threads); ++t) {
+      heartbeat_threads_.emplace_back([this, t] { HeartbeatLoop(t); });
+    }
   }
   absl::MutexLock lock(&mu_);
   if (!AwaitLocked([&] { return phase_.ok + phase_.failed >= expected; }) && phase_.error.empty()) {

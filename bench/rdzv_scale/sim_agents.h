@@ -84,11 +84,12 @@ class SimAgents {
   explicit SimAgents(SimConfig config);
   ~SimAgents();
 
-  // Connects every agent (at most connect_concurrency at once), opens its
-  // event stream and waits until the server handed it its session
-  // credential (the stream's first event), then starts the heartbeats.
+  // Connects every agent (at most connect_concurrency at once): its
+  // client's channel to the server.
   PhaseResult Connect();
-  // Every agent joins at once; ends when every assignment (or failure) came.
+  // Every agent joins at once and opens its event stream right after (as
+  // meshrun's agent does), then the heartbeats start; ends when every
+  // assignment (or failure) came.
   // Each assignment is checked: round 0, node_count = nnodes, world size =
   // nnodes x nproc, node rank in range (else counted as failed).
   PhaseResult Join();

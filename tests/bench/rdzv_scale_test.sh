@@ -39,13 +39,15 @@ grep -q "first Join -> all assignments" "$T/r.md" && ok "the table is written" |
 # the end of the join phase are N plus its listeners.
 socks=$(awk -F, 'NR==1{for(i=1;i<=NF;i++) if ($i=="sockets_joined") c=i} $2==128 && $1=="meshrun"{print $c}' "$T/r.csv")
 if [ -n "$socks" ] && [ "$socks" -ge 128 ]; then ok "128 agents, $socks server sockets"; else fail "server sockets: '$socks'"; fi
-# The server's own count: one connection per agent, accepted while they
-# connect, none after (an agent that dropped and re-made its connection in
-# a later phase, as in a reconnect storm, would count again).
+# The server's own count (made at a client address's first call, which is
+# the agent's join): one connection per agent in all, none made twice (an
+# agent that dropped and re-made its connection, as in a reconnect storm,
+# would count again).
 col() { awk -F, -v name="$1" 'NR==1{for(i=1;i<=NF;i++) if ($i==name) c=i} $2==128 && $1=="meshrun"{print $c}' "$T/r.csv"; }
 acc=$(col accepted_connect)
 later=$(( $(col accepted_join) + $(col accepted_round_closed) + $(col accepted_exit_barrier) ))
-if [ "$acc" = 128 ] && [ "$later" = 0 ]; then ok "128 connections accepted while connecting, none after"
+after=$(( $(col accepted_round_closed) + $(col accepted_exit_barrier) ))
+if [ $(( acc + later )) = 128 ] && [ "$after" = 0 ]; then ok "128 connections accepted, each once, none after the join"
 else fail "connections accepted: '$acc' while connecting, '$later' after"; fi
 
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
