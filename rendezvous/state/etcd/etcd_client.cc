@@ -381,9 +381,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
     m->name = ep.ToString();
     grpc::ChannelArguments args;
     // A connection of this client's own (not shared through gRPC's global
-    // subchannel pool), and no retries of gRPC's: the client retries.
+    // subchannel pool). gRPC retries no call by itself but those that never
+    // left this process (its transparent retries): the client does the rest.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
     // etcd refuses pings on a connection without streams (its enforcement
