@@ -7,7 +7,8 @@
 #
 #   etcd_member.sh --name NAME --data-dir DIR --client HOST:PORT --peer HOST:PORT
 #                  --cluster NAME=http://HOST:PORT,... [--token T] [--fast] [--no-fsync]
-#                  [--tls DIR [--client-cert-auth]] [--die-with-parent] [-- ETCD_FLAGS...]
+#                  [--tls DIR [--client-cert-auth]] [--die-with-parent] [--pid-file FILE]
+#                  [-- ETCD_FLAGS...]
 #
 #   --fast             --heartbeat-interval=50 --election-timeout=500: quicker elections;
 #                      etcd's lease floor becomes 1 s (2 s with its defaults)
@@ -18,11 +19,12 @@
 #                      tests/support/certs.h); peers stay plain
 #   --die-with-parent  SIGKILL when the process that started it dies (setpriv
 #                      --pdeathsig), so a crashed test leaves no member behind
+#   --pid-file FILE    writes etcd's pid (this process's, before the exec) to FILE
 #   -- ETCD_FLAGS...   more flags for etcd itself (e.g. --auth-token-ttl 1)
 # An existing data dir is reused (etcd then ignores the --initial-cluster flags), so
 # the same command restarts a killed member.
 set -euo pipefail
-name= dir= client= peer= cluster= token=meshrun-test fast=0 nofsync=0 tls= cca=0 pdeath=0
+name= dir= client= peer= cluster= token=meshrun-test fast=0 nofsync=0 tls= cca=0 pdeath=0 pidfile=
 while (($#)); do
   case $1 in
     --name) name=$2; shift ;;
@@ -36,6 +38,7 @@ while (($#)); do
     --tls) tls=$2; shift ;;
     --client-cert-auth) cca=1 ;;
     --die-with-parent) pdeath=1 ;;
+    --pid-file) pidfile=$2; shift ;;
     --) shift; break ;;
     *) echo "etcd_member.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -59,5 +62,6 @@ cmd=("$ETCD" --name "$name" --data-dir "$dir"
   --listen-peer-urls "http://$peer" --initial-advertise-peer-urls "http://$peer"
   --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "$token"
   --log-level warn --logger zap "${args[@]}" "$@")
+[[ -n $pidfile ]] && echo $$ >"$pidfile"
 if ((pdeath)); then exec setpriv --pdeathsig KILL -- "${cmd[@]}"; fi
 exec "${cmd[@]}"
