@@ -74,6 +74,11 @@ struct AgentOptions {
   // interval x attempts lost (a dead process is noticed at once anyway).
   absl::Duration keep_alive_interval = absl::Seconds(5);
   int keep_alive_max_attempt = 3;
+  // rdzv_conf server_silence_timeout (meshrun's key): the server counts as
+  // lost after this long without an answer (client/rdzv_client.h,
+  // ServerSilenceLimit: at most the run's keep-alive rule, at least one
+  // heartbeat interval + 2 s).
+  absl::Duration server_silence_timeout = absl::Seconds(8);
   // Where per-attempt folders go: <log_dir>/<run id>_<start time>_<pid>/
   // attempt_<round>/rank_<r>.{stdout,stderr,error.json}, every stream of
   // every worker kept. Empty: a temporary folder holding the error files

@@ -36,6 +36,7 @@ absl::Status Session::NewMembership() {
   }
   if (!client.ok()) return client.status();
   client_ = std::move(*client);
+  client_->set_server_silence_timeout(o_.server_silence_timeout);
   node_.dialed_addr = client_->dialed_addr();
   // The workers' store: over this connection, in this node's name.
   if (proxy_) {

@@ -21,6 +21,7 @@
 #include "common/store.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "proto/types.h"
+#include "proto/wire.h"
 
 namespace meshrun::agent {
 namespace {
@@ -119,7 +120,7 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
   }
   grpc::ServerUnaryReactor* KvCheck(grpc::CallbackServerContext* ctx, const pb::KvCheckRequest* req,
                                     pb::KvCheckResponse* resp) override {
-    if (Admit(req->run()).ok() && !req->keys().empty() &&
+    if (Admit(*req, req->run()).ok() && !req->keys().empty() &&
         cache_->AllCached(req->round(), {req->keys().begin(), req->keys().end()})) {
       resp->set_all_present(true);
       return Answer(ctx, grpc::Status::OK);
@@ -130,14 +131,14 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
                                   pb::KvGetResponse* resp) override {
     if (!Cached(req->round(), {req->key()})) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvGet), nullptr);
     StoreRequest r{req->round(), {}, {}, {req->key()}, absl::Milliseconds(req->wait_ms())};
-    return Submit(ctx, req->run(), std::move(r), [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); });
+    return Submit(ctx, *req, req->run(), std::move(r), [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); });
   }
   grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* ctx, const pb::KvWaitRequest* req,
                                    pb::KvWaitResponse* resp) override {
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
     if (!Cached(req->round(), keys)) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvWait), nullptr);
     StoreRequest r{req->round(), {}, {}, std::move(keys), absl::Milliseconds(req->wait_ms())};
-    return Submit(ctx, req->run(), std::move(r), [](std::vector<std::string>&) {});
+    return Submit(ctx, *req, req->run(), std::move(r), [](std::vector<std::string>&) {});
   }
   grpc::ServerUnaryReactor* KvMultiGet(grpc::CallbackServerContext* ctx, const pb::KvMultiGetRequest* req,
                                        pb::KvMultiGetResponse* resp) override {
@@ -160,7 +161,7 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
                                       absl::StrCat("multi_get: ", r.set_keys.size(), " set keys but ",
                                                    r.set_values.size(), " values")));
     }
-    return Submit(ctx, req->run(), std::move(r), [resp](std::vector<std::string>& v) {
+    return Submit(ctx, *req, req->run(), std::move(r), [resp](std::vector<std::string>& v) {
       for (auto& s : v) resp->add_values(std::move(s));
     });
   }
@@ -179,7 +180,8 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
     return r;
   }
 
-  absl::Status Admit(const pb::RunRef& run) const {
+  absl::Status Admit(const google::protobuf::Message& req, const pb::RunRef& run) const {
+    if (absl::Status s = rendezvous::wire::CheckWellFormed(req); !s.ok()) return s;
     if (run.run_id() == run_id_) return absl::OkStatus();
     return absl::PermissionDeniedError(absl::StrCat("this node's store proxy serves run '", run_id_,
                                                     "' only, not '", run.run_id().substr(0, 256), "'"));
@@ -193,9 +195,9 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
   }
 
   template <typename Fill>
-  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx, const pb::RunRef& run, StoreRequest r,
-                                   Fill fill) {
-    if (absl::Status s = Admit(run); !s.ok()) return Answer(ctx, ToGrpc(s));
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx, const google::protobuf::Message& req,
+                                   const pb::RunRef& run, StoreRequest r, Fill fill) {
+    if (absl::Status s = Admit(req, run); !s.ok()) return Answer(ctx, ToGrpc(s));
     auto* reactor = new ProxyReactor();
     StoreCache::ReadId id =
         cache_->Submit(std::move(r), [reactor, fill = std::move(fill)](absl::StatusOr<std::vector<std::string>> v) mutable {
@@ -211,8 +213,9 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
   template <typename Req, typename Resp, typename Method, typename Learn>
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx, const Req& worker_req, Resp* resp,
                                     Method method, Learn learn, bool check_run = true) {
-    if (check_run) {
-      if (absl::Status s = Admit(worker_req.run()); !s.ok()) return Answer(ctx, ToGrpc(s));
+    if (absl::Status s = check_run ? Admit(worker_req, worker_req.run()) : rendezvous::wire::CheckWellFormed(worker_req);
+        !s.ok()) {
+      return Answer(ctx, ToGrpc(s));
     }
     if (const int64_t n = upstream_->in_flight(); n >= max_forwarded_) {
       return Answer(ctx, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,

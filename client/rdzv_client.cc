@@ -68,6 +68,12 @@ RendezvousClient::~RendezvousClient() {
   for (auto& t : calls) t.join();
 }
 
+absl::Duration ServerSilenceLimit(absl::Duration keep_alive_interval, int keep_alive_max_attempt,
+                                  absl::Duration server_silence_timeout) {
+  const absl::Duration run_limit = keep_alive_interval * std::max(1, keep_alive_max_attempt);
+  return std::max(std::min(run_limit, server_silence_timeout), keep_alive_interval + RendezvousClient::kMinHeartbeatWait);
+}
+
 absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     const std::string& endpoint, const std::string& run_id, const ClientAuth& auth, absl::Duration connect_timeout,
     std::function<absl::Status()> interrupted) {
@@ -94,7 +100,8 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
                                  std::function<void(absl::StatusOr<Assignment>)> done) {
   {
     absl::MutexLock lock(&mu_);
-    silence_limit_ = config.keep_alive_interval * std::max(1, config.keep_alive_max_attempt);
+    silence_limit_ = ServerSilenceLimit(config.keep_alive_interval, config.keep_alive_max_attempt,
+                                        server_silence_timeout_);
   }
   auto req = std::make_shared<pb::JoinRequest>();
   req->mutable_run()->set_run_id(run_id_);
@@ -199,6 +206,7 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
       std::unique_ptr<grpc::ClientReader<pb::RunEvent>> reader = stubs_->stub->Watch(ctx.get(), req);
       pb::RunEvent ev;
       while (reader->Read(&ev)) {
+        NoteAnswer();
         if (ev.kind() == pb::RunEvent::SESSION) {
           absl::MutexLock lock(&mu_);
           session_ = ev.session();
@@ -273,11 +281,25 @@ absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, 
   req.set_session(session());
   pb::HeartbeatResponse resp;
   grpc::ClientContext ctx;
+  {
+    // No longer than the server may stay silent: a frozen server is noticed
+    // when this heartbeat's wait ends (NoteHeartbeat).
+    absl::MutexLock lock(&mu_);
+    if (silence_limit_ > absl::ZeroDuration() && last_answer_ != absl::InfinitePast()) {
+      timeout = std::min(timeout, std::max(kMinHeartbeatWait, last_answer_ + silence_limit_ - absl::Now()));
+    }
+  }
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::Status s = stubs_->stub->Heartbeat(&ctx, req, &resp);
   NoteHeartbeat(s);
   if (!s.ok()) return FromGrpc(s, "heartbeat");
   return resp.current_round();
+}
+
+void RendezvousClient::NoteAnswer() {
+  absl::MutexLock lock(&mu_);
+  last_answer_ = absl::Now();
+  missed_heartbeats_ = 0;
 }
 
 void RendezvousClient::NoteHeartbeat(const grpc::Status& s) {
@@ -293,16 +315,15 @@ void RendezvousClient::NoteHeartbeat(const grpc::Status& s) {
   }
   if (last_answer_ == absl::InfinitePast()) last_answer_ = now;  // Nothing answered yet: count from here.
   ++missed_heartbeats_;
-  // The server declares a node lost after keep_alive_interval x
-  // keep_alive_max_attempt without a heartbeat; the node gives the server
-  // as long, and at least two heartbeats in a row.
-  if (silence_limit_ <= absl::ZeroDuration() || missed_heartbeats_ < 2 || now - last_answer_ < silence_limit_ ||
+  // Lost once nothing was answered for the limit (ServerSilenceLimit):
+  // heartbeats wait no longer than that, so the one that ends here says so.
+  if (silence_limit_ <= absl::ZeroDuration() || now - last_answer_ < silence_limit_ ||
       !server_lost_.empty() || stopping_) {
     return;
   }
-  server_lost_ = absl::StrCat("no answer to ", missed_heartbeats_, " heartbeats in a row for ",
-                              absl::FormatDuration(absl::Trunc(now - last_answer_, absl::Milliseconds(100))),
-                              " (keep-alive limit ", absl::FormatDuration(silence_limit_), "; last: ", DescribeLoss(s),
+  server_lost_ = absl::StrCat("no answer for ", absl::FormatDuration(absl::Trunc(now - last_answer_, absl::Milliseconds(100))),
+                              " (", missed_heartbeats_, missed_heartbeats_ == 1 ? " heartbeat" : " heartbeats",
+                              " unanswered; limit ", absl::FormatDuration(silence_limit_), "; last: ", DescribeLoss(s),
                               ")");
   Logger("agent")->debug("rendezvous server at {}: {}", endpoint_, server_lost_);
   if (watch_ctx_) watch_ctx_->TryCancel();  // The stream's end says why (StartWatch).

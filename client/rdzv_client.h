@@ -23,8 +23,19 @@ class Status;
 
 namespace meshrun::client {
 
+// How long a server may stay silent before a client counts it as lost: the
+// run's own rule for a silent node (keep_alive_interval x
+// keep_alive_max_attempt) or `server_silence_timeout` (rdzv_conf
+// server_silence_timeout, default 8 s), whichever is shorter, but never
+// less than one heartbeat interval plus kMinHeartbeatWait (a heartbeat must
+// get its chance to be answered). Pure.
+absl::Duration ServerSilenceLimit(absl::Duration keep_alive_interval, int keep_alive_max_attempt,
+                                  absl::Duration server_silence_timeout);
+
 class RendezvousClient {
  public:
+  // The least time a heartbeat waits for its answer.
+  static constexpr absl::Duration kMinHeartbeatWait = absl::Seconds(2);
   // Connects to `endpoint` ("host:port") with `auth` (its token goes in
   // every request; TLS when auth.tls.client_tls()), waiting up to
   // `connect_timeout` for its host to come up (a warning every 15 s after
@@ -39,6 +50,12 @@ class RendezvousClient {
   static absl::StatusOr<std::unique_ptr<RendezvousClient>> Connect(
       const std::string& endpoint, const std::string& run_id, const ClientAuth& auth, absl::Duration connect_timeout,
       std::function<absl::Status()> interrupted = nullptr);
+  // rdzv_conf server_silence_timeout (see ServerSilenceLimit); call before
+  // the first JoinAsync. Default 8 s.
+  void set_server_silence_timeout(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    server_silence_timeout_ = d;
+  }
   ~RendezvousClient();
 
   // Joins the run's open round; `done` runs on a gRPC thread with the
@@ -62,15 +79,17 @@ class RendezvousClient {
   void StopWatch();
 
   // Records this node's heartbeat; returns the run's current round, or
-  // FAILED_PRECONDITION when the node was declared lost (stale). Blocking.
-  // Heartbeats also watch the server: once the run's config is known (the
-  // first JoinAsync), a server that answered no heartbeat (DEADLINE_EXCEEDED
-  // or UNAVAILABLE; any answer, a refusal too, counts as one) for
-  // keep_alive_interval x keep_alive_max_attempt, over at least two
-  // heartbeats in a row, is lost: the event stream ends with UNAVAILABLE
-  // "lost the rendezvous server at ENDPOINT: no answer to N heartbeats in a
-  // row ...". This mirrors the server's own rule for a silent node (torchrun
-  // has no such check: its agent notices at its next store call).
+  // FAILED_PRECONDITION when the node was declared lost (stale). Blocking,
+  // for at most `timeout`. Heartbeats also watch the server: once the run's
+  // config is known (the first JoinAsync), a server that answered nothing
+  // (no heartbeat, not even with a refusal, and no event on the stream) for
+  // ServerSilenceLimit is lost: each heartbeat waits no longer than that
+  // limit allows, and when one ends unanswered past it, the event stream
+  // ends with UNAVAILABLE "lost the rendezvous server at ENDPOINT: no answer
+  // for 8.0s (1 heartbeat unanswered; limit 8s; ...)", the time measured
+  // then. With the defaults (heartbeats every 5 s) a frozen server is
+  // noticed within 8 s. torchrun has no such check: its agent notices at
+  // its next store call.
   absl::StatusOr<int64_t> Heartbeat(const std::string& node_id, int64_t round, absl::Duration timeout);
 
   // Reports a worker failure; the verdict says restart or stop. Blocking,
@@ -112,6 +131,8 @@ class RendezvousClient {
   // Counts a heartbeat's outcome; ends the event stream when the server has
   // been silent past the run's keep-alive limit (see Heartbeat).
   void NoteHeartbeat(const grpc::Status& s);
+  // Any answer of the server (an event on the stream) shows it is there.
+  void NoteAnswer();
   struct Stubs;
 
   const std::string endpoint_;
@@ -136,6 +157,7 @@ class RendezvousClient {
   // until the first JoinAsync), the last answer, the misses since, and why
   // the server counts as lost ("" while it does not).
   absl::Duration silence_limit_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  absl::Duration server_silence_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(8);
   absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int missed_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   std::string server_lost_ ABSL_GUARDED_BY(mu_);

@@ -64,7 +64,7 @@ inline constexpr Var kTlsKey{"MESHRUN_TLS_KEY", Type::kString, Use::kReadEverywh
 inline constexpr Var kTlsCa{"MESHRUN_TLS_CA", Type::kString, Use::kReadEverywhere, "PEM file: the CA peers are verified against (client: TLS on, server checked; server: client certificates required). Not passed to workers."};
 
 // What meshrun itself reads.
-inline constexpr Var kPythonExec{"PYTHON_EXEC", Type::kString, Use::kReadByLauncher, "Interpreter for .py programs and -m modules (default python3)."};
+inline constexpr Var kPythonExec{"PYTHON_EXEC", Type::kString, Use::kReadByLauncher, "Interpreter for .py programs and -m modules (default: the python3 of the venv meshrun is installed in, else python3)."};
 inline constexpr Var kLogLevel{"MESHRUN_LOG_LEVEL", Type::kString, Use::kReadEverywhere, "meshrun's log level: trace, debug, info, warn (default), error, off."};
 inline constexpr Var kShutdownTimeoutEnv{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", Type::kDuration, Use::kReadByLauncher, "Default of --shutdown_timeout, in seconds (torchrun's)."};
 inline constexpr Var kCudaVisibleDevices{"CUDA_VISIBLE_DEVICES", Type::kString, Use::kReadByLauncher, "Honoured when counting GPUs for --nproc_per_node=gpu|auto and --numa-binding; passed to workers (with --virtual-local-rank: each worker's one device)."};

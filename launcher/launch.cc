@@ -97,9 +97,7 @@ int Launch(LaunchConfig config) {
       a.endpoint = config.standalone ? server->endpoint()
                                      : Endpoint{config.endpoint_host, server->port()}.ToString();
       Logger("launcher")->info("hosting the rendezvous server on port {}", server->port());
-      if (server->metrics_port() >= 0) {
-        std::fprintf(stderr, "meshrun: metrics on http://%s:%d/metrics\n", so.host.c_str(), server->metrics_port());
-      }
+      if (server->metrics_port() >= 0) std::fprintf(stderr, "meshrun: metrics on %s\n", server->metrics_url().c_str());
     } else if (config.is_host.value_or(false)) {
       std::fprintf(stderr, "meshrun: error: is_host=1 but %s\n", std::string(started.status().message()).c_str());
       return 1;

@@ -20,11 +20,6 @@
 
 namespace meshrun::launcher {
 
-std::string MetricsUrl(const std::string& host, int port) {
-  const bool any = host.empty() || host == "::" || host == "0.0.0.0";
-  return absl::StrCat("http://", HostPort(any ? Hostname() : host, port), "/metrics");
-}
-
 int ServerMain(int argc, char** argv) {
   CLI::App app{"meshrun server: the rendezvous server as a daemon", "meshrun server"};
   std::string host = "::";
@@ -48,7 +43,8 @@ int ServerMain(int argc, char** argv) {
       ->default_str("5");
   app.add_option("--metrics_port,--metrics-port", metrics_port,
                  "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics (0: any free port; default off)");
-  app.add_option("--metrics_host,--metrics-host", metrics_host, "Address for the metrics port (default: --host)");
+  app.add_option("--metrics_host,--metrics-host", metrics_host,
+                 "Address for the metrics port (default: --host with a token or TLS, else 127.0.0.1)");
   int health_port = -1;
   std::string health_host;
   app.add_option("--health_port,--health-port", health_port,
@@ -155,8 +151,8 @@ int ServerMain(int argc, char** argv) {
                 HostPort(health_host.empty() ? host : health_host, health->port()).c_str());
   }
   if ((*server)->metrics_port() >= 0) {
-    std::printf("meshrun server: metrics on %s\n",
-                MetricsUrl(metrics_host.empty() ? host : metrics_host, (*server)->metrics_port()).c_str());
+    std::printf("meshrun server: metrics on %s%s\n", (*server)->metrics_url().c_str(),
+                so.token.empty() ? "" : " (bearer token required)");
   }
   std::fflush(stdout);
   // Signals were blocked in main(); wait for one synchronously.

@@ -11,9 +11,4 @@ namespace meshrun::launcher {
 // port is taken). Call from main() with SIGTERM, SIGINT and SIGHUP blocked.
 int ServerMain(int argc, char** argv);
 
-// The URL of a metrics page served on `host`:`port`: the machine's host
-// name for an any-address host ("", "::", "0.0.0.0"), an IPv6 literal in
-// brackets. Pure but for the host name.
-std::string MetricsUrl(const std::string& host, int port);
-
 }  // namespace meshrun::launcher

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "agent/process.h"
@@ -9,13 +11,34 @@
 
 namespace meshrun::launcher {
 
+std::string DefaultPython(const std::filesystem::path& self) {
+  const std::filesystem::path bin = self.parent_path();
+  const std::filesystem::path env = bin.parent_path();
+  std::error_code ec;
+  if (!bin.empty() && (std::filesystem::is_regular_file(env / "pyvenv.cfg", ec) ||
+                       std::filesystem::is_directory(env / "conda-meta", ec))) {
+    for (const char* name : {"python3", "python"}) {
+      const std::filesystem::path python = bin / name;
+      if (::access(python.c_str(), X_OK) == 0) return python.string();
+    }
+  }
+  return "python3";
+}
+
 absl::StatusOr<std::vector<std::string>> WorkerCommand(const WorkerProgram& p) {
   std::vector<std::string> cmd;
   // --run_path (torchrun runs the file with runpy.run_path in a child
   // interpreter): a Python script whatever its name, even with --no_python.
   const bool python = p.module || p.run_path || (!p.no_python && absl::EndsWith(p.prog, ".py"));
   if (python) {
-    std::string interpreter = env::Get(env::kPythonExec).value_or("python3");
+    std::optional<std::string> interpreter_env = env::Get(env::kPythonExec);
+    std::string interpreter;
+    if (interpreter_env) {
+      interpreter = *interpreter_env;
+    } else {
+      std::error_code ec;
+      interpreter = DefaultPython(std::filesystem::read_symlink("/proc/self/exe", ec));
+    }
     auto resolved = agent::ResolveProgram(interpreter);
     if (!resolved.ok()) {
       return absl::Status(resolved.status().code(), absl::StrCat("python interpreter: ", resolved.status().message()));

@@ -1,5 +1,7 @@
 #include "proto/wire.h"
 
+#include "proto/malformed.h"
+
 #include <sys/socket.h>
 
 #include "common/net.h"
@@ -10,6 +12,13 @@
 #include "absl/strings/strip.h"
 
 namespace meshrun::rendezvous::wire {
+
+absl::Status CheckWellFormed(const google::protobuf::Message& req) {
+  const std::optional<int64_t> bytes = meshrun::wire::MalformedBytes(req);
+  if (!bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("malformed request: its ", *bytes, " bytes do not parse as ",
+                                                 req.GetDescriptor()->full_name()));
+}
 
 namespace pb = ::meshrun::v1;
 

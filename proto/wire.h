@@ -13,6 +13,12 @@
 
 namespace meshrun::rendezvous::wire {
 
+// OK for a request that parsed; INVALID_ARGUMENT naming its type and size
+// for one whose bytes did not (it arrives empty and marked:
+// proto/malformed.h). The first check of every request the server or a
+// node's store proxy serves. Pure, thread-safe.
+absl::Status CheckWellFormed(const google::protobuf::Message& req);
+
 // The absl::Status as a gRPC status: the same code (the two enumerations
 // agree) and message. Pure, thread-safe.
 grpc::Status ToGrpc(const absl::Status& s);

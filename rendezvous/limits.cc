@@ -47,6 +47,7 @@ constexpr IntLimit kIntLimits[] = {
 };
 constexpr DurationLimit kDurationLimits[] = {
     {"min_keep_alive_interval", &ServerLimits::min_keep_alive_interval},
+    {"max_keep_alive_interval", &ServerLimits::max_keep_alive_interval},
     {"max_wait", &ServerLimits::max_wait},
     {"connection_idle_timeout", &ServerLimits::connection_idle_timeout},
     {"handshake_timeout", &ServerLimits::handshake_timeout},
@@ -147,10 +148,12 @@ absl::Status CheckJoin(const std::string& run_id, const NodeDesc& node, const Ru
   if (config.max_restarts < 0 || config.max_restarts > limits.max_restarts) {
     return bad("max_restarts", config.max_restarts, absl::StrCat("0..", limits.max_restarts, " (max_restarts)"));
   }
-  if (config.keep_alive_interval < limits.min_keep_alive_interval) {
+  if (config.keep_alive_interval < limits.min_keep_alive_interval ||
+      config.keep_alive_interval > limits.max_keep_alive_interval) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "keep_alive_interval=", absl::FormatDuration(config.keep_alive_interval), ": allowed: at least ",
-        absl::FormatDuration(limits.min_keep_alive_interval), " (min_keep_alive_interval)"));
+        "keep_alive_interval=", absl::FormatDuration(config.keep_alive_interval), ": allowed: ",
+        absl::FormatDuration(limits.min_keep_alive_interval), " (min_keep_alive_interval) to ",
+        absl::FormatDuration(limits.max_keep_alive_interval), " (max_keep_alive_interval)"));
   }
   if (config.keep_alive_max_attempt <= 0 || config.keep_alive_max_attempt > 1000) {
     return bad("keep_alive_max_attempt", config.keep_alive_max_attempt, "1..1000");

@@ -57,7 +57,11 @@ struct ServerLimits {
   int64_t max_world_size = 1 << 24;      // Workers of one round, all nodes.
   int64_t max_nodes = 1 << 20;           // --nnodes MAX.
   int64_t max_restarts = 1 << 20;        // --max_restarts.
+  // A run's keep_alive_interval (torchrun's rdzv_conf key): a silent node is
+  // lost after keep_alive_interval x keep_alive_max_attempt, so an interval
+  // past the maximum would let a run keep a silent member for good.
   absl::Duration min_keep_alive_interval = absl::Milliseconds(100);
+  absl::Duration max_keep_alive_interval = absl::Hours(1);
   // The server's own traffic counts (traffic_counters.h): client addresses
   // remembered at once to count connections, and distinct nodes (of the
   // runs held: a removed run's are forgotten) whose store requests are

@@ -1,6 +1,13 @@
 // Serves the server's metrics (metrics.h) at GET /metrics in Prometheus' text
-// format, with prometheus-cpp's Exposer (its HTTP server is Debian's
-// civetweb). Other paths answer 404.
+// format (prometheus-cpp's TextSerializer), over Debian's civetweb. A server
+// with a token requires it as an HTTP bearer token ("Authorization: Bearer
+// <token>": Prometheus' authorization / bearer_token settings): the metrics
+// name every run, so they are shown only to callers allowed to see runs.
+// Plain HTTP only: Debian 12's civetweb loads OpenSSL by name at run time
+// and crashes serving TLS with OpenSSL 3 (checked: a bare CivetServer with
+// ssl_certificate segfaults at the first handshake), so the server keeps a
+// TLS server's metrics without a token on loopback (server.h). Other paths
+// answer 404.
 #pragma once
 
 #include <memory>
@@ -12,9 +19,9 @@
 #include "absl/time/time.h"
 #include "rendezvous/listener_watch.h"
 
+class CivetServer;
 namespace prometheus {
 class Collectable;
-class Exposer;
 }  // namespace prometheus
 
 namespace meshrun::rendezvous {
@@ -40,6 +47,9 @@ class MetricsEndpoint : public DescriptorObserver {
     int port = 0;      // 0: the OS picks one (read it with port()).
     // A request must arrive within this time (civetweb's request_timeout_ms).
     absl::Duration request_timeout = absl::Seconds(10);
+    // Non-empty: every scrape must carry "Authorization: Bearer <token>",
+    // else 401 (compared in constant time).
+    std::string token;
   };
 
   // Starts serving `metrics` (held weakly: it must outlive the endpoint to
@@ -67,14 +77,18 @@ class MetricsEndpoint : public DescriptorObserver {
   absl::Status OnDescriptorsRecovered() override;
 
  private:
-  MetricsEndpoint() = default;
+  MetricsEndpoint();
+  // A civetweb server listening on addr_ with handler_ at /metrics.
+  absl::StatusOr<std::unique_ptr<CivetServer>> NewHttpServer() const;
 
   Options options_;
   std::string addr_;  // host:port as bound.
   int port_ = 0;
   std::weak_ptr<prometheus::Collectable> metrics_;
   mutable absl::Mutex mu_;
-  std::unique_ptr<prometheus::Exposer> exposer_ ABSL_GUARDED_BY(mu_);
+  struct Handler;
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<CivetServer> http_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace meshrun::rendezvous

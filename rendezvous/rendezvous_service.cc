@@ -69,8 +69,10 @@ grpc::ServerUnaryReactor* RendezvousService::Reply(Method m, grpc::CallbackServe
   return Answer(ctx, s);
 }
 
-grpc::Status RendezvousService::Admit(Method m, const pb::RunRef& run, bool need_run_id) {
+grpc::Status RendezvousService::Admit(Method m, const google::protobuf::Message& req, const pb::RunRef& run,
+                                      bool need_run_id) {
   (void)m;
+  if (absl::Status s = wire::CheckWellFormed(req); !s.ok()) return ToGrpc(s);
   return ToGrpc(requests::Admit(token_, run, need_run_id, limits_));
 }
 
@@ -85,7 +87,7 @@ void RendezvousService::CheckOpenFiles(int64_t max_nodes) {
 
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
                                                   const pb::JoinRequest* req, pb::JoinResponse* resp) {
-  if (auto s = Admit(kJoin, req->run()); !s.ok()) return Reply(kJoin, ctx, s);
+  if (auto s = Admit(kJoin, *req, req->run()); !s.ok()) return Reply(kJoin, ctx, s);
   absl::StatusOr<requests::JoinArgs> args = requests::JoinFromProto(*req, wire::PeerIp(ctx->peer()), limits_);
   if (!args.ok()) return Reply(kJoin, ctx, ToGrpc(args.status()));
   absl::StatusOr<std::shared_ptr<Run>> run = registry_->ForJoin(req->run().run_id(), req->last_round());
@@ -110,7 +112,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                        const pb::HeartbeatRequest* req,
                                                        pb::HeartbeatResponse* resp) {
-  if (auto s = Admit(kHeartbeat, req->run()); !s.ok()) return Reply(kHeartbeat, ctx, s);
+  if (auto s = Admit(kHeartbeat, *req, req->run()); !s.ok()) return Reply(kHeartbeat, ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
   if (!run) return Reply(kHeartbeat, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
   absl::StatusOr<int64_t> round = run->Heartbeat(req->node_id(), req->session());
@@ -121,7 +123,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
 
 grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackServerContext*,
                                                                  const pb::WatchRequest* req) {
-  grpc::Status s = Admit(kWatch, req->run());
+  grpc::Status s = Admit(kWatch, *req, req->run());
   if (s.ok()) s = ToGrpc(requests::CheckWatch(*req, limits_));
   absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
   if (s.ok()) {
@@ -141,7 +143,7 @@ grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackS
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* ctx,
                                                            const pb::ReportFailureRequest* req,
                                                            pb::ReportFailureResponse* resp) {
-  if (auto s = Admit(kReportFailure, req->run()); !s.ok()) return Reply(kReportFailure, ctx, s);
+  if (auto s = Admit(kReportFailure, *req, req->run()); !s.ok()) return Reply(kReportFailure, ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
   if (!run) return Reply(kReportFailure, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
   absl::StatusOr<FailureVerdict> v = run->ReportFailure(FromProto(req->failure()), req->session());
@@ -160,7 +162,7 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
 grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServerContext* ctx,
                                                             const pb::ReportFinishedRequest* req,
                                                             pb::ReportFinishedResponse* resp) {
-  if (auto s = Admit(kReportFinished, req->run()); !s.ok()) return Reply(kReportFinished, ctx, s);
+  if (auto s = Admit(kReportFinished, *req, req->run()); !s.ok()) return Reply(kReportFinished, ctx, s);
   std::shared_ptr<Run> run = registry_->Find(req->run().run_id());
   if (!run) return Reply(kReportFinished, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
   const absl::StatusOr<absl::Duration> timeout = requests::BarrierTimeout(*req, limits_);
@@ -184,7 +186,7 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServer
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,
                                                     const pb::StatusRequest* req, pb::StatusResponse* resp) {
-  if (auto s = Admit(kStatus, req->run(), /*need_run_id=*/false); !s.ok()) return Reply(kStatus, ctx, s);
+  if (auto s = Admit(kStatus, *req, req->run(), /*need_run_id=*/false); !s.ok()) return Reply(kStatus, ctx, s);
   if (req->run().run_id().empty()) {
     for (const RunStatus& r : registry_->Status()) ToProto(r, resp->add_runs());
   } else if (std::optional<RunStatus> r = registry_->StatusOf(req->run().run_id())) {

@@ -95,8 +95,9 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
                                    v1::StatusResponse* resp) override;
 
  private:
-  // OK, or UNAUTHENTICATED / INVALID_ARGUMENT (empty or too long run id).
-  grpc::Status Admit(Method m, const v1::RunRef& run, bool need_run_id = true);
+  // OK, or INVALID_ARGUMENT (a request whose bytes did not parse; an empty
+  // or too long run id) / UNAUTHENTICATED (the token).
+  grpc::Status Admit(Method m, const google::protobuf::Message& req, const v1::RunRef& run, bool need_run_id = true);
   // Counts a call as served, or as refused (UNAUTHENTICATED,
   // PERMISSION_DENIED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED).
   void Count(Method m, const grpc::Status& s);
@@ -111,7 +112,8 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   // Admit, then StoreRun: the start of every unary store method (`m` names
   // it, as for Admit).
   absl::StatusOr<std::shared_ptr<Run>> AdmitStore(Method m, grpc::CallbackServerContext* ctx,
-                                                  const v1::RunRef& run, int64_t keys_read);
+                                                  const google::protobuf::Message& req, const v1::RunRef& run,
+                                                  int64_t keys_read);
 
   // Warns when `max_nodes` agents need more descriptors than open_files_.
   void CheckOpenFiles(int64_t max_nodes);

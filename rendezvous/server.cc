@@ -45,6 +45,22 @@ TrafficOptions TrafficOptionsFor(const ServerLimits& limits) {
 
 }  // namespace
 
+std::string MetricsHost(const ServerOptions& options) {
+  if (!options.metrics_host.empty()) return options.metrics_host;
+  // The metrics name every run: with a token they need it (a bearer token);
+  // without one they stay on this host unless asked.
+  return options.token.empty() ? "127.0.0.1" : options.host;
+}
+
+absl::Status CheckMetricsExposure(const ServerOptions& options) {
+  const std::string h = MetricsHost(options);
+  if (!options.tls.server_tls() || !options.token.empty() || IsLoopbackName(h)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "metrics host ", h, ": this server speaks TLS and has no token, and its metrics port (plain HTTP; it names "
+      "every run) cannot require one: give the server a token (MESHRUN_TOKEN or --token_file; scrapes then send it "
+      "as a bearer token), or keep the metrics on loopback (leave out --metrics_host)"));
+}
+
 std::string ExposureWarning(const ServerOptions& options) {
   if (!options.token.empty() || options.tls.server_tls() || IsLoopbackName(options.host)) return "";
   return absl::StrCat("the rendezvous server listens on ", options.host,
@@ -85,6 +101,13 @@ struct RendezvousServer::Impl {
   // `port_to_bind` (0: the OS picks); the bound port goes to *bound (0 when
   // binding failed). ALREADY_EXISTS when it could not bind.
   absl::StatusOr<Generation> Build(int port_to_bind, int* bound);
+  // "http(s)://HOST:PORT/metrics"; "" when metrics are off.
+  std::string metrics_url() const {
+    if (!exposer) return "";
+    const std::string h = MetricsHost(options);
+    const bool any = h.empty() || h == "::" || h == "0.0.0.0";
+    return absl::StrCat("http://", HostPort(any ? Hostname() : h, exposer->port()), "/metrics");
+  }
   // Replaces the stopped listener (ListenerWatch's rebuild).
   absl::Status RebuildListener();
   // Takes generations out past max_server_generations (the newest stays):
@@ -269,14 +292,20 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   }
   impl->service->set_port(impl->port);
   if (options.metrics_port >= 0) {
+    if (absl::Status m = CheckMetricsExposure(options); !m.ok()) {
+      absl::MutexLock lock(&impl->mu);
+      impl->generations.back().server->Shutdown(absl::ToChronoTime(absl::Now()));
+      impl->generations.back().server->Wait();
+      return m;
+    }
     Impl* raw = impl.get();
     raw->metrics->SetSource({[raw] { return raw->registry->Status(); }, [raw] { return raw->service->open_watchers(); },
                              [raw] { return raw->traffic->Snapshot(); }});
-    const std::string metrics_host = options.metrics_host.empty() ? host : options.metrics_host;
     MetricsEndpoint::Options mo;
-    mo.host = metrics_host;
+    mo.host = MetricsHost(options);
     mo.port = options.metrics_port;
     mo.request_timeout = options.limits.metrics_request_timeout;
+    mo.token = options.token;
     auto exposer = MetricsEndpoint::Start(mo, impl->metrics);
     if (!exposer.ok()) {
       absl::MutexLock lock(&impl->mu);
@@ -285,7 +314,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
       return exposer.status();
     }
     impl->exposer = std::move(*exposer);
-    Logger("rdzv")->info("metrics on http://{}:{}/metrics", metrics_host, impl->exposer->port());
+    Logger("rdzv")->info("metrics on {}", impl->metrics_url());
   }
   Impl* raw = impl.get();
   ListenerWatch::Options watch;
@@ -327,6 +356,8 @@ bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
 int RendezvousServer::port() const { return impl_->port; }
 
 int RendezvousServer::metrics_port() const { return impl_->exposer ? impl_->exposer->port() : -1; }
+
+std::string RendezvousServer::metrics_url() const { return impl_->metrics_url(); }
 
 std::string RendezvousServer::endpoint() const {
   std::string host = impl_->options.host;

@@ -25,9 +25,13 @@ struct ServerOptions {
   std::string token;
   // Bounds on everything a client may ask for (limits.h).
   ServerLimits limits;
-  // Prometheus metrics (metrics.h) over HTTP at GET /metrics on this port:
-  // -1 none, 0 the OS picks (read it back with metrics_port()). The address
-  // is `metrics_host`, or `host` when empty.
+  // Prometheus metrics (metrics.h) at GET /metrics on this port: -1 none,
+  // 0 the OS picks (read it back with metrics_port()). The address is
+  // `metrics_host`; when empty, `host` for a server with a token (a scrape
+  // then needs it as an HTTP bearer token: metrics_exposer.h), else
+  // 127.0.0.1 (its metrics, which name every run, stay on this host). A
+  // TLS server without a token may not put them elsewhere (Start refuses
+  // it: CheckMetricsExposure).
   int metrics_port = -1;
   std::string metrics_host;
   // TLS: served when tls.server_tls(); client certificates signed by
@@ -42,6 +46,12 @@ struct ServerOptions {
 // The service name the standard health service reports for the rendezvous
 // service (besides "", the whole server).
 inline constexpr const char* kHealthServiceName = "meshrun.v1.Rendezvous";
+
+// The address the metrics port binds (see ServerOptions::metrics_host).
+std::string MetricsHost(const ServerOptions& options);
+// OK unless a TLS server without a token would serve its metrics beyond
+// loopback: INVALID_ARGUMENT saying why and what to do.
+absl::Status CheckMetricsExposure(const ServerOptions& options);
 
 // The one warning for a server that anyone on the network may use: its host
 // is not loopback and it has neither a token nor TLS. Empty otherwise.
@@ -81,6 +91,9 @@ class RendezvousServer {
   int port() const;
   // The metrics port, or -1 when metrics are off.
   int metrics_port() const;
+  // "http://HOST:PORT/metrics" to scrape, with this
+  // machine's host name for an any-address host; "" when metrics are off.
+  std::string metrics_url() const;
   // "host:port" to reach this server, with the host as given in options
   // ("127.0.0.1" when it bound to all addresses).
   std::string endpoint() const;

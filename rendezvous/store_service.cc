@@ -26,15 +26,17 @@ absl::StatusOr<std::shared_ptr<Run>> RendezvousService::StoreRun(grpc::CallbackS
 }
 
 absl::StatusOr<std::shared_ptr<Run>> RendezvousService::AdmitStore(Method m, grpc::CallbackServerContext* ctx,
+                                                                  const google::protobuf::Message& req,
                                                                   const pb::RunRef& run, int64_t keys_read) {
   (void)m;
+  if (absl::Status s = wire::CheckWellFormed(req); !s.ok()) return s;
   if (absl::Status s = requests::Admit(token_, run, /*need_run_id=*/true, limits_); !s.ok()) return s;
   return StoreRun(ctx, run, keys_read);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KvSet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvSetRequest* req, pb::KvSetResponse*) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvSet, ctx, req->run(), 0);
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvSet, ctx, *req, req->run(), 0);
   if (!run.ok()) return Reply(kKvSet, ctx, ToGrpc(run.status()));
   return Reply(kKvSet, ctx, ToGrpc((*run)->kv().Set(req->round(), req->key(), req->value())));
 }
@@ -64,7 +66,7 @@ grpc::ServerUnaryReactor* AwaitKeys(std::shared_ptr<Run> run, int64_t round, std
 
 grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvGetRequest* req, pb::KvGetResponse* resp) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvGet, ctx, req->run(), 1);
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvGet, ctx, *req, req->run(), 1);
   if (!run.ok()) return Reply(kKvGet, ctx, ToGrpc(run.status()));
   return AwaitKeys(
       *run, req->round(), {req->key()}, req->wait_ms(),
@@ -74,7 +76,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvGet(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* ctx,
                                                    const pb::KvAddRequest* req, pb::KvAddResponse* resp) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvAdd, ctx, req->run(), 0);
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvAdd, ctx, *req, req->run(), 0);
   if (!run.ok()) return Reply(kKvAdd, ctx, ToGrpc(run.status()));
   absl::StatusOr<int64_t> v = (*run)->kv().Add(req->round(), req->key(), req->delta());
   if (v.ok()) resp->set_value(*v);
@@ -84,7 +86,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvAdd(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerContext* ctx,
                                                           const pb::KvCompareSetRequest* req,
                                                           pb::KvCompareSetResponse* resp) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvCompareSet, ctx, req->run(), 0);
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvCompareSet, ctx, *req, req->run(), 0);
   if (!run.ok()) return Reply(kKvCompareSet, ctx, ToGrpc(run.status()));
   absl::StatusOr<std::pair<std::string, bool>> r =
       (*run)->kv().CompareSet(req->round(), req->key(), req->expected(), req->desired());
@@ -97,7 +99,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvCompareSet(grpc::CallbackServerCo
 
 grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext* ctx,
                                                      const pb::KvCheckRequest* req, pb::KvCheckResponse* resp) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvCheck, ctx, req->run(), req->keys_size());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvCheck, ctx, *req, req->run(), req->keys_size());
   if (!run.ok()) return Reply(kKvCheck, ctx, ToGrpc(run.status()));
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
   resp->set_all_present((*run)->kv().Check(req->round(), keys));
@@ -107,7 +109,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvCheck(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContext* ctx,
                                                       const pb::KvDeleteRequest* req,
                                                       pb::KvDeleteResponse* resp) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvDelete, ctx, req->run(), 0);
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvDelete, ctx, *req, req->run(), 0);
   if (!run.ok()) return Reply(kKvDelete, ctx, ToGrpc(run.status()));
   absl::StatusOr<bool> deleted = (*run)->kv().Delete(req->round(), req->key());
   if (deleted.ok()) resp->set_deleted(*deleted);
@@ -117,7 +119,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvDelete(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiGetRequest* req,
                                                         pb::KvMultiGetResponse* resp) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvMultiGet, ctx, req->run(), req->keys_size());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvMultiGet, ctx, *req, req->run(), req->keys_size());
   if (!run.ok()) return Reply(kKvMultiGet, ctx, ToGrpc(run.status()));
   if (!req->set_keys().empty()) {
     absl::Status st = (*run)->kv().MultiSet(
@@ -136,7 +138,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvMultiGet(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiSetRequest* req,
                                                         pb::KvMultiSetResponse*) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvMultiSet, ctx, req->run(), 0);
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvMultiSet, ctx, *req, req->run(), 0);
   if (!run.ok()) return Reply(kKvMultiSet, ctx, ToGrpc(run.status()));
   absl::Status st = (*run)->kv().MultiSet(req->round(),
                                           std::vector<std::string>(req->keys().begin(), req->keys().end()),
@@ -146,7 +148,7 @@ grpc::ServerUnaryReactor* RendezvousService::KvMultiSet(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* RendezvousService::KvWait(grpc::CallbackServerContext* ctx,
                                                     const pb::KvWaitRequest* req, pb::KvWaitResponse*) {
-  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvWait, ctx, req->run(), req->keys_size());
+  absl::StatusOr<std::shared_ptr<Run>> run = AdmitStore(kKvWait, ctx, *req, req->run(), req->keys_size());
   if (!run.ok()) return Reply(kKvWait, ctx, ToGrpc(run.status()));
   return AwaitKeys(
       *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
@@ -157,7 +159,7 @@ grpc::ServerWriteReactor<pb::KvBatchResponse>* RendezvousService::KvBatch(grpc::
                                                                           const pb::KvBatchRequest* req) {
   int64_t keys_read = 0;
   for (const pb::KvBatchItem& item : req->items()) keys_read += item.keys_size();
-  grpc::Status s = Admit(kKvBatch, req->run());
+  grpc::Status s = Admit(kKvBatch, *req, req->run());
   if (s.ok()) s = ToGrpc(requests::CheckKvBatch(*req, limits_));
   absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
   if (s.ok()) {

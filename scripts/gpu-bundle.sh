@@ -33,6 +33,10 @@ ldd "${progs[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | wh
   if [[ "$name" =~ $skip ]]; then continue; fi
   strip --strip-debug -o "$dest/lib/$name" "$path"
 done
+# libmesh's NCCL backend, which libmesh loads from its own folder (libmesh/nccl/plugin.h).
+if [[ -e build/libmesh/libmeshrun_mesh_nccl.so.0 ]]; then
+  strip --strip-debug -o "$dest/lib/libmeshrun_mesh_nccl.so.0" build/libmesh/libmeshrun_mesh_nccl.so.0
+fi
 
 # bundle/meshrun: meshrun with the bundle's libraries and the machine's
 # NCCL (NCCL_LIB_DIR, else the first folder below holding libnccl.so.2) for

@@ -9,7 +9,7 @@ PKGS=(
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev catch2 libgloo-dev nlohmann-json3-dev
   clang libclang-rt-14-dev
   python3-torch python3-numpy python3-matplotlib
-  libhwloc-dev prometheus-cpp-dev libjemalloc-dev
+  libhwloc-dev prometheus-cpp-dev libcivetweb-dev libjemalloc-dev
   libssl-dev openssl
   iproute2 iputils-ping procps
   slurm-wlm munge python3-yaml python3-venv systemd
@@ -17,6 +17,10 @@ PKGS=(
   # etcdctl for debugging and the auth tests, and etcd's .proto files the build generates
   # its stubs from (proto/etcd/).
   etcd-server etcd-client golang-etcd-server-dev
+  # Packaging (scripts/package.sh) and its tests (tests/package/): CPack's .deb
+  # (dpkg-dev, fakeroot), lintian, debootstrap roots, podman images, objdump.
+  dpkg-dev fakeroot lintian debootstrap podman runc uidmap golang-github-containernetworking-plugin-dnsname
+  binutils file curl util-linux
 )
 
 missing=()

@@ -208,9 +208,24 @@ hout=$("$probe" "127.0.0.1:$hport" meshrun.v1.Rendezvous 2>&1) || fail "health p
 "$probe" "127.0.0.1:$port" >/dev/null 2>&1 && fail "a plaintext probe got an answer from the TLS port"
 mport=$(grep -o 'metrics on http://[^ ]*' "$work/server.log" | sed 's#.*:\([0-9]*\)/metrics#\1#')
 [ -n "$mport" ] || fail "the server does not print its metrics URL"
-"$py" -c "import sys, urllib.request; t = urllib.request.urlopen('http://127.0.0.1:$mport/metrics', timeout=5).read().decode(); sys.exit(0 if 'meshrun_' in t else 1)" ||
-  fail "the metrics port did not answer with meshrun's metrics"
-echo "probes: the plaintext health port answers SERVING (the TLS port does not answer plaintext); metrics answer"
+scrape() {  # TOKEN: prints the HTTP status of a scrape over TLS
+  "$py" - "$mport" "$work/ca.crt" "$1" <<'PYEOF2'
+import ssl, sys, urllib.error, urllib.request
+port, ca, token = sys.argv[1:4]
+req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+if token:
+    req.add_header("Authorization", f"Bearer {token}")
+try:
+    body = urllib.request.urlopen(req, timeout=5).read().decode()
+    print(200 if "meshrun_" in body else "no meshrun metrics")
+except urllib.error.HTTPError as e:
+    print(e.code)
+PYEOF2
+}
+[ "$(scrape "$token")" = 200 ] || fail "a scrape with the token did not get the metrics: $(scrape "$token")"
+[ "$(scrape "")" = 401 ] || fail "a scrape without the token was not refused 401: $(scrape "")"
+[ "$(scrape wrong)" = 401 ] || fail "a scrape with a wrong token was not refused 401"
+echo "probes: the plaintext health port answers SERVING (the TLS port does not answer plaintext); metrics with the bearer token, 401 without"
 
 kill -TERM $server_pid
 for _ in $(seq 1 150); do kill -0 $server_pid 2>/dev/null || break; sleep 0.1; done  # TimeoutStopSec=15

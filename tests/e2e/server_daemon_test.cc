@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <regex>
 #include <thread>
 #include <tuple>
 
@@ -100,4 +101,36 @@ TEST_CASE("the daemon's port answers a gRPC health client: SERVING, token or not
   CHECK(WaitCommand(d.pid, 10) == 0);
   d.pid = -1;
   CHECK(CheckHealth(target, "", 1).code == grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_CASE("a frozen server daemon (SIGSTOP) is noticed by its agents within 8 s, the message giving the real time",
+          "[e2e][daemon]") {
+  std::string dir = TempDir();
+  Daemon d;
+  StartDaemon(d, dir);
+  const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port);
+  std::string script = WriteScript(dir, "w.sh", "echo ready\nexec sleep 120");
+  std::vector<NodeProc> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(StartNode(dir, "n" + std::to_string(i),
+                              {"--nnodes=2", endpoint, "--rdzv_id=frozen", "--rdzv_conf=is_host=0", script}));
+  }
+  REQUIRE(WaitFor([&] { return CountOccurrences(nodes[0].out() + nodes[1].out(), "ready") == 2; }, 30));
+  REQUIRE(kill(d.pid, SIGSTOP) == 0);
+  const absl::Time stopped = absl::Now();
+  for (NodeProc& n : nodes) {
+    const int code = WaitCommand(n.pid, 40);
+    const absl::Duration took = absl::Now() - stopped;
+    INFO(n.err());
+    CHECK(code == 1);
+    std::smatch m;
+    const std::string err = n.err();
+    REQUIRE(std::regex_search(err, m, std::regex("lost the rendezvous server at 127\\.0\\.0\\.1:[0-9]+: no answer "
+                                                 "for ([0-9.]+)(ms|s) \\([0-9]+ heartbeats? unanswered; limit 8s")));
+    const double said = std::stod(m[1].str()) * (m[2].str() == "ms" ? 0.001 : 1);
+    CHECK(said >= 8.0);   // The real time without an answer, at least the limit ...
+    CHECK(said < 8.5);    // ... and measured when noticed.
+    if (kTimingBounds) CHECK(took < absl::Seconds(9));  // Noticed within 8 s; workers stopped at once.
+  }
+  kill(d.pid, SIGCONT);
 }

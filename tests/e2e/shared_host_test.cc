@@ -43,17 +43,27 @@ TEST_CASE("a job on the host of a meshrun server daemon finds the daemon and say
   CHECK(r.err.empty());
 }
 
-TEST_CASE("the daemon prints a usable metrics URL: the host name for an any-address host, IPv6 in brackets",
+TEST_CASE("the daemon prints a usable metrics URL: the host name for an any-address host, loopback without a token",
           "[e2e][daemon][metrics]") {
   std::string dir = TempDir();
-  for (const auto& [host, url_host] : {std::pair<std::string, std::string>{"0.0.0.0", meshrun::Hostname()},
-                                       {"127.0.0.1", "127.0.0.1"}}) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::map<std::string, std::string> env;
+    std::string url;
+  };
+  const std::vector<Case> cases = {
+      // No token, no TLS: the metrics (they name every run) stay on loopback.
+      {{"--host", "0.0.0.0", "--metrics_port", "0"}, {}, "http://127.0.0.1:"},
+      {{"--host", "0.0.0.0", "--metrics_port", "0", "--metrics_host", "0.0.0.0"}, {}, "http://" + meshrun::Hostname() + ":"},
+      {{"--host", "0.0.0.0", "--metrics_port", "0"}, {{"MESHRUN_TOKEN", "t0k"}}, "http://" + meshrun::Hostname() + ":"},
+      {{"--metrics_port", "0"}, {}, "http://127.0.0.1:"}};
+  for (const Case& c : cases) {
     Daemon d;
-    StartDaemon(d, dir, {}, {"--host", host, "--metrics_port", "0"});
+    StartDaemon(d, dir, c.env, c.flags);
     REQUIRE(WaitFor([&] { return Contains(ReadFile(dir + "/server.out"), "/metrics"); }, 10));
     const std::string out = ReadFile(dir + "/server.out");
     INFO(out);
-    CHECK(Contains(out, "meshrun server: metrics on http://" + url_host + ":"));
+    CHECK(Contains(out, "meshrun server: metrics on " + c.url));
     CHECK_FALSE(Contains(out, "http://::"));
   }
 }

@@ -73,6 +73,14 @@ TEST_CASE("a join's fields are checked: integers, ports, lengths", "[limits]") {
   c.keep_alive_interval = absl::Milliseconds(1);
   CHECK_THAT(Msg(CheckJoin("job", Node("a"), c, l)), Contains("keep_alive_interval=1ms") &&
                                                           Contains("min_keep_alive_interval"));
+  // INT64_MAX ms on the wire: such a run would never declare a silent member lost.
+  c.keep_alive_interval = absl::Milliseconds(INT64_MAX);
+  CHECK_THAT(Msg(CheckJoin("job", Node("a"), c, l)), Contains("keep_alive_interval=2562047788015h") &&
+                                                          Contains("1h (max_keep_alive_interval)"));
+  c.keep_alive_interval = absl::Minutes(61);
+  CHECK_THAT(Msg(CheckJoin("job", Node("a"), c, l)), Contains("max_keep_alive_interval"));
+  c.keep_alive_interval = absl::Hours(1);
+  CHECK(CheckJoin("job", Node("a"), c, l).ok());
   CHECK_THAT(Msg(CheckJoin(std::string(1 << 20, 'x'), Node("a"), Config(1, 1), l)),
              Contains("run id of 1048576 bytes") && Contains("max_run_id_bytes=256"));
   // The message shows only the start of a long value.

@@ -2,6 +2,12 @@
 
 #include "rendezvous/metrics.h"
 #include "rendezvous/metrics_exposer.h"
+#include "rendezvous/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include "rendezvous/call_interceptor.h"
 
 using meshrun::rendezvous::RunStatus;
@@ -75,4 +81,70 @@ TEST_CASE("metrics endpoint: serves a scrape, refuses a port in use", "[metrics]
   REQUIRE(!second.ok());
   CHECK(second.status().code() == absl::StatusCode::kAlreadyExists);
   CHECK(second.status().message().find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+}
+
+namespace {
+
+// One HTTP GET of /metrics on 127.0.0.1:`port` with an optional
+// Authorization header; the status line and body.
+std::string Scrape(int port, const std::string& authorization) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  if (!authorization.empty()) req += "Authorization: " + authorization + "\r\n";
+  req += "\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("metrics endpoint: a server's token is required as a bearer token", "[metrics]") {
+  using meshrun::rendezvous::MetricsEndpoint;
+  auto metrics = std::make_shared<meshrun::rendezvous::ServerMetrics>();
+  metrics->RecordRpc("Join", "OK", 0.001);
+  MetricsEndpoint::Options o;
+  o.host = "127.0.0.1";
+  o.token = "s3cret";
+  auto e = MetricsEndpoint::Start(o, metrics);
+  REQUIRE(e.ok());
+  const int port = (*e)->port();
+  for (const std::string& auth : {std::string(), std::string("Bearer wrong"), std::string("Basic czNjcmV0")}) {
+    const std::string r = Scrape(port, auth);
+    INFO(auth << ": " << r);
+    CHECK(r.rfind("HTTP/1.1 401", 0) == 0);
+    CHECK(r.find("WWW-Authenticate: Bearer") != std::string::npos);
+    CHECK(r.find("meshrun_") == std::string::npos);
+  }
+  const std::string ok = Scrape(port, "Bearer s3cret");
+  CHECK(ok.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(ok.find("meshrun_rpcs_total") != std::string::npos);
+}
+
+TEST_CASE("a TLS server without a token keeps its metrics on loopback", "[metrics]") {
+  using meshrun::rendezvous::ServerOptions;
+  ServerOptions o;
+  o.host = "0.0.0.0";
+  CHECK(meshrun::rendezvous::MetricsHost(o) == "127.0.0.1");  // No token: loopback.
+  o.token = "t";
+  CHECK(meshrun::rendezvous::MetricsHost(o) == "0.0.0.0");
+  o.token.clear();
+  o.tls.cert_pem = "x";  // A TLS server.
+  o.metrics_host = "0.0.0.0";
+  absl::Status s = meshrun::rendezvous::CheckMetricsExposure(o);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("give the server a token") != std::string::npos);
+  o.metrics_host.clear();
+  CHECK(meshrun::rendezvous::CheckMetricsExposure(o).ok());
 }

@@ -4,7 +4,10 @@
 
 #include "tests/support/grpc_health.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+
+#include <future>
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/server.h"
@@ -167,4 +170,34 @@ TEST_CASE("the standard gRPC health service answers SERVING, without the token",
   CHECK(meshrun::testing::CheckHealth(target, "no.such.Service").code == grpc::StatusCode::NOT_FOUND);
   (*server)->Shutdown(absl::Seconds(1));
   CHECK(meshrun::testing::CheckHealth(target, "", 1).code != grpc::StatusCode::OK);
+}
+
+TEST_CASE("request bytes that do not parse get INVALID_ARGUMENT naming the message, on every method",
+          "[server][limits]") {
+  meshrun::rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.token = "secret";
+  auto server = meshrun::rendezvous::RendezvousServer::Start(o);
+  REQUIRE(server.ok());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  // A length-delimited field 1 that claims 100 bytes and has 2: not a message.
+  const std::string garbage("\x0a\x64\x01\x02", 4);
+  for (const char* method : {"Join", "Heartbeat", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvMultiGet",
+                             "Status"}) {
+    grpc::Slice slice(garbage);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, std::string("/meshrun.v1.Rendezvous/") + method, grpc::StubOptions(), &request, &response,
+                   [&done](grpc::Status s) { done.set_value(s); });
+    grpc::Status s = done.get_future().get();
+    INFO(method << ": " << s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().find("malformed request: its 4 bytes do not parse as meshrun.v1.") != std::string::npos);
+  }
+  (*server)->Shutdown(absl::Seconds(1));
 }

@@ -1,0 +1,109 @@
+# Install components and CPack's Debian packages (scripts/package.sh runs both;
+# docs/install.md).
+#   meshrun               bin/meshrun, bin/meshrun-worker-shim, libmesh's shared library,
+#                         the licences of what they link in
+#   meshrun-dev           libmesh's headers, CMake package, .so link and static library
+#   meshrun-nccl          libmesh's NCCL backend (the archive only: Debian has no NCCL)
+#   meshrun-absl          Abseil's headers and static library (the archive only; the Debian package depends on
+#                         libabsl-dev)
+#   meshrun-debian, meshrun-dev-debian
+#                         Debian-only files: changelogs, meshrun-dev's copyright, lintian overrides
+include(GNUInstallDirs)
+
+set(MESHRUN_MAINTAINER "meshrun developers <meshrun@example.org>" CACHE STRING
+    "Maintainer named in the Debian packages")
+
+# Licences of what the programs link in: Debian's copyright files, and the
+# source tarballs' own for what is built here.
+set(_doc ${CMAKE_INSTALL_DATAROOTDIR}/doc/meshrun)
+set(_licenses ${CMAKE_BINARY_DIR}/licenses)
+set(_debian_docs
+  grpc:libgrpc29 protobuf:libprotobuf32 abseil:libabsl20220623 openssl:libssl3 c-ares:libc-ares2 re2:libre2-9
+  zlib:zlib1g hwloc:libhwloc15 jemalloc:libjemalloc2 spdlog:libspdlog-dev fmt:libfmt-dev cli11:libcli11-dev
+  nlohmann-json:nlohmann-json3-dev libstdc++:gcc-12-base)
+foreach(pair ${_debian_docs})
+  string(REPLACE ":" ";" pair ${pair})
+  list(GET pair 0 name)
+  list(GET pair 1 pkg)
+  if(EXISTS /usr/share/doc/${pkg}/copyright)
+    configure_file(/usr/share/doc/${pkg}/copyright ${_licenses}/${name}.copyright COPYONLY)
+  endif()
+endforeach()
+if(MESHRUN_PORTABLE)
+  configure_file(${meshrun_gloo_SOURCE_DIR}/LICENSE ${_licenses}/gloo.copyright COPYONLY)
+  configure_file(${meshrun_prometheus_SOURCE_DIR}/LICENSE ${_licenses}/prometheus-cpp.copyright COPYONLY)
+  configure_file(${meshrun_civetweb_SOURCE_DIR}/LICENSE.md ${_licenses}/civetweb.copyright COPYONLY)
+endif()
+install(DIRECTORY ${_licenses}/ DESTINATION ${_doc}/third-party COMPONENT meshrun)
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/copyright DESTINATION ${_doc} COMPONENT meshrun)
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/copyright DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/meshrun-dev
+        COMPONENT meshrun-dev-debian)
+
+# Debian's changelog (gzip -9n: no name, no time stamp).
+string(TIMESTAMP _date "%a, %d %b %Y %H:%M:%S +0000" UTC)
+foreach(pkg meshrun meshrun-dev)
+  set(PACKAGE ${pkg})
+  set(VERSION ${PROJECT_VERSION})
+  set(MAINTAINER ${MESHRUN_MAINTAINER})
+  set(DATE ${_date})
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/debian/changelog.in ${CMAKE_BINARY_DIR}/debian/${pkg}/changelog @ONLY)
+  add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/debian/${pkg}/changelog.gz
+    COMMAND gzip -9nf -k ${CMAKE_BINARY_DIR}/debian/${pkg}/changelog
+    DEPENDS ${CMAKE_BINARY_DIR}/debian/${pkg}/changelog)
+  list(APPEND _changelogs ${CMAKE_BINARY_DIR}/debian/${pkg}/changelog.gz)
+endforeach()
+add_custom_target(meshrun_debian_changelogs ALL DEPENDS ${_changelogs})
+install(FILES ${CMAKE_BINARY_DIR}/debian/meshrun/changelog.gz DESTINATION ${_doc} COMPONENT meshrun-debian)
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/lintian-overrides DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides
+        RENAME meshrun COMPONENT meshrun-debian)
+install(FILES ${CMAKE_BINARY_DIR}/debian/meshrun-dev/changelog.gz DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/meshrun-dev
+        COMPONENT meshrun-dev-debian)
+
+# CPack: two Debian packages, meshrun and meshrun-dev (a group each).
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME meshrun)
+set(CPACK_PACKAGE_VENDOR "meshrun")
+set(CPACK_PACKAGE_CONTACT "${MESHRUN_MAINTAINER}")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL meshrun meshrun-debian meshrun-dev meshrun-dev-debian)
+set(CPACK_COMPONENTS_GROUPING ONE_PER_GROUP)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${MESHRUN_MAINTAINER}")
+set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://example.org/meshrun")
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_MESHRUN_PACKAGE_NAME meshrun)
+set(CPACK_DEBIAN_MESHRUN_PACKAGE_SECTION devel)
+# (The first line is the synopsis; CPack indents the rest.)
+set(CPACK_DEBIAN_MESHRUN_DESCRIPTION
+  "launcher and runtime for multi-process, multi-host GPU jobs
+meshrun is the C++ analogue of PyTorch's torchrun: it starts the workers of
+a job on every host, gives them their ranks and torchrun's environment, runs
+the rendezvous server and restarts the job when a worker fails. This package
+has the meshrun command, its worker shim and libmesh, DeviceMesh for C++
+workers over Gloo.")
+# libmesh's shared library: a shlibs file, and ldconfig run by a trigger.
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+file(WRITE ${CMAKE_BINARY_DIR}/debian/meshrun/triggers "activate-noawait ldconfig\n")
+set(CPACK_DEBIAN_MESHRUN_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/debian/meshrun/triggers)
+set(CPACK_DEBIAN_MESHRUN-DEV_PACKAGE_NAME meshrun-dev)
+set(CPACK_DEBIAN_MESHRUN-DEV_PACKAGE_SECTION libdevel)
+set(CPACK_DEBIAN_MESHRUN-DEV_PACKAGE_ARCHITECTURE amd64)
+# libmesh's headers use Abseil's: those of the Abseil linked into it.
+set(CPACK_DEBIAN_MESHRUN-DEV_PACKAGE_DEPENDS
+    "meshrun (= ${PROJECT_VERSION}), libabsl-dev (>= 20220623), libabsl-dev (<< 20220624)")
+set(CPACK_DEBIAN_MESHRUN-DEV_DESCRIPTION
+  "libmesh development files (meshrun)
+libmesh is DeviceMesh for C++ workers started by meshrun. This package has
+its headers, its CMake package (find_package(meshrun): meshrun::mesh and
+meshrun::mesh_static) and its static library.")
+include(CPack)
+cpack_add_component_group(meshrun)
+cpack_add_component_group(meshrun-dev)
+cpack_add_component(meshrun GROUP meshrun)
+cpack_add_component(meshrun-debian GROUP meshrun)
+cpack_add_component(meshrun-dev GROUP meshrun-dev)
+cpack_add_component(meshrun-dev-debian GROUP meshrun-dev)
