@@ -28,7 +28,7 @@ bool Has(const std::string& text, const std::string& part) { return text.find(pa
 
 }  // namespace
 
-TEST_CASE("--state URLs parse: members, ports, IPv6, TLS, prefix", "[etcd_url]") {
+TEST_CASE("state URLs parse: members, ports, IPv6, TLS, prefix", "[etcd_url]") {
   absl::StatusOr<etcd::Url> a = etcd::ParseUrl("etcd://10.0.0.1:2379,10.0.0.2:2380,host3/meshrun");
   REQUIRE(a.ok());
   CHECK_FALSE(a->tls);
