@@ -15,6 +15,7 @@
 #include "rendezvous/metrics.h"
 #include "rendezvous/run_registry.h"
 #include "rendezvous/run.h"
+#include "rendezvous/state/serving_gate.h"
 #include "rendezvous/traffic_counters.h"
 
 namespace meshrun::rendezvous {
@@ -48,6 +49,11 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   // (a round closed) and when the last event stream closes. Optional; must
   // outlive the service. Set before serving.
   void set_memory_releaser(MemoryReleaser* releaser) { releaser_ = releaser; }
+  // A replicated server's gate (rendezvous/state/serving_gate.h): while it
+  // is closed every call but Status is answered UNAVAILABLE with who leads
+  // (common/standby.h). nullptr (the default): always serving. Must outlive
+  // the service. Set before serving.
+  void set_gate(const state::ServingGate* gate) { gate_ = gate; }
 
   // Waits until no Watch stream is open (every agent has gone) or `timeout`
   // passes; true when none is open. Thread-safe.
@@ -127,6 +133,7 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   OpenFilesLimit open_files_;
   std::atomic<int64_t> warned_nodes_{0};
   MemoryReleaser* releaser_ = nullptr;
+  const state::ServingGate* gate_ = nullptr;
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
   std::array<std::atomic<int64_t>, kNumMethods> refused_{};
   absl::Mutex watch_mu_;

@@ -265,6 +265,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
+  impl->registry->SetJournal(options.journal);
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
   impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });
   impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(),
@@ -274,6 +275,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   }
   impl->releaser = std::make_unique<MemoryReleaser>(&impl->timer, options.limits.memory_release_delay);
   impl->service->set_memory_releaser(impl->releaser.get());
+  impl->service->set_gate(options.gate);
 
   const std::string& host = options.host;
   // gRPC's standard health service (grpc.health.v1.Health) on the same
@@ -352,6 +354,12 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
 bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
   return impl_->service->WaitForNoWatchers(timeout);
 }
+
+void RendezvousServer::RestoreState(const std::vector<state::RunRecord>& records, const std::string& why) {
+  impl_->registry->Restore(records, why);
+}
+
+void RendezvousServer::ClearState(const std::string& why) { impl_->registry->Clear(why); }
 
 int RendezvousServer::port() const { return impl_->port; }
 
