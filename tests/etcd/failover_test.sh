@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# A job outlives its rendezvous server's host (issue 24, "Must work" 1; docs/etcd.md), on
+# loopback with distinct ports (not namespace hosts yet):
+#
+#   1. A real 3-member etcd cluster (tests/etcd/etcd_cluster.sh), and 3 `meshrun server`
+#      replicas sharing `--state etcd://...`, replica i listing etcd member i first ("its
+#      host's" member). One leads; the other two answer a call with who leads.
+#   2. A 2-node job of waiting workers (`--rdzv_endpoint` listing the 3 replicas) starts and
+#      its workers run.
+#   3. kill -9 of the leader's replica AND its etcd member, together.
+#   4. Both agents follow the new leader (measured: from the kill to the last agent's
+#      "following the rendezvous leader" line, printed as "failover: N ms"); a replica that
+#      stood by leads, with the run restored from etcd.
+#   5. The workers are released: the job finishes with exit 0 on both nodes, no worker was
+#      started twice, TORCHELASTIC_RESTART_COUNT stayed 0 and the round stayed 0.
+#
+# usage: failover_test.sh MESHRUN_BINARY     (0 pass, 1 fail, 77 skip: no etcd/etcdctl)
+# Every wait is bounded; everything started here is killed on exit, failure included.
+set -uo pipefail
+
+meshrun=$(readlink -f "${1:?usage: failover_test.sh MESHRUN_BINARY}")
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/etcd/etcd_cluster.sh
+source "$here/etcd_cluster.sh"
+etcd_require
+
+work=$(mktemp -d /tmp/meshrun-failover-test.XXXXXX)
+server_pid=() agent_pid=()
+cleanup() {
+  local p
+  for p in "${agent_pid[@]}" "${server_pid[@]}"; do
+    [[ -n $p ]] && kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null
+  done
+  etcd_down
+  [[ $work == /tmp/meshrun-failover-test.* ]] && rm -rf -- "$work"
+}
+
+fail() {
+  local f
+  echo "FAIL: $*"
+  for f in "$work"/server*.log "$work"/agent*.log; do
+    [[ -f $f ]] || continue
+    echo "--- ${f##*/} (last 15 lines)"
+    tail -n 15 "$f"
+  done
+  exit 1
+}
+now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
+# wait_for SECONDS CMD...: runs CMD every 50 ms until it succeeds; 1 on timeout.
+wait_for() {
+  local limit=$(($(now_ms) + $1 * 1000)); shift
+  until "$@"; do
+    (($(now_ms) >= limit)) && return 1
+    sleep 0.05
+  done
+}
+
+trap cleanup EXIT
+etcd_up 3 || fail "etcd did not come up"
+trap cleanup EXIT  # etcd_up set its own (etcd_down): ours calls it too.
+echo "etcd: $(etcd_endpoints)"
+
+# 1. Three replicas, each with its own etcd member first.
+for i in 0 1 2; do
+  members=${ETCD_CLIENT[i]}
+  for j in 0 1 2; do ((j != i)) && members+=",${ETCD_CLIENT[j]}"; done
+  "$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port$i" --state "etcd://$members/failover-test" \
+    --state_lease_ttl 2 >"$work/server$i.log" 2>&1 &
+  server_pid[i]=$!
+done
+ports_written() { [[ -s $work/port0 && -s $work/port1 && -s $work/port2 ]]; }
+wait_for 20 ports_written || fail "the 3 replicas did not all listen within 20 s"
+endpoints=
+for i in 0 1 2; do endpoints+="${endpoints:+,}127.0.0.1:$(cat "$work/port$i")"; done
+leader_of() { grep -l "meshrun server: leading" "$work"/server*.log 2>/dev/null | head -n 1; }
+has_leader() { [[ -n $(leader_of) ]]; }
+wait_for 20 has_leader || fail "no replica led within 20 s"
+leader_log=$(leader_of)
+leader=${leader_log##*server}
+leader=${leader%.log}
+echo "replicas: $endpoints; replica $leader leads"
+
+# 2. A 2-node job; each worker records its start and waits for the release file (bounded).
+worker='echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
+for i in $(seq 1200); do [ -e "$OUT/release" ] && break; sleep 0.05; done
+[ -e "$OUT/release" ] || exit 3
+echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
+for n in 0 1; do
+  OUT=$work "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
+    --max_restarts=3 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1 &
+  agent_pid[n]=$!
+done
+running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
+wait_for 30 running || fail "the job's workers did not start within 30 s"
+echo "job running: $(cat "$work/rank0.start") / $(cat "$work/rank1.start") (restart count, round)"
+
+# 3. The leader's host dies: its replica and its etcd member, kill -9 together.
+t_kill=$(now_ms)
+kill -KILL "${server_pid[leader]}"
+etcd_kill "$leader"
+wait "${server_pid[leader]}" 2>/dev/null
+server_pid[leader]=
+
+# 4. Both agents on the new leader.
+followed() { [[ $(grep -l "following the rendezvous leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l) == 2 ]]; }
+wait_for 30 followed || fail "the agents did not both follow a new leader within 30 s of the kill"
+t_followed=$(now_ms)
+new_leader_log=$(grep -l "meshrun server: leading" "$work"/server*.log | grep -v "server$leader.log" | head -n 1)
+[[ -n $new_leader_log ]] || fail "no other replica leads"
+echo "new leader: ${new_leader_log##*/}: $(grep -h "meshrun server: leading" "$new_leader_log" | tail -n 1)"
+for n in 0 1; do echo "agent $n: $(grep -h "following the rendezvous leader" "$work/agent$n.log" | tail -n 1 | sed 's/.*\] //')"; done
+echo "failover: $((t_followed - t_kill)) ms from kill -9 of the leader's replica and etcd member to both agents on the new leader"
+
+# 5. The job finishes untouched.
+touch "$work/release"
+for n in 0 1; do
+  agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
+  wait_for 60 agent_done "$n" || fail "agent $n did not finish within 60 s of the release"
+  wait "${agent_pid[n]}"
+  rc=$?
+  agent_pid[n]=
+  ((rc == 0)) || fail "agent $n exited $rc (expected 0)"
+done
+for r in 0 1; do
+  [[ $(wc -l <"$work/rank$r.start") == 1 ]] || fail "worker rank $r was started $(wc -l <"$work/rank$r.start") times"
+  [[ $(cat "$work/rank$r.start") == "0 0" ]] || fail "worker rank $r started with restart count and round '$(cat "$work/rank$r.start")' (expected '0 0')"
+  [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish with restart count 0"
+done
+echo "PASS: the job finished with exit 0 on both nodes; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0"
