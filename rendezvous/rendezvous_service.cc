@@ -214,6 +214,15 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
   }
   resp->set_port(port_);
   resp->set_version(MESHRUN_VERSION);
+  if (gate_ != nullptr) {
+    resp->set_replica_role(gate_->serving() ? "leader" : "standby");
+    for (const state::ReplicaView& r : gate_->Replicas()) {
+      pb::ReplicaInfo* out = resp->add_replicas();
+      out->set_id(r.id);
+      out->set_address(r.address);
+      out->set_leader(r.leader);
+    }
+  }
   return Answer(ctx, grpc::Status::OK);
 }
 

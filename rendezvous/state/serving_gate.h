@@ -6,7 +6,9 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -14,6 +16,13 @@
 #include "absl/synchronization/mutex.h"
 
 namespace meshrun::rendezvous::state {
+
+// One replica as the election lists it.
+struct ReplicaView {
+  std::string id;       // host:pid
+  std::string address;  // host:port agents reach it on
+  bool leader = false;
+};
 
 class ServingGate {
  public:
@@ -42,6 +51,22 @@ class ServingGate {
     absl::MutexLock lock(&mu_);
     return self_;
   }
+  // Where Replicas() reads the replicas from (the election); set before
+  // serving.
+  void SetReplicasSource(std::function<std::vector<ReplicaView>()> source) {
+    absl::MutexLock lock(&mu_);
+    replicas_ = std::move(source);
+  }
+  // Every replica, the leader first (empty without a source or when it
+  // fails). May block on the source (one etcd read).
+  std::vector<ReplicaView> Replicas() const {
+    std::function<std::vector<ReplicaView>()> source;
+    {
+      absl::MutexLock lock(&mu_);
+      source = replicas_;
+    }
+    return source ? source() : std::vector<ReplicaView>{};
+  }
   // Why a call is refused while closed, in one line.
   std::string Refusal() const {
     absl::MutexLock lock(&mu_);
@@ -55,6 +80,7 @@ class ServingGate {
   mutable absl::Mutex mu_;
   std::string leader_ ABSL_GUARDED_BY(mu_);
   std::string self_ ABSL_GUARDED_BY(mu_);
+  std::function<std::vector<ReplicaView>()> replicas_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace meshrun::rendezvous::state

@@ -11,6 +11,7 @@
 #   4. Both agents follow the new leader (measured: from the kill to the last agent's
 #      "following the rendezvous leader" line, printed as "failover: N ms"); a replica that
 #      stood by leads, with the run restored from etcd.
+#      `meshrun status` given the 3 replicas shows them, the new leader first, and the run.
 #   5. The workers are released: the job finishes with exit 0 on both nodes, no worker was
 #      started twice, TORCHELASTIC_RESTART_COUNT stayed 0 and the round stayed 0.
 #
@@ -110,6 +111,12 @@ new_leader_log=$(grep -l "meshrun server: leading" "$work"/server*.log | grep -v
 echo "new leader: ${new_leader_log##*/}: $(grep -h "meshrun server: leading" "$new_leader_log" | tail -n 1)"
 for n in 0 1; do echo "agent $n: $(grep -h "following the rendezvous leader" "$work/agent$n.log" | tail -n 1 | sed 's/.*\] //')"; done
 echo "failover: $((t_followed - t_kill)) ms from kill -9 of the leader's replica and etcd member to both agents on the new leader"
+# meshrun status, given every replica (the dead one first), shows the replicas and the new leader's run.
+new_port=$(cat "$work/port${new_leader_log//[!0-9]/}")
+"$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
+cat "$work/status.txt"
+grep -q "replicas (state in etcd): 127.0.0.1:$new_port (leader)" "$work/status.txt" || fail "meshrun status does not show the new leader 127.0.0.1:$new_port first"
+grep -q "run 'failover' at 127.0.0.1:$new_port: running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
 
 # 5. The job finishes untouched.
 touch "$work/release"

@@ -232,6 +232,14 @@ absl::Status Replica::Campaign(const std::string& advertise) {
     raw->gate->SetLeader(l ? l->value : "");
     if (l) Logger("rdzv")->info("the rendezvous server replicas' leader: {} ({})", l->value, l->candidate_id);
   });
+  raw->gate->SetReplicasSource([this] {
+    std::vector<ReplicaView> out;
+    absl::StatusOr<std::vector<ReplicaInfo>> r = Replicas();
+    if (r.ok()) {
+      for (const ReplicaInfo& i : *r) out.push_back({i.id, i.address, i.leader});
+    }
+    return out;
+  });
   raw->thread = std::thread([raw] { raw->Loop(); });
   return raw->Campaign();
 }
@@ -240,6 +248,7 @@ Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Replica::~Replica() {
   impl_->gate->SetServing(false);
+  impl_->gate->SetReplicasSource(nullptr);
   {
     absl::MutexLock lock(&impl_->mu);
     impl_->stopping = true;
