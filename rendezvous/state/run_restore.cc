@@ -10,6 +10,19 @@ namespace meshrun::rendezvous {
 void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq) {
   journal_ = journal;
   journal_seq_ = std::move(seq);
+  if (journal == nullptr) return;
+  // The store's writes go to the journal before they are applied.
+  kv_->SetDurability(
+      [journal, id = run_id_](int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
+                              const std::vector<std::string>& erase) {
+        return journal->SaveKeys(id, round, set, erase);
+      },
+      [journal, id = run_id_](int64_t round) {
+        if (absl::Status s = journal->DropKeysBelow(id, round); !s.ok()) {
+          Logger("rdzv")->warn("run '{}': could not drop the store's keys below round {}: {}", id, round,
+                               std::string(s.message()));
+        }
+      });
 }
 
 state::RunRecord Run::RecordLocked() const {
@@ -77,6 +90,10 @@ void Run::Restore(const state::RunRecord& r) {
     }
   }
   if (!r.members.empty()) had_node_ = true;
+  // The store: keys of the current round (older ones are dropped anyway).
+  for (const state::StoredKey& k : r.keys) {
+    if (k.round >= r.round) kv_->Restore(k.round, k.key, k.value);
+  }
   if (r.state == "running") {
     state_ = State::kRunning;
     ArmLivenessLocked();
@@ -86,8 +103,8 @@ void Run::Restore(const state::RunRecord& r) {
   } else {
     state_ = r.state == "finished" ? State::kFinished : State::kFailed;
   }
-  Logger("rdzv")->info("run '{}' restored at round {} ({}, {} members, {} restarts spent)", run_id_, round_,
-                       r.state, r.members.size(), restart_count_);
+  Logger("rdzv")->info("run '{}' restored at round {} ({}, {} members, {} restarts spent, {} store keys)", run_id_,
+                       round_, r.state, r.members.size(), restart_count_, r.keys.size());
 }
 
 }  // namespace meshrun::rendezvous

@@ -196,13 +196,36 @@ absl::Status MemoryJournal::Save(const RunRecord& record) {
 absl::Status MemoryJournal::Drop(const std::string& run_id) {
   absl::MutexLock lock(&mu_);
   runs_.erase(run_id);
+  keys_.erase(run_id);
+  return absl::OkStatus();
+}
+
+absl::Status MemoryJournal::SaveKeys(const std::string& run_id, int64_t round,
+                                     const std::vector<std::pair<std::string, std::string>>& set,
+                                     const std::vector<std::string>& erase) {
+  absl::MutexLock lock(&mu_);
+  auto& keys = keys_[run_id];
+  for (const auto& [k, v] : set) keys[{round, k}] = v;
+  for (const auto& k : erase) keys.erase({round, k});
+  return absl::OkStatus();
+}
+
+absl::Status MemoryJournal::DropKeysBelow(const std::string& run_id, int64_t round) {
+  absl::MutexLock lock(&mu_);
+  auto& keys = keys_[run_id];
+  keys.erase(keys.begin(), keys.lower_bound({round, std::string()}));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RunRecord>> MemoryJournal::Load() {
   absl::MutexLock lock(&mu_);
   std::vector<RunRecord> out;
-  for (const auto& [id, r] : runs_) out.push_back(r);
+  for (const auto& [id, r] : runs_) {
+    out.push_back(r);
+    if (auto it = keys_.find(id); it != keys_.end()) {
+      for (const auto& [rk, v] : it->second) out.back().keys.push_back({rk.first, rk.second, v});
+    }
+  }
   return out;
 }
 

@@ -13,8 +13,12 @@
 // Soft (rebuilt after a failover, not journaled): heartbeats (a restored
 // member counts as seen at the restore), event streams (agents open them
 // again), joins of an open round and parked calls (agents send them again).
-// Store keys are durable in the plan but NOT journaled yet (see
-// docs/etcd.md, "What survives a failover").
+// Store keys are durable too: every store write goes to the journal
+// (SaveKeys) before it is applied and acknowledged, so keys that were set
+// stay readable and parked reads complete on the next leader; keys of
+// rounds below the current one are dropped with them (DropKeysBelow). Not
+// for store-only runs (no node ever joined: no record): their keys are
+// saved but not restored.
 //
 // Two implementations of RunJournal: none at all (the server without
 // --state: the Runs in memory are the state, nothing is copied, so the
@@ -43,6 +47,13 @@ struct MemberRecord {
   bool finished = false;  // At the exit barrier of `assignment.round`.
 };
 
+// One key of a run's store (rendezvous/kv_store.h), in its round.
+struct StoredKey {
+  int64_t round = 0;
+  std::string key;
+  std::string value;  // Any bytes.
+};
+
 // Everything durable about one run (see above).
 struct RunRecord {
   std::string run_id;
@@ -60,6 +71,9 @@ struct RunRecord {
   // "joining" after a restart or re-form: that round's members, who are
   // expected to join again with their credentials.
   std::vector<MemberRecord> members;
+  // The run's store: filled by RunJournal::Load only (saved by SaveKeys,
+  // not part of the record's JSON).
+  std::vector<StoredKey> keys;
 };
 
 // Where a server's durable state goes. Implementations are thread-safe.
@@ -76,7 +90,16 @@ class RunJournal {
   // Forgets a run (removed from the server: ended_run_ttl, replaced by a
   // new job under the same id). Errors as Save.
   virtual absl::Status Drop(const std::string& run_id) = 0;
-  // Every run's latest record, by run id. Errors as Save.
+  // A write of a run's store in `round`: keys set with their values, keys
+  // deleted. Called under the store's lock, before the write is applied,
+  // acknowledged or wakes a parked read. Errors as Save (the write is then
+  // refused).
+  virtual absl::Status SaveKeys(const std::string& run_id, int64_t round,
+                                const std::vector<std::pair<std::string, std::string>>& set,
+                                const std::vector<std::string>& erase) = 0;
+  // Drops the run's keys of rounds below `round` (a new round closed).
+  virtual absl::Status DropKeysBelow(const std::string& run_id, int64_t round) = 0;
+  // Every run's latest record, by run id, with its store's keys. Errors as Save.
   virtual absl::StatusOr<std::vector<RunRecord>> Load() = 0;
 };
 
@@ -85,6 +108,10 @@ class MemoryJournal : public RunJournal {
  public:
   absl::Status Save(const RunRecord& record) override;
   absl::Status Drop(const std::string& run_id) override;
+  absl::Status SaveKeys(const std::string& run_id, int64_t round,
+                        const std::vector<std::pair<std::string, std::string>>& set,
+                        const std::vector<std::string>& erase) override;
+  absl::Status DropKeysBelow(const std::string& run_id, int64_t round) override;
   absl::StatusOr<std::vector<RunRecord>> Load() override;
   // Saves that wrote (not skipped as older).
   int64_t writes() const;
@@ -92,6 +119,7 @@ class MemoryJournal : public RunJournal {
  private:
   mutable absl::Mutex mu_;
   std::map<std::string, RunRecord> runs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::map<std::pair<int64_t, std::string>, std::string>> keys_ ABSL_GUARDED_BY(mu_);
   int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -15,11 +15,16 @@
 #   5. The workers are released: the job finishes with exit 0 on both nodes, no worker was
 #      started twice, TORCHELASTIC_RESTART_COUNT stayed 0 and the round stayed 0.
 #
-# usage: failover_test.sh MESHRUN_BINARY     (0 pass, 1 fail, 77 skip: no etcd/etcdctl)
+#   Store keys: worker rank 0 sets a key (as libmesh sets an NCCL unique id) before the kill;
+#   after it, the new leader serves it (asked directly) and worker rank 1 reads it through
+#   its agent's store proxy, which followed the leader.
+#
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS   (0 pass, 1 fail, 77 skip: no etcd/etcdctl)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
 
-meshrun=$(readlink -f "${1:?usage: failover_test.sh MESHRUN_BINARY}")
+meshrun=$(readlink -f "${1:?usage: failover_test.sh MESHRUN_BINARY STORE_KEYS}")
+store_keys=$(readlink -f "${2:?usage: failover_test.sh MESHRUN_BINARY STORE_KEYS}")
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/etcd/etcd_cluster.sh
 source "$here/etcd_cluster.sh"
@@ -82,12 +87,14 @@ leader=${leader%.log}
 echo "replicas: $endpoints; replica $leader leads"
 
 # 2. A 2-node job; each worker records its start and waits for the release file (bounded).
-worker='echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
+worker='if [ "$RANK" = 0 ]; then "$STORE_KEYS" set mesh/probe/row0 nccl-id-0 || exit 4; fi
+echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
 for i in $(seq 1200); do [ -e "$OUT/release" ] && break; sleep 0.05; done
 [ -e "$OUT/release" ] || exit 3
+if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" || exit 5; fi
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 for n in 0 1; do
-  OUT=$work "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
+  OUT=$work STORE_KEYS=$store_keys "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
     --max_restarts=3 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1 &
   agent_pid[n]=$!
 done
@@ -112,11 +119,17 @@ echo "new leader: ${new_leader_log##*/}: $(grep -h "meshrun server: leading" "$n
 for n in 0 1; do echo "agent $n: $(grep -h "following the rendezvous leader" "$work/agent$n.log" | tail -n 1 | sed 's/.*\] //')"; done
 echo "failover: $((t_followed - t_kill)) ms from kill -9 of the leader's replica and etcd member to both agents on the new leader"
 # meshrun status, given every replica (the dead one first), shows the replicas and the new leader's run.
-new_port=$(cat "$work/port${new_leader_log//[!0-9]/}")
+new_index=${new_leader_log##*server}
+new_port=$(cat "$work/port${new_index%.log}")
 "$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
 cat "$work/status.txt"
 grep -q "replicas (state in etcd): 127.0.0.1:$new_port (leader)" "$work/status.txt" || fail "meshrun status does not show the new leader 127.0.0.1:$new_port first"
 grep -q "run 'failover' at 127.0.0.1:$new_port: running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
+
+# The key set before the kill, on the new leader.
+key=$("$store_keys" "@127.0.0.1:$new_port" failover 0 get mesh/probe/row0) || fail "the new leader does not serve the key set before the failover: $key"
+[[ $key == nccl-id-0 ]] || fail "the new leader has '$key' for the key set before the failover (expected nccl-id-0)"
+echo "store: the key set before the failover reads 'nccl-id-0' on the new leader"
 
 # 5. The job finishes untouched.
 touch "$work/release"
@@ -133,4 +146,5 @@ for r in 0 1; do
   [[ $(cat "$work/rank$r.start") == "0 0" ]] || fail "worker rank $r started with restart count and round '$(cat "$work/rank$r.start")' (expected '0 0')"
   [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish with restart count 0"
 done
-echo "PASS: the job finished with exit 0 on both nodes; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0"
+[[ $(cat "$work/rank1.key") == nccl-id-0 ]] || fail "worker rank 1 read '$(cat "$work/rank1.key")' through its store proxy (expected nccl-id-0)"
+echo "PASS: the job finished with exit 0 on both nodes; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0; the store key survived (read through the proxy after the failover)"

@@ -5,7 +5,10 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "rendezvous/state/etcd/election.h"
@@ -14,12 +17,53 @@
 namespace meshrun::rendezvous::state::etcd {
 namespace {
 
+// A round as 20 digits: keys sort by round.
+std::string Round20(int64_t round) { return absl::StrFormat("%020d", std::max<int64_t>(0, round)); }
+
 // The runs' records in etcd: <prefix>/runs/<run id>, each a fenced write of
-// the leader (one per durable change: one per closed round).
+// the leader (one per durable change: one per closed round); the runs'
+// store keys: <prefix>/kv/<run id in hex>/<round, 20 digits>/<key>, the
+// value as it is (any bytes).
 class EtcdJournal : public RunJournal {
  public:
-  EtcdJournal(Client* client, Election* election, std::string runs_prefix)
-      : client_(client), election_(election), prefix_(std::move(runs_prefix)) {}
+  EtcdJournal(Client* client, Election* election, std::string runs_prefix, std::string kv_prefix)
+      : client_(client), election_(election), prefix_(std::move(runs_prefix)), kv_(std::move(kv_prefix)) {}
+
+  absl::Status SaveKeys(const std::string& run_id, int64_t round,
+                        const std::vector<std::pair<std::string, std::string>>& set,
+                        const std::vector<std::string>& erase) override {
+    const std::string base = absl::StrCat(KvRun(run_id), Round20(round), "/");
+    // One fenced Txn per 127 writes (etcd's --max-txn-ops, one op kept for
+    // the fence): a MultiSet of more keys is written in several.
+    Txn txn;
+    auto flush = [&]() -> absl::Status {
+      if (txn.success.empty()) return absl::OkStatus();
+      absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
+      txn.success.clear();
+      return r.status();
+    };
+    for (const auto& [k, v] : set) {
+      txn.success.push_back(Op::Put(base + k, v));
+      if (txn.success.size() == 127) {
+        if (absl::Status s = flush(); !s.ok()) return s;
+      }
+    }
+    for (const auto& k : erase) {
+      txn.success.push_back(Op::Delete(base + k));
+      if (txn.success.size() == 127) {
+        if (absl::Status s = flush(); !s.ok()) return s;
+      }
+    }
+    return flush();
+  }
+
+  absl::Status DropKeysBelow(const std::string& run_id, int64_t round) override {
+    Op del = Op::Delete(KvRun(run_id));
+    del.range_end = absl::StrCat(KvRun(run_id), Round20(round));
+    Txn txn;
+    txn.success.push_back(std::move(del));
+    return election_->FencedTxn(txn).status();
+  }
 
   absl::Status Save(const RunRecord& record) override {
     absl::MutexLock lock(&mu_);
@@ -37,6 +81,7 @@ class EtcdJournal : public RunJournal {
     absl::MutexLock lock(&mu_);
     Txn txn;
     txn.success.push_back(Op::Delete(prefix_ + run_id));
+    txn.success.push_back(Op::DeletePrefix(KvRun(run_id)));
     absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
     if (!r.ok()) return r.status();
     last_seq_.erase(run_id);
@@ -69,15 +114,44 @@ class EtcdJournal : public RunJournal {
       if (!r->more || r->kvs.empty()) break;
       from = r->kvs.back().key + std::string(1, '\0');
     }
+    // The store's keys, attached to their runs.
+    std::map<std::string, RunRecord*> by_hex;
+    for (RunRecord& r : out) by_hex[absl::BytesToHexString(r.run_id)] = &r;
+    from = kv_;
+    const std::string kv_end = PrefixEnd(kv_);
+    for (int page = 0; page < 1 << 20; ++page) {
+      RangeOptions o;
+      o.range_end = kv_end;
+      o.limit = 1024;
+      o.sort = RangeOptions::Sort::kAscend;
+      o.sort_target = RangeOptions::SortTarget::kKey;
+      absl::StatusOr<RangeResult> r = client_->Get(from, o);
+      if (!r.ok()) return r.status();
+      for (const KeyValue& kv : r->kvs) {
+        // <kv>/<hex>/<round20>/<key>
+        absl::string_view rest = absl::string_view(kv.key).substr(kv_.size());
+        const size_t slash = rest.find('/');
+        if (slash == absl::string_view::npos || rest.size() < slash + 22 || rest[slash + 21] != '/') continue;
+        auto run = by_hex.find(std::string(rest.substr(0, slash)));
+        int64_t round = 0;
+        if (run == by_hex.end() || !absl::SimpleAtoi(rest.substr(slash + 1, 20), &round)) continue;
+        run->second->keys.push_back({round, std::string(rest.substr(slash + 22)), kv.value});
+      }
+      if (!r->more || r->kvs.empty()) break;
+      from = r->kvs.back().key + std::string(1, '\0');
+    }
     absl::MutexLock lock(&mu_);
     last_seq_ = std::move(seqs);
     return out;
   }
 
  private:
+  std::string KvRun(const std::string& run_id) const { return absl::StrCat(kv_, absl::BytesToHexString(run_id), "/"); }
+
   Client* const client_;
   Election* const election_;
   const std::string prefix_;
+  const std::string kv_;
   absl::Mutex mu_;  // One write at a time (FencedTxn's are anyway), in seq order per run.
   std::map<std::string, int64_t> last_seq_ ABSL_GUARDED_BY(mu_);
 };
@@ -218,7 +292,8 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, 
   eo.lease_ttl_s = options.lease_ttl_s;
   impl->election_prefix = eo.prefix;
   impl->election = std::make_unique<Election>(impl->client.get(), eo);
-  impl->journal = std::make_unique<EtcdJournal>(impl->client.get(), impl->election.get(), prefix + "/runs/");
+  impl->journal =
+      std::make_unique<EtcdJournal>(impl->client.get(), impl->election.get(), prefix + "/runs/", prefix + "/kv/");
   impl->options = std::move(options);
   gate->SetServing(false);
   return std::unique_ptr<Replica>(new Replica(std::move(impl)));

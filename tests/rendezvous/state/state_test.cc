@@ -143,3 +143,65 @@ TEST_CASE("a run restored from its record goes on: members, credentials, restart
   CHECK((*after)[0].state == "finished");
   CHECK((*after)[0].seq > (*records)[0].seq);
 }
+
+TEST_CASE("store keys go to the journal before they are applied and come back on the next replica", "[state]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  std::map<std::string, Assignment> got;
+  {
+    RunRegistry first(&timer);
+    first.SetJournal(&journal);
+    std::shared_ptr<Run> run = *first.ForJoin("job", -1);
+    for (const char* id : {"a", "b"}) {
+      creds.Join(*run, Node(id, 1, id), Config(2, 2), -1, [&, id](absl::StatusOr<Assignment> a) { got[id] = *a; });
+    }
+    REQUIRE(run->kv().Set(0, "mesh/0/0/row0", "nccl-id").ok());
+    REQUIRE(run->kv().MultiSet(0, {"x", "y"}, {"1", "2"}).ok());
+    REQUIRE(run->kv().Add(0, "count", 5).ok());
+    REQUIRE(run->kv().Delete(0, "y").ok());
+  }
+  RunRegistry second(&timer);
+  second.SetJournal(&journal);
+  absl::StatusOr<std::vector<RunRecord>> records = journal.Load();
+  REQUIRE(records.ok());
+  REQUIRE(records->size() == 1);
+  CHECK((*records)[0].keys.size() == 3);
+  second.Restore(*records, "failover");
+  std::shared_ptr<Run> run = second.Find("job");
+  REQUIRE(run != nullptr);
+  absl::StatusOr<std::vector<std::string>> values = absl::UnknownError("none");
+  run->kv().Await(0, {"mesh/0/0/row0", "x", "count"}, absl::ZeroDuration(),
+                  [&](absl::StatusOr<std::vector<std::string>> v) { values = std::move(v); });
+  REQUIRE(values.ok());
+  CHECK(*values == std::vector<std::string>{"nccl-id", "1", "5"});
+  CHECK_FALSE(run->kv().Check(0, {"y"}));
+  // A read parked on the new leader completes when the key is set there.
+  absl::StatusOr<std::vector<std::string>> parked = absl::UnknownError("none");
+  run->kv().Await(0, {"later"}, absl::Seconds(30),
+                  [&](absl::StatusOr<std::vector<std::string>> v) { parked = std::move(v); });
+  CHECK(absl::IsUnknown(parked.status()));
+  REQUIRE(run->kv().Set(0, "later", "here").ok());
+  REQUIRE(parked.ok());
+  CHECK((*parked)[0] == "here");
+}
+
+namespace {
+// A journal whose store writes fail (this replica no longer leads).
+struct RefusingJournal : MemoryJournal {
+  absl::Status SaveKeys(const std::string&, int64_t, const std::vector<std::pair<std::string, std::string>>&,
+                        const std::vector<std::string>&) override {
+    return absl::FailedPreconditionError("not the leader");
+  }
+};
+}  // namespace
+
+TEST_CASE("a store write the journal refuses is refused and changes nothing", "[state]") {
+  DeadlineTimer timer;
+  RefusingJournal journal;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal);
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  absl::Status s = run->kv().Set(0, "k", "v");
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK_FALSE(run->kv().Check(0, {"k"}));
+}

@@ -1,0 +1,54 @@
+// Sets or reads one key of a run's store, for the shell tests of replicated
+// servers (tests/etcd/failover_test.sh):
+//   store_keys set KEY VALUE | get KEY            as a worker: the store from the
+//                                                 environment (the agent's proxy)
+//   store_keys @ENDPOINT RUN_ID ROUND set KEY VALUE | get KEY   straight to a server
+// `get` waits up to 10 s for the key and prints its value. Exit 0 when the call
+// worked, 1 when it failed (the status printed), 2 on bad arguments.
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "client/grpc_store.h"
+
+int main(int argc, char** argv) {
+  meshrun::client::GrpcStoreOptions options;
+  int i = 1;
+  if (argc > 1 && argv[1][0] == '@') {
+    if (argc < 4) return 2;
+    options.endpoint = argv[1] + 1;
+    options.run_id = argv[2];
+    if (!absl::SimpleAtoi(argv[3], &options.round)) return 2;
+    i = 4;
+  } else {
+    auto env = meshrun::client::GrpcStoreOptionsFromEnv();
+    if (!env.ok()) {
+      std::printf("options: %s\n", env.status().ToString().c_str());
+      return 2;
+    }
+    options = *env;
+  }
+  if (argc - i < 2) return 2;
+  const std::string op = argv[i], key = argv[i + 1];
+  options.connect_timeout = absl::Seconds(5);
+  auto store = meshrun::client::ConnectGrpcStore(options);
+  if (!store.ok()) {
+    std::printf("connect: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  if (op == "set" && argc - i == 3) {
+    absl::Status s = (*store)->Set(key, argv[i + 2]);
+    if (!s.ok()) std::printf("set: %s\n", s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+  }
+  if (op == "get") {
+    auto v = (*store)->Get(key, absl::Seconds(10));
+    if (!v.ok()) {
+      std::printf("get: %s\n", v.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%s\n", v->c_str());
+    return 0;
+  }
+  return 2;
+}
