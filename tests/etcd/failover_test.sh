@@ -4,7 +4,8 @@
 #
 #   1. A real 3-member etcd cluster (tests/etcd/etcd_cluster.sh), and 3 `meshrun server`
 #      replicas sharing `--state etcd://...`, replica i listing etcd member i first ("its
-#      host's" member). One leads; the other two answer a call with who leads.
+#      host's" member), with 1 s leases (etcd's floor with the fast timing the members use;
+#      FAILOVER_LEASE_TTL=N for another). One leads; the other two answer with who leads.
 #   2. A 2-node job of waiting workers (`--rdzv_endpoint` listing the 3 replicas) starts and
 #      its workers run.
 #   3. kill -9 of the leader's replica AND its etcd member, together.
@@ -71,7 +72,7 @@ for i in 0 1 2; do
   members=${ETCD_CLIENT[i]}
   for j in 0 1 2; do ((j != i)) && members+=",${ETCD_CLIENT[j]}"; done
   "$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port$i" --state "etcd://$members/failover-test" \
-    --state_lease_ttl 2 >"$work/server$i.log" 2>&1 &
+    --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" >"$work/server$i.log" 2>&1 &
   server_pid[i]=$!
 done
 ports_written() { [[ -s $work/port0 && -s $work/port1 && -s $work/port2 ]]; }

@@ -3,10 +3,17 @@
 //   store_keys set KEY VALUE | get KEY            as a worker: the store from the
 //                                                 environment (the agent's proxy)
 //   store_keys @ENDPOINT RUN_ID ROUND set KEY VALUE | get KEY   straight to a server
+//   store_keys ... bench N                          N sets of distinct keys, one at a
+//                                                 time: prints "kvset p50=.. p99=.. us"
 // `get` waits up to 10 s for the key and prints its value. Exit 0 when the call
 // worked, 1 when it failed (the status printed), 2 on bad arguments.
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 #include "absl/strings/numbers.h"
 #include "client/grpc_store.h"
@@ -40,6 +47,23 @@ int main(int argc, char** argv) {
     absl::Status s = (*store)->Set(key, argv[i + 2]);
     if (!s.ok()) std::printf("set: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
+  }
+  if (op == "bench") {
+    int n = 0;
+    if (!absl::SimpleAtoi(key, &n) || n < 1 || n > 1000000) return 2;
+    std::vector<double> us;
+    for (int k = 0; k < n; ++k) {
+      const absl::Time t0 = absl::Now();
+      absl::Status s = (*store)->Set(absl::StrCat("bench/", k), "value-of-32-bytes-0123456789abcd");
+      us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+      if (!s.ok()) {
+        std::printf("set: %s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("kvset n=%d p50=%.0f p99=%.0f us\n", n, us[us.size() / 2], us[us.size() * 99 / 100]);
+    return 0;
   }
   if (op == "get") {
     auto v = (*store)->Get(key, absl::Seconds(10));
