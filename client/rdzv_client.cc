@@ -581,8 +581,28 @@ void RendezvousClient::ReportFinishedAsync(
     absl::MutexLock lock(&mu_);
     finish_ctx_ = ctx;
   }
-  StartCall([this, req, resp, ctx, done = std::move(done)]() mutable {
-    grpc::Status s = stubs()->stub->ReportFinished(ctx.get(), *req, resp.get());
+  const absl::Time deadline = absl::Now() + timeout + absl::Seconds(5);
+  StartCall([this, req, resp, ctx, deadline, done = std::move(done)]() mutable {
+    std::shared_ptr<Stubs> stubs = this->stubs();
+    grpc::Status s = stubs->stub->ReportFinished(ctx.get(), *req, resp.get());
+    // Replicas: the leader was lost while this node waited at the barrier
+    // (its arrival is durable): once the watch has found the next leader,
+    // the arrival is reported there again. Bounded by the call's deadline.
+    for (int tries = 0; endpoints_.size() > 1 && s.error_code() == grpc::StatusCode::UNAVAILABLE && tries < 10;
+         ++tries) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto moved = [this, &stubs]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stubs_ != stubs || stopping_; };
+        if (!mu_.AwaitWithTimeout(absl::Condition(&moved), deadline - absl::Now()) || stopping_) break;
+        stubs = stubs_;
+        ctx = std::make_shared<grpc::ClientContext>();
+        ctx->set_deadline(absl::ToChronoTime(deadline));
+        finish_ctx_ = ctx;
+        req->set_session(session_);
+      }
+      Logger("agent")->warn("exit barrier: reporting this node's finish again, to the new leader");
+      s = stubs->stub->ReportFinished(ctx.get(), *req, resp.get());
+    }
     if (!s.ok()) {
       done(FromGrpc(s, "exit barrier"));
       return;

@@ -126,7 +126,10 @@ class RendezvousClient {
                                                            absl::Duration timeout);
 
   // The exit barrier; `done` runs on a gRPC thread. The RPC deadline is
-  // `timeout` plus a few seconds.
+  // `timeout` plus a few seconds. With several replicas, a leader lost
+  // while this node waits is not the barrier's end: once the watch follows
+  // the next leader (StartWatch), the finish is reported there again
+  // (arrivals are durable), within the same deadline.
   void ReportFinishedAsync(const std::string& node_id, int64_t round, absl::Duration timeout,
                            std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done);
 

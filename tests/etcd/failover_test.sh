@@ -7,13 +7,14 @@
 #      host's" member), with 1 s leases (etcd's floor with the fast timing the members use;
 #      FAILOVER_LEASE_TTL=N for another). One leads; the other two answer with who leads.
 #   2. A 2-node job of waiting workers (`--rdzv_endpoint` listing the 3 replicas) starts and
-#      its workers run.
+#      its workers run. Node rank 0's worker is released first: that node waits at the exit
+#      barrier (meshrun status shows it "finished") when the leader dies.
 #   3. kill -9 of the leader's replica AND its etcd member, together.
 #   4. Both agents follow the new leader (measured: from the kill to the last agent's
 #      "following the rendezvous leader" line, printed as "failover: N ms"); a replica that
 #      stood by leads, with the run restored from etcd.
 #      `meshrun status` given the 3 replicas shows them, the new leader first, and the run.
-#   5. The workers are released: the job finishes with exit 0 on both nodes, no worker was
+#   5. Node rank 1's worker is released: the job finishes with exit 0 on both nodes, no worker was
 #      started twice, TORCHELASTIC_RESTART_COUNT stayed 0 and the round stayed 0.
 #
 #   Store keys: worker rank 0 sets a key (as libmesh sets an NCCL unique id) before the kill;
@@ -39,7 +40,7 @@ cleanup() {
     [[ -n $p ]] && kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null
   done
   etcd_down
-  [[ $work == /tmp/meshrun-failover-test.* ]] && rm -rf -- "$work"
+  [[ -z ${FAILOVER_KEEP:-} && $work == /tmp/meshrun-failover-test.* ]] && rm -rf -- "$work"
 }
 
 fail() {
@@ -90,8 +91,8 @@ echo "replicas: $endpoints; replica $leader leads"
 # 2. A 2-node job; each worker records its start and waits for the release file (bounded).
 worker='if [ "$RANK" = 0 ]; then "$STORE_KEYS" set mesh/probe/row0 nccl-id-0 || exit 4; fi
 echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
-for i in $(seq 1200); do [ -e "$OUT/release" ] && break; sleep 0.05; done
-[ -e "$OUT/release" ] || exit 3
+for i in $(seq 1200); do [ -e "$OUT/release$RANK" ] && break; sleep 0.05; done
+[ -e "$OUT/release$RANK" ] || exit 3
 if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" || exit 5; fi
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 for n in 0 1; do
@@ -102,6 +103,15 @@ done
 running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
 wait_for 30 running || fail "the job's workers did not start within 30 s"
 echo "job running: $(cat "$work/rank0.start") / $(cat "$work/rank1.start") (restart count, round)"
+
+# Node rank 0 finishes first and waits at the exit barrier.
+touch "$work/release0"
+at_barrier() {
+  "$meshrun" status --rdzv_endpoint="$endpoints" --rdzv_id=failover --timeout 2 2>/dev/null |
+    grep -Eq "^  0 +.* finished "
+}
+wait_for 30 at_barrier || fail "node rank 0 did not reach the exit barrier within 30 s"
+echo "node rank 0 waits at the exit barrier"
 
 # 3. The leader's host dies: its replica and its etcd member, kill -9 together.
 t_kill=$(now_ms)
@@ -133,7 +143,7 @@ key=$("$store_keys" "@127.0.0.1:$new_port" failover 0 get mesh/probe/row0) || fa
 echo "store: the key set before the failover reads 'nccl-id-0' on the new leader"
 
 # 5. The job finishes untouched.
-touch "$work/release"
+touch "$work/release1"
 for n in 0 1; do
   agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
   wait_for 60 agent_done "$n" || fail "agent $n did not finish within 60 s of the release"
@@ -148,4 +158,4 @@ for r in 0 1; do
   [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish with restart count 0"
 done
 [[ $(cat "$work/rank1.key") == nccl-id-0 ]] || fail "worker rank 1 read '$(cat "$work/rank1.key")' through its store proxy (expected nccl-id-0)"
-echo "PASS: the job finished with exit 0 on both nodes; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0; the store key survived (read through the proxy after the failover)"
+echo "PASS: the job finished with exit 0 on both nodes; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0; the store key survived (read through the proxy after the failover); the exit barrier held node rank 0's arrival across it"
