@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # A job outlives its rendezvous server's host (issue 24, "Must work" 1; docs/etcd.md), on
-# loopback with distinct ports (not namespace hosts yet):
+# loopback with distinct ports, or with --hosts on 5 network-namespace hosts
+# (tests/hosts/netns_hosts.sh; root only): hosts 0-2 each run an etcd member and a replica,
+# hosts 3-4 the job's two nodes, and the leader's host dies by host_kill (SIGKILL of
+# everything on it).
 #
 #   1. A real 3-member etcd cluster (tests/etcd/etcd_cluster.sh), and 3 `meshrun server`
 #      replicas sharing `--state etcd://...`, replica i listing etcd member i first ("its
@@ -21,7 +24,8 @@
 #   after it, the new leader serves it (asked directly) and worker rank 1 reads it through
 #   its agent's store proxy, which followed the leader.
 #
-# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS   (0 pass, 1 fail, 77 skip: no etcd/etcdctl)
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts]
+#        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
 
@@ -31,6 +35,27 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/etcd/etcd_cluster.sh
 source "$here/etcd_cluster.sh"
 etcd_require
+mode=loopback
+if [[ ${3:-} == --hosts ]]; then
+  mode=hosts
+  # shellcheck source=tests/hosts/netns_hosts.sh
+  source "$here/../hosts/netns_hosts.sh"
+  hosts_require
+fi
+# run_on HOST CMD...: on namespace host HOST (--hosts), else here.
+run_on() {
+  local i=$1; shift
+  if [[ $mode == hosts ]]; then on_host "$i" "$@"; else "$@"; fi
+}
+# spawn_on HOST CMD...: the same in the background; $! is then CMD's pid here (the
+# namespace entry's with --hosts, whose host_kill and hosts_down reach CMD).
+spawn_on() {
+  local i=$1; shift
+  if [[ $mode == hosts ]]; then on_host "$i" "$@" & else "$@" & fi
+}
+# The address replica i listens on.
+addr_of() { if [[ $mode == hosts ]]; then echo "${HOSTS_V4[$1]}"; else echo 127.0.0.1; fi; }
+client_host=3  # Where meshrun status and store_keys run (a node's host).
 
 work=$(mktemp -d /tmp/meshrun-failover-test.XXXXXX)
 server_pid=() agent_pid=()
@@ -40,6 +65,7 @@ cleanup() {
     [[ -n $p ]] && kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null
   done
   etcd_down
+  [[ $mode == hosts ]] && hosts_down
   [[ -z ${FAILOVER_KEEP:-} && $work == /tmp/meshrun-failover-test.* ]] && rm -rf -- "$work"
 }
 
@@ -64,22 +90,28 @@ wait_for() {
 }
 
 trap cleanup EXIT
-etcd_up 3 || fail "etcd did not come up"
-trap cleanup EXIT  # etcd_up set its own (etcd_down): ours calls it too.
+if [[ $mode == hosts ]]; then
+  hosts_up 5 || fail "the namespace hosts did not come up"
+  trap cleanup EXIT
+  etcd_up 3 --hosts || fail "etcd did not come up"
+else
+  etcd_up 3 || fail "etcd did not come up"
+fi
+trap cleanup EXIT  # hosts_up and etcd_up set their own: ours calls them too.
 echo "etcd: $(etcd_endpoints)"
 
 # 1. Three replicas, each with its own etcd member first.
 for i in 0 1 2; do
   members=${ETCD_CLIENT[i]}
   for j in 0 1 2; do ((j != i)) && members+=",${ETCD_CLIENT[j]}"; done
-  "$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port$i" --state "etcd://$members/failover-test" \
-    --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" >"$work/server$i.log" 2>&1 &
+  spawn_on "$i" "$meshrun" server --host "$(addr_of "$i")" --port 0 --port_file "$work/port$i" --state "etcd://$members/failover-test" \
+    --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" >"$work/server$i.log" 2>&1
   server_pid[i]=$!
 done
 ports_written() { [[ -s $work/port0 && -s $work/port1 && -s $work/port2 ]]; }
 wait_for 20 ports_written || fail "the 3 replicas did not all listen within 20 s"
 endpoints=
-for i in 0 1 2; do endpoints+="${endpoints:+,}127.0.0.1:$(cat "$work/port$i")"; done
+for i in 0 1 2; do endpoints+="${endpoints:+,}$(addr_of "$i"):$(cat "$work/port$i")"; done
 leader_of() { grep -l "meshrun server: leading" "$work"/server*.log 2>/dev/null | head -n 1; }
 has_leader() { [[ -n $(leader_of) ]]; }
 wait_for 20 has_leader || fail "no replica led within 20 s"
@@ -96,8 +128,8 @@ for i in $(seq 1200); do [ -e "$OUT/release$RANK" ] && break; sleep 0.05; done
 if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" || exit 5; fi
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 for n in 0 1; do
-  OUT=$work STORE_KEYS=$store_keys "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
-    --max_restarts=3 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1 &
+  OUT=$work STORE_KEYS=$store_keys spawn_on $((3 + n)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
+    --max_restarts=3 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
   agent_pid[n]=$!
 done
 running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
@@ -107,7 +139,7 @@ echo "job running: $(cat "$work/rank0.start") / $(cat "$work/rank1.start") (rest
 # Node rank 0 finishes first and waits at the exit barrier.
 touch "$work/release0"
 at_barrier() {
-  "$meshrun" status --rdzv_endpoint="$endpoints" --rdzv_id=failover --timeout 2 2>/dev/null |
+  run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --rdzv_id=failover --timeout 2 2>/dev/null |
     grep -Eq "^  0 +.* finished "
 }
 wait_for 30 at_barrier || fail "node rank 0 did not reach the exit barrier within 30 s"
@@ -115,8 +147,13 @@ echo "node rank 0 waits at the exit barrier"
 
 # 3. The leader's host dies: its replica and its etcd member, kill -9 together.
 t_kill=$(now_ms)
-kill -KILL "${server_pid[leader]}"
-etcd_kill "$leader"
+if [[ $mode == hosts ]]; then
+  host_kill "$leader" || fail "host $leader outlived host_kill"
+  ETCD_PID[leader]=
+else
+  kill -KILL "${server_pid[leader]}"
+  etcd_kill "$leader"
+fi
 wait "${server_pid[leader]}" 2>/dev/null
 server_pid[leader]=
 
@@ -132,13 +169,14 @@ echo "failover: $((t_followed - t_kill)) ms from kill -9 of the leader's replica
 # meshrun status, given every replica (the dead one first), shows the replicas and the new leader's run.
 new_index=${new_leader_log##*server}
 new_port=$(cat "$work/port${new_index%.log}")
-"$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
+new_addr=$(addr_of "${new_index%.log}")
+run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
 cat "$work/status.txt"
-grep -q "replicas (state in etcd): 127.0.0.1:$new_port (leader)" "$work/status.txt" || fail "meshrun status does not show the new leader 127.0.0.1:$new_port first"
-grep -q "run 'failover' at 127.0.0.1:$new_port: running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
+grep -q "replicas (state in etcd): $new_addr:$new_port (leader)" "$work/status.txt" || fail "meshrun status does not show the new leader $new_addr:$new_port first"
+grep -q "run 'failover' at $new_addr:$new_port: running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
 
 # The key set before the kill, on the new leader.
-key=$("$store_keys" "@127.0.0.1:$new_port" failover 0 get mesh/probe/row0) || fail "the new leader does not serve the key set before the failover: $key"
+key=$(run_on $client_host "$store_keys" "@$new_addr:$new_port" failover 0 get mesh/probe/row0) || fail "the new leader does not serve the key set before the failover: $key"
 [[ $key == nccl-id-0 ]] || fail "the new leader has '$key' for the key set before the failover (expected nccl-id-0)"
 echo "store: the key set before the failover reads 'nccl-id-0' on the new leader"
 
