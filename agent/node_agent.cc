@@ -55,7 +55,9 @@ int Session::Run() {
       [this](pid_t p, int st) { q_.Push(ChildExit{p, st}); });
   if (absl::Status s = signals_->Start(); !s.ok()) return Fatal(s.ToString());
 
-  absl::StatusOr<Endpoint> ep = ParseEndpoint(o_.endpoint, 29400);
+  // Several replicas ("h1:p,h2:p,...", checked by the launcher): the client follows their leader.
+  const bool replicas = o_.endpoint.find(',') != std::string::npos;
+  absl::StatusOr<Endpoint> ep = ParseEndpoint(replicas ? o_.endpoint.substr(0, o_.endpoint.find(',')) : o_.endpoint, 29400);
   if (!ep.ok()) return Fatal(std::string(ep.status().message()));
   // The advertised address is decided by the server at each round
   // (docs/design.md section 4b); this node only states an explicit --local_addr.
@@ -65,7 +67,7 @@ int Session::Run() {
     node_.addr = addrs->front();
     node_.local_addr = o_.local_addr;
   }
-  endpoint_ = ep->ToString();
+  endpoint_ = replicas ? o_.endpoint : ep->ToString();
   shim_ = FindShim();
   if (absl::Status s = PrepareLogDir(); !s.ok()) return Fatal(std::string(s.message()));
   if (absl::Status s = NewMembership(); !s.ok()) return MembershipFailed(s);

@@ -37,6 +37,10 @@ absl::Status Session::NewMembership() {
   if (!client.ok()) return client.status();
   client_ = std::move(*client);
   client_->set_server_silence_timeout(o_.server_silence_timeout);
+  // Replicas (--rdzv_endpoint=h1:p,h2:p,...): the workers' store follows the leader.
+  client_->set_on_leader_change([this, id = node_.node_id](std::shared_ptr<grpc::Channel> channel) {
+    if (proxy_) proxy_->SetUpstream(std::move(channel), id);
+  });
   node_.dialed_addr = client_->dialed_addr();
   // The workers' store: over this connection, in this node's name.
   if (proxy_) {

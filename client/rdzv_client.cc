@@ -3,7 +3,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/endpoint.h"
+#include "common/standby.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
@@ -38,6 +41,53 @@ using wire::FromGrpc;
 using wire::FromProto;
 using wire::ToProto;
 
+// What one replica said when asked (Probe).
+enum class Probed { kServes, kStandby, kUnreachable };
+
+// Asks the server on `channel` whether it serves: a heartbeat in `run_id`'s
+// name (as `node_id`, with `session`) that any serving server answers (a
+// refusal included) and a standby refuses with who leads (*hint).
+Probed Probe(const std::shared_ptr<grpc::Channel>& channel, const std::string& run_id, const std::string& token,
+             const std::string& node_id, const std::string& session, std::string* hint, std::string* why) {
+  auto stub = pb::Rendezvous::NewStub(channel);
+  pb::HeartbeatRequest req;
+  req.mutable_run()->set_run_id(run_id);
+  req.mutable_run()->set_token(token);
+  req.set_node_id(node_id.empty() ? std::string("meshrun-probe") : node_id);
+  req.set_session(session);
+  req.set_round(-1);
+  pb::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
+  if (ParseStandbyDetail(s.error_details(), hint)) {
+    *why = s.error_message();
+    return Probed::kStandby;
+  }
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    *why = DescribeLoss(s);
+    return Probed::kUnreachable;
+  }
+  return Probed::kServes;
+}
+
+std::vector<std::string> SplitEndpoints(const std::string& endpoint) {
+  std::vector<std::string> out;
+  for (absl::string_view e : absl::StrSplit(endpoint, ',', absl::SkipWhitespace())) out.emplace_back(e);
+  if (out.empty()) out.push_back(endpoint);
+  return out;
+}
+
+DialOptions ReplicaDial(absl::Duration timeout) {
+  DialOptions o;
+  o.timeout = timeout;
+  o.wait_for_server = false;
+  o.channel.own_connection = true;
+  o.channel.keepalive_time = RendezvousClient::kKeepaliveTime;
+  o.channel.keepalive_timeout = RendezvousClient::kKeepaliveTimeout;
+  return o;
+}
+
 }  // namespace
 
 struct RendezvousClient::Stubs {
@@ -45,12 +95,98 @@ struct RendezvousClient::Stubs {
 };
 
 RendezvousClient::RendezvousClient(std::string run_id, std::string token, Connection connection)
-    : endpoint_(std::move(connection.endpoint)),
-      run_id_(std::move(run_id)),
+    : run_id_(std::move(run_id)),
       token_(std::move(token)),
-      channel_(std::move(connection.channel)),
       route_(std::move(connection.route)),
-      stubs_(std::make_unique<Stubs>(Stubs{pb::Rendezvous::NewStub(channel_)})) {}
+      endpoint_(std::move(connection.endpoint)),
+      channel_(std::move(connection.channel)),
+      stubs_(std::make_shared<Stubs>(Stubs{pb::Rendezvous::NewStub(channel_)})) {
+  endpoints_.push_back(endpoint_);
+}
+
+std::shared_ptr<RendezvousClient::Stubs> RendezvousClient::stubs() const {
+  absl::MutexLock lock(&mu_);
+  return stubs_;
+}
+
+absl::Status RendezvousClient::FailOver(const std::string& why, absl::Time deadline) {
+  const absl::Time start = absl::Now();
+  std::string hint, session, old;
+  {
+    absl::MutexLock lock(&mu_);
+    hint = std::exchange(failover_hint_, "");
+    failover_wanted_ = false;
+    session = session_;
+    old = endpoint_;
+  }
+  Logger("agent")->warn("rendezvous server at {}: {}; looking for the leader among {}", old, why,
+                        absl::StrJoin(endpoints_, ","));
+  std::vector<std::string> last(endpoints_.size());
+  // Bounded: by the deadline, and by the count (a sweep takes at least 200 ms).
+  for (int sweep = 0; sweep < 100000 && absl::Now() < deadline; ++sweep) {
+    std::vector<std::string> order;
+    if (!hint.empty()) order.push_back(hint);
+    for (const std::string& e : endpoints_) {
+      if (e != hint) order.push_back(e);
+    }
+    hint.clear();
+    for (size_t i = 0; i < order.size(); ++i) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return absl::CancelledError("stopped");
+      }
+      const std::string ep = order[i];
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) break;
+      absl::StatusOr<Connection> c = Dial(ep, tls_, ReplicaDial(std::min(absl::Seconds(1), left)));
+      std::string said;
+      Probed p = Probed::kUnreachable;
+      if (!c.ok()) {
+        said = std::string(c.status().message());
+      } else {
+        std::string leader;
+        p = Probe(c->channel, run_id_, token_, watch_node_id_, session, &leader, &said);
+        if (p == Probed::kStandby && !leader.empty() && leader != ep) {
+          // Ask the leader it names next.
+          auto next = order.begin() + static_cast<std::ptrdiff_t>(i) + 1;
+          auto it = std::find(next, order.end(), leader);
+          if (it == order.end()) {
+            order.insert(next, leader);
+          } else {
+            std::rotate(next, it, it + 1);
+          }
+        }
+      }
+      for (size_t k = 0; k < endpoints_.size(); ++k) {
+        if (endpoints_[k] == ep) last[k] = said;
+      }
+      if (p != Probed::kServes) continue;
+      std::function<void(std::shared_ptr<grpc::Channel>)> on_change;
+      {
+        absl::MutexLock lock(&mu_);
+        endpoint_ = ep;
+        channel_ = c->channel;
+        stubs_ = std::make_shared<Stubs>(Stubs{pb::Rendezvous::NewStub(channel_)});
+        server_lost_.clear();
+        last_answer_ = absl::Now();
+        missed_heartbeats_ = 0;
+        failover_wanted_ = false;
+        on_change = on_leader_change_;
+      }
+      if (on_change) on_change(c->channel);
+      const int64_t ms = absl::ToInt64Milliseconds(absl::Now() - start);
+      Logger("agent")->warn("following the rendezvous leader at {} (failover {} ms)", ep, ms);
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  std::vector<std::string> said;
+  for (size_t k = 0; k < endpoints_.size(); ++k) said.push_back(absl::StrCat(endpoints_[k], ": ", last[k]));
+  return absl::UnavailableError(absl::StrCat(
+      "no rendezvous server replica leads after ",
+      absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(100))), " (",
+      absl::StrJoin(said, "; "), ")"));
+}
 
 RendezvousClient::~RendezvousClient() {
   CancelJoin();
@@ -90,9 +226,41 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   // dropped its connection at once (bench/rdzv_scale, docs/performance.md).
   o.channel.keepalive_time = kKeepaliveTime;
   o.channel.keepalive_timeout = kKeepaliveTimeout;
-  absl::StatusOr<Connection> c = Dial(endpoint, auth.tls, o);
-  if (!c.ok()) return c.status();
-  return std::unique_ptr<RendezvousClient>(new RendezvousClient(run_id, auth.token, std::move(*c)));
+  const std::vector<std::string> endpoints = SplitEndpoints(endpoint);
+  if (endpoints.size() == 1) {
+    absl::StatusOr<Connection> c = Dial(endpoint, auth.tls, o);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<RendezvousClient>(new RendezvousClient(run_id, auth.token, std::move(*c)));
+  }
+  // Replicas: the one that leads (a standby names it; it is asked in turn).
+  const absl::Time deadline = absl::Now() + connect_timeout;
+  std::vector<std::string> said(endpoints.size());
+  for (int sweep = 0; sweep < 100000 && absl::Now() < deadline; ++sweep) {
+    for (size_t i = 0; i < endpoints.size(); ++i) {
+      if (o.interrupted) {
+        if (absl::Status s = o.interrupted(); !s.ok()) return s;
+      }
+      const absl::Duration left = std::max(absl::Milliseconds(100), std::min(absl::Seconds(1), deadline - absl::Now()));
+      absl::StatusOr<Connection> c = Dial(endpoints[i], auth.tls, ReplicaDial(left));
+      if (!c.ok()) {
+        said[i] = std::string(c.status().message());
+        continue;
+      }
+      std::string leader;
+      if (Probe(c->channel, run_id, auth.token, "", "", &leader, &said[i]) != Probed::kServes) continue;
+      auto client = std::unique_ptr<RendezvousClient>(new RendezvousClient(run_id, auth.token, std::move(*c)));
+      client->endpoints_ = endpoints;
+      client->tls_ = auth.tls;
+      return client;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < endpoints.size(); ++i) lines.push_back(absl::StrCat(endpoints[i], ": ", said[i]));
+  return absl::UnavailableError(absl::StrCat("no rendezvous server replica leads within ",
+                                             absl::FormatDuration(connect_timeout), " (", absl::StrJoin(lines, "; "),
+                                             ")"));
+
 }
 
 void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
@@ -147,7 +315,7 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
       absl::MutexLock lock(&mu_);
       req->set_session(has_assignment_ ? session_ : std::string());
     }
-    grpc::Status s = stubs_->stub->Join(ctx.get(), *req, resp.get());
+    grpc::Status s = stubs()->stub->Join(ctx.get(), *req, resp.get());
     if (!s.ok()) {
       done(FromGrpc(s, "join"));
     } else {
@@ -180,6 +348,7 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
     known_round_ = std::max(known_round_, known_round);
     watch_opening_ = session_.empty();
   }
+  watch_node_id_ = node_id;
   watch_thread_ = std::thread([this, node_id, on_event = std::move(on_event), on_closed = std::move(on_closed)] {
     // A stream the server cut off because this node read too slowly
     // (RESOURCE_EXHAUSTED) is re-opened from the round known so far, with
@@ -206,7 +375,7 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
       req.mutable_run()->set_run_id(run_id_);
       req.mutable_run()->set_token(token_);
       req.set_node_id(node_id);
-      std::unique_ptr<grpc::ClientReader<pb::RunEvent>> reader = stubs_->stub->Watch(ctx.get(), req);
+      std::unique_ptr<grpc::ClientReader<pb::RunEvent>> reader = stubs()->stub->Watch(ctx.get(), req);
       pb::RunEvent ev;
       while (reader->Read(&ev)) {
         NoteAnswer();
@@ -239,8 +408,8 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         Logger("agent")->warn("the rendezvous server ended this node's event stream before it joined ({}); "
                               "re-opening it", s.error_message());
         absl::MutexLock lock(&mu_);
-        session_.clear();
-        watch_opening_ = true;
+        if (!has_assignment_) session_.clear();  // A joined node keeps its credential.
+        watch_opening_ = session_.empty();
         continue;
       }
       if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && reopens < kMaxReopens) {
@@ -251,11 +420,46 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         absl::SleepFor(absl::Milliseconds(100 * (reopens + 1)));
         continue;
       }
-      std::string server_lost;
+      std::string server_lost, endpoint;
+      absl::Duration failover_timeout;
+      bool wanted = false;
       {
         absl::MutexLock lock(&mu_);
         server_lost = server_lost_;
+        endpoint = endpoint_;
+        failover_timeout = failover_timeout_;
+        wanted = failover_wanted_;
+        if (stopping_) wanted = false;
       }
+      // Replicas: a lost or standing-by server is a failover, not the end.
+      std::string standby_leader;
+      const bool standby = ParseStandbyDetail(s.error_details(), &standby_leader);
+      const bool lost = standby || wanted || (s.error_code() == grpc::StatusCode::CANCELLED && !server_lost.empty()) ||
+                        s.error_code() == grpc::StatusCode::UNAVAILABLE || s.ok();
+      if (endpoints_.size() > 1 && lost && !(s.error_code() == grpc::StatusCode::CANCELLED && !wanted && server_lost.empty())) {
+        if (standby) {
+          absl::MutexLock lock(&mu_);
+          failover_hint_ = standby_leader;
+        }
+        const std::string why = standby ? std::string(s.error_message())
+                                : wanted ? std::string("a heartbeat was refused by a standby replica")
+                                : !server_lost.empty() ? server_lost
+                                : s.ok() ? std::string("it closed the event stream")
+                                         : DescribeLoss(s);
+        absl::Status f = FailOver(why, absl::Now() + failover_timeout);
+        if (f.ok()) {
+          reopens = 0;
+          continue;
+        }
+        if (absl::IsCancelled(f)) {
+          on_closed(absl::OkStatus());
+        } else {
+          on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint, " (", why, "): ",
+                                                        f.message())));
+        }
+        return;
+      }
+      const std::string& endpoint_ = endpoint;  // The server this stream was on.
       if (s.error_code() == grpc::StatusCode::CANCELLED && !server_lost.empty()) {
         on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_, ": ", server_lost)));
       } else if (s.error_code() == grpc::StatusCode::CANCELLED) {
@@ -311,8 +515,18 @@ absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, 
     }
   }
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  grpc::Status s = stubs_->stub->Heartbeat(&ctx, req, &resp);
+  grpc::Status s = stubs()->stub->Heartbeat(&ctx, req, &resp);
   NoteHeartbeat(s);
+  if (std::string leader; endpoints_.size() > 1 && ParseStandbyDetail(s.error_details(), &leader)) {
+    // The server this client uses stands by now (it lost its lease): the
+    // watch fails over (StartWatch), to the leader it names first.
+    absl::MutexLock lock(&mu_);
+    if (!failover_wanted_ && !stopping_) {
+      failover_wanted_ = true;
+      failover_hint_ = leader;
+      if (watch_ctx_) watch_ctx_->TryCancel();
+    }
+  }
   if (!s.ok()) return FromGrpc(s, "heartbeat");
   return resp.current_round();
 }
@@ -346,7 +560,7 @@ void RendezvousClient::NoteHeartbeat(const grpc::Status& s) {
                               " (", missed_heartbeats_, missed_heartbeats_ == 1 ? " heartbeat" : " heartbeats",
                               " unanswered; limit ", absl::FormatDuration(silence_limit_), "; last: ", DescribeLoss(s),
                               ")");
-  Logger("agent")->debug("rendezvous server at {}: {}", endpoint_, server_lost_);
+  Logger("agent")->debug("rendezvous server at {}: {}", endpoint_, server_lost_);  // Under mu_.
   if (watch_ctx_) watch_ctx_->TryCancel();  // The stream's end says why (StartWatch).
 }
 
@@ -360,8 +574,8 @@ absl::StatusOr<rendezvous::FailureVerdict> RendezvousClient::ReportFailure(
   pb::ReportFailureResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  grpc::Status s = stubs_->stub->ReportFailure(&ctx, req, &resp);
-  if (!s.ok()) return FromGrpc(s, absl::StrCat("report failure to ", endpoint_));
+  grpc::Status s = stubs()->stub->ReportFailure(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpc(s, absl::StrCat("report failure to ", endpoint()));
   rendezvous::FailureVerdict v;
   v.decision = resp.decision() == pb::ReportFailureResponse::RESTART ? rendezvous::Decision::kRestart
                                                                      : rendezvous::Decision::kStop;
@@ -388,8 +602,28 @@ void RendezvousClient::ReportFinishedAsync(
     absl::MutexLock lock(&mu_);
     finish_ctx_ = ctx;
   }
-  StartCall([this, req, resp, ctx, done = std::move(done)]() mutable {
-    grpc::Status s = stubs_->stub->ReportFinished(ctx.get(), *req, resp.get());
+  const absl::Time deadline = absl::Now() + timeout + absl::Seconds(5);
+  StartCall([this, req, resp, ctx, deadline, done = std::move(done)]() mutable {
+    std::shared_ptr<Stubs> stubs = this->stubs();
+    grpc::Status s = stubs->stub->ReportFinished(ctx.get(), *req, resp.get());
+    // Replicas: the leader was lost while this node waited at the barrier
+    // (its arrival is durable): once the watch has found the next leader,
+    // the arrival is reported there again. Bounded by the call's deadline.
+    for (int tries = 0; endpoints_.size() > 1 && s.error_code() == grpc::StatusCode::UNAVAILABLE && tries < 10;
+         ++tries) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto moved = [this, &stubs]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stubs_ != stubs || stopping_; };
+        if (!mu_.AwaitWithTimeout(absl::Condition(&moved), deadline - absl::Now()) || stopping_) break;
+        stubs = stubs_;
+        ctx = std::make_shared<grpc::ClientContext>();
+        ctx->set_deadline(absl::ToChronoTime(deadline));
+        finish_ctx_ = ctx;
+        req->set_session(session_);
+      }
+      Logger("agent")->warn("exit barrier: reporting this node's finish again, to the new leader");
+      s = stubs->stub->ReportFinished(ctx.get(), *req, resp.get());
+    }
     if (!s.ok()) {
       done(FromGrpc(s, "exit barrier"));
       return;

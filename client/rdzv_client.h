@@ -47,9 +47,29 @@ class RendezvousClient {
   // the first failed handshake naming a TLS mismatch; INVALID_ARGUMENT for
   // a malformed endpoint; what `interrupted` returns when it ends the wait
   // (checked at least every 100 ms; a stop signal).
+  //
+  // Replicas (docs/design.md section 4d): `endpoint` may list several
+  // replicas of one replicated server, "h1:p,h2:p,h3:p". The client then
+  // connects to the one that leads (a standby's refusal names it:
+  // common/standby.h) and follows the next leader after a failover (see
+  // StartWatch); a standby is never taken for a lost server. UNAVAILABLE
+  // naming every replica and why when none leads within connect_timeout.
   static absl::StatusOr<std::unique_ptr<RendezvousClient>> Connect(
       const std::string& endpoint, const std::string& run_id, const ClientAuth& auth, absl::Duration connect_timeout,
       std::function<absl::Status()> interrupted = nullptr);
+  // With several replicas: how long the client looks for a new leader
+  // after losing the one it used, before its event stream ends with the
+  // loss (default 60 s). Call before StartWatch.
+  void set_failover_timeout(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    failover_timeout_ = d;
+  }
+  // With several replicas: called with the new leader's channel after each
+  // failover, on the watch's thread (the store proxy follows it).
+  void set_on_leader_change(std::function<void(std::shared_ptr<grpc::Channel>)> fn) {
+    absl::MutexLock lock(&mu_);
+    on_leader_change_ = std::move(fn);
+  }
   // rdzv_conf server_silence_timeout (see ServerSilenceLimit); call before
   // the first JoinAsync. Default 8 s.
   void set_server_silence_timeout(absl::Duration d) {
@@ -70,7 +90,15 @@ class RendezvousClient {
 
   // Starts streaming the run's events for `node_id` on a thread of its own:
   // on_event for each, then on_closed once with the final status (OK only
-  // after StopWatch). Call once.
+  // after StopWatch). Call once. With several replicas, a stream that
+  // breaks (UNAVAILABLE: the leader's process, host or etcd lease gone), a
+  // server silent past ServerSilenceLimit, or a heartbeat refused by a
+  // standby starts a failover instead: the client looks for the leader
+  // (every replica in turn, the one a standby names first) for up to the
+  // failover timeout, moves every later call to it, re-opens the stream
+  // from the round known so far with this node's credential, and logs
+  // "following the rendezvous leader at H:P (failover N ms)". on_closed
+  // follows only when none leads by then.
   void StartWatch(const std::string& node_id, int64_t known_round,
                   std::function<void(const rendezvous::RunEvent&)> on_event,
                   std::function<void(const absl::Status&)> on_closed);
@@ -98,7 +126,10 @@ class RendezvousClient {
                                                            absl::Duration timeout);
 
   // The exit barrier; `done` runs on a gRPC thread. The RPC deadline is
-  // `timeout` plus a few seconds.
+  // `timeout` plus a few seconds. With several replicas, a leader lost
+  // while this node waits is not the barrier's end: once the watch follows
+  // the next leader (StartWatch), the finish is reported there again
+  // (arrivals are durable), within the same deadline.
   void ReportFinishedAsync(const std::string& node_id, int64_t round, absl::Duration timeout,
                            std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done);
 
@@ -110,11 +141,18 @@ class RendezvousClient {
   static constexpr absl::Duration kKeepaliveTime = absl::Seconds(30);
   static constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(20);
 
-  const std::string& endpoint() const { return endpoint_; }
+  // The server (the leader among replicas) used now. Thread-safe.
+  std::string endpoint() const {
+    absl::MutexLock lock(&mu_);
+    return endpoint_;
+  }
   // The connection to the server, for the node's store proxy to forward
   // its workers' store requests over (agent/store_proxy.h): shared, so it
-  // lives as long as either holds it.
-  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  // lives as long as either holds it. Thread-safe.
+  std::shared_ptr<grpc::Channel> channel() const {
+    absl::MutexLock lock(&mu_);
+    return channel_;
+  }
   // This node's current session credential (docs/design.md section 4c): handed
   // out by the server in the event stream's first event, then renewed with
   // every assignment; sent with every request that speaks for the node.
@@ -126,6 +164,12 @@ class RendezvousClient {
 
  private:
   RendezvousClient(std::string run_id, std::string token, Connection connection);
+  struct Stubs;
+  // The stub of the server used now.
+  std::shared_ptr<Stubs> stubs() const;
+  // Looks for the leader among endpoints_ until `deadline` (or a stop);
+  // switches every later call to it. OK once switched.
+  absl::Status FailOver(const std::string& why, absl::Time deadline);
   // Runs a blocking call on a thread of its own, joined at destruction.
   void StartCall(std::function<void()> call);
   // Counts a heartbeat's outcome; ends the event stream when the server has
@@ -133,16 +177,24 @@ class RendezvousClient {
   void NoteHeartbeat(const grpc::Status& s);
   // Any answer of the server (an event on the stream) shows it is there.
   void NoteAnswer();
-  struct Stubs;
 
-  const std::string endpoint_;
   const std::string run_id_;
   const std::string token_;
-  const std::shared_ptr<grpc::Channel> channel_;
   const TcpRoute route_;
-  std::unique_ptr<Stubs> stubs_;
+  // Replicas: every endpoint given (one for a single server), and how to dial them.
+  std::vector<std::string> endpoints_;
+  TlsMaterial tls_;
+  std::string watch_node_id_;  // StartWatch's node, set before its thread starts.
 
   mutable absl::Mutex mu_;
+  std::string endpoint_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Stubs> stubs_ ABSL_GUARDED_BY(mu_);
+  absl::Duration failover_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);
+  std::function<void(std::shared_ptr<grpc::Channel>)> on_leader_change_ ABSL_GUARDED_BY(mu_);
+  // A heartbeat was refused by a standby: the watch fails over (to `failover_hint_` first).
+  bool failover_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  std::string failover_hint_ ABSL_GUARDED_BY(mu_);
   std::string session_ ABSL_GUARDED_BY(mu_);
   int64_t known_round_ ABSL_GUARDED_BY(mu_) = -1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -33,7 +33,9 @@ absl::StatusOr<ServerStatus> QueryServerStatus(const Connection& server, const s
   out.connections_accepted = resp.connections_accepted();
   out.store_requests_by_node.insert(resp.store_requests_by_node().begin(), resp.store_requests_by_node().end());
   out.store_keys_read_by_node.insert(resp.store_keys_read_by_node().begin(), resp.store_keys_read_by_node().end());
-  if (!run_id.empty() && out.runs.empty()) {
+  out.replica_role = resp.replica_role();
+  for (const auto& r : resp.replicas()) out.replicas.push_back({r.id(), r.address(), r.leader()});
+  if (!run_id.empty() && out.runs.empty() && out.replica_role != "standby") {
     return absl::NotFoundError(absl::StrCat("the server at ", server.endpoint, " has no run '", run_id, "'"));
   }
   return out;

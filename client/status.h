@@ -32,6 +32,16 @@ struct ServerStatus {
   // ("(direct)" for clients without a store proxy).
   std::map<std::string, int64_t> store_requests_by_node;
   std::map<std::string, int64_t> store_keys_read_by_node;
+  // A replicated server (meshrun server --state): this replica's role
+  // ("leader" or "standby"; "" for a single server) and every replica, the
+  // leader first.
+  struct Replica {
+    std::string id;
+    std::string address;
+    bool leader = false;
+  };
+  std::string replica_role;
+  std::vector<Replica> replicas;
 };
 
 // Asks the server on `server` for its status: every run, or only `run_id`

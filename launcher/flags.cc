@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/output.h"
 #include "agent/process.h"
@@ -377,10 +378,29 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     if (endpoint.empty()) {
       return {std::nullopt, UsageError("--rdzv_endpoint is required for a multi-node job (or use --standalone)")};
     }
-    auto ep = ParseEndpoint(endpoint, 29400);
-    if (!ep.ok()) return {std::nullopt, UsageError(absl::StrCat("--rdzv_endpoint: ", ep.status().message()))};
-    cfg.endpoint_host = ep->host;
-    cfg.endpoint_port = ep->port;
+    if (endpoint.find(',') != std::string::npos) {
+      // Replicas of one replicated server (meshrun server --state): the
+      // agents follow their leader; no meshrun hosts a server itself.
+      std::vector<std::string> list;
+      for (absl::string_view one : absl::StrSplit(endpoint, ',')) {
+        auto ep = ParseEndpoint(std::string(one), 29400);
+        if (!ep.ok()) {
+          return {std::nullopt, UsageError(absl::StrCat("--rdzv_endpoint=", endpoint, ": '", one, "': ",
+                                                        ep.status().message()))};
+        }
+        list.push_back(ep->ToString());
+      }
+      auto first = ParseEndpoint(list.front(), 29400);
+      cfg.endpoint_host = first->host;
+      cfg.endpoint_port = first->port;
+      cfg.endpoint_list = absl::StrJoin(list, ",");
+      cfg.is_host = false;
+    } else {
+      auto ep = ParseEndpoint(endpoint, 29400);
+      if (!ep.ok()) return {std::nullopt, UsageError(absl::StrCat("--rdzv_endpoint: ", ep.status().message()))};
+      cfg.endpoint_host = ep->host;
+      cfg.endpoint_port = ep->port;
+    }
   }
 
   // The worker command, like torchrun (worker_command.h); a program that

@@ -114,7 +114,10 @@ int Launch(LaunchConfig config) {
                                config.endpoint_port);
     }
   }
-  if (a.endpoint.empty()) a.endpoint = Endpoint{config.endpoint_host, config.endpoint_port}.ToString();
+  if (a.endpoint.empty()) {
+    a.endpoint = config.endpoint_list.empty() ? Endpoint{config.endpoint_host, config.endpoint_port}.ToString()
+                                              : config.endpoint_list;
+  }
   if (open_files) {
     const std::string need_for =
         server ? absl::StrCat("the rendezvous server for --nnodes MAX=", a.max_nodes, " with this node's ", a.nproc,

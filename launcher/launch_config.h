@@ -29,6 +29,10 @@ struct LaunchConfig {
   int health_port = -1;
   // Host and port of --rdzv_endpoint (or master_addr:master_port for static).
   std::string endpoint_host;
+  // --rdzv_endpoint listing several replicas ("h1:p,h2:p,..."; the first is
+  // endpoint_host:endpoint_port): the agent follows their leader. Empty for
+  // one endpoint.
+  std::string endpoint_list;
   int endpoint_port = 29400;
   std::vector<std::string> notes;  // One-time notes (ignored flags).
   // Limits of the embedded server, when this node hosts it (rdzv_conf keys

@@ -1,7 +1,9 @@
 #include "launcher/server_cmd.h"
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 
@@ -17,6 +19,9 @@
 #include "launcher/health_port.h"
 #include "launcher/hosting.h"
 #include "rendezvous/server.h"
+#include "rendezvous/state/etcd/etcd_options.h"
+#include "rendezvous/state/etcd/replica.h"
+#include "rendezvous/state/serving_gate.h"
 
 namespace meshrun::launcher {
 
@@ -57,6 +62,31 @@ int ServerMain(int argc, char** argv) {
   app.add_option("--tls_key,--tls-key", tls_files.key, "PEM private key of --tls_cert (MESHRUN_TLS_KEY)");
   app.add_option("--tls_ca,--tls-ca", tls_files.ca,
                  "PEM CA: clients must present a certificate it signed (mutual TLS; MESHRUN_TLS_CA)");
+  // Replicas (docs/etcd.md): the state in etcd, one replica leads.
+  rendezvous::state::etcd::ConnectionFlags state_flags;
+  double state_timeout = 0;
+  int64_t state_lease_ttl = 2;
+  std::string advertise;
+  app.add_option("--state", state_flags.url,
+                 "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcds:// for TLS): keep the state in etcd v3 and run as "
+                 "one of several replicas sharing it; one leads, the others stand by (docs/etcd.md). Default: in "
+                 "memory, a single server");
+  app.add_option("--state_tls_ca,--state-tls-ca", state_flags.tls.ca, "PEM CA that signed etcd's certificate (etcds://)");
+  app.add_option("--state_tls_cert,--state-tls-cert", state_flags.tls.cert,
+                 "PEM client certificate for etcd's --client-cert-auth (etcds://)");
+  app.add_option("--state_tls_key,--state-tls-key", state_flags.tls.key, "PEM private key of --state_tls_cert");
+  app.add_option("--state_user,--state-user", state_flags.user, "etcd user (etcd's own authentication)");
+  app.add_option("--state_password_file,--state-password-file", state_flags.password_file,
+                 "File holding --state_user's password (mode 0600)");
+  app.add_option("--state_timeout,--state-timeout", state_timeout,
+                 "Seconds one etcd call may take, fail-over between members included (default 3)");
+  app.add_option("--state_lease_ttl,--state-lease-ttl", state_lease_ttl,
+                 "Seconds of the leader's etcd lease: a dead leader is replaced within about this + 0.5 s (etcd "
+                 "raises it to its floor: 2 s with its default timing)")
+      ->default_str("2");
+  app.add_option("--advertise_addr,--advertise-addr", advertise,
+                 "HOST:PORT agents reach this replica on, named by standbys (default: --host when it is one "
+                 "address, else this host's name, and the bound port)");
   if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun server")) return *done;
   // One descriptor per agent connection: the server warns at a join whose
   // --nnodes MAX needs more than this (rendezvous/server.h).
@@ -108,6 +138,46 @@ int ServerMain(int argc, char** argv) {
   }
   so.metrics_port = metrics_port;
   so.metrics_host = metrics_host;
+  // A replica: etcd is checked now (a bad --state: one line, exit 2).
+  rendezvous::state::ServingGate gate;
+  // Set once the server runs; the replica's hooks restore into it.
+  std::atomic<rendezvous::RendezvousServer*> serving{nullptr};
+  std::unique_ptr<rendezvous::state::etcd::Replica> replica;
+  if (!state_flags.url.empty()) {
+    if (state_timeout < 0 || state_lease_ttl < 1) {
+      std::fprintf(stderr, "meshrun server: error: --state_timeout must be >= 0 and --state_lease_ttl >= 1\n");
+      return 2;
+    }
+    state_flags.call_timeout = absl::Seconds(state_timeout);
+    absl::StatusOr<rendezvous::state::etcd::Connection> conn = rendezvous::state::etcd::ResolveConnection(state_flags);
+    if (!conn.ok()) {
+      std::fprintf(stderr, "meshrun server: error: %s\n", std::string(conn.status().message()).c_str());
+      return 2;
+    }
+    rendezvous::state::etcd::ReplicaOptions ro;
+    ro.connection = std::move(*conn);
+    ro.id = absl::StrCat(Hostname(), ":", getpid());
+    ro.lease_ttl_s = state_lease_ttl;
+    const std::string members = ro.connection.url.MembersString();
+    rendezvous::state::etcd::ReplicaHooks hooks;
+    hooks.on_lead = [&serving](const std::vector<rendezvous::state::RunRecord>& records) {
+      if (auto* s = serving.load()) s->RestoreState(records, "the rendezvous server replicas' leader changed");
+    };
+    hooks.on_stand_by = [&serving](const std::string& why) {
+      if (auto* s = serving.load()) s->ClearState(why);
+    };
+    absl::StatusOr<std::unique_ptr<rendezvous::state::etcd::Replica>> r =
+        rendezvous::state::etcd::Replica::Start(std::move(ro), &gate, std::move(hooks));
+    if (!r.ok()) {
+      std::fprintf(stderr, "meshrun server: error: --state=%s: %s\n", state_flags.url.c_str(),
+                   std::string(r.status().message()).c_str());
+      return 2;
+    }
+    replica = std::move(*r);
+    so.journal = replica->journal();
+    so.gate = &gate;
+    Logger("rdzv")->info("state in etcd at {}", members);
+  }
   auto server = rendezvous::RendezvousServer::Start(so);
   if (!server.ok()) {
     std::fprintf(stderr, "meshrun server: error: %s\n", std::string(server.status().message()).c_str());
@@ -143,6 +213,21 @@ int ServerMain(int argc, char** argv) {
   // the claim and joins it quietly (launcher/hosting.h); best effort.
   absl::StatusOr<HostClaim> claim = HostClaim::Take((*server)->port());
   if (!claim.ok()) Logger("rdzv")->debug("no host claim on port {}: {}", (*server)->port(), std::string(claim.status().message()));
+  if (replica) {
+    serving = server->get();
+    if (advertise.empty()) {
+      const bool any = host.empty() || host == "::" || host == "0.0.0.0";
+      advertise = HostPort(any ? Hostname() : host, (*server)->port());
+    }
+    if (absl::Status s = replica->Campaign(advertise); !s.ok()) {
+      std::fprintf(stderr, "meshrun server: error: --state=%s: cannot enter the election: %s\n",
+                   state_flags.url.c_str(), std::string(s.message()).c_str());
+      (*server)->Shutdown(absl::ZeroDuration());
+      return 2;
+    }
+    std::printf("meshrun server: replica %s, state in etcd (%s); standing by until it leads\n", advertise.c_str(),
+                state_flags.url.c_str());
+  }
   std::printf("meshrun server listening on %s port %d%s%s\n", host.c_str(), (*server)->port(),
               so.token.empty() ? "" : " (token required)",
               so.tls.mutual() ? " (mutual TLS)" : so.tls.server_tls() ? " (TLS)" : "");
@@ -168,6 +253,8 @@ int ServerMain(int argc, char** argv) {
     health->SetServing("", false);
     health->SetServing(rendezvous::kHealthServiceName, false);
   }
+  // A leader resigns first: the next replica leads at once.
+  replica.reset();
   (*server)->Shutdown(absl::Seconds(grace));
   return 0;
 }

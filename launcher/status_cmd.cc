@@ -8,6 +8,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/endpoint.h"
 #include "common/security.h"
@@ -35,7 +37,13 @@ int Usage(const std::string& msg) {
 
 std::string FormatStatusTable(const client::ServerStatus& status, const std::string& endpoint) {
   std::string out;
-  if (status.runs.empty()) return absl::StrCat("no runs on the server at ", endpoint, "\n");
+  if (!status.replicas.empty() || !status.replica_role.empty()) {
+    std::vector<std::string> names;
+    for (const auto& r : status.replicas) names.push_back(absl::StrCat(r.address, r.leader ? " (leader)" : ""));
+    absl::StrAppend(&out, "replicas (state in etcd): ", names.empty() ? "unknown (etcd unreadable)" : absl::StrJoin(names, ", "),
+                    "; asked ", endpoint, " (", status.replica_role, ")\n");
+  }
+  if (status.runs.empty()) return absl::StrCat(out, "no runs on the server at ", endpoint, "\n");
   for (const auto& r : status.runs) {
     absl::StrAppend(&out, "run '", r.run_id, "' at ", endpoint, ": ", r.state, ", round ", r.round, ", restarts ",
                     r.restart_count, " of ", r.max_restarts, ", world size ", r.world_size, ", nnodes ", Nnodes(r));
@@ -60,6 +68,13 @@ std::string FormatStatusJson(const client::ServerStatus& status, const std::stri
   nlohmann::json j;
   j["endpoint"] = endpoint;
   j["version"] = status.version;
+  if (!status.replica_role.empty()) {
+    j["replica_role"] = status.replica_role;
+    j["replicas"] = nlohmann::json::array();
+    for (const auto& r : status.replicas) {
+      j["replicas"].push_back({{"id", r.id}, {"address", r.address}, {"leader", r.leader}});
+    }
+  }
   j["runs"] = nlohmann::json::array();
   for (const auto& r : status.runs) {
     nlohmann::json run = {{"run_id", r.run_id},         {"state", r.state},
@@ -91,7 +106,8 @@ int StatusMain(int argc, char** argv) {
   TlsFiles tls_files;
   bool watch = false, json = false;
   double interval = 2, watch_limit = 3600, timeout = 10;
-  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The server, host:port (default port 29400)")
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint,
+                 "The server, host:port (default port 29400), or its replicas h1:p,h2:p,... (the leader is asked)")
       ->envname("PET_RDZV_ENDPOINT");
   app.add_option("--rdzv_id,--rdzv-id", run_id, "Only this run (default: every run on the server)");
   app.add_flag("--watch", watch, "Redraw in place every --interval seconds until Ctrl-C");
@@ -108,14 +124,17 @@ int StatusMain(int argc, char** argv) {
   app.add_option("--tls_key,--tls-key", tls_files.key, "PEM private key of --tls_cert (MESHRUN_TLS_KEY)");
   if (std::optional<int> done = ParseCli(app, argc, argv, "meshrun status")) return *done;
   if (endpoint.empty()) return Usage("--rdzv_endpoint is required (the server's host:port)");
-  auto ep = ParseEndpoint(endpoint, 29400);
-  if (!ep.ok()) return Usage(absl::StrCat("--rdzv_endpoint: ", ep.status().message()));
+  std::vector<std::string> targets;  // Replicas: every one, asked in turn.
+  for (absl::string_view one : absl::StrSplit(endpoint, ',')) {
+    auto ep = ParseEndpoint(std::string(one), 29400);
+    if (!ep.ok()) return Usage(absl::StrCat("--rdzv_endpoint: ", ep.status().message()));
+    targets.push_back(ep->ToString());
+  }
   if (!(interval >= 0.1 && interval <= 3600)) {
     return Usage(absl::StrCat("--interval=", interval, ": must be 0.1..3600 seconds"));
   }
   if (!(watch_limit > 0)) return Usage(absl::StrCat("--watch_limit=", watch_limit, ": must be > 0 seconds"));
   if (!(timeout > 0)) return Usage(absl::StrCat("--timeout=", timeout, ": must be > 0 seconds"));
-  const std::string target = ep->ToString();
   absl::StatusOr<ClientAuth> auth = LoadClientAuth(token_file, tls_files);
   if (!auth.ok()) return Usage(std::string(auth.status().message()));
   // Redrawn in place on a terminal only: a pipe or a file gets the frames
@@ -130,7 +149,25 @@ int StatusMain(int argc, char** argv) {
   if (watch) pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   const absl::Time end = absl::Now() + absl::Seconds(watch_limit);
   for (;;) {
-    absl::StatusOr<client::ServerStatus> s = client::QueryServerStatus(target, *auth, run_id, absl::Seconds(timeout));
+    // The first replica that answers; when it stands by, the leader it names.
+    std::string target = targets.front();
+    absl::StatusOr<client::ServerStatus> s = absl::UnavailableError("no endpoint");
+    for (const std::string& t : targets) {
+      target = t;
+      s = client::QueryServerStatus(t, *auth, run_id, absl::Seconds(timeout));
+      if (s.ok()) break;
+    }
+    if (s.ok() && s->replica_role == "standby") {
+      for (const auto& r : s->replicas) {
+        if (!r.leader) continue;
+        absl::StatusOr<client::ServerStatus> l = client::QueryServerStatus(r.address, *auth, run_id, absl::Seconds(timeout));
+        if (l.ok()) {
+          s = std::move(l);
+          target = r.address;
+        }
+        break;
+      }
+    }
     std::string frame;
     if (s.ok()) {
       frame = json ? FormatStatusJson(*s, target) : FormatStatusTable(*s, target);

@@ -1,4 +1,5 @@
 #include "proto/wire.h"
+#include "common/standby.h"
 
 #include "proto/malformed.h"
 
@@ -24,12 +25,20 @@ namespace pb = ::meshrun::v1;
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
+  if (std::string leader; IsStandby(s, &leader)) {
+    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()), StandbyDetail(leader));
+  }
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(what, ": ", s.error_message()));
+  absl::Status out(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(what, ": ", s.error_message()));
+  // A standby's refusal keeps who leads (common/standby.h).
+  if (std::string leader; ParseStandbyDetail(s.error_details(), &leader)) {
+    out.SetPayload(kStandbyPayloadUrl, absl::Cord(leader));
+  }
+  return out;
 }
 
 void ToProto(const WorkerFailure& f, pb::WorkerFailure* out) {

@@ -142,6 +142,9 @@ absl::Status KvStore::Set(int64_t round, const std::string& key, std::string val
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckWriteOnceLocked(round, key, &value, "set"); !s.ok()) return s;
     if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
+    if (write_hook_) {
+      if (absl::Status s = DurableLocked(round, {{key, value}}, {}); !s.ok()) return s;
+    }
     SetLocked(round, key, std::move(value), fire);
     SyncKeyChargeLocked();
   }
@@ -173,6 +176,11 @@ absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& ke
       writes.emplace_back(&keys[i], values[i].size());
     }
     if (absl::Status s = CheckWritesLocked(round, writes); !s.ok()) return s;
+    if (write_hook_) {
+      std::vector<std::pair<std::string, std::string>> set;
+      for (size_t i = 0; i < keys.size(); ++i) set.emplace_back(keys[i], values[i]);
+      if (absl::Status s = DurableLocked(round, std::move(set), {}); !s.ok()) return s;
+    }
     for (size_t i = 0; i < keys.size(); ++i) SetLocked(round, keys[i], std::move(values[i]), fire);
     SyncKeyChargeLocked();
   }
@@ -198,6 +206,9 @@ absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int6
     std::string text = absl::StrCat(result);
     if (absl::Status s = CheckWriteOnceLocked(round, key, &text, "add"); !s.ok()) return s;
     if (absl::Status s = CheckWritesLocked(round, {{&key, text.size()}}); !s.ok()) return s;
+    if (write_hook_) {
+      if (absl::Status s = DurableLocked(round, {{key, text}}, {}); !s.ok()) return s;
+    }
     SetLocked(round, key, std::move(text), fire);
     SyncKeyChargeLocked();
   }
@@ -216,6 +227,9 @@ absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, 
     if (match) {
       if (absl::Status s = CheckWriteOnceLocked(round, key, &desired, "compare_set"); !s.ok()) return s;
       if (absl::Status s = CheckWritesLocked(round, {{&key, desired.size()}}); !s.ok()) return s;
+      if (write_hook_) {
+        if (absl::Status s = DurableLocked(round, {{key, desired}}, {}); !s.ok()) return s;
+      }
       out = {desired, true};
       SetLocked(round, key, std::move(desired), fire);
       SyncKeyChargeLocked();
@@ -239,6 +253,9 @@ absl::StatusOr<bool> KvStore::Delete(int64_t round, const std::string& key) {
   auto it = data_.find(Key{round, key});
   if (it == data_.end()) return false;
   if (absl::Status s = CheckWriteOnceLocked(round, key, nullptr, "delete"); !s.ok()) return s;
+  if (write_hook_) {
+    if (absl::Status s = DurableLocked(round, {}, {key}); !s.ok()) return s;
+  }
   EraseLocked(it);
   SyncKeyChargeLocked();
   return true;
@@ -358,6 +375,16 @@ void KvStore::Close(const std::string& why) { AbortBelow(INT64_MAX, why); }
 
 void KvStore::DropRoundsBelow(int64_t round) {
   AbortBelow(round, absl::StrCat("run '", label_, "' moved to round ", round));
+  if (drop_hook_) drop_hook_(round);
+}
+
+void KvStore::Restore(int64_t round, const std::string& key, std::string value) {
+  Fire fire;
+  {
+    absl::MutexLock lock(&mu_);
+    SetLocked(round, key, std::move(value), fire);
+  }
+  Run(fire);
 }
 
 void KvStore::AbortBelow(int64_t round, const std::string& why) {

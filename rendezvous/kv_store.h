@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -87,6 +89,22 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // node joined its run), which the budget's member reserve serves.
   // Thread-safe.
   void MarkMemberRun() { member_.store(true, std::memory_order_relaxed); }
+  // Durable keys (a replicated server: rendezvous/state/state.h). `write`
+  // is called with every write that passed the checks - the keys set with
+  // their values, the keys deleted - under the store's lock, before it is
+  // applied, answered or wakes a parked read; when it fails the write is
+  // refused with its error and nothing changes. `drop` is told the round
+  // below which keys were dropped (DropRoundsBelow). Set both before the
+  // store is shared; unset (the default): nothing is called.
+  using WriteHook = std::function<absl::Status(int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
+                                               const std::vector<std::string>& erase)>;
+  void SetDurability(WriteHook write, std::function<void(int64_t round)> drop) {
+    write_hook_ = std::move(write);
+    drop_hook_ = std::move(drop);
+  }
+  // Puts a key back as it was (a replica restoring the store): no checks,
+  // no hook, no waiter (none is parked in a fresh store). Thread-safe.
+  void Restore(int64_t round, const std::string& key, std::string value);
 
   int64_t size() const;
   // Bytes held: the sum of every stored key's and value's length. O(1).
@@ -133,6 +151,14 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   void Expire(WaiterId id);
   void AbortBelow(int64_t round, const std::string& why);
   static void Run(Fire& fire);
+
+  // Calls write_hook_ (when set) for one write.
+  absl::Status DurableLocked(int64_t round, std::vector<std::pair<std::string, std::string>> set,
+                             std::vector<std::string> erase) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return write_hook_ ? write_hook_(round, set, erase) : absl::OkStatus();
+  }
+  WriteHook write_hook_;
+  std::function<void(int64_t)> drop_hook_;
 
   const std::string label_;
   DeadlineTimer* const timer_;

@@ -4,6 +4,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/security.h"
+#include "common/standby.h"
 #include "rendezvous/reactors.h"
 #include "rendezvous/requests.h"
 #include "rendezvous/watch_reactor.h"
@@ -71,9 +72,14 @@ grpc::ServerUnaryReactor* RendezvousService::Reply(Method m, grpc::CallbackServe
 
 grpc::Status RendezvousService::Admit(Method m, const google::protobuf::Message& req, const pb::RunRef& run,
                                       bool need_run_id) {
-  (void)m;
   if (absl::Status s = wire::CheckWellFormed(req); !s.ok()) return ToGrpc(s);
-  return ToGrpc(requests::Admit(token_, run, need_run_id, limits_));
+  grpc::Status admitted = ToGrpc(requests::Admit(token_, run, need_run_id, limits_));
+  // A standby replica answers everything but Status with who leads
+  // (common/standby.h), once the token was checked.
+  if (admitted.ok() && gate_ != nullptr && m != kStatus && !gate_->serving()) {
+    return ToGrpc(StandbyStatus(gate_->Refusal(), gate_->leader()));
+  }
+  return admitted;
 }
 
 void RendezvousService::CheckOpenFiles(int64_t max_nodes) {
@@ -209,6 +215,15 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
   }
   resp->set_port(port_);
   resp->set_version(MESHRUN_VERSION);
+  if (gate_ != nullptr) {
+    resp->set_replica_role(gate_->serving() ? "leader" : "standby");
+    for (const state::ReplicaView& r : gate_->Replicas()) {
+      pb::ReplicaInfo* out = resp->add_replicas();
+      out->set_id(r.id);
+      out->set_address(r.address);
+      out->set_leader(r.leader);
+    }
+  }
   return Answer(ctx, grpc::Status::OK);
 }
 

@@ -15,6 +15,7 @@
 #include "rendezvous/metrics.h"
 #include "rendezvous/run_registry.h"
 #include "rendezvous/run.h"
+#include "rendezvous/state/serving_gate.h"
 #include "rendezvous/traffic_counters.h"
 
 namespace meshrun::rendezvous {
@@ -52,6 +53,11 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   // store batches are charged to; null: none. Set before serving.
   void set_memory_budget(MemoryBudget* budget) { budget_ = budget; }
   MemoryBudget* memory_budget() const { return budget_; }
+  // A replicated server's gate (rendezvous/state/serving_gate.h): while it
+  // is closed every call but Status is answered UNAVAILABLE with who leads
+  // (common/standby.h). nullptr (the default): always serving. Must outlive
+  // the service. Set before serving.
+  void set_gate(const state::ServingGate* gate) { gate_ = gate; }
 
   // Waits until no Watch stream is open (every agent has gone) or `timeout`
   // passes; true when none is open. Thread-safe.
@@ -132,6 +138,7 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   std::atomic<int64_t> warned_nodes_{0};
   MemoryReleaser* releaser_ = nullptr;
   MemoryBudget* budget_ = nullptr;
+  const state::ServingGate* gate_ = nullptr;
   std::array<std::atomic<int64_t>, kNumMethods> counts_{};
   std::array<std::atomic<int64_t>, kNumMethods> refused_{};
   absl::Mutex watch_mu_;

@@ -501,6 +501,7 @@ void Run::EndLocked(State state, Deferred& later) {
   state_ = state;
   DropPreviousSessionsLocked();
   if (on_ended_) later.push_back(std::exchange(on_ended_, nullptr));
+  JournalLocked(later);
 }
 
 bool Run::terminal() const {

@@ -21,6 +21,7 @@
 #include "rendezvous/limits.h"
 #include "rendezvous/memory_budget.h"
 #include "rendezvous/node_list.h"
+#include "rendezvous/state/state.h"
 #include "rendezvous/timer.h"
 #include "proto/types.h"
 
@@ -179,6 +180,29 @@ class Run : public std::enable_shared_from_this<Run> {
   KvStore& kv() { return *kv_; }
   const std::string& run_id() const { return run_id_; }
 
+  // Durable state (rendezvous/state/state.h). With a journal, every change
+  // of the run's durable state (a round closed, a restart or re-form
+  // decided, an exit-barrier arrival, the run's end) is saved there, before
+  // the calls it answers are acknowledged (the write runs after the run's
+  // lock is released, before the answers; outside it, so a slow store never
+  // blocks the run's other calls). `seq` numbers the records of the whole
+  // server (shared by every run): a record is saved with a seq above any
+  // earlier one. Set both before the run is shared; nullptr (the default):
+  // nothing is saved, at no cost. A failed save is logged: the replica
+  // whose journal refuses writes is no longer the leader and stops serving
+  // (rendezvous/state/replica.h).
+  void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq);
+  // The run's durable state now. Thread-safe.
+  state::RunRecord Record() const;
+  // Makes a fresh run (no call served yet) what `record` describes: its
+  // configuration, round, restarts spent, root cause, members with their
+  // assignments and credentials, exit-barrier arrivals. Restored members
+  // count as seen now (heartbeats are soft state); a running run's
+  // liveness check starts at once, so a member whose agent never comes
+  // back is declared lost after the keep-alive limit. A "joining" record
+  // waits for its members to join again, as after a restart. Thread-safe.
+  void Restore(const state::RunRecord& record);
+
   // Fails every parked call (ABORTED) and drops the store; used when the run
   // id is reused by a fresh job and at server shutdown.
   void Close(const std::string& why);
@@ -203,6 +227,10 @@ class Run : public std::enable_shared_from_this<Run> {
     BarrierCallback done;
   };
   using Deferred = std::vector<absl::AnyInvocable<void()>>;
+  // With a journal: the run's record, saved first among `later`'s calls
+  // (before the answers they make).
+  void JournalLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  state::RunRecord RecordLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   absl::Status CheckConfigLocked(const RunConfig& config) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void MaybeCloseLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -258,6 +286,8 @@ class Run : public std::enable_shared_from_this<Run> {
   DeadlineTimer* const timer_;
   const ServerLimits limits_;
   const std::shared_ptr<KvStore> kv_;
+  state::RunJournal* journal_ = nullptr;  // Set before sharing (SetJournal).
+  std::shared_ptr<std::atomic<int64_t>> journal_seq_;
 
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kJoining;

@@ -46,6 +46,8 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
       if (!member->finished) {
         member->finished = true;
         ++finished_count_;
+        // An exit-barrier arrival is durable (the last one: EndLocked).
+        if (finished_count_ < static_cast<int>(members_.size())) JournalLocked(later);
       }
       if (finished_count_ >= static_cast<int>(members_.size())) {
         EndLocked(State::kFinished, later);

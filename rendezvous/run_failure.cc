@@ -44,6 +44,7 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
     ev.restart_count = restart_count_;
     PushLocked(ev);
     MaybeCloseLocked(later);
+    JournalLocked(later);  // The restart spent (EndLocked saves a failed run).
   } else {
     FailRunLocked(later);
   }

@@ -152,6 +152,7 @@ void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
   ev.root_cause = std::move(cause);
   PushLocked(ev);
   MaybeCloseLocked(later);
+  JournalLocked(later);
 }
 
 }  // namespace meshrun::rendezvous

@@ -93,8 +93,46 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string
     }
   });
   run->NoteActivity(clock_());  // A new run is not idle from the start.
+  if (journal_ != nullptr) run->SetJournal(journal_, journal_seq_);
   runs_[run_id] = run;
   return run;
+}
+
+void RunRegistry::Clear(const std::string& why) {
+  std::vector<std::shared_ptr<Run>> removed;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!runs_.empty()) removed.push_back(EraseLocked(runs_.begin()));
+  }
+  for (auto& run : removed) run->Close(why);
+}
+
+void RunRegistry::Restore(const std::vector<state::RunRecord>& records, const std::string& why) {
+  Clear(why);
+  int64_t max_seq = 0;
+  std::vector<std::shared_ptr<Run>> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const state::RunRecord& r : records) {
+      max_seq = std::max(max_seq, r.seq);
+      // Charged as a member's: what a job had acknowledged is restored first.
+      absl::StatusOr<std::shared_ptr<Run>> made = NewRunLocked(r.run_id, Claimant::kMember, "");
+      if (!made.ok()) {
+        Logger("rdzv")->error("run '{}' not restored: {}", r.run_id, std::string(made.status().message()));
+        continue;
+      }
+      std::shared_ptr<Run> run = std::move(*made);
+      run->Restore(r);
+      if (r.state == "finished" || r.state == "failed") ended.push_back(run);
+    }
+    // Later records (of these runs or new ones) are numbered after them.
+    int64_t seq = journal_seq_->load();
+    while (seq < max_seq && !journal_seq_->compare_exchange_weak(seq, max_seq)) {
+    }
+  }
+  // An ended run is removed ended_run_ttl from now, as if it had just ended.
+  absl::MutexLock lock(&ended_->mu);
+  for (auto& run : ended) ended_->queue.emplace_back(clock_(), run->run_id(), run);
 }
 
 std::shared_ptr<Run> RunRegistry::TakeEndedLocked(absl::Time cutoff) {

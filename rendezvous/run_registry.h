@@ -100,6 +100,21 @@ class RunRegistry {
   // Closes every run (server shutdown).
   void CloseAll(const std::string& why);
 
+  // Durable state (rendezvous/state/state.h): every run made from now on
+  // saves its record in `journal` (Run::SetJournal), which must outlive the
+  // registry. nullptr (the default): none. Set it before serving.
+  void SetJournal(state::RunJournal* journal) { journal_ = journal; }
+  // Replaces every run by those `records` describe (a replica taking the
+  // lead after a failover): the runs held are closed with `why` (their
+  // parked calls ABORTED, streams ended) and removed; each record becomes a
+  // run (Run::Restore), an ended one queued for removal after
+  // ended_run_ttl as if it had just ended. Later records are numbered after
+  // the highest seq restored. Thread-safe.
+  void Restore(const std::vector<state::RunRecord>& records, const std::string& why);
+  // Closes and removes every run (a replica that stops leading), with
+  // `why`. Thread-safe.
+  void Clear(const std::string& why);
+
   // `hook` is called with the id of every run removed from now on (swept
   // after ended_run_ttl, removed to make room at max_runs, replaced by a new
   // job under the same id, or a store-only run removed as idle), under the
@@ -143,6 +158,9 @@ class RunRegistry {
   DeadlineTimer* const timer_;
   const ServerLimits limits_;
   std::function<void(const std::string&)> on_removed_;
+  state::RunJournal* journal_ = nullptr;
+  // The seq of the records runs save (Run::SetJournal): one counter for the server.
+  const std::shared_ptr<std::atomic<int64_t>> journal_seq_ = std::make_shared<std::atomic<int64_t>>(0);
   const Clock clock_;
   const std::shared_ptr<std::atomic<int64_t>> server_bytes_;
   const std::shared_ptr<EndedRuns> ended_ = std::make_shared<EndedRuns>();

@@ -128,6 +128,8 @@ void Run::CloseRoundLocked(Deferred& later) {
   PushLocked(ev);
   Logger("rdzv")->info("run '{}' round {} closed: {} nodes, world size {}", run_id_, round_,
                        members_.size(), world);
+  // One durable write per closed round, before any join is answered.
+  JournalLocked(later);
 }
 
 }  // namespace meshrun::rendezvous

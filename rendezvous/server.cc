@@ -282,6 +282,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     Logger("rdzv")->debug("memory budget: {}", impl->budget->Describe());
   }
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits, nullptr, impl->budget.get());
+  impl->registry->SetJournal(options.journal);
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
   impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });
   impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(),
@@ -291,6 +292,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   }
   impl->service->set_memory_releaser(impl->releaser.get());
   impl->service->set_memory_budget(impl->budget.get());
+  impl->service->set_gate(options.gate);
 
   const std::string& host = options.host;
   // gRPC's standard health service (grpc.health.v1.Health) on the same
@@ -370,6 +372,12 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
 bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
   return impl_->service->WaitForNoWatchers(timeout);
 }
+
+void RendezvousServer::RestoreState(const std::vector<state::RunRecord>& records, const std::string& why) {
+  impl_->registry->Restore(records, why);
+}
+
+void RendezvousServer::ClearState(const std::string& why) { impl_->registry->Clear(why); }
 
 int RendezvousServer::port() const { return impl_->port; }
 

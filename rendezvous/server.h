@@ -8,6 +8,8 @@
 #include "rendezvous/limits.h"
 #include "absl/time/time.h"
 #include "common/security.h"
+#include "rendezvous/state/serving_gate.h"
+#include "rendezvous/state/state.h"
 
 namespace grpc {
 class Channel;
@@ -41,6 +43,13 @@ struct ServerOptions {
   // file descriptors than the open files limit allows (one per agent
   // connection, plus margin). The launcher turns it off: it warns itself.
   bool open_files_warning = true;
+  // A replica of a replicated server (meshrun server --state; docs/design.md
+  // section 4d): `journal` receives every run's durable state, and `gate`
+  // says whether this replica serves (closed: calls are answered with who
+  // leads). Both must outlive the server. nullptr (the default): a single
+  // server with its state in memory only, always serving.
+  state::RunJournal* journal = nullptr;
+  const state::ServingGate* gate = nullptr;
 };
 
 // The service name the standard health service reports for the rendezvous
@@ -86,6 +95,14 @@ class RendezvousServer {
   // Waits until every agent's event stream has closed, or `timeout` passes
   // (the hosting meshrun outlives its clients). True when none is open.
   bool WaitForAgents(absl::Duration timeout);
+
+  // A replica taking the lead: every run held is closed with `why` and
+  // replaced by the runs `records` describe (RunRegistry::Restore).
+  // Thread-safe.
+  void RestoreState(const std::vector<state::RunRecord>& records, const std::string& why);
+  // A replica that stops leading: every run is closed with `why` and
+  // dropped (RunRegistry::Clear). Thread-safe.
+  void ClearState(const std::string& why);
 
   // The bound port (the OS's choice when options.port was 0).
   int port() const;

@@ -2,6 +2,7 @@
 // run's KvStore (kv_store.h). The rest of the service is in
 // rendezvous_service.cc.
 #include "absl/strings/str_cat.h"
+#include "common/standby.h"
 #include "proto/wire.h"
 #include "rendezvous/requests.h"
 #include "rendezvous/kv_batch_reactor.h"
@@ -32,6 +33,7 @@ absl::StatusOr<std::shared_ptr<Run>> RendezvousService::AdmitStore(Method m, grp
   (void)m;
   if (absl::Status s = wire::CheckWellFormed(req); !s.ok()) return s;
   if (absl::Status s = requests::Admit(token_, run, /*need_run_id=*/true, limits_); !s.ok()) return s;
+  if (gate_ != nullptr && !gate_->serving()) return StandbyStatus(gate_->Refusal(), gate_->leader());
   return StoreRun(ctx, run, keys_read);
 }
 

@@ -13,6 +13,10 @@ PKGS=(
   libssl-dev openssl
   iproute2 iputils-ping procps
   slurm-wlm munge python3-yaml python3-venv systemd
+  # etcd v3 for the replicated server's state (docs/etcd.md): the server the tests start,
+  # etcdctl for debugging and the auth tests, and etcd's .proto files the build generates
+  # its stubs from (proto/etcd/).
+  etcd-server etcd-client golang-etcd-server-dev
   # Packaging (scripts/package.sh) and its tests (tests/package/): CPack's .deb
   # (dpkg-dev, fakeroot), lintian, debootstrap roots, podman images, objdump.
   dpkg-dev fakeroot lintian debootstrap podman runc uidmap golang-github-containernetworking-plugin-dnsname

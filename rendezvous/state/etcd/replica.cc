@@ -1,0 +1,356 @@
+#include "rendezvous/state/etcd/replica.h"
+
+#include <deque>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "rendezvous/state/etcd/election.h"
+#include "rendezvous/state/etcd/etcd_client.h"
+
+namespace meshrun::rendezvous::state::etcd {
+namespace {
+
+// A round as 20 digits: keys sort by round.
+std::string Round20(int64_t round) { return absl::StrFormat("%020d", std::max<int64_t>(0, round)); }
+
+// The runs' records in etcd: <prefix>/runs/<run id>, each a fenced write of
+// the leader (one per durable change: one per closed round); the runs'
+// store keys: <prefix>/kv/<run id in hex>/<round, 20 digits>/<key>, the
+// value as it is (any bytes).
+class EtcdJournal : public RunJournal {
+ public:
+  EtcdJournal(Client* client, Election* election, std::string runs_prefix, std::string kv_prefix)
+      : client_(client), election_(election), prefix_(std::move(runs_prefix)), kv_(std::move(kv_prefix)) {}
+
+  absl::Status SaveKeys(const std::string& run_id, int64_t round,
+                        const std::vector<std::pair<std::string, std::string>>& set,
+                        const std::vector<std::string>& erase) override {
+    const std::string base = absl::StrCat(KvRun(run_id), Round20(round), "/");
+    // One fenced Txn per 127 writes (etcd's --max-txn-ops, one op kept for
+    // the fence): a MultiSet of more keys is written in several.
+    Txn txn;
+    auto flush = [&]() -> absl::Status {
+      if (txn.success.empty()) return absl::OkStatus();
+      absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
+      txn.success.clear();
+      return r.status();
+    };
+    for (const auto& [k, v] : set) {
+      txn.success.push_back(Op::Put(base + k, v));
+      if (txn.success.size() == 127) {
+        if (absl::Status s = flush(); !s.ok()) return s;
+      }
+    }
+    for (const auto& k : erase) {
+      txn.success.push_back(Op::Delete(base + k));
+      if (txn.success.size() == 127) {
+        if (absl::Status s = flush(); !s.ok()) return s;
+      }
+    }
+    return flush();
+  }
+
+  absl::Status DropKeysBelow(const std::string& run_id, int64_t round) override {
+    Op del = Op::Delete(KvRun(run_id));
+    del.range_end = absl::StrCat(KvRun(run_id), Round20(round));
+    Txn txn;
+    txn.success.push_back(std::move(del));
+    return election_->FencedTxn(txn).status();
+  }
+
+  absl::Status Save(const RunRecord& record) override {
+    absl::MutexLock lock(&mu_);
+    auto it = last_seq_.find(record.run_id);
+    if (it != last_seq_.end() && it->second >= record.seq) return absl::OkStatus();
+    Txn txn;
+    txn.success.push_back(Op::Put(prefix_ + record.run_id, EncodeRunRecord(record)));
+    absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
+    if (!r.ok()) return r.status();
+    last_seq_[record.run_id] = record.seq;
+    return absl::OkStatus();
+  }
+
+  absl::Status Drop(const std::string& run_id) override {
+    absl::MutexLock lock(&mu_);
+    Txn txn;
+    txn.success.push_back(Op::Delete(prefix_ + run_id));
+    txn.success.push_back(Op::DeletePrefix(KvRun(run_id)));
+    absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
+    if (!r.ok()) return r.status();
+    last_seq_.erase(run_id);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<RunRecord>> Load() override {
+    std::vector<RunRecord> out;
+    std::map<std::string, int64_t> seqs;
+    std::string from = prefix_;
+    const std::string end = PrefixEnd(prefix_);
+    // Paged: 256 runs per read (each value up to etcd's request limit).
+    for (int page = 0; page < 1 << 20; ++page) {
+      RangeOptions o;
+      o.range_end = end;
+      o.limit = 256;
+      o.sort = RangeOptions::Sort::kAscend;
+      o.sort_target = RangeOptions::SortTarget::kKey;
+      absl::StatusOr<RangeResult> r = client_->Get(from, o);
+      if (!r.ok()) return r.status();
+      for (const KeyValue& kv : r->kvs) {
+        absl::StatusOr<RunRecord> rec = DecodeRunRecord(kv.value);
+        if (!rec.ok()) {
+          Logger("rdzv")->error("etcd key {}: {}; run left out", kv.key, std::string(rec.status().message()));
+          continue;
+        }
+        seqs[rec->run_id] = rec->seq;
+        out.push_back(std::move(*rec));
+      }
+      if (!r->more || r->kvs.empty()) break;
+      from = r->kvs.back().key + std::string(1, '\0');
+    }
+    // The store's keys, attached to their runs.
+    std::map<std::string, RunRecord*> by_hex;
+    for (RunRecord& r : out) by_hex[absl::BytesToHexString(r.run_id)] = &r;
+    from = kv_;
+    const std::string kv_end = PrefixEnd(kv_);
+    for (int page = 0; page < 1 << 20; ++page) {
+      RangeOptions o;
+      o.range_end = kv_end;
+      o.limit = 1024;
+      o.sort = RangeOptions::Sort::kAscend;
+      o.sort_target = RangeOptions::SortTarget::kKey;
+      absl::StatusOr<RangeResult> r = client_->Get(from, o);
+      if (!r.ok()) return r.status();
+      for (const KeyValue& kv : r->kvs) {
+        // <kv>/<hex>/<round20>/<key>
+        absl::string_view rest = absl::string_view(kv.key).substr(kv_.size());
+        const size_t slash = rest.find('/');
+        if (slash == absl::string_view::npos || rest.size() < slash + 22 || rest[slash + 21] != '/') continue;
+        auto run = by_hex.find(std::string(rest.substr(0, slash)));
+        int64_t round = 0;
+        if (run == by_hex.end() || !absl::SimpleAtoi(rest.substr(slash + 1, 20), &round)) continue;
+        run->second->keys.push_back({round, std::string(rest.substr(slash + 22)), kv.value});
+      }
+      if (!r->more || r->kvs.empty()) break;
+      from = r->kvs.back().key + std::string(1, '\0');
+    }
+    absl::MutexLock lock(&mu_);
+    last_seq_ = std::move(seqs);
+    return out;
+  }
+
+ private:
+  std::string KvRun(const std::string& run_id) const { return absl::StrCat(kv_, absl::BytesToHexString(run_id), "/"); }
+
+  Client* const client_;
+  Election* const election_;
+  const std::string prefix_;
+  const std::string kv_;
+  absl::Mutex mu_;  // One write at a time (FencedTxn's are anyway), in seq order per run.
+  std::map<std::string, int64_t> last_seq_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+struct Replica::Impl {
+  ReplicaOptions options;
+  ServingGate* gate = nullptr;
+  ReplicaHooks hooks;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<Election> election;
+  std::unique_ptr<EtcdJournal> journal;
+  std::unique_ptr<LeaderObserver> observer;
+  std::string election_prefix;
+
+  enum class Kind { kElected, kDeposed };
+  struct Event {
+    Kind kind;
+    std::string why;
+  };
+  absl::Mutex mu;
+  std::deque<Event> events ABSL_GUARDED_BY(mu);
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  bool loaded ABSL_GUARDED_BY(mu) = false;  // Leading, with the state restored.
+  std::thread thread;
+
+  void Push(Event e) {
+    absl::MutexLock lock(&mu);
+    events.push_back(std::move(e));
+  }
+
+  ElectionCallbacks Callbacks() {
+    ElectionCallbacks cb;
+    cb.on_elected = [this](const LeaderInfo&) { Push({Kind::kElected, ""}); };
+    cb.on_paused = [this](const absl::Status& why) {
+      // Before another replica can be elected: stop serving now.
+      gate->SetServing(false);
+      Logger("rdzv")->warn("this replica's etcd lease is not confirmed in time ({}): stopped serving until it is",
+                           std::string(why.message()));
+    };
+    cb.on_resumed = [this] {
+      absl::MutexLock lock(&mu);
+      if (loaded) {
+        gate->SetServing(true);
+        Logger("rdzv")->info("this replica's etcd lease is confirmed again: serving");
+      }
+    };
+    cb.on_deposed = [this](const absl::Status& why) {
+      gate->SetServing(false);
+      {
+        absl::MutexLock lock(&mu);
+        loaded = false;
+      }
+      Push({Kind::kDeposed, std::string(why.message())});
+    };
+    return cb;
+  }
+
+  absl::Status Campaign() {
+    return election->Campaign(options.id, options.advertise, Callbacks());
+  }
+
+  void Loop() {
+    for (;;) {
+      Event e;
+      {
+        absl::MutexLock lock(&mu);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stopping || !events.empty(); };
+        mu.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+        if (stopping) return;
+        if (events.empty()) continue;
+        e = std::move(events.front());
+        events.pop_front();
+      }
+      if (e.kind == Kind::kElected) {
+        const absl::Time t0 = absl::Now();
+        absl::StatusOr<std::vector<RunRecord>> records = journal->Load();
+        // Bounded: a few tries while etcd answers slowly, as long as this replica leads.
+        for (int i = 0; !records.ok() && i < 20 && election->Self().has_value(); ++i) {
+          Logger("rdzv")->warn("leading, but cannot load the state from etcd yet: {}",
+                               std::string(records.status().message()));
+          absl::SleepFor(absl::Milliseconds(250));
+          records = journal->Load();
+        }
+        if (!records.ok()) {
+          Logger("rdzv")->error("cannot load the state from etcd: {}; resigning",
+                                std::string(records.status().message()));
+          (void)election->Resign();
+          Push({Kind::kDeposed, "could not load the state"});
+          continue;
+        }
+        if (hooks.on_lead) hooks.on_lead(*records);
+        {
+          absl::MutexLock lock(&mu);
+          loaded = true;
+        }
+        gate->SetLeader(options.advertise);
+        if (election->IsLeader()) gate->SetServing(true);
+        Logger("rdzv")->info("this replica ({}) leads: {} run(s) restored from etcd in {}; serving",
+                             options.advertise, records->size(),
+                             absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Microseconds(100))));
+        std::printf("meshrun server: leading (%s); %zu run(s) restored\n", options.advertise.c_str(), records->size());
+        std::fflush(stdout);
+      } else {
+        gate->SetServing(false);
+        Logger("rdzv")->warn("this replica stopped leading: {}; standing by", e.why);
+        if (hooks.on_stand_by) hooks.on_stand_by(absl::StrCat("the rendezvous server replica ", options.advertise,
+                                                              " stopped leading: ", e.why));
+        // Campaign again, bounded per try by the client's timeouts.
+        for (;;) {
+          {
+            absl::MutexLock lock(&mu);
+            if (stopping) return;
+          }
+          absl::Status s = Campaign();
+          if (s.ok()) break;
+          Logger("rdzv")->warn("cannot enter the election again: {}", std::string(s.message()));
+          absl::SleepFor(absl::Milliseconds(500));
+        }
+      }
+    }
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, ServingGate* gate,
+                                                        ReplicaHooks hooks) {
+  auto impl = std::make_unique<Impl>();
+  impl->gate = gate;
+  impl->hooks = std::move(hooks);
+  const std::string prefix = options.connection.url.prefix;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options.connection.client);
+  if (!client.ok()) return client.status();
+  impl->client = std::move(*client);
+  if (absl::Status s = impl->client->Connect(); !s.ok()) return s;
+  ElectionOptions eo;
+  eo.prefix = prefix + "/election/";
+  eo.lease_ttl_s = options.lease_ttl_s;
+  impl->election_prefix = eo.prefix;
+  impl->election = std::make_unique<Election>(impl->client.get(), eo);
+  impl->journal =
+      std::make_unique<EtcdJournal>(impl->client.get(), impl->election.get(), prefix + "/runs/", prefix + "/kv/");
+  impl->options = std::move(options);
+  gate->SetServing(false);
+  return std::unique_ptr<Replica>(new Replica(std::move(impl)));
+}
+
+absl::Status Replica::Campaign(const std::string& advertise) {
+  Impl* raw = impl_.get();
+  raw->options.advertise = advertise;
+  raw->gate->SetSelf(advertise);
+  raw->observer = raw->election->Observe([raw](const std::optional<LeaderInfo>& l) {
+    raw->gate->SetLeader(l ? l->value : "");
+    if (l) Logger("rdzv")->info("the rendezvous server replicas' leader: {} ({})", l->value, l->candidate_id);
+  });
+  raw->gate->SetReplicasSource([this] {
+    std::vector<ReplicaView> out;
+    absl::StatusOr<std::vector<ReplicaInfo>> r = Replicas();
+    if (r.ok()) {
+      for (const ReplicaInfo& i : *r) out.push_back({i.id, i.address, i.leader});
+    }
+    return out;
+  });
+  raw->thread = std::thread([raw] { raw->Loop(); });
+  return raw->Campaign();
+}
+
+Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Replica::~Replica() {
+  impl_->gate->SetServing(false);
+  impl_->gate->SetReplicasSource(nullptr);
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->stopping = true;
+  }
+  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->observer.reset();
+  (void)impl_->election->Resign();
+}
+
+RunJournal* Replica::journal() { return impl_->journal.get(); }
+
+bool Replica::leading() const { return impl_->gate->serving(); }
+
+absl::StatusOr<std::vector<ReplicaInfo>> Replica::Replicas() {
+  RangeOptions o;
+  o.sort = RangeOptions::Sort::kAscend;
+  o.sort_target = RangeOptions::SortTarget::kCreate;
+  absl::StatusOr<RangeResult> r = impl_->client->GetPrefix(impl_->election_prefix, o);
+  if (!r.ok()) return r.status();
+  std::vector<ReplicaInfo> out;
+  for (const KeyValue& kv : r->kvs) {
+    ReplicaInfo info;
+    if (!DecodeCandidate(kv.value, &info.id, &info.address).ok()) info.address = kv.value;
+    info.leader = out.empty();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace meshrun::rendezvous::state::etcd

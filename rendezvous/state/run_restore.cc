@@ -1,0 +1,110 @@
+// Run: its durable state (rendezvous/state/state.h) - the record saved at
+// every durable change, and the restore of a run from it on the replica
+// that takes over after a failover.
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "rendezvous/run.h"
+
+namespace meshrun::rendezvous {
+
+void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq) {
+  journal_ = journal;
+  journal_seq_ = std::move(seq);
+  if (journal == nullptr) return;
+  // The store's writes go to the journal before they are applied.
+  kv_->SetDurability(
+      [journal, id = run_id_](int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
+                              const std::vector<std::string>& erase) {
+        return journal->SaveKeys(id, round, set, erase);
+      },
+      [journal, id = run_id_](int64_t round) {
+        if (absl::Status s = journal->DropKeysBelow(id, round); !s.ok()) {
+          Logger("rdzv")->warn("run '{}': could not drop the store's keys below round {}: {}", id, round,
+                               std::string(s.message()));
+        }
+      });
+}
+
+state::RunRecord Run::RecordLocked() const {
+  state::RunRecord r;
+  r.run_id = run_id_;
+  r.state = StateName(state_);
+  r.config = config_;
+  r.round = round_;
+  r.restart_count = restart_count_;
+  if (has_root_cause_) r.root_cause = root_cause_;
+  // A round being re-formed: the members of the round before, who join again.
+  const NodeList<Member>& members = state_ == State::kJoining ? reforming_ : members_;
+  r.members.reserve(members.size());
+  for (const Member& m : members) {
+    state::MemberRecord mr;
+    mr.node = m.node;
+    mr.assignment = m.assignment;
+    if (auto it = known_.find(m.node.node_id); it != known_.end()) mr.assignment.session = it->second.session;
+    mr.finished = m.finished;
+    r.members.push_back(std::move(mr));
+  }
+  return r;
+}
+
+state::RunRecord Run::Record() const {
+  absl::MutexLock lock(&mu_);
+  return RecordLocked();
+}
+
+void Run::JournalLocked(Deferred& later) {
+  if (journal_ == nullptr || status_only_) return;
+  state::RunRecord r = RecordLocked();
+  r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
+  // First among the deferred calls: saved before the answers they make.
+  later.insert(later.begin(), [journal = journal_, r = std::move(r)]() {
+    if (absl::Status s = journal->Save(r); !s.ok()) {
+      Logger("rdzv")->error("run '{}' round {}: could not save its state: {}", r.run_id, r.round,
+                            std::string(s.message()));
+    }
+  });
+}
+
+void Run::Restore(const state::RunRecord& r) {
+  absl::MutexLock lock(&mu_);
+  configured_ = true;
+  config_ = r.config;
+  round_ = r.round;
+  restart_count_ = r.restart_count;
+  has_root_cause_ = r.root_cause.has_value();
+  if (r.root_cause) root_cause_ = *r.root_cause;
+  const absl::Time now = absl::Now();
+  members_.clear();
+  reforming_.clear();
+  finished_count_ = 0;
+  for (const state::MemberRecord& m : r.members) {
+    known_[m.node.node_id] = Known{m.assignment.session, std::string(), now};
+    Member member{m.node, m.assignment, m.finished};
+    member.assignment.session.clear();  // known_ holds it.
+    if (r.state == "joining") {
+      member.finished = false;
+      reforming_.push_back(std::move(member));
+    } else {
+      if (member.finished) ++finished_count_;
+      members_.push_back(std::move(member));
+    }
+  }
+  if (!r.members.empty()) had_node_ = true;
+  // The store: keys of the current round (older ones are dropped anyway).
+  for (const state::StoredKey& k : r.keys) {
+    if (k.round >= r.round) kv_->Restore(k.round, k.key, k.value);
+  }
+  if (r.state == "running") {
+    state_ = State::kRunning;
+    ArmLivenessLocked();
+  } else if (r.state == "joining") {
+    state_ = State::kJoining;
+    reform_target_ = reforming_.empty() ? 0 : std::min<int>(config_.max_nodes, static_cast<int>(reforming_.size()));
+  } else {
+    state_ = r.state == "finished" ? State::kFinished : State::kFailed;
+  }
+  Logger("rdzv")->info("run '{}' restored at round {} ({}, {} members, {} restarts spent, {} store keys)", run_id_,
+                       round_, r.state, r.members.size(), restart_count_, r.keys.size());
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,86 @@
+// Whether this replica of the rendezvous server serves now, and who leads
+// when it does not (docs/design.md section 4d). The service checks it at the
+// door of every rendezvous and store call (RendezvousService::Admit); the
+// replica (rendezvous/state/replica.h) opens and closes it. Pure: no gRPC.
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace meshrun::rendezvous::state {
+
+// One replica as the election lists it.
+struct ReplicaView {
+  std::string id;       // host:pid
+  std::string address;  // host:port agents reach it on
+  bool leader = false;
+};
+
+class ServingGate {
+ public:
+  // A gate starts closed: a replica serves only once it leads and has
+  // restored the state.
+  ServingGate() = default;
+
+  // Opens (this replica leads and its state is loaded) or closes it.
+  void SetServing(bool serving) { serving_.store(serving, std::memory_order_release); }
+  bool serving() const { return serving_.load(std::memory_order_acquire); }
+  // The leader's "host:port" as agents reach it ("" when none is known).
+  void SetLeader(std::string leader) {
+    absl::MutexLock lock(&mu_);
+    leader_ = std::move(leader);
+  }
+  std::string leader() const {
+    absl::MutexLock lock(&mu_);
+    return leader_;
+  }
+  // This replica's own "host:port" (for messages).
+  void SetSelf(std::string self) {
+    absl::MutexLock lock(&mu_);
+    self_ = std::move(self);
+  }
+  std::string self() const {
+    absl::MutexLock lock(&mu_);
+    return self_;
+  }
+  // Where Replicas() reads the replicas from (the election); set before
+  // serving.
+  void SetReplicasSource(std::function<std::vector<ReplicaView>()> source) {
+    absl::MutexLock lock(&mu_);
+    replicas_ = std::move(source);
+  }
+  // Every replica, the leader first (empty without a source or when it
+  // fails). May block on the source (one etcd read).
+  std::vector<ReplicaView> Replicas() const {
+    std::function<std::vector<ReplicaView>()> source;
+    {
+      absl::MutexLock lock(&mu_);
+      source = replicas_;
+    }
+    return source ? source() : std::vector<ReplicaView>{};
+  }
+  // Why a call is refused while closed, in one line.
+  std::string Refusal() const {
+    absl::MutexLock lock(&mu_);
+    return absl::StrCat("this rendezvous server replica (", self_, ") stands by; ",
+                        leader_.empty() ? std::string("no replica leads at the moment (election in progress)")
+                                        : absl::StrCat("the leader is ", leader_));
+  }
+
+ private:
+  std::atomic<bool> serving_{false};
+  mutable absl::Mutex mu_;
+  std::string leader_ ABSL_GUARDED_BY(mu_);
+  std::string self_ ABSL_GUARDED_BY(mu_);
+  std::function<std::vector<ReplicaView>()> replicas_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshrun::rendezvous::state

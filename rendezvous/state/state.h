@@ -1,0 +1,132 @@
+// The rendezvous server's durable state (docs/design.md section 4d): what a
+// replica that takes over after a failover must know for the agents of a
+// running job to carry on with it, untouched. Pure domain: no gRPC, no etcd.
+//
+// Durable (in a RunRecord, written before the server acknowledges it):
+//   - the run's configuration (the job's shape: --nnodes, --max_restarts,
+//     timeouts), its round number and state;
+//   - the members of the closed round: node, assignment (node rank, ranks,
+//     MASTER_ADDR/PORT) and session credential, and whether each has reached
+//     the exit barrier;
+//   - restarts spent, and the root cause of the last incident (a permanent
+//     failure ends the run: its state says so).
+// Soft (rebuilt after a failover, not journaled): heartbeats (a restored
+// member counts as seen at the restore), event streams (agents open them
+// again), joins of an open round and parked calls (agents send them again).
+// Store keys are durable too: every store write goes to the journal
+// (SaveKeys) before it is applied and acknowledged, so keys that were set
+// stay readable and parked reads complete on the next leader; keys of
+// rounds below the current one are dropped with them (DropKeysBelow). Not
+// for store-only runs (no node ever joined: no record): their keys are
+// saved but not restored.
+//
+// Two implementations of RunJournal: none at all (the server without
+// --state: the Runs in memory are the state, nothing is copied, so the
+// default stays as fast as it was), MemoryJournal (a copy in memory, for
+// tests of the restore), and etcd (rendezvous/state/etcd/etcd_state.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/types.h"
+
+namespace meshrun::rendezvous::state {
+
+// One member of a run's current (closed) round.
+struct MemberRecord {
+  NodeDesc node;
+  Assignment assignment;  // Its session field holds the node's current credential.
+  bool finished = false;  // At the exit barrier of `assignment.round`.
+};
+
+// One key of a run's store (rendezvous/kv_store.h), in its round.
+struct StoredKey {
+  int64_t round = 0;
+  std::string key;
+  std::string value;  // Any bytes.
+};
+
+// Everything durable about one run (see above).
+struct RunRecord {
+  std::string run_id;
+  // Raised by one at every change of the run's durable state, under the
+  // run's lock: a journal keeps the record with the highest seq.
+  int64_t seq = 0;
+  // "joining" (a round is open: after a restart or a re-form, or before the
+  // first close), "running", "finished" or "failed" (Run::State's names).
+  std::string state = "joining";
+  RunConfig config;
+  int64_t round = 0;
+  int restart_count = 0;
+  std::optional<WorkerFailure> root_cause;
+  // The members of the last closed round, by node rank. In state
+  // "joining" after a restart or re-form: that round's members, who are
+  // expected to join again with their credentials.
+  std::vector<MemberRecord> members;
+  // The run's store: filled by RunJournal::Load only (saved by SaveKeys,
+  // not part of the record's JSON).
+  std::vector<StoredKey> keys;
+};
+
+// Where a server's durable state goes. Implementations are thread-safe.
+class RunJournal {
+ public:
+  virtual ~RunJournal() = default;
+  // Keeps `record` as its run's state unless the journal holds a record of
+  // that run with a higher or equal seq (then OK, nothing written). Called
+  // once per durable change (one per closed round, not one per join),
+  // before the change is acknowledged to any client. Errors: the store's
+  // (for etcd: FAILED_PRECONDITION when this replica no longer leads,
+  // UNAVAILABLE when etcd is unreachable or without quorum).
+  virtual absl::Status Save(const RunRecord& record) = 0;
+  // Forgets a run (removed from the server: ended_run_ttl, replaced by a
+  // new job under the same id). Errors as Save.
+  virtual absl::Status Drop(const std::string& run_id) = 0;
+  // A write of a run's store in `round`: keys set with their values, keys
+  // deleted. Called under the store's lock, before the write is applied,
+  // acknowledged or wakes a parked read. Errors as Save (the write is then
+  // refused).
+  virtual absl::Status SaveKeys(const std::string& run_id, int64_t round,
+                                const std::vector<std::pair<std::string, std::string>>& set,
+                                const std::vector<std::string>& erase) = 0;
+  // Drops the run's keys of rounds below `round` (a new round closed).
+  virtual absl::Status DropKeysBelow(const std::string& run_id, int64_t round) = 0;
+  // Every run's latest record, by run id, with its store's keys. Errors as Save.
+  virtual absl::StatusOr<std::vector<RunRecord>> Load() = 0;
+};
+
+// A journal in memory: what a failover would find, for tests. Thread-safe.
+class MemoryJournal : public RunJournal {
+ public:
+  absl::Status Save(const RunRecord& record) override;
+  absl::Status Drop(const std::string& run_id) override;
+  absl::Status SaveKeys(const std::string& run_id, int64_t round,
+                        const std::vector<std::pair<std::string, std::string>>& set,
+                        const std::vector<std::string>& erase) override;
+  absl::Status DropKeysBelow(const std::string& run_id, int64_t round) override;
+  absl::StatusOr<std::vector<RunRecord>> Load() override;
+  // Saves that wrote (not skipped as older).
+  int64_t writes() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, RunRecord> runs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::map<std::pair<int64_t, std::string>, std::string>> keys_ ABSL_GUARDED_BY(mu_);
+  int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A record as JSON text (one object; durations in milliseconds, times in
+// Unix nanoseconds), and back: INVALID_ARGUMENT naming the first field
+// that is missing or of the wrong type. Pure.
+std::string EncodeRunRecord(const RunRecord& record);
+absl::StatusOr<RunRecord> DecodeRunRecord(const std::string& json);
+
+}  // namespace meshrun::rendezvous::state

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# A job outlives its rendezvous server's host (issue 24, "Must work" 1; docs/etcd.md), on
+# loopback with distinct ports, or with --hosts on 5 network-namespace hosts
+# (tests/hosts/netns_hosts.sh; root only): hosts 0-2 each run an etcd member and a replica,
+# hosts 3-4 the job's two nodes, and the leader's host dies by host_kill (SIGKILL of
+# everything on it).
+#
+#   1. A real 3-member etcd cluster (tests/etcd/etcd_cluster.sh), and 3 `meshrun server`
+#      replicas sharing `--state etcd://...`, replica i listing etcd member i first ("its
+#      host's" member), with 1 s leases (etcd's floor with the fast timing the members use;
+#      FAILOVER_LEASE_TTL=N for another). One leads; the other two answer with who leads.
+#   2. A 2-node job of waiting workers (`--rdzv_endpoint` listing the 3 replicas) starts and
+#      its workers run. Node rank 0's worker is released first: that node waits at the exit
+#      barrier (meshrun status shows it "finished") when the leader dies.
+#   3. kill -9 of the leader's replica AND its etcd member, together.
+#   4. Both agents follow the new leader (measured: from the kill to the last agent's
+#      "following the rendezvous leader" line, printed as "failover: N ms"); a replica that
+#      stood by leads, with the run restored from etcd.
+#      `meshrun status` given the 3 replicas shows them, the new leader first, and the run.
+#   5. Node rank 1's worker is released: the job finishes with exit 0 on both nodes, no worker was
+#      started twice, TORCHELASTIC_RESTART_COUNT stayed 0 and the round stayed 0.
+#
+#   Store keys: worker rank 0 sets a key (as libmesh sets an NCCL unique id) before the kill;
+#   after it, the new leader serves it (asked directly) and worker rank 1 reads it through
+#   its agent's store proxy, which followed the leader.
+#
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts]
+#        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
+# Every wait is bounded; everything started here is killed on exit, failure included.
+set -uo pipefail
+
+meshrun=$(readlink -f "${1:?usage: failover_test.sh MESHRUN_BINARY STORE_KEYS}")
+store_keys=$(readlink -f "${2:?usage: failover_test.sh MESHRUN_BINARY STORE_KEYS}")
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/etcd/etcd_cluster.sh
+source "$here/etcd_cluster.sh"
+etcd_require
+mode=loopback
+if [[ ${3:-} == --hosts ]]; then
+  mode=hosts
+  # shellcheck source=tests/hosts/netns_hosts.sh
+  source "$here/../hosts/netns_hosts.sh"
+  hosts_require
+fi
+# run_on HOST CMD...: on namespace host HOST (--hosts), else here.
+run_on() {
+  local i=$1; shift
+  if [[ $mode == hosts ]]; then on_host "$i" "$@"; else "$@"; fi
+}
+# spawn_on HOST CMD...: the same in the background; $! is then CMD's pid here (the
+# namespace entry's with --hosts, whose host_kill and hosts_down reach CMD).
+spawn_on() {
+  local i=$1; shift
+  if [[ $mode == hosts ]]; then on_host "$i" "$@" & else "$@" & fi
+}
+# The address replica i listens on.
+addr_of() { if [[ $mode == hosts ]]; then echo "${HOSTS_V4[$1]}"; else echo 127.0.0.1; fi; }
+client_host=3  # Where meshrun status and store_keys run (a node's host).
+
+work=$(mktemp -d /tmp/meshrun-failover-test.XXXXXX)
+server_pid=() agent_pid=()
+cleanup() {
+  local p
+  for p in "${agent_pid[@]}" "${server_pid[@]}"; do
+    [[ -n $p ]] && kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null
+  done
+  etcd_down
+  [[ $mode == hosts ]] && hosts_down
+  [[ -z ${FAILOVER_KEEP:-} && $work == /tmp/meshrun-failover-test.* ]] && rm -rf -- "$work"
+}
+
+fail() {
+  local f
+  echo "FAIL: $*"
+  for f in "$work"/server*.log "$work"/agent*.log; do
+    [[ -f $f ]] || continue
+    echo "--- ${f##*/} (last 15 lines)"
+    tail -n 15 "$f"
+  done
+  exit 1
+}
+now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
+# wait_for SECONDS CMD...: runs CMD every 50 ms until it succeeds; 1 on timeout.
+wait_for() {
+  local limit=$(($(now_ms) + $1 * 1000)); shift
+  until "$@"; do
+    (($(now_ms) >= limit)) && return 1
+    sleep 0.05
+  done
+}
+
+trap cleanup EXIT
+if [[ $mode == hosts ]]; then
+  hosts_up 5 || fail "the namespace hosts did not come up"
+  trap cleanup EXIT
+  etcd_up 3 --hosts || fail "etcd did not come up"
+else
+  etcd_up 3 || fail "etcd did not come up"
+fi
+trap cleanup EXIT  # hosts_up and etcd_up set their own: ours calls them too.
+echo "etcd: $(etcd_endpoints)"
+
+# 1. Three replicas, each with its own etcd member first.
+for i in 0 1 2; do
+  members=${ETCD_CLIENT[i]}
+  for j in 0 1 2; do ((j != i)) && members+=",${ETCD_CLIENT[j]}"; done
+  spawn_on "$i" "$meshrun" server --host "$(addr_of "$i")" --port 0 --port_file "$work/port$i" --state "etcd://$members/failover-test" \
+    --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" >"$work/server$i.log" 2>&1
+  server_pid[i]=$!
+done
+ports_written() { [[ -s $work/port0 && -s $work/port1 && -s $work/port2 ]]; }
+wait_for 20 ports_written || fail "the 3 replicas did not all listen within 20 s"
+endpoints=
+for i in 0 1 2; do endpoints+="${endpoints:+,}$(addr_of "$i"):$(cat "$work/port$i")"; done
+leader_of() { grep -l "meshrun server: leading" "$work"/server*.log 2>/dev/null | head -n 1; }
+has_leader() { [[ -n $(leader_of) ]]; }
+wait_for 20 has_leader || fail "no replica led within 20 s"
+leader_log=$(leader_of)
+leader=${leader_log##*server}
+leader=${leader%.log}
+echo "replicas: $endpoints; replica $leader leads"
+
+# 2. A 2-node job; each worker records its start and waits for the release file (bounded).
+worker='if [ "$RANK" = 0 ]; then "$STORE_KEYS" set mesh/probe/row0 nccl-id-0 || exit 4; fi
+echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
+for i in $(seq 1200); do [ -e "$OUT/release$RANK" ] && break; sleep 0.05; done
+[ -e "$OUT/release$RANK" ] || exit 3
+if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" || exit 5; fi
+echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
+for n in 0 1; do
+  OUT=$work STORE_KEYS=$store_keys spawn_on $((3 + n)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
+    --max_restarts=3 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
+  agent_pid[n]=$!
+done
+running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
+wait_for 30 running || fail "the job's workers did not start within 30 s"
+echo "job running: $(cat "$work/rank0.start") / $(cat "$work/rank1.start") (restart count, round)"
+
+# Node rank 0 finishes first and waits at the exit barrier.
+touch "$work/release0"
+at_barrier() {
+  run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --rdzv_id=failover --timeout 2 2>/dev/null |
+    grep -Eq "^  0 +.* finished "
+}
+wait_for 30 at_barrier || fail "node rank 0 did not reach the exit barrier within 30 s"
+echo "node rank 0 waits at the exit barrier"
+
+# 3. The leader's host dies: its replica and its etcd member, kill -9 together.
+t_kill=$(now_ms)
+if [[ $mode == hosts ]]; then
+  host_kill "$leader" || fail "host $leader outlived host_kill"
+  ETCD_PID[leader]=
+else
+  kill -KILL "${server_pid[leader]}"
+  etcd_kill "$leader"
+fi
+wait "${server_pid[leader]}" 2>/dev/null
+server_pid[leader]=
+
+# 4. Both agents on the new leader.
+followed() { [[ $(grep -l "following the rendezvous leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l) == 2 ]]; }
+wait_for 30 followed || fail "the agents did not both follow a new leader within 30 s of the kill"
+t_followed=$(now_ms)
+new_leader_log=$(grep -l "meshrun server: leading" "$work"/server*.log | grep -v "server$leader.log" | head -n 1)
+[[ -n $new_leader_log ]] || fail "no other replica leads"
+echo "new leader: ${new_leader_log##*/}: $(grep -h "meshrun server: leading" "$new_leader_log" | tail -n 1)"
+for n in 0 1; do echo "agent $n: $(grep -h "following the rendezvous leader" "$work/agent$n.log" | tail -n 1 | sed 's/.*\] //')"; done
+echo "failover: $((t_followed - t_kill)) ms from kill -9 of the leader's replica and etcd member to both agents on the new leader"
+# meshrun status, given every replica (the dead one first), shows the replicas and the new leader's run.
+new_index=${new_leader_log##*server}
+new_port=$(cat "$work/port${new_index%.log}")
+new_addr=$(addr_of "${new_index%.log}")
+run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
+cat "$work/status.txt"
+grep -q "replicas (state in etcd): $new_addr:$new_port (leader)" "$work/status.txt" || fail "meshrun status does not show the new leader $new_addr:$new_port first"
+grep -q "run 'failover' at $new_addr:$new_port: running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
+
+# The key set before the kill, on the new leader.
+key=$(run_on $client_host "$store_keys" "@$new_addr:$new_port" failover 0 get mesh/probe/row0) || fail "the new leader does not serve the key set before the failover: $key"
+[[ $key == nccl-id-0 ]] || fail "the new leader has '$key' for the key set before the failover (expected nccl-id-0)"
+echo "store: the key set before the failover reads 'nccl-id-0' on the new leader"
+
+# 5. The job finishes untouched.
+touch "$work/release1"
+for n in 0 1; do
+  agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
+  wait_for 60 agent_done "$n" || fail "agent $n did not finish within 60 s of the release"
+  wait "${agent_pid[n]}"
+  rc=$?
+  agent_pid[n]=
+  ((rc == 0)) || fail "agent $n exited $rc (expected 0)"
+done
+for r in 0 1; do
+  [[ $(wc -l <"$work/rank$r.start") == 1 ]] || fail "worker rank $r was started $(wc -l <"$work/rank$r.start") times"
+  [[ $(cat "$work/rank$r.start") == "0 0" ]] || fail "worker rank $r started with restart count and round '$(cat "$work/rank$r.start")' (expected '0 0')"
+  [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish with restart count 0"
+done
+[[ $(cat "$work/rank1.key") == nccl-id-0 ]] || fail "worker rank 1 read '$(cat "$work/rank1.key")' through its store proxy (expected nccl-id-0)"
+echo "PASS: the job finished with exit 0 on both nodes; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0; the store key survived (read through the proxy after the failover); the exit barrier held node rank 0's arrival across it"

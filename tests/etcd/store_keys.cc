@@ -1,0 +1,78 @@
+// Sets or reads one key of a run's store, for the shell tests of replicated
+// servers (tests/etcd/failover_test.sh):
+//   store_keys set KEY VALUE | get KEY            as a worker: the store from the
+//                                                 environment (the agent's proxy)
+//   store_keys @ENDPOINT RUN_ID ROUND set KEY VALUE | get KEY   straight to a server
+//   store_keys ... bench N                          N sets of distinct keys, one at a
+//                                                 time: prints "kvset p50=.. p99=.. us"
+// `get` waits up to 10 s for the key and prints its value. Exit 0 when the call
+// worked, 1 when it failed (the status printed), 2 on bad arguments.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+#include "absl/strings/numbers.h"
+#include "client/grpc_store.h"
+
+int main(int argc, char** argv) {
+  meshrun::client::GrpcStoreOptions options;
+  int i = 1;
+  if (argc > 1 && argv[1][0] == '@') {
+    if (argc < 4) return 2;
+    options.endpoint = argv[1] + 1;
+    options.run_id = argv[2];
+    if (!absl::SimpleAtoi(argv[3], &options.round)) return 2;
+    i = 4;
+  } else {
+    auto env = meshrun::client::GrpcStoreOptionsFromEnv();
+    if (!env.ok()) {
+      std::printf("options: %s\n", env.status().ToString().c_str());
+      return 2;
+    }
+    options = *env;
+  }
+  if (argc - i < 2) return 2;
+  const std::string op = argv[i], key = argv[i + 1];
+  options.connect_timeout = absl::Seconds(5);
+  auto store = meshrun::client::ConnectGrpcStore(options);
+  if (!store.ok()) {
+    std::printf("connect: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  if (op == "set" && argc - i == 3) {
+    absl::Status s = (*store)->Set(key, argv[i + 2]);
+    if (!s.ok()) std::printf("set: %s\n", s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+  }
+  if (op == "bench") {
+    int n = 0;
+    if (!absl::SimpleAtoi(key, &n) || n < 1 || n > 1000000) return 2;
+    std::vector<double> us;
+    for (int k = 0; k < n; ++k) {
+      const absl::Time t0 = absl::Now();
+      absl::Status s = (*store)->Set(absl::StrCat("bench/", k), "value-of-32-bytes-0123456789abcd");
+      us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+      if (!s.ok()) {
+        std::printf("set: %s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("kvset n=%d p50=%.0f p99=%.0f us\n", n, us[us.size() / 2], us[us.size() * 99 / 100]);
+    return 0;
+  }
+  if (op == "get") {
+    auto v = (*store)->Get(key, absl::Seconds(10));
+    if (!v.ok()) {
+      std::printf("get: %s\n", v.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%s\n", v->c_str());
+    return 0;
+  }
+  return 2;
+}

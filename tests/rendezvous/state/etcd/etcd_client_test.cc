@@ -1,0 +1,631 @@
+// The etcd client (rendezvous/state/etcd/etcd_client.h) against real etcd
+// clusters started by tests/support/etcd_cluster.h: KV and transactions,
+// etcd's limits, fail-over and watches across kill -9 of members, leases,
+// quorum loss, an unreachable --state, TLS mismatches and etcd's auth.
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/net.h"
+#include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "rendezvous/state/etcd/etcd_client.h"
+#include "tests/rendezvous/state/etcd/etcd_test_util.h"
+#include "tests/support/certs.h"
+#include "tests/support/etcd_cluster.h"
+#include "tests/support/subprocess.h"
+
+using meshrun::testing::EtcdCluster;
+using meshrun::testing::EtcdClusterOptions;
+using meshrun::testing::Mentions;
+using meshrun::testing::OneLine;
+using meshrun::testing::SecondsSince;
+using meshrun::testing::TestClient;
+using meshrun::testing::TestClientOptions;
+using meshrun::testing::WaitFor;
+namespace etcd = meshrun::rendezvous::state::etcd;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Events and state changes a watch delivered, read from the test's thread.
+struct WatchLog {
+  std::mutex mu;
+  std::vector<etcd::WatchEvent> events;
+  std::vector<etcd::WatchStatus> statuses;
+  etcd::WatchCallbacks Callbacks() {
+    etcd::WatchCallbacks cb;
+    cb.on_event = [this](const etcd::WatchEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+    };
+    cb.on_status = [this](const etcd::WatchStatus& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      statuses.push_back(s);
+    };
+    return cb;
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu);
+    return events.size();
+  }
+};
+
+// What a lease keeper's callbacks said, and when.
+struct LossLog {
+  std::mutex mu;
+  bool lost = false;
+  int unconfirmed = 0;
+  int confirmed = 0;
+  absl::Status why;  // Of the last on_lost or on_unconfirmed.
+  Clock::time_point at;
+  etcd::LeaseCallbacks Callbacks() {
+    etcd::LeaseCallbacks cb;
+    cb.on_lost = [this](const absl::Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      lost = true;
+      why = s;
+      at = Clock::now();
+    };
+    cb.on_unconfirmed = [this](const absl::Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++unconfirmed;
+      why = s;
+      at = Clock::now();
+    };
+    cb.on_confirmed = [this] {
+      std::lock_guard<std::mutex> lock(mu);
+      ++confirmed;
+    };
+    return cb;
+  }
+  bool Lost() {
+    std::lock_guard<std::mutex> lock(mu);
+    return lost;
+  }
+  int Unconfirmed() {
+    std::lock_guard<std::mutex> lock(mu);
+    return unconfirmed;
+  }
+  int Confirmed() {
+    std::lock_guard<std::mutex> lock(mu);
+    return confirmed;
+  }
+};
+
+// Creates `key` with `value` the way a caller of the client writes across
+// fail-overs: with a compare that makes the write safe to repeat (only if
+// absent), repeated while its outcome is unknown (OutcomeUnknown). OK when
+// the key holds `value` in the end; `unknown` counts the repeats.
+absl::Status CreateEventually(etcd::Client& c, const std::string& key, const std::string& value, int* unknown) {
+  etcd::Txn t;
+  t.compare = {etcd::Compare::Absent(key)};
+  t.success = {etcd::Op::Put(key, value)};
+  t.failure = {etcd::Op::Get(key)};
+  absl::Status last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    absl::StatusOr<etcd::TxnResult> r = c.Transact(t);
+    if (r.ok()) {
+      if (r->succeeded) return absl::OkStatus();
+      // An earlier try was applied.
+      const auto& kvs = r->results.at(0).range.kvs;
+      return !kvs.empty() && kvs[0].value == value ? absl::OkStatus() : absl::InternalError("another value");
+    }
+    last = r.status();
+    if (!etcd::OutcomeUnknown(last)) return last;
+    ++*unknown;
+  }
+  return last;
+}
+
+std::string Key(int i) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%02d", i);
+  return buf;
+}
+
+}  // namespace
+
+TEST_CASE("etcd: KV, transactions, pagination and etcd's limits on a 3-member cluster", "[etcd]") {
+  MESHRUN_REQUIRE_ETCD();
+  EtcdCluster cluster;
+  REQUIRE_MSG(cluster.Start(), cluster.error());
+  auto client = TestClient(TestClientOptions(cluster));
+  REQUIRE(client != nullptr);
+  REQUIRE(client->Connect().ok());
+
+  absl::StatusOr<etcd::PutResult> p1 = client->Put("/t/a", "1");
+  REQUIRE(p1.ok());
+  CHECK(p1->revision > 0);
+  absl::StatusOr<etcd::RangeResult> g = client->Get("/t/a");
+  REQUIRE(g.ok());
+  REQUIRE(g->kvs.size() == 1);
+  CHECK(g->kvs[0].value == "1");
+  CHECK(g->kvs[0].create_revision == p1->revision);
+  CHECK(g->kvs[0].version == 1);
+  absl::StatusOr<etcd::PutResult> p2 = client->Put("/t/a", "2", 0, /*prev_kv=*/true);
+  REQUIRE(p2.ok());
+  CHECK(p2->has_prev);
+  CHECK(p2->prev.value == "1");
+  CHECK(client->Get("/t/missing")->kvs.empty());
+
+  // A prefix read in pages.
+  for (int i = 0; i < 10; ++i) REQUIRE(client->Put("/t/p/" + Key(i), std::to_string(i)).ok());
+  std::vector<std::string> seen;
+  etcd::RangeOptions page;
+  page.limit = 4;
+  page.range_end = etcd::PrefixEnd("/t/p/");
+  std::string from = "/t/p/";
+  for (int pages = 0; pages < 10; ++pages) {
+    absl::StatusOr<etcd::RangeResult> r = client->Get(from, page);
+    REQUIRE(r.ok());
+    for (const auto& kv : r->kvs) seen.push_back(kv.key);
+    if (!r->more) break;
+    CHECK(r->kvs.size() == 4);
+    from = r->kvs.back().key + std::string(1, '\0');
+  }
+  REQUIRE(seen.size() == 10);
+  for (int i = 0; i < 10; ++i) CHECK(seen[i] == "/t/p/" + Key(i));
+  etcd::RangeOptions count;
+  count.count_only = true;
+  CHECK(client->GetPrefix("/t/p/", count)->count == 10);
+
+  // Every compare target, both branches, a nested Txn.
+  absl::StatusOr<etcd::Lease> lease = client->LeaseGrant(30);
+  REQUIRE(lease.ok());
+  REQUIRE(client->Put("/t/l", "x", lease->id).ok());
+  etcd::Txn t;
+  using R = etcd::Compare::Result;
+  t.compare = {etcd::Compare::Value("/t/a", R::kEqual, "2"), etcd::Compare::Version("/t/a", R::kEqual, 2),
+               etcd::Compare::CreateRevision("/t/a", R::kEqual, p1->revision),
+               etcd::Compare::ModRevision("/t/a", R::kEqual, p2->revision),
+               etcd::Compare::Lease("/t/l", R::kEqual, lease->id), etcd::Compare::Absent("/t/b")};
+  t.success = {etcd::Op::Put("/t/b", "b"), etcd::Op::Get("/t/a")};
+  t.failure = {etcd::Op::Get("/t/a")};
+  absl::StatusOr<etcd::TxnResult> tr = client->Transact(t);
+  REQUIRE(tr.ok());
+  CHECK(tr->succeeded);
+  REQUIRE(tr->results.size() == 2);
+  CHECK(tr->results[0].kind == etcd::Op::Kind::kPut);
+  CHECK(tr->results[1].range.kvs.at(0).value == "2");
+  // The same again: /t/b exists now, so the failure branch runs.
+  absl::StatusOr<etcd::TxnResult> tr2 = client->Transact(t);
+  REQUIRE(tr2.ok());
+  CHECK_FALSE(tr2->succeeded);
+  CHECK(tr2->results.at(0).range.kvs.at(0).value == "2");
+  etcd::Txn inner;
+  inner.compare = {etcd::Compare::Absent("/t/n")};
+  inner.success = {etcd::Op::Put("/t/n", "n")};
+  etcd::Txn outer;
+  outer.success = {etcd::Op::Nested(inner)};
+  absl::StatusOr<etcd::TxnResult> nested = client->Transact(outer);
+  REQUIRE(nested.ok());
+  REQUIRE(nested->results.size() == 1);
+  REQUIRE(nested->results[0].txn != nullptr);
+  CHECK(nested->results[0].txn->succeeded);
+  CHECK(client->Get("/t/n")->kvs.at(0).value == "n");
+
+  absl::StatusOr<etcd::DeleteResult> d = client->Delete("/t/a");
+  REQUIRE(d.ok());
+  CHECK(d->deleted == 1);
+  CHECK(client->DeletePrefix("/t/p/")->deleted == 10);
+  CHECK(client->Get("/t/a")->kvs.empty());
+
+  // etcd's limits: 128 ops in a Txn pass, 129 are refused with one line.
+  etcd::Txn big;
+  for (int i = 0; i < 128; ++i) big.success.push_back(etcd::Op::Put("/t/big/" + std::to_string(i), "v"));
+  absl::StatusOr<etcd::TxnResult> ok128 = client->Transact(big);
+  REQUIRE(ok128.ok());
+  CHECK(ok128->results.size() == 128);
+  big.success.push_back(etcd::Op::Put("/t/big/128", "v"));
+  absl::StatusOr<etcd::TxnResult> no129 = client->Transact(big);
+  REQUIRE_FALSE(no129.ok());
+  INFO(no129.status().message());
+  CHECK(no129.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Mentions(no129.status(), "129 operations"));
+  CHECK(Mentions(no129.status(), "--max-txn-ops"));
+  CHECK(Mentions(no129.status(), "etcd 127.0.0.1:"));
+  CHECK(OneLine(no129.status()));
+  // Requests above --max-request-bytes (1.5 MiB): etcd's own refusal below
+  // its gRPC limit (2 MiB), gRPC's above it; one message for both.
+  for (size_t bytes : {size_t{1600} << 10, size_t{3} << 20}) {
+    absl::StatusOr<etcd::PutResult> large = client->Put("/t/large", std::string(bytes, 'x'));
+    REQUIRE_FALSE(large.ok());
+    INFO(large.status().message());
+    CHECK(large.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK(Mentions(large.status(), "--max-request-bytes"));
+    CHECK(OneLine(large.status()));
+  }
+  etcd::Txn dup;
+  dup.success = {etcd::Op::Put("/t/d", "1"), etcd::Op::Put("/t/d", "2")};
+  absl::StatusOr<etcd::TxnResult> dupr = client->Transact(dup);
+  CHECK(dupr.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(dupr.status(), "duplicate key"));
+
+  absl::StatusOr<std::vector<etcd::MemberInfo>> members = client->MemberList();
+  REQUIRE(members.ok());
+  CHECK(members->size() == 3);
+  for (const auto& ep : client->options().members) {
+    absl::StatusOr<etcd::MemberStatus> st = client->StatusOf(ep);
+    REQUIRE(st.ok());
+    CHECK(st->leader != 0);
+    CHECK(st->version.rfind("3.", 0) == 0);
+  }
+}
+
+TEST_CASE("etcd: calls and watches fail over when a member is killed (kill -9)", "[etcd]") {
+  MESHRUN_REQUIRE_ETCD();
+  EtcdCluster cluster;
+  REQUIRE_MSG(cluster.Start(), cluster.error());
+  auto client = TestClient(TestClientOptions(cluster, {0, 1, 2}));
+  REQUIRE(client != nullptr);
+  absl::StatusOr<etcd::PutResult> first = client->Put("/w/" + Key(0), "0");
+  REQUIRE(first.ok());
+  CHECK(client->current_member() == cluster.ClientAddress(0));
+
+  // A prefix watch from a past revision: it starts with the first put.
+  WatchLog log;
+  etcd::WatchOptions wo;
+  wo.range_end = etcd::PrefixEnd("/w/");
+  wo.start_revision = first->revision;
+  wo.prev_kv = true;
+  std::unique_ptr<etcd::Watcher> watcher = client->Watch("/w/", wo, log.Callbacks());
+  for (int i = 1; i < 3; ++i) REQUIRE(client->Put("/w/" + Key(i), std::to_string(i)).ok());
+  REQUIRE(WaitFor([&] { return log.count() == 3; }, 10));
+
+  // kill -9 of the member the client and the watch talk to. Reads move to
+  // the next member at once; a write sent to the dead member in the moment
+  // before the client noticed reports its outcome unknown, and is repeated
+  // safely (CreateEventually).
+  cluster.Kill(0);
+  const auto t0 = Clock::now();
+  absl::StatusOr<etcd::RangeResult> read = client->Get("/w/" + Key(2));
+  const double failover_s = SecondsSince(t0);
+  REQUIRE_MSG(read.ok(), read.status().message());
+  CHECK(read->kvs.at(0).value == "2");
+  CHECK(client->current_member() != cluster.ClientAddress(0));
+  std::printf("etcd fail-over: the first Get after kill -9 of its member took %.3f s\n", failover_s);
+  if (meshrun::testing::kEtcdTimingBounds) CHECK(failover_s < 3.0);
+  int unknown = 0;
+  for (int i = 3; i < 8; ++i) {
+    absl::Status s = CreateEventually(*client, "/w/" + Key(i), std::to_string(i), &unknown);
+    REQUIRE_MSG(s.ok(), s.message());
+  }
+  CHECK(client->Get("/w/" + Key(7))->kvs.at(0).value == "7");
+
+  // The member comes back; then another goes: calls and the watch carry on.
+  REQUIRE(cluster.Restart(0));
+  REQUIRE_MSG(cluster.WaitHealthy(20), cluster.error());
+  cluster.Kill(1);
+  for (int i = 8; i < 10; ++i) {
+    absl::Status s = CreateEventually(*client, "/w/" + Key(i), std::to_string(i), &unknown);
+    REQUIRE_MSG(s.ok(), s.message());
+  }
+  etcd::Txn del;
+  del.success = {etcd::Op::Delete("/w/" + Key(0))};
+  absl::StatusOr<etcd::TxnResult> deleted;
+  for (int attempt = 0; attempt < 3; ++attempt) {  // Deleting twice deletes once.
+    deleted = client->Transact(del);
+    if (deleted.ok() || !etcd::OutcomeUnknown(deleted.status())) break;
+    ++unknown;
+  }
+  REQUIRE_MSG(deleted.ok(), deleted.status().message());
+  std::printf("etcd fail-over: %d write(s) of unknown outcome repeated\n", unknown);
+
+  // Every event once, in order, across the re-established streams.
+  REQUIRE(WaitFor([&] { return log.count() >= 11; }, 15));
+  watcher->Cancel();
+  std::lock_guard<std::mutex> lock(log.mu);
+  REQUIRE(log.events.size() == 11);
+  for (int i = 0; i < 10; ++i) {
+    CHECK(log.events[i].type == etcd::WatchEvent::Type::kPut);
+    CHECK(log.events[i].kv.key == "/w/" + Key(i));
+    if (i > 0) CHECK(log.events[i].kv.mod_revision > log.events[i - 1].kv.mod_revision);
+  }
+  CHECK(log.events[10].type == etcd::WatchEvent::Type::kDelete);
+  CHECK(log.events[10].has_prev);
+  CHECK(log.events[10].prev.value == "0");
+  // The watch said it broke, and that it was re-established.
+  bool broke = false;
+  bool reestablished = false;
+  for (const auto& s : log.statuses) {
+    if (!s.status.ok()) broke = true;
+    if (broke && s.status.ok()) reestablished = true;
+    CHECK_FALSE(s.final);
+  }
+  CHECK(broke);
+  CHECK(reestablished);
+}
+
+TEST_CASE("etcd: leases are kept alive, a revoke is reported, and quorum loss fails every call in time", "[etcd]") {
+  MESHRUN_REQUIRE_ETCD();
+  EtcdCluster cluster;  // --election-timeout=500: leases of 1 s.
+  REQUIRE_MSG(cluster.Start(), cluster.error());
+  etcd::ClientOptions o = TestClientOptions(cluster, {0, 1, 2});
+  auto client = TestClient(o);
+  auto admin = TestClient(TestClientOptions(cluster, {1, 2, 0}));
+  REQUIRE(client != nullptr);
+  REQUIRE(admin != nullptr);
+
+  // Kept alive for three TTLs.
+  LossLog held;
+  absl::StatusOr<std::unique_ptr<etcd::LeaseKeeper>> keeper = client->GrantAndKeepAlive(1, held.Callbacks());
+  REQUIRE(keeper.ok());
+  CHECK((*keeper)->lease().ttl_s == 1);
+  const auto t0 = Clock::now();
+  while (SecondsSince(t0) < 3.0) {  // Watching the lease for 3 TTLs (the duration is what is tested).
+    absl::StatusOr<int64_t> ttl = admin->LeaseTimeToLive((*keeper)->lease().id);
+    REQUIRE(ttl.ok());
+    REQUIRE((*keeper)->alive());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK((*keeper)->guaranteed_remaining() > absl::ZeroDuration());
+  CHECK_FALSE(held.Lost());
+  CHECK(held.Unconfirmed() == 0);
+
+  // Revoked by someone else: on_lost says so within a renewal interval.
+  LossLog revoked;
+  absl::StatusOr<std::unique_ptr<etcd::LeaseKeeper>> k2 = client->GrantAndKeepAlive(1, revoked.Callbacks());
+  REQUIRE(k2.ok());
+  REQUIRE(admin->LeaseRevoke((*k2)->lease().id).ok());
+  REQUIRE(WaitFor([&] { return revoked.Lost(); }, 3));
+  CHECK(revoked.why.code() == absl::StatusCode::kNotFound);
+  CHECK(Mentions(revoked.why, "expired or was revoked"));
+  CHECK_FALSE((*k2)->alive());
+  CHECK(admin->LeaseRevoke((*k2)->lease().id).code() == absl::StatusCode::kNotFound);
+
+  // Quorum lost: two of three members killed.
+  REQUIRE(client->Put("/q/before", "1").ok());
+  cluster.Kill(1);
+  cluster.Kill(2);
+  const auto killed = Clock::now();
+  // Every call ends within call_timeout + probe_timeout, with one line that
+  // says the leader is gone; nothing hangs.
+  const double bound = absl::ToDoubleSeconds(o.call_timeout + o.probe_timeout) + 1.0;
+  auto check_fails = [&](const char* what, const absl::Status& s, double took) {
+    INFO(what << ": " << s.message() << " (" << took << " s)");
+    CHECK_FALSE(s.ok());
+    CHECK((s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded));
+    CHECK(Mentions(s, "no leader"));
+    CHECK(OneLine(s));
+    CHECK(took < bound);
+  };
+  auto t = Clock::now();
+  absl::Status put = client->Put("/q/x", "1").status();
+  check_fails("Put", put, SecondsSince(t));
+  std::printf("etcd quorum loss: Put: %s\n", std::string(put.message()).c_str());
+  CHECK(Mentions(put, "quorum lost"));
+  t = Clock::now();
+  check_fails("Get", client->Get("/q/before").status(), SecondsSince(t));
+  t = Clock::now();
+  check_fails("Connect", client->Connect(), SecondsSince(t));
+  // The kept lease cannot be renewed: unconfirmed within its TTL of the
+  // last renewal etcd confirmed. That one may come after the kill: etcd's
+  // leader renews leases by itself until it steps down for lack of a quorum,
+  // an election timeout (0.5 s) later. So TTL + 0.5 s, and some room for a busy machine.
+  REQUIRE(WaitFor([&] { return held.Unconfirmed() == 1; }, 5));
+  const double unconfirmed_after = std::chrono::duration<double>(held.at - killed).count();
+  std::printf("etcd quorum loss: the lease keeper reported the lease unconfirmed %.3f s after the kill (TTL 1 s)\n",
+              unconfirmed_after);
+  CHECK(Mentions(held.why, "could not be renewed within its TTL of 1 s"));
+  CHECK(OneLine(held.why));
+  if (meshrun::testing::kEtcdTimingBounds) CHECK(unconfirmed_after <= 2.0);
+  CHECK((*keeper)->guaranteed_remaining() == absl::ZeroDuration());
+  CHECK((*keeper)->alive());  // It may yet live: etcd cannot expire it without a leader.
+  CHECK_FALSE(held.Lost());
+
+  // Quorum back: calls succeed again, and the lease is confirmed again
+  // (etcd's new leader extended it): it lived throughout.
+  REQUIRE(cluster.Restart(1));
+  REQUIRE(cluster.Restart(2));
+  REQUIRE_MSG(cluster.WaitHealthy(20), cluster.error());
+  absl::Status again;
+  REQUIRE(WaitFor([&] { return (again = client->Put("/q/after", "1").status()).ok(); }, 15));
+  CHECK(client->Get("/q/before")->kvs.at(0).value == "1");
+  // (etcd may elect more than once while its members come back: the lease
+  // may be unconfirmed and confirmed again more than once.)
+  REQUIRE(WaitFor([&] {
+    return held.Confirmed() >= 1 && held.Confirmed() == held.Unconfirmed() &&
+           (*keeper)->guaranteed_remaining() > absl::ZeroDuration();
+  }, 10));
+  CHECK_FALSE(held.Lost());
+  CHECK(admin->LeaseTimeToLive((*keeper)->lease().id).ok());
+}
+
+TEST_CASE("etcd: an unreachable --state fails fast with one line naming every member", "[etcd]") {
+  etcd::ClientOptions o;
+  std::vector<int> ports;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<int> p = meshrun::FindFreePort("127.0.0.1");
+    REQUIRE(p.ok());
+    o.members.push_back(meshrun::Endpoint{"127.0.0.1", *p});
+  }
+  o.members.push_back(meshrun::Endpoint{"no-such-host.invalid", 2379});
+  auto client = TestClient(o);
+  REQUIRE(client != nullptr);
+  const auto t0 = Clock::now();
+  absl::Status s = client->Connect();
+  const double took = SecondsSince(t0);
+  std::printf("etcd unreachable (%.3f s): %s\n", took, std::string(s.message()).c_str());
+  INFO(s.message() << " (" << took << " s)");
+  CHECK(s.code() == absl::StatusCode::kUnavailable);
+  CHECK(Mentions(s, "etcd unreachable: connect: no member answered"));
+  for (int i = 0; i < 3; ++i) CHECK(Mentions(s, o.members[i].ToString() + ": Connection refused"));
+  CHECK(Mentions(s, "no-such-host.invalid"));
+  CHECK(OneLine(s));
+  if (meshrun::testing::kEtcdTimingBounds) CHECK(took < 2.0);
+  // A write fails the same way, and as fast.
+  const auto t1 = Clock::now();
+  absl::Status put = client->Put("/x", "1").status();
+  CHECK(Mentions(put, "etcd unreachable: Put /x: no member answered"));
+  if (meshrun::testing::kEtcdTimingBounds) CHECK(SecondsSince(t1) < 2.0);
+}
+
+TEST_CASE("etcd: TLS mismatches are named in one line", "[etcd]") {
+  MESHRUN_REQUIRE_ETCD();
+  meshrun::testing::TestCerts certs;
+  REQUIRE(certs.ok());
+  EtcdClusterOptions tls_opts;
+  tls_opts.members = 1;
+  tls_opts.tls_dir = certs.dir();
+  tls_opts.client_cert_auth = true;
+  EtcdCluster tls_cluster(tls_opts);
+  REQUIRE_MSG(tls_cluster.Start(), tls_cluster.error());
+  EtcdClusterOptions plain_opts;
+  plain_opts.members = 1;
+  EtcdCluster plain_cluster(plain_opts);
+  REQUIRE_MSG(plain_cluster.Start(), plain_cluster.error());
+
+  auto connect = [](const etcd::ClientOptions& o) {
+    auto c = TestClient(o);
+    REQUIRE(c != nullptr);
+    const auto t0 = Clock::now();
+    absl::Status s = c->Connect();
+    std::printf("etcd TLS: %s\n", std::string(s.message()).c_str());
+    INFO(s.message());
+    CHECK(OneLine(s));
+    if (meshrun::testing::kEtcdTimingBounds) CHECK(SecondsSince(t0) < 4.0);
+    return s;
+  };
+  auto tls_material = [&](const std::string& ca, const std::string& cert, const std::string& key) {
+    meshrun::TlsFiles f;
+    f.ca = ca.empty() ? "" : certs.Path(ca);
+    f.cert = cert.empty() ? "" : certs.Path(cert);
+    f.key = key.empty() ? "" : certs.Path(key);
+    absl::StatusOr<meshrun::TlsMaterial> m = meshrun::LoadTls(f);
+    REQUIRE(m.ok());
+    return *m;
+  };
+
+  // A plain client, etcd speaks TLS.
+  etcd::ClientOptions plain = TestClientOptions(tls_cluster);
+  absl::Status s = connect(plain);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Mentions(s, "etcd " + tls_cluster.ClientAddress(0) + ": TLS mismatch: the member speaks TLS but the --state "
+                    "URL is etcd://: use etcds:// with --state_tls_ca"));
+  // TLS without the client certificate etcd requires.
+  etcd::ClientOptions no_cert = TestClientOptions(tls_cluster);
+  no_cert.use_tls = true;
+  no_cert.tls = tls_material("ca.crt", "", "");
+  s = connect(no_cert);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Mentions(s, "requires a client certificate (etcd's --client-cert-auth): set --state_tls_cert"));
+  // etcd's certificate is not signed by the CA given.
+  etcd::ClientOptions wrong_ca = no_cert;
+  wrong_ca.tls = tls_material("otherca.crt", "host.crt", "host.key");
+  s = connect(wrong_ca);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Mentions(s, "failed verification"));
+  CHECK(Mentions(s, "--state_tls_ca=" + certs.Path("otherca.crt")));
+  // A client certificate etcd does not trust.
+  etcd::ClientOptions wrong_cert = no_cert;
+  wrong_cert.tls = tls_material("ca.crt", "other.crt", "other.key");
+  s = connect(wrong_cert);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Mentions(s, "refused the client certificate --state_tls_cert=" + certs.Path("other.crt")));
+  // All right: it works.
+  etcd::ClientOptions good = no_cert;
+  good.tls = tls_material("ca.crt", "host.crt", "host.key");
+  auto c = TestClient(good);
+  REQUIRE(c != nullptr);
+  REQUIRE(c->Connect().ok());
+  REQUIRE(c->Put("/tls/x", "1").ok());
+  CHECK(c->Get("/tls/x")->kvs.at(0).value == "1");
+  // TLS asked of a plain etcd.
+  etcd::ClientOptions tls_to_plain = TestClientOptions(plain_cluster);
+  tls_to_plain.use_tls = true;
+  tls_to_plain.tls = tls_material("ca.crt", "", "");
+  s = connect(tls_to_plain);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Mentions(s, "the member does not speak TLS but the --state URL is etcds://"));
+  // etcd's auth asked of an etcd without it.
+  etcd::ClientOptions auth_to_plain = TestClientOptions(plain_cluster);
+  auth_to_plain.user = "meshrun";
+  auth_to_plain.password = "pw";
+  s = connect(auth_to_plain);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Mentions(s, "--state_user='meshrun' is set but etcd's authentication is not enabled"));
+}
+
+TEST_CASE("etcd: authentication refused, missing, denied, and renewed when its token expires", "[etcd]") {
+  MESHRUN_REQUIRE_ETCD();
+  if (EtcdCluster::EtcdctlBinary().empty()) MESHRUN_SKIP("etcdctl is not installed (Debian's etcd-client)");
+  EtcdClusterOptions opts;
+  opts.members = 1;
+  opts.extra_flags = {"--auth-token-ttl", "1"};  // Tokens expire after 1 s unused.
+  EtcdCluster cluster(opts);
+  REQUIRE_MSG(cluster.Start(), cluster.error());
+  REQUIRE_MSG(cluster.EnableAuth("rootpw", "meshrun", "pw", "/meshrun/"), cluster.error());
+
+  etcd::ClientOptions wrong = TestClientOptions(cluster);
+  wrong.user = "meshrun";
+  wrong.password = "not-it";
+  absl::Status s = TestClient(wrong)->Connect();
+  INFO(s.message());
+  CHECK(s.code() == absl::StatusCode::kUnauthenticated);
+  CHECK(Mentions(s, "etcd " + cluster.ClientAddress(0) +
+                        ": authentication refused for user 'meshrun': invalid user or password (check --state_user "
+                        "and --state_password_file)"));
+  CHECK(OneLine(s));
+
+  etcd::ClientOptions none = TestClientOptions(cluster);
+  s = TestClient(none)->Put("/meshrun/x", "1").status();
+  CHECK(s.code() == absl::StatusCode::kUnauthenticated);
+  CHECK(Mentions(s, "etcd has authentication enabled and no user was given: set --state_user"));
+
+  etcd::ClientOptions right = TestClientOptions(cluster);
+  right.user = "meshrun";
+  right.password = "pw";
+  auto client = TestClient(right);
+  REQUIRE(client->Connect().ok());
+  REQUIRE(client->Put("/meshrun/x", "1").ok());
+  s = client->Put("/elsewhere", "1").status();
+  CHECK(s.code() == absl::StatusCode::kPermissionDenied);
+  CHECK(Mentions(s, "permission denied for user 'meshrun'"));
+
+  // A watch with the token.
+  WatchLog log;
+  etcd::WatchOptions wo;
+  wo.range_end = etcd::PrefixEnd("/meshrun/");
+  std::unique_ptr<etcd::Watcher> w = client->Watch("/meshrun/", wo, log.Callbacks());
+  REQUIRE(WaitFor([&] { return w->next_revision() != 0; }, 5));
+  REQUIRE(client->Put("/meshrun/y", "2").ok());
+  REQUIRE(WaitFor([&] { return log.count() == 1; }, 5));
+
+  // The token expires (--auth-token-ttl 1): shown with a token of our own,
+  // then the client's next call authenticates again by itself.
+  auto channel = grpc::CreateChannel(cluster.ClientAddress(0), grpc::InsecureChannelCredentials());
+  auto auth = etcdserverpb::Auth::NewStub(channel);
+  auto kv = etcdserverpb::KV::NewStub(channel);
+  etcdserverpb::AuthenticateRequest areq;
+  areq.set_name("meshrun");
+  areq.set_password("pw");
+  etcdserverpb::AuthenticateResponse aresp;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    REQUIRE(auth->Authenticate(&ctx, areq, &aresp).ok());
+  }
+  // Waiting out the token's TTL (the expiry is what is tested).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.AddMetadata("token", aresp.token());
+    etcdserverpb::RangeRequest rreq;
+    rreq.set_key("/meshrun/x");
+    etcdserverpb::RangeResponse rresp;
+    grpc::Status expired = kv->Range(&ctx, rreq, &rresp);
+    CHECK(expired.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(expired.error_message() == "etcdserver: invalid auth token");
+  }
+  absl::StatusOr<etcd::RangeResult> after = client->Get("/meshrun/x");
+  REQUIRE_MSG(after.ok(), after.status().message());
+  CHECK(after->kvs.at(0).value == "1");
+}

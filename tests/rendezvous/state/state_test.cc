@@ -1,0 +1,207 @@
+// The server's durable state (rendezvous/state/state.h): records, what a run
+// saves and when, and a run restored from its record on another "replica"
+// (a second registry), with no network.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "rendezvous/run.h"
+#include "rendezvous/run_registry.h"
+#include "rendezvous/state/state.h"
+#include "tests/rendezvous/run_test_support.h"
+
+using namespace meshrun::rendezvous;
+using namespace meshrun::rendezvous::testing;
+using meshrun::rendezvous::state::DecodeRunRecord;
+using meshrun::rendezvous::state::EncodeRunRecord;
+using meshrun::rendezvous::state::MemoryJournal;
+using meshrun::rendezvous::state::RunRecord;
+
+TEST_CASE("a run record survives JSON and names a bad field", "[state]") {
+  RunRecord r;
+  r.run_id = "job";
+  r.seq = 7;
+  r.state = "running";
+  r.config = Config(2, 4, 3);
+  r.round = 5;
+  r.restart_count = 2;
+  WorkerFailure f;
+  f.node_id = "n1";
+  f.message = "exit \xff 1";  // Not UTF-8: kept readable, not thrown on.
+  f.permanent = true;
+  r.root_cause = f;
+  state::MemberRecord m;
+  m.node = Node("n1", 8, "10.0.0.1");
+  m.assignment.round = 5;
+  m.assignment.node_rank = 1;
+  m.assignment.session = "secret";
+  m.finished = true;
+  r.members.push_back(m);
+  absl::StatusOr<RunRecord> back = DecodeRunRecord(EncodeRunRecord(r));
+  REQUIRE(back.ok());
+  CHECK(back->run_id == "job");
+  CHECK(back->seq == 7);
+  CHECK(back->config.max_nodes == 4);
+  CHECK(back->config.last_call_timeout == absl::Milliseconds(100));
+  CHECK(back->round == 5);
+  CHECK(back->restart_count == 2);
+  REQUIRE(back->root_cause.has_value());
+  CHECK(back->root_cause->permanent);
+  REQUIRE(back->members.size() == 1);
+  CHECK(back->members[0].node.nproc == 8);
+  CHECK(back->members[0].assignment.session == "secret");
+  CHECK(back->members[0].finished);
+
+  absl::StatusOr<RunRecord> bad = DecodeRunRecord(R"({"run_id":"x","seq":1,"state":"running","round":"two"})");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()) == "run record: run.round has the wrong type");
+  CHECK_FALSE(DecodeRunRecord("not json").ok());
+}
+
+TEST_CASE("a run saves one record per closed round, not one per join, before the joins are answered", "[state]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal);
+  absl::StatusOr<std::shared_ptr<Run>> run = registry.ForJoin("job", -1);
+  REQUIRE(run.ok());
+  int64_t writes_when_answered = -1;
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = "n" + std::to_string(i);
+    creds.Join(**run, Node(id, 2, "10.0.0." + std::to_string(i)), Config(4, 4), -1, [&](absl::StatusOr<Assignment> a) {
+      REQUIRE(a.ok());
+      if (writes_when_answered < 0) writes_when_answered = journal.writes();
+    });
+  }
+  CHECK(writes_when_answered == 1);  // Saved before the first answer.
+  CHECK(journal.writes() == 1);
+  absl::StatusOr<std::vector<RunRecord>> saved = journal.Load();
+  REQUIRE(saved.ok());
+  REQUIRE(saved->size() == 1);
+  CHECK((*saved)[0].state == "running");
+  CHECK((*saved)[0].members.size() == 4);
+  // An exit-barrier arrival is saved too.
+  creds.ReportFinished(**run, "n0", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  CHECK(journal.writes() == 2);
+}
+
+TEST_CASE("a run restored from its record goes on: members, credentials, restarts, exit barrier", "[state]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  std::map<std::string, Assignment> got;
+  {
+    // The first "replica": a round closes, a failure spends a restart, the round closes again.
+    RunRegistry first(&timer);
+    first.SetJournal(&journal);
+    std::shared_ptr<Run> run = *first.ForJoin("job", -1);
+    for (const char* id : {"a", "b"}) {
+      creds.Join(*run, Node(id, 1, id), Config(2, 2, /*restarts=*/2), -1,
+                 [&, id](absl::StatusOr<Assignment> a) { got[id] = *a; });
+    }
+    WorkerFailure f;
+    f.node_id = "a";
+    f.round = 0;
+    f.exit_code = 1;
+    REQUIRE(creds.ReportFailure(*run, f).ok());
+    for (const char* id : {"a", "b"}) {
+      creds.Join(*run, Node(id, 1, id), Config(2, 2, 2), 0, [&, id](absl::StatusOr<Assignment> a) { got[id] = *a; });
+    }
+    REQUIRE(got["a"].round == 1);
+    creds.ReportFinished(*run, "b", 1, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  }
+  // The second "replica" takes over with what the journal holds.
+  RunRegistry second(&timer);
+  MemoryJournal journal2;
+  second.SetJournal(&journal2);
+  absl::StatusOr<std::vector<RunRecord>> records = journal.Load();
+  REQUIRE(records.ok());
+  second.Restore(*records, "failover");
+  std::shared_ptr<Run> run = second.Find("job");
+  REQUIRE(run != nullptr);
+  RunStatus s = run->Status();
+  CHECK(s.state == "running");
+  CHECK(s.round == 1);
+  CHECK(s.restart_count == 1);
+  CHECK(s.nodes == 2);
+  // The nodes' credentials of the first replica hold on the second.
+  absl::StatusOr<int64_t> hb = run->Heartbeat("a", got["a"].session);
+  REQUIRE(hb.ok());
+  CHECK(*hb == 1);
+  CHECK(absl::IsPermissionDenied(run->Heartbeat("a", "forged").status()));
+  auto sink = std::make_shared<Recorder>();
+  CHECK(run->Watch("a", sink, 1, got["a"].session).ok());
+  // b reached the exit barrier on the first replica: a's arrival completes it.
+  absl::StatusOr<BarrierResult> done = absl::UnknownError("none");
+  run->ReportFinished("a", 1, got["a"].session, absl::Seconds(30), [&](absl::StatusOr<BarrierResult> r) { done = r; });
+  REQUIRE(done.ok());
+  CHECK(done->all_finished);
+  CHECK(run->Status().state == "finished");
+  // Records go on after the restored seq: the new journal got the end.
+  absl::StatusOr<std::vector<RunRecord>> after = journal2.Load();
+  REQUIRE(after.ok());
+  REQUIRE(after->size() == 1);
+  CHECK((*after)[0].state == "finished");
+  CHECK((*after)[0].seq > (*records)[0].seq);
+}
+
+TEST_CASE("store keys go to the journal before they are applied and come back on the next replica", "[state]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  std::map<std::string, Assignment> got;
+  {
+    RunRegistry first(&timer);
+    first.SetJournal(&journal);
+    std::shared_ptr<Run> run = *first.ForJoin("job", -1);
+    for (const char* id : {"a", "b"}) {
+      creds.Join(*run, Node(id, 1, id), Config(2, 2), -1, [&, id](absl::StatusOr<Assignment> a) { got[id] = *a; });
+    }
+    REQUIRE(run->kv().Set(0, "mesh/0/0/row0", "nccl-id").ok());
+    REQUIRE(run->kv().MultiSet(0, {"x", "y"}, {"1", "2"}).ok());
+    REQUIRE(run->kv().Add(0, "count", 5).ok());
+    REQUIRE(run->kv().Delete(0, "y").ok());
+  }
+  RunRegistry second(&timer);
+  second.SetJournal(&journal);
+  absl::StatusOr<std::vector<RunRecord>> records = journal.Load();
+  REQUIRE(records.ok());
+  REQUIRE(records->size() == 1);
+  CHECK((*records)[0].keys.size() == 3);
+  second.Restore(*records, "failover");
+  std::shared_ptr<Run> run = second.Find("job");
+  REQUIRE(run != nullptr);
+  absl::StatusOr<std::vector<std::string>> values = absl::UnknownError("none");
+  run->kv().Await(0, {"mesh/0/0/row0", "x", "count"}, absl::ZeroDuration(),
+                  [&](absl::StatusOr<std::vector<std::string>> v) { values = std::move(v); });
+  REQUIRE(values.ok());
+  CHECK(*values == std::vector<std::string>{"nccl-id", "1", "5"});
+  CHECK_FALSE(run->kv().Check(0, {"y"}));
+  // A read parked on the new leader completes when the key is set there.
+  absl::StatusOr<std::vector<std::string>> parked = absl::UnknownError("none");
+  run->kv().Await(0, {"later"}, absl::Seconds(30),
+                  [&](absl::StatusOr<std::vector<std::string>> v) { parked = std::move(v); });
+  CHECK(absl::IsUnknown(parked.status()));
+  REQUIRE(run->kv().Set(0, "later", "here").ok());
+  REQUIRE(parked.ok());
+  CHECK((*parked)[0] == "here");
+}
+
+namespace {
+// A journal whose store writes fail (this replica no longer leads).
+struct RefusingJournal : MemoryJournal {
+  absl::Status SaveKeys(const std::string&, int64_t, const std::vector<std::pair<std::string, std::string>>&,
+                        const std::vector<std::string>&) override {
+    return absl::FailedPreconditionError("not the leader");
+  }
+};
+}  // namespace
+
+TEST_CASE("a store write the journal refuses is refused and changes nothing", "[state]") {
+  DeadlineTimer timer;
+  RefusingJournal journal;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal);
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  absl::Status s = run->kv().Set(0, "k", "v");
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK_FALSE(run->kv().Check(0, {"k"}));
+}
