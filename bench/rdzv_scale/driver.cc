@@ -83,6 +83,7 @@ absl::Status SpawnLoad(const DriverOptions& o, const SimConfig& c, const std::st
       absl::StrCat(c.keep_alive_max_attempt), "--connect_concurrency", absl::StrCat(c.connect_concurrency),
       "--heartbeat_threads", absl::StrCat(c.heartbeat_threads), "--phase_timeout",
       absl::StrCat(absl::ToDoubleSeconds(c.phase_timeout)), "--workers_per_agent", absl::StrCat(c.workers_per_agent)};
+  if (c.watch_first) args.push_back("--watch_first");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -86,6 +86,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--connect_concurrency", o.agent.connect_concurrency, "Connects in flight per load process")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--watch_first", o.agent.watch_first,
+               "Open each agent's event stream when it connects, before joining (the order before issue 23; "
+               "A/B runs: give the server --limit=max_nonmember_watchers_per_run of at least the agents)");
   app.add_option("--heartbeat_threads", o.agent.heartbeat_threads, "Heartbeat threads per load process")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--phase_timeout", phase_timeout, "Seconds one phase may take before the run counts as failed")

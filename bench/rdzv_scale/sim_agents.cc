@@ -78,6 +78,8 @@ PhaseResult SimAgents::Connect() {
       a.node.nproc = config_.nproc;
       a.node.master_port = 20000 + a.index % 40000;
       a.client = std::move(*c);
+      // The order before issue 23 (stream first, join later): for A/B runs.
+      if (config_.watch_first) OpenStream(&a);
     }
   };
   std::vector<std::thread> pool;
@@ -130,6 +132,24 @@ void SimAgents::HeartbeatLoop(int thread_index) {
   }
 }
 
+void SimAgents::OpenStream(Agent* a) {
+  a->client->StartWatch(
+      a->node.node_id, -1,
+      [this](const RunEvent& e) {
+        if (e.kind != RunEvent::Kind::kRoundClosed) return;
+        const double t = MonoNow();
+        absl::MutexLock lock(&mu_);
+        if (round_closed_seen_++ == 0) round_closed_first_ = t;
+        round_closed_last_ = std::max(round_closed_last_, t);
+      },
+      [this, a](const absl::Status& s) {
+        if (leaving_.load() || s.ok()) return;
+        absl::MutexLock lock(&mu_);
+        ++counters_.streams_lost;
+        if (phase_.error.empty()) phase_.error = absl::StrCat(a->node.node_id, ": ", s.message());
+      });
+}
+
 PhaseResult SimAgents::Join() {
   int expected = 0;
   {
@@ -172,21 +192,7 @@ PhaseResult SimAgents::Join() {
     });
     // The event stream right after the join, over the same connection, as
     // meshrun's agent opens it (agent/session_join.cc).
-    a->client->StartWatch(
-        a->node.node_id, -1,
-        [this](const RunEvent& e) {
-          if (e.kind != RunEvent::Kind::kRoundClosed) return;
-          const double t = MonoNow();
-          absl::MutexLock lock(&mu_);
-          if (round_closed_seen_++ == 0) round_closed_first_ = t;
-          round_closed_last_ = std::max(round_closed_last_, t);
-        },
-        [this, a](const absl::Status& s) {
-          if (leaving_.load() || s.ok()) return;
-          absl::MutexLock lock(&mu_);
-          ++counters_.streams_lost;
-          if (phase_.error.empty()) phase_.error = absl::StrCat(a->node.node_id, ": ", s.message());
-        });
+    if (!config_.watch_first) OpenStream(a);
   }
   // Heartbeats from here on, as the agent's (its first one a keep-alive
   // interval after it started).

@@ -43,6 +43,11 @@ struct SimConfig {
   absl::Duration exit_barrier_timeout = absl::Seconds(300);
   // Connect calls in flight at once in this process (each is blocking).
   int connect_concurrency = 32;
+  // Open each agent's event stream when it connects, before the join phase
+  // (the agent's order before issue 23), rather than right after its join.
+  // For A/B measurements; the server then needs a max_nonmember_watchers_per_run
+  // of at least the agents.
+  bool watch_first = false;
   // Threads that send this process's heartbeats, spread over the interval.
   int heartbeat_threads = 4;
   // How long one phase may take before it is reported as incomplete.
@@ -114,6 +119,8 @@ class SimAgents {
 
  private:
   struct Agent;
+  // Starts `a`'s event stream (ROUND_CLOSED times, lost streams counted).
+  void OpenStream(Agent* a);
   void HeartbeatLoop(int thread_index);
   // Waits until `pred` holds or phase_timeout passes; true when it holds.
   template <typename Pred>

@@ -20,7 +20,11 @@ version="$(basename "$archive" | sed -E 's/^meshrun-(.*)-linux-x86_64\.tar\.gz$/
 
 store="$PKG_CACHE/containers"
 mkdir -p "$store"
-P=(podman --root "$store/storage" --runroot "$store/run" --cgroup-manager cgroupfs --events-backend file --runtime runc)
+# podman refuses a run root longer than 50 characters, and a build folder's
+# path may be longer: the run root is a short folder named after the store
+# (the same one each time, as podman's database remembers it).
+runroot="/tmp/meshrun-podman-$(printf '%s' "$store" | md5sum | cut -c1-12)"
+P=(podman --root "$store/storage" --runroot "$runroot" --cgroup-manager cgroupfs --events-backend file --runtime runc)
 LIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
 exec 9> "$store.lock"
 flock -w 600 9 || fail "another test holds $store.lock for 10 min"
