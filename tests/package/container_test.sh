@@ -18,7 +18,7 @@ base_root="$PKG_CACHE/$SUITE-minbase"
 archive="$(archive_file)"
 version="$(basename "$archive" | sed -E 's/^meshrun-(.*)-linux-x86_64\.tar\.gz$/\1/')"
 
-store="$PKG_CACHE/containers"
+store="$PKG_CACHE/podman"  # (containers/: the layout before the short run root)
 mkdir -p "$store"
 # podman refuses a run root longer than 50 characters, and a build folder's
 # path may be longer: the run root is a short folder named after the store
