@@ -162,8 +162,10 @@ class Run : public std::enable_shared_from_this<Run> {
   void Restore(const state::RunRecord& record);
 
   // Fails every parked call (ABORTED) and drops the store; used when the run
-  // id is reused by a fresh job and at server shutdown.
-  void Close(const std::string& why);
+  // id is reused by a fresh job and at server shutdown. A replica that
+  // stops serving gives UNAVAILABLE as `code` instead (its clients go on
+  // with the next leader, not with the run's end: RunRegistry::Clear).
+  void Close(const std::string& why, absl::StatusCode code = absl::StatusCode::kAborted);
 
  private:
   struct Member {

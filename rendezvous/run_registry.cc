@@ -80,7 +80,8 @@ void RunRegistry::Clear(const std::string& why) {
     absl::MutexLock lock(&mu_);
     while (!runs_.empty()) removed.push_back(EraseLocked(runs_.begin()));
   }
-  for (auto& run : removed) run->Close(why);
+  // Not the runs' end: their clients go on with the next leader.
+  for (auto& run : removed) run->Close(why, absl::StatusCode::kUnavailable);
 }
 
 void RunRegistry::Restore(const std::vector<state::RunRecord>& records, const std::string& why) {

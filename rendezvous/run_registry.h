@@ -99,8 +99,9 @@ class RunRegistry {
   // ended_run_ttl as if it had just ended. Later records are numbered after
   // the highest seq restored. Thread-safe.
   void Restore(const std::vector<state::RunRecord>& records, const std::string& why);
-  // Closes and removes every run (a replica that stops leading), with
-  // `why`. Thread-safe.
+  // Closes and removes every run (a replica that stops leading or shuts
+  // down), with `why`: parked calls are answered UNAVAILABLE (not ABORTED:
+  // the runs go on on the next leader). Thread-safe.
   void Clear(const std::string& why);
 
   // `hook` is called with the id of every run removed from now on (swept

@@ -344,7 +344,11 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
   impl_->exposer.reset();
   // Parked calls (joins, store waits, barriers) and health Watch streams are
   // ended first, so the graceful phase does not wait on them.
-  impl_->registry->CloseAll(why);
+  if (impl_->options.journal != nullptr) {
+    impl_->registry->Clear(why);  // A replica: the runs go on on the next leader (UNAVAILABLE).
+  } else {
+    impl_->registry->CloseAll(why);
+  }
   impl_->health->EndWatches(why);
   const auto deadline = absl::ToChronoTime(absl::Now() + grace);
   for (Impl::Generation& g : impl_->generations) g.server->Shutdown(deadline);
