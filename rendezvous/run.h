@@ -18,6 +18,7 @@
 #include "rendezvous/kv_store.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/node_list.h"
+#include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
 #include "rendezvous/timer.h"
 #include "proto/types.h"
@@ -150,6 +151,12 @@ class Run : public std::enable_shared_from_this<Run> {
   // whose journal refuses writes is no longer the leader and stops serving
   // (rendezvous/state/replica.h).
   void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq);
+  // A replica's gate (rendezvous/state/serving_gate.h): while it is closed
+  // (the replica paused or stands by) no node is declared lost - not for a
+  // closed event stream, not for missed heartbeats (agents are then looking
+  // for a serving leader); the liveness check counts from when it opens
+  // again. nullptr (the default): always serving. Set before sharing.
+  void SetGate(const state::ServingGate* gate);
   // The run's durable state now. Thread-safe.
   state::RunRecord Record() const;
   // Makes a fresh run (no call served yet) what `record` describes: its
@@ -247,6 +254,7 @@ class Run : public std::enable_shared_from_this<Run> {
   const ServerLimits limits_;
   const std::shared_ptr<KvStore> kv_;
   state::RunJournal* journal_ = nullptr;  // Set before sharing (SetJournal).
+  const state::ServingGate* gate_ = nullptr;  // Set before sharing (SetGate).
   std::shared_ptr<std::atomic<int64_t>> journal_seq_;
 
   mutable absl::Mutex mu_;

@@ -70,6 +70,7 @@ std::shared_ptr<Run> RunRegistry::NewRunLocked(const std::string& run_id) {
   });
   run->NoteActivity(clock_());  // A new run is not idle from the start.
   if (journal_ != nullptr) run->SetJournal(journal_, journal_seq_);
+  if (gate_ != nullptr) run->SetGate(gate_);
   runs_[run_id] = run;
   return run;
 }

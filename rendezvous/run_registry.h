@@ -92,6 +92,9 @@ class RunRegistry {
   // saves its record in `journal` (Run::SetJournal), which must outlive the
   // registry. nullptr (the default): none. Set it before serving.
   void SetJournal(state::RunJournal* journal) { journal_ = journal; }
+  // A replica's gate (Run::SetGate) for every run made from now on; must
+  // outlive the registry. Set it before serving.
+  void SetGate(const state::ServingGate* gate) { gate_ = gate; }
   // Replaces every run by those `records` describe (a replica taking the
   // lead after a failover): the runs held are closed with `why` (their
   // parked calls ABORTED, streams ended) and removed; each record becomes a
@@ -142,6 +145,7 @@ class RunRegistry {
   const ServerLimits limits_;
   std::function<void(const std::string&)> on_removed_;
   state::RunJournal* journal_ = nullptr;
+  const state::ServingGate* gate_ = nullptr;
   // The seq of the records runs save (Run::SetJournal): one counter for the server.
   const std::shared_ptr<std::atomic<int64_t>> journal_seq_ = std::make_shared<std::atomic<int64_t>>(0);
   const Clock clock_;

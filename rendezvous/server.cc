@@ -266,6 +266,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->options = options;
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits);
   impl->registry->SetJournal(options.journal);
+  impl->registry->SetGate(options.gate);
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
   impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });
   impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(),

@@ -28,7 +28,12 @@
 # SIGTERM (a leader resigns first) and is started again on its port; whenever the leader was
 # restarted, both agents follow the next one. The rest is checked the same way.
 #
-# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --rolling]
+# With --quorum (loopback), step 3 is the loss of etcd's quorum instead: the two etcd members
+# that are not the leader's are killed; the leader stops serving and says why in one line;
+# the agents look for a leader (rdzv_conf leader_grace=40) with their workers running; the
+# members come back and both agents take the same leader back.
+#
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --rolling | --quorum]
 #        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
@@ -40,8 +45,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/etcd_cluster.sh"
 etcd_require
 mode=loopback
-rolling=0
+rolling=0 quorum=0
 [[ ${3:-} == --rolling ]] && rolling=1
+[[ ${3:-} == --quorum ]] && quorum=1
 if [[ ${3:-} == --hosts ]]; then
   mode=hosts
   # shellcheck source=tests/hosts/netns_hosts.sh
@@ -137,7 +143,7 @@ if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" ||
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 for n in 0 1; do
   OUT=$work STORE_KEYS=$store_keys spawn_on $((3 + n)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
-    --max_restarts=3 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
+    --max_restarts=3 --rdzv_conf=leader_grace=40 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
   agent_pid[n]=$!
 done
 running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
@@ -191,8 +197,29 @@ if ((rolling)); then
   done
 fi
 
+if ((quorum)); then
+  # 3''. etcd loses its quorum: the two members that are not the leader's.
+  before=$(follows)
+  t_q=$(now_ms)
+  for i in 0 1 2; do ((i != leader)) && etcd_kill "$i"; done
+  paused() { grep -q "stopped serving until it is" "$work/server$leader.log"; }
+  wait_for 10 paused || fail "the leader did not stop serving within 10 s of losing etcd's quorum"
+  echo "leader, $(($(now_ms) - t_q)) ms after quorum was lost: $(grep -h "stopped serving until it is" "$work/server$leader.log" | tail -n 1 | sed 's/.*\] //' | cut -c1-160)..."
+  looking() { [[ $(grep -l "looking for the leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l) == 2 ]]; }
+  wait_for 20 looking || fail "the agents did not both notice within 20 s that no replica serves"
+  echo "agents: $(grep -h "looking for the leader" "$work/agent1.log" | tail -n 1 | sed 's/.*\] //' | cut -c1-160)..."
+  for n in 0 1; do kill -0 "${agent_pid[n]}" 2>/dev/null || fail "agent $n stopped while etcd had no quorum (leader_grace is 40 s)"; done
+  [[ -e $work/rank1.end ]] && fail "worker rank 1 ended while etcd had no quorum"
+  for i in 0 1 2; do ((i != leader)) && etcd_start "$i"; done
+  etcd_wait_healthy 20 || fail "etcd did not recover its quorum within 20 s"
+  t_back=$(now_ms)
+  back() { (($(follows) >= before + 2)); }
+  wait_for 30 back || fail "the agents did not take a leader back within 30 s of etcd's quorum returning"
+  echo "quorum lost for $((t_back - t_q)) ms; both agents on the leader again $(($(now_ms) - t_back)) ms after it returned, workers untouched"
+fi
+
 # 3. The leader's host dies: its replica and its etcd member, kill -9 together.
-if ((!rolling)); then
+if ((!rolling && !quorum)); then
 t_kill=$(now_ms)
 if [[ $mode == hosts ]]; then
   host_kill "$leader" || fail "host $leader outlived host_kill"
