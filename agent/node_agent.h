@@ -79,6 +79,11 @@ struct AgentOptions {
   // ServerSilenceLimit: at most the run's keep-alive rule, at least one
   // heartbeat interval + 2 s).
   absl::Duration server_silence_timeout = absl::Seconds(8);
+  // rdzv_conf leader_grace (meshrun's key): with several replicas
+  // (--rdzv_endpoint=h1:p,h2:p,...), how long the agent looks for a leader
+  // after losing the one it used (a failover, etcd without quorum) while its
+  // workers keep running, before it stops them (client/rdzv_client.h).
+  absl::Duration leader_grace = absl::Seconds(60);
   // Where per-attempt folders go: <log_dir>/<run id>_<start time>_<pid>/
   // attempt_<round>/rank_<r>.{stdout,stderr,error.json}, every stream of
   // every worker kept. Empty: a temporary folder holding the error files

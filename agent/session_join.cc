@@ -37,6 +37,7 @@ absl::Status Session::NewMembership() {
   if (!client.ok()) return client.status();
   client_ = std::move(*client);
   client_->set_server_silence_timeout(o_.server_silence_timeout);
+  client_->set_failover_timeout(o_.leader_grace);
   // Replicas (--rdzv_endpoint=h1:p,h2:p,...): the workers' store follows the leader.
   client_->set_on_leader_change([this, id = node_.node_id](std::shared_ptr<grpc::Channel> channel) {
     if (proxy_) proxy_->SetUpstream(std::move(channel), id);

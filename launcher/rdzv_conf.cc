@@ -19,7 +19,7 @@ constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
     "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
     "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
-    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "use_libuv", "store_type", "health_port", "server_silence_timeout"};
+    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace"};
 
 // A positive integer within [1, max] for rdzv_conf `key`.
 absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
@@ -91,6 +91,11 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       if (!d.ok()) return d.status();
       if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("server_silence_timeout must be > 0");
       a.server_silence_timeout = *d;
+    } else if (key == "leader_grace") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      if (*d <= absl::ZeroDuration()) return absl::InvalidArgumentError("leader_grace must be > 0");
+      a.leader_grace = *d;
     } else if (key == "heartbeat_timeout") {
       auto d = ParseSeconds(key, value);
       if (!d.ok()) return d.status();

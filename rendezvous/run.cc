@@ -315,17 +315,18 @@ bool Run::terminal() const {
   return state_ == State::kFinished || state_ == State::kFailed;
 }
 
-void Run::Close(const std::string& why) {
+void Run::Close(const std::string& why, absl::StatusCode code) {
   Deferred later;
   {
     absl::MutexLock lock(&mu_);
+    const absl::Status answer(code, why);
     for (auto& j : pending_) {
-      later.push_back([cb = std::move(j.done), why]() mutable { cb(absl::AbortedError(why)); });
+      later.push_back([cb = std::move(j.done), answer]() mutable { cb(answer); });
     }
     pending_.clear();
     for (auto& [id, b] : barriers_) {
       timer_->Cancel(b.timer_id);
-      later.push_back([cb = std::move(b.done), why]() mutable { cb(absl::AbortedError(why)); });
+      later.push_back([cb = std::move(b.done), answer]() mutable { cb(answer); });
     }
     barriers_.clear();
     if (last_call_armed_) timer_->Cancel(last_call_timer_);

@@ -21,6 +21,7 @@
 #include "rendezvous/limits.h"
 #include "rendezvous/memory_budget.h"
 #include "rendezvous/node_list.h"
+#include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
 #include "rendezvous/timer.h"
 #include "proto/types.h"
@@ -192,6 +193,12 @@ class Run : public std::enable_shared_from_this<Run> {
   // whose journal refuses writes is no longer the leader and stops serving
   // (rendezvous/state/replica.h).
   void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq);
+  // A replica's gate (rendezvous/state/serving_gate.h): while it is closed
+  // (the replica paused or stands by) no node is declared lost - not for a
+  // closed event stream, not for missed heartbeats (agents are then looking
+  // for a serving leader); the liveness check counts from when it opens
+  // again. nullptr (the default): always serving. Set before sharing.
+  void SetGate(const state::ServingGate* gate);
   // The run's durable state now. Thread-safe.
   state::RunRecord Record() const;
   // Makes a fresh run (no call served yet) what `record` describes: its
@@ -204,8 +211,10 @@ class Run : public std::enable_shared_from_this<Run> {
   void Restore(const state::RunRecord& record);
 
   // Fails every parked call (ABORTED) and drops the store; used when the run
-  // id is reused by a fresh job and at server shutdown.
-  void Close(const std::string& why);
+  // id is reused by a fresh job and at server shutdown. A replica that
+  // stops serving gives UNAVAILABLE as `code` instead (its clients go on
+  // with the next leader, not with the run's end: RunRegistry::Clear).
+  void Close(const std::string& why, absl::StatusCode code = absl::StatusCode::kAborted);
 
  private:
   struct Member {
@@ -287,6 +296,7 @@ class Run : public std::enable_shared_from_this<Run> {
   const ServerLimits limits_;
   const std::shared_ptr<KvStore> kv_;
   state::RunJournal* journal_ = nullptr;  // Set before sharing (SetJournal).
+  const state::ServingGate* gate_ = nullptr;  // Set before sharing (SetGate).
   std::shared_ptr<std::atomic<int64_t>> journal_seq_;
 
   mutable absl::Mutex mu_;

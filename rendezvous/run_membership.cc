@@ -27,6 +27,13 @@ void Run::OnLivenessTimer() {
     if (!previous_sessions_.empty() && absl::Now() >= previous_sessions_until_) DropPreviousSessionsLocked();
     if (state_ == State::kFinished || state_ == State::kFailed) return;
     const absl::Time now = absl::Now();
+    if (gate_ != nullptr && !gate_->serving()) {
+      // Not serving (paused): heartbeats are refused, so silence proves
+      // nothing; count from now, and look again later.
+      for (const auto& m : members_) known_[m.node.node_id].last_seen = now;
+      ArmLivenessLocked();
+      return;
+    }
     const absl::Duration limit = config_.keep_alive_interval * config_.keep_alive_max_attempt;
     std::vector<std::string> silent;
     for (const auto& m : members_) {

@@ -94,6 +94,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string
   });
   run->NoteActivity(clock_());  // A new run is not idle from the start.
   if (journal_ != nullptr) run->SetJournal(journal_, journal_seq_);
+  if (gate_ != nullptr) run->SetGate(gate_);
   runs_[run_id] = run;
   return run;
 }
@@ -104,7 +105,8 @@ void RunRegistry::Clear(const std::string& why) {
     absl::MutexLock lock(&mu_);
     while (!runs_.empty()) removed.push_back(EraseLocked(runs_.begin()));
   }
-  for (auto& run : removed) run->Close(why);
+  // Not the runs' end: their clients go on with the next leader.
+  for (auto& run : removed) run->Close(why, absl::StatusCode::kUnavailable);
 }
 
 void RunRegistry::Restore(const std::vector<state::RunRecord>& records, const std::string& why) {

@@ -104,6 +104,9 @@ class RunRegistry {
   // saves its record in `journal` (Run::SetJournal), which must outlive the
   // registry. nullptr (the default): none. Set it before serving.
   void SetJournal(state::RunJournal* journal) { journal_ = journal; }
+  // A replica's gate (Run::SetGate) for every run made from now on; must
+  // outlive the registry. Set it before serving.
+  void SetGate(const state::ServingGate* gate) { gate_ = gate; }
   // Replaces every run by those `records` describe (a replica taking the
   // lead after a failover): the runs held are closed with `why` (their
   // parked calls ABORTED, streams ended) and removed; each record becomes a
@@ -111,8 +114,9 @@ class RunRegistry {
   // ended_run_ttl as if it had just ended. Later records are numbered after
   // the highest seq restored. Thread-safe.
   void Restore(const std::vector<state::RunRecord>& records, const std::string& why);
-  // Closes and removes every run (a replica that stops leading), with
-  // `why`. Thread-safe.
+  // Closes and removes every run (a replica that stops leading or shuts
+  // down), with `why`: parked calls are answered UNAVAILABLE (not ABORTED:
+  // the runs go on on the next leader). Thread-safe.
   void Clear(const std::string& why);
 
   // `hook` is called with the id of every run removed from now on (swept
@@ -159,6 +163,7 @@ class RunRegistry {
   const ServerLimits limits_;
   std::function<void(const std::string&)> on_removed_;
   state::RunJournal* journal_ = nullptr;
+  const state::ServingGate* gate_ = nullptr;
   // The seq of the records runs save (Run::SetJournal): one counter for the server.
   const std::shared_ptr<std::atomic<int64_t>> journal_seq_ = std::make_shared<std::atomic<int64_t>>(0);
   const Clock clock_;

@@ -180,6 +180,11 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     watchers_.erase(it);
     ShrinkIfSparse(watchers_);
     ForgetNonMemberLocked(node_id);
+    // A replica that does not serve now (paused: its etcd lease unconfirmed)
+    // holds its runs still: the agent left to look for a serving leader, it
+    // did not die. Nobody is lost; the agent comes back when this replica
+    // serves again, or goes to the next leader.
+    if (gate_ != nullptr && !gate_->serving()) return;
     // A pending joiner whose agent is gone leaves the round.
     if (std::optional<Joiner> p = pending_.erase(node_id)) {
       later.push_back([cb = std::move(p->done)]() mutable {

@@ -283,6 +283,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   }
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits, nullptr, impl->budget.get());
   impl->registry->SetJournal(options.journal);
+  impl->registry->SetGate(options.gate);
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
   impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });
   impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(),
@@ -362,7 +363,11 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
   impl_->exposer.reset();
   // Parked calls (joins, store waits, barriers) and health Watch streams are
   // ended first, so the graceful phase does not wait on them.
-  impl_->registry->CloseAll(why);
+  if (impl_->options.journal != nullptr) {
+    impl_->registry->Clear(why);  // A replica: the runs go on on the next leader (UNAVAILABLE).
+  } else {
+    impl_->registry->CloseAll(why);
+  }
   impl_->health->EndWatches(why);
   const auto deadline = absl::ToChronoTime(absl::Now() + grace);
   for (Impl::Generation& g : impl_->generations) g.server->Shutdown(deadline);

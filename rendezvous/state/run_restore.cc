@@ -25,6 +25,8 @@ void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int
       });
 }
 
+void Run::SetGate(const state::ServingGate* gate) { gate_ = gate; }
+
 state::RunRecord Run::RecordLocked() const {
   state::RunRecord r;
   r.run_id = run_id_;

@@ -24,7 +24,16 @@
 #   after it, the new leader serves it (asked directly) and worker rank 1 reads it through
 #   its agent's store proxy, which followed the leader.
 #
-# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts]
+# With --rolling (loopback), step 3 is a rolling restart instead: each replica in turn gets
+# SIGTERM (a leader resigns first) and is started again on its port; whenever the leader was
+# restarted, both agents follow the next one. The rest is checked the same way.
+#
+# With --quorum (loopback), step 3 is the loss of etcd's quorum instead: the two etcd members
+# that are not the leader's are killed; the leader stops serving and says why in one line;
+# the agents look for a leader (rdzv_conf leader_grace=40) with their workers running; the
+# members come back and both agents take the same leader back.
+#
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --rolling | --quorum]
 #        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
@@ -36,6 +45,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/etcd_cluster.sh"
 etcd_require
 mode=loopback
+rolling=0 quorum=0
+[[ ${3:-} == --rolling ]] && rolling=1
+[[ ${3:-} == --quorum ]] && quorum=1
 if [[ ${3:-} == --hosts ]]; then
   mode=hosts
   # shellcheck source=tests/hosts/netns_hosts.sh
@@ -101,13 +113,15 @@ trap cleanup EXIT  # hosts_up and etcd_up set their own: ours calls them too.
 echo "etcd: $(etcd_endpoints)"
 
 # 1. Three replicas, each with its own etcd member first.
-for i in 0 1 2; do
-  members=${ETCD_CLIENT[i]}
+# start_replica I PORT: replica I on PORT (0: any), its output appended to its log.
+start_replica() {
+  local i=$1 members=${ETCD_CLIENT[$1]} j
   for j in 0 1 2; do ((j != i)) && members+=",${ETCD_CLIENT[j]}"; done
-  spawn_on "$i" "$meshrun" server --host "$(addr_of "$i")" --port 0 --port_file "$work/port$i" --state "etcd://$members/failover-test" \
-    --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" >"$work/server$i.log" 2>&1
+  spawn_on "$i" "$meshrun" server --host "$(addr_of "$i")" --port "$2" --port_file "$work/port$i" --state "etcd://$members/failover-test" \
+    --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" >>"$work/server$i.log" 2>&1
   server_pid[i]=$!
-done
+}
+for i in 0 1 2; do start_replica "$i" 0; done
 ports_written() { [[ -s $work/port0 && -s $work/port1 && -s $work/port2 ]]; }
 wait_for 20 ports_written || fail "the 3 replicas did not all listen within 20 s"
 endpoints=
@@ -129,7 +143,7 @@ if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" ||
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 for n in 0 1; do
   OUT=$work STORE_KEYS=$store_keys spawn_on $((3 + n)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
-    --max_restarts=3 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
+    --max_restarts=3 --rdzv_conf=leader_grace=40 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
   agent_pid[n]=$!
 done
 running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
@@ -145,7 +159,67 @@ at_barrier() {
 wait_for 30 at_barrier || fail "node rank 0 did not reach the exit barrier within 30 s"
 echo "node rank 0 waits at the exit barrier"
 
+# The replica that leads now, from meshrun status: its index (0..2).
+leader_now() {
+  local line i
+  line=$(run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --timeout 2 2>/dev/null | grep -m1 "^replicas")
+  for i in 0 1 2; do
+    [[ $line == *": $(addr_of "$i"):$(cat "$work/port$i") (leader)"* ]] && { echo "$i"; return 0; }
+  done
+  return 1
+}
+follows() { grep -h "following the rendezvous leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l; }
+
+if ((rolling)); then
+  # 3'. Rolling restart: every replica in turn, the job running.
+  for i in 0 1 2; do
+    was=$(leader_now) || fail "no replica leads before restarting replica $i"
+    before=$(follows)
+    port=$(cat "$work/port$i")
+    t0=$(now_ms)
+    kill -TERM "${server_pid[i]}"
+    replica_gone() { ! kill -0 "${server_pid[$1]}" 2>/dev/null; }
+    wait_for 20 replica_gone "$i" || fail "replica $i did not stop within 20 s of SIGTERM"
+    wait "${server_pid[i]}"
+    rc=$?
+    ((rc == 0)) || fail "replica $i exited $rc on SIGTERM (expected 0)"
+    rm -f "$work/port$i"
+    start_replica "$i" "$port"
+    listening() { [[ -s $work/port$1 ]]; }
+    wait_for 20 listening "$i" || fail "replica $i did not listen again on port $port within 20 s"
+    if [[ $was == "$i" ]]; then
+      moved() { (($(follows) >= before + 2)); }
+      wait_for 30 moved || fail "the agents did not follow the next leader within 30 s of restarting leader $i"
+      echo "replica $i (the leader) restarted: both agents on the next leader after $(($(now_ms) - t0)) ms"
+    else
+      echo "replica $i (a standby) restarted: agents untouched"
+    fi
+  done
+fi
+
+if ((quorum)); then
+  # 3''. etcd loses its quorum: the two members that are not the leader's.
+  before=$(follows)
+  t_q=$(now_ms)
+  for i in 0 1 2; do ((i != leader)) && etcd_kill "$i"; done
+  paused() { grep -q "stopped serving until it is" "$work/server$leader.log"; }
+  wait_for 10 paused || fail "the leader did not stop serving within 10 s of losing etcd's quorum"
+  echo "leader, $(($(now_ms) - t_q)) ms after quorum was lost: $(grep -h "stopped serving until it is" "$work/server$leader.log" | tail -n 1 | sed 's/.*\] //' | cut -c1-160)..."
+  looking() { [[ $(grep -l "looking for the leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l) == 2 ]]; }
+  wait_for 20 looking || fail "the agents did not both notice within 20 s that no replica serves"
+  echo "agents: $(grep -h "looking for the leader" "$work/agent1.log" | tail -n 1 | sed 's/.*\] //' | cut -c1-160)..."
+  for n in 0 1; do kill -0 "${agent_pid[n]}" 2>/dev/null || fail "agent $n stopped while etcd had no quorum (leader_grace is 40 s)"; done
+  [[ -e $work/rank1.end ]] && fail "worker rank 1 ended while etcd had no quorum"
+  for i in 0 1 2; do ((i != leader)) && etcd_start "$i"; done
+  etcd_wait_healthy 20 || fail "etcd did not recover its quorum within 20 s"
+  t_back=$(now_ms)
+  back() { (($(follows) >= before + 2)); }
+  wait_for 30 back || fail "the agents did not take a leader back within 30 s of etcd's quorum returning"
+  echo "quorum lost for $((t_back - t_q)) ms; both agents on the leader again $(($(now_ms) - t_back)) ms after it returned, workers untouched"
+fi
+
 # 3. The leader's host dies: its replica and its etcd member, kill -9 together.
+if ((!rolling && !quorum)); then
 t_kill=$(now_ms)
 if [[ $mode == hosts ]]; then
   host_kill "$leader" || fail "host $leader outlived host_kill"
@@ -166,10 +240,11 @@ new_leader_log=$(grep -l "meshrun server: leading" "$work"/server*.log | grep -v
 echo "new leader: ${new_leader_log##*/}: $(grep -h "meshrun server: leading" "$new_leader_log" | tail -n 1)"
 for n in 0 1; do echo "agent $n: $(grep -h "following the rendezvous leader" "$work/agent$n.log" | tail -n 1 | sed 's/.*\] //')"; done
 echo "failover: $((t_followed - t_kill)) ms from kill -9 of the leader's replica and etcd member to both agents on the new leader"
+fi
 # meshrun status, given every replica (the dead one first), shows the replicas and the new leader's run.
-new_index=${new_leader_log##*server}
-new_port=$(cat "$work/port${new_index%.log}")
-new_addr=$(addr_of "${new_index%.log}")
+new_index=$(leader_now) || fail "meshrun status names no leader"
+new_port=$(cat "$work/port$new_index")
+new_addr=$(addr_of "$new_index")
 run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
 cat "$work/status.txt"
 grep -q "replicas (state in etcd): $new_addr:$new_port (leader)" "$work/status.txt" || fail "meshrun status does not show the new leader $new_addr:$new_port first"
