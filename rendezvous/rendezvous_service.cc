@@ -1,7 +1,5 @@
 #include "rendezvous/rendezvous_service.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
@@ -136,10 +134,7 @@ grpc::ServerWriteReactor<pb::RunEvent>* RendezvousService::Watch(grpc::CallbackS
   if (s.ok()) s = ToGrpc(requests::CheckWatch(*req, limits_));
   absl::StatusOr<std::shared_ptr<Run>> run = absl::UnknownError("");
   if (s.ok()) {
-    // Never a new job under an ended run's id (only a join starts one: an
-    // agent joins before it opens its stream), so a stream opened as a run
-    // ends, one of its own nodes' included, sees how it ended.
-    run = registry_->ForJoin(req->run().run_id(), std::max<int64_t>(req->known_round(), 0), ctx->peer());
+    run = registry_->ForJoin(req->run().run_id(), req->known_round(), ctx->peer());
     s = ToGrpc(run.status());
   }
   if (!s.ok()) {
