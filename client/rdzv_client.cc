@@ -1,4 +1,5 @@
 #include "client/rdzv_client.h"
+#include "client/rdzv_client_internal.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -21,9 +22,8 @@ using rendezvous::Assignment;
 using rendezvous::RunEvent;
 using rendezvous::WorkerFailure;
 
-// Says in words why a stream to the server broke, for gRPC's transport
-// errors ("Socket closed", "recvmsg:No route to host", ...); a message the
-// server sent (e.g. why it shut down) is kept as it is.
+}  // namespace
+
 std::string DescribeLoss(const grpc::Status& s) {
   const std::string& m = s.error_message();
   auto has = [&](const char* what) { return m.find(what) != std::string::npos; };
@@ -36,6 +36,8 @@ std::string DescribeLoss(const grpc::Status& s) {
   if (has("failed to connect")) return absl::StrCat("cannot connect (", m, ")");
   return m;
 }
+
+namespace {
 
 using wire::FromGrpc;
 using wire::FromProto;
@@ -90,9 +92,6 @@ DialOptions ReplicaDial(absl::Duration timeout) {
 
 }  // namespace
 
-struct RendezvousClient::Stubs {
-  std::unique_ptr<pb::Rendezvous::Stub> stub;
-};
 
 RendezvousClient::RendezvousClient(std::string run_id, std::string token, Connection connection)
     : run_id_(std::move(run_id)),
@@ -340,160 +339,9 @@ void RendezvousClient::CancelJoin() {
   if (join_ctx_) join_ctx_->TryCancel();
 }
 
-void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_round,
-                                  std::function<void(const RunEvent&)> on_event,
-                                  std::function<void(const absl::Status&)> on_closed) {
-  {
-    absl::MutexLock lock(&mu_);
-    known_round_ = std::max(known_round_, known_round);
-    watch_opening_ = session_.empty();
-  }
-  watch_node_id_ = node_id;
-  watch_thread_ = std::thread([this, node_id, on_event = std::move(on_event), on_closed = std::move(on_closed)] {
-    // A stream the server cut off because this node read too slowly
-    // (RESOURCE_EXHAUSTED) is re-opened from the round known so far, with
-    // this node's credential; the server's catch-up event says what was
-    // missed. Bounded: a few cut-offs in a row end the stream.
-    constexpr int kMaxReopens = 5;
-    // Evictions before joining (see below): each costs the server's flood
-    // a slot it had to free, so allow more of them.
-    constexpr int kMaxEvictions = 20;
-    constexpr char kEvictedMetadata[] = "meshrun-evicted";  // rendezvous/watch_reactor.h
-    for (int reopens = 0;; ++reopens) {
-      auto ctx = std::make_shared<grpc::ClientContext>();
-      pb::WatchRequest req;
-      {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) {
-          on_closed(absl::OkStatus());
-          return;
-        }
-        watch_ctx_ = ctx;
-        req.set_known_round(known_round_);
-        req.set_session(session_);
-      }
-      req.mutable_run()->set_run_id(run_id_);
-      req.mutable_run()->set_token(token_);
-      req.set_node_id(node_id);
-      std::unique_ptr<grpc::ClientReader<pb::RunEvent>> reader = stubs()->stub->Watch(ctx.get(), req);
-      pb::RunEvent ev;
-      while (reader->Read(&ev)) {
-        NoteAnswer();
-        if (ev.kind() == pb::RunEvent::SESSION) {
-          absl::MutexLock lock(&mu_);
-          // A join's answer carries the newer credential: a SESSION event
-          // read after it (handed to this stream while the join was parked)
-          // is older.
-          if (!has_assignment_) session_ = ev.session();
-          watch_opening_ = false;
-          continue;
-        }
-        {
-          absl::MutexLock lock(&mu_);
-          watch_opening_ = false;  // A known node's stream has no SESSION event.
-        }
-        reopens = 0;
-        on_event(FromProto(ev));
-      }
-      grpc::Status s = reader->Finish();
-      {
-        absl::MutexLock lock(&mu_);
-        watch_opening_ = false;
-      }
-      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-          ctx->GetServerTrailingMetadata().count(kEvictedMetadata) > 0 && reopens < kMaxEvictions) {
-        // Ended to make room among nodes that have not joined (a flood of
-        // streams on this run): the server forgot this node; open a new
-        // stream as a new node, and join with its credential.
-        Logger("agent")->warn("the rendezvous server ended this node's event stream before it joined ({}); "
-                              "re-opening it", s.error_message());
-        absl::MutexLock lock(&mu_);
-        if (!has_assignment_) session_.clear();  // A joined node keeps its credential.
-        watch_opening_ = session_.empty();
-        continue;
-      }
-      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && reopens < kMaxReopens) {
-        Logger("agent")->warn("the rendezvous server cut off this node's event stream ({}); re-opening it",
-                              s.error_message());
-        // Paced (0.1 s, 0.2 s, ...: 1.5 s in all): a stream refused for room
-        // before this node's join arrived is a member's once it has.
-        absl::SleepFor(absl::Milliseconds(100 * (reopens + 1)));
-        continue;
-      }
-      std::string server_lost, endpoint;
-      absl::Duration failover_timeout;
-      bool wanted = false;
-      {
-        absl::MutexLock lock(&mu_);
-        server_lost = server_lost_;
-        endpoint = endpoint_;
-        failover_timeout = failover_timeout_;
-        wanted = failover_wanted_;
-        if (stopping_) wanted = false;
-      }
-      // Replicas: a lost or standing-by server is a failover, not the end.
-      std::string standby_leader;
-      const bool standby = ParseStandbyDetail(s.error_details(), &standby_leader);
-      const bool lost = standby || wanted || (s.error_code() == grpc::StatusCode::CANCELLED && !server_lost.empty()) ||
-                        s.error_code() == grpc::StatusCode::UNAVAILABLE || s.ok();
-      if (endpoints_.size() > 1 && lost && !(s.error_code() == grpc::StatusCode::CANCELLED && !wanted && server_lost.empty())) {
-        if (standby) {
-          absl::MutexLock lock(&mu_);
-          failover_hint_ = standby_leader;
-        }
-        const std::string why = standby ? std::string(s.error_message())
-                                : wanted ? std::string("a heartbeat was refused by a standby replica")
-                                : !server_lost.empty() ? server_lost
-                                : s.ok() ? std::string("it closed the event stream")
-                                         : DescribeLoss(s);
-        absl::Status f = FailOver(why, absl::Now() + failover_timeout);
-        if (f.ok()) {
-          reopens = 0;
-          continue;
-        }
-        if (absl::IsCancelled(f)) {
-          on_closed(absl::OkStatus());
-        } else {
-          on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint, " (", why, "): ",
-                                                        f.message())));
-        }
-        return;
-      }
-      const std::string& endpoint_ = endpoint;  // The server this stream was on.
-      if (s.error_code() == grpc::StatusCode::CANCELLED && !server_lost.empty()) {
-        on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_, ": ", server_lost)));
-      } else if (s.error_code() == grpc::StatusCode::CANCELLED) {
-        on_closed(absl::OkStatus());
-      } else if (s.ok()) {
-        on_closed(absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint_,
-                                                      " closed the event stream")));
-      } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        on_closed(absl::FailedPreconditionError(s.error_message()));
-      } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-                 s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-        on_closed(absl::UnauthenticatedError(absl::StrCat("the rendezvous server at ", endpoint_,
-                                                          " refused this node: ", s.error_message())));
-      } else {
-        on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_,
-                                                      ": ", DescribeLoss(s))));
-      }
-      return;
-    }
-  });
-}
-
 std::string RendezvousClient::session() const {
   absl::MutexLock lock(&mu_);
   return session_;
-}
-
-void RendezvousClient::StopWatch() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    if (watch_ctx_) watch_ctx_->TryCancel();
-  }
-  if (watch_thread_.joinable()) watch_thread_.join();
 }
 
 absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, int64_t round,

@@ -75,7 +75,8 @@ class Run : public std::enable_shared_from_this<Run> {
   // the stream's connection, takes that credential; a stream with no
   // credential of a node that joined (its join in progress, or answered),
   // from the join's connection, is given its current one (kSession), and is
-  // a member's stream.
+  // a member's stream; so is a re-opened stream of a node that only this
+  // connection's earlier stream made known.
   void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
             JoinCallback done,
             const std::string& peer = "");

@@ -79,7 +79,8 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
     // Over, its nodes gone and their credentials with them: any stream
     // learns how it ended (below), as Status would tell it.
   } else if (auto k = known_.find(node_id); k != known_.end() && session.empty() && !peer.empty() &&
-                                             k->second.peer == peer && IsParticipantLocked(node_id)) {
+                                             k->second.peer == peer &&
+                                             (IsParticipantLocked(node_id) || k->second.last_seen == absl::InfinitePast())) {
     hand_out = true;
   } else if (known_.contains(node_id) || !session.empty()) {
     // A participant's credential of the round before is accepted too, as for
