@@ -160,10 +160,12 @@ int StatusMain(int argc, char** argv) {
     if (s.ok() && s->replica_role == "standby") {
       for (const auto& r : s->replicas) {
         if (!r.leader) continue;
-        absl::StatusOr<client::ServerStatus> l = client::QueryServerStatus(r.address, *auth, run_id, absl::Seconds(timeout));
+        // A copy: replacing `s` below frees the list `r` is in.
+        const std::string leader = r.address;
+        absl::StatusOr<client::ServerStatus> l = client::QueryServerStatus(leader, *auth, run_id, absl::Seconds(timeout));
         if (l.ok()) {
           s = std::move(l);
-          target = r.address;
+          target = leader;
         }
         break;
       }
