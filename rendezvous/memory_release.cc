@@ -4,7 +4,11 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "common/logging.h"
 
@@ -28,6 +32,25 @@ int64_t ResidentBytes() {
   if (std::fscanf(f, "%lld %lld", &size, &resident) != 2) resident = -1;
   std::fclose(f);
   return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
+}
+
+// jemalloc's view of the heap, for the log: live bytes, and what the
+// allocator keeps resident and in active pages (their difference is free
+// space in partly used pages: fragmentation). Empty without jemalloc.
+std::string HeapStats() {
+  if (mallctl == nullptr) return "";
+  uint64_t epoch = 1;
+  size_t len = sizeof(epoch);
+  mallctl("epoch", &epoch, &len, &epoch, len);  // Refreshes the statistics.
+  size_t allocated = 0, active = 0, resident = 0;
+  len = sizeof(size_t);
+  if (mallctl("stats.allocated", &allocated, &len, nullptr, 0) != 0) return "";
+  len = sizeof(size_t);
+  mallctl("stats.active", &active, &len, nullptr, 0);
+  len = sizeof(size_t);
+  mallctl("stats.resident", &resident, &len, nullptr, 0);
+  return fmt::format(" (heap: {} KiB live in {} KiB of active pages, {} KiB resident)", allocated / 1024,
+                     active / 1024, resident / 1024);
 }
 
 }  // namespace
@@ -59,8 +82,11 @@ void MemoryReleaser::Request() {
     const absl::Time start = absl::Now();
     const int64_t freed = ReleaseFreeMemory();
     state->releases.fetch_add(1);
-    Logger("rdzv")->debug("returned {} KiB of free heap memory to the system in {}", freed / 1024,
-                          absl::FormatDuration(absl::Now() - start));
+    auto log = Logger("rdzv");
+    if (log->should_log(spdlog::level::debug)) {
+      log->debug("returned {} KiB of free heap memory to the system in {}{}", freed / 1024,
+                 absl::FormatDuration(absl::Now() - start), HeapStats());
+    }
   });
 }
 
