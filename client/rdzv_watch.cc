@@ -119,7 +119,7 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
           failover_hint_ = standby_leader;
         }
         const std::string why = standby ? std::string(s.error_message())
-                                : wanted ? std::string("a heartbeat was refused by a standby replica")
+                                : wanted ? std::string("a heartbeat was refused by a replica that does not serve")
                                 : !server_lost.empty() ? server_lost
                                 : s.ok() ? std::string("it closed the event stream")
                                          : DescribeLoss(s);

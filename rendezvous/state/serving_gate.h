@@ -67,9 +67,20 @@ class ServingGate {
     }
     return source ? source() : std::vector<ReplicaView>{};
   }
+  // Why this replica, while it leads, does not serve ("" once it serves
+  // again): its etcd lease is unconfirmed (etcd lost its quorum, or this
+  // host lost etcd). Refusal() says so instead of "stands by".
+  void SetPaused(std::string why) {
+    absl::MutexLock lock(&mu_);
+    paused_ = std::move(why);
+  }
   // Why a call is refused while closed, in one line.
   std::string Refusal() const {
     absl::MutexLock lock(&mu_);
+    if (!paused_.empty()) {
+      return absl::StrCat("this rendezvous server replica (", self_,
+                          ") leads but does not serve until etcd confirms its lease: ", paused_);
+    }
     return absl::StrCat("this rendezvous server replica (", self_, ") stands by; ",
                         leader_.empty() ? std::string("no replica leads at the moment (election in progress)")
                                         : absl::StrCat("the leader is ", leader_));
@@ -80,6 +91,7 @@ class ServingGate {
   mutable absl::Mutex mu_;
   std::string leader_ ABSL_GUARDED_BY(mu_);
   std::string self_ ABSL_GUARDED_BY(mu_);
+  std::string paused_ ABSL_GUARDED_BY(mu_);
   std::function<std::vector<ReplicaView>()> replicas_ ABSL_GUARDED_BY(mu_);
 };
 

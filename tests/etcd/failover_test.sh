@@ -33,7 +33,12 @@
 # the agents look for a leader (rdzv_conf leader_grace=40) with their workers running; the
 # members come back and both agents take the same leader back.
 #
-# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --rolling | --quorum]
+# With --grace (loopback), etcd's quorum is lost and does not come back: the agents (here
+# with rdzv_conf leader_grace=6) look for a leader for that long with their workers running,
+# then stop: each exits non-zero within the grace plus 20 s, its last words naming every
+# replica and what each said, and worker rank 1 (not released) never finished.
+#
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --rolling | --quorum | --grace]
 #        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
@@ -48,6 +53,10 @@ mode=loopback
 rolling=0 quorum=0
 [[ ${3:-} == --rolling ]] && rolling=1
 [[ ${3:-} == --quorum ]] && quorum=1
+grace=0
+[[ ${3:-} == --grace ]] && grace=1 quorum=1
+leader_grace=40
+((grace)) && leader_grace=6
 if [[ ${3:-} == --hosts ]]; then
   mode=hosts
   # shellcheck source=tests/hosts/netns_hosts.sh
@@ -143,7 +152,7 @@ if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" ||
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 for n in 0 1; do
   OUT=$work STORE_KEYS=$store_keys spawn_on $((3 + n)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
-    --max_restarts=3 --rdzv_conf=leader_grace=40 --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
+    --max_restarts=3 --rdzv_conf=leader_grace=$leader_grace --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
   agent_pid[n]=$!
 done
 running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
@@ -208,7 +217,30 @@ if ((quorum)); then
   looking() { [[ $(grep -l "looking for the leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l) == 2 ]]; }
   wait_for 20 looking || fail "the agents did not both notice within 20 s that no replica serves"
   echo "agents: $(grep -h "looking for the leader" "$work/agent1.log" | tail -n 1 | sed 's/.*\] //' | cut -c1-160)..."
-  for n in 0 1; do kill -0 "${agent_pid[n]}" 2>/dev/null || fail "agent $n stopped while etcd had no quorum (leader_grace is 40 s)"; done
+  if ((grace)); then
+    # Quorum never returns: past leader_grace the agents stop, naming every replica.
+    for n in 0 1; do
+      agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
+      wait_for $((leader_grace + 20)) agent_done "$n" ||
+        fail "agent $n still ran $((leader_grace + 20)) s after etcd lost its quorum (leader_grace=$leader_grace)"
+      wait "${agent_pid[n]}"
+      rc=$?
+      agent_pid[n]=
+      ((rc != 0)) || fail "agent $n exited 0 with no leader (expected non-zero)"
+      last=$(grep -h "no rendezvous server replica leads after" "$work/agent$n.log" | tail -n 1)
+      [[ -n $last ]] || fail "agent $n did not say that no replica leads: $(tail -n 3 "$work/agent$n.log")"
+      for i in 0 1 2; do
+        [[ $last == *"$(addr_of "$i"):$(cat "$work/port$i"): "* ]] || fail "agent $n's last words do not name replica $i: $last"
+      done
+      [[ $last == *"$(addr_of "$leader"):$(cat "$work/port$leader"): this rendezvous server replica"*"leads but does not serve until etcd confirms its lease: "* ]] ||
+        fail "agent $n's last words do not say that the leader (replica $leader) waits for etcd: $last"
+      echo "agent $n: exit $rc, $(($(now_ms) - t_q)) ms after quorum was lost: $(echo "$last" | sed 's/.*\] //' | cut -c1-600)"
+    done
+    [[ -e $work/rank1.end ]] && fail "worker rank 1 finished although no replica led"
+    echo "PASS: with etcd's quorum gone for good, both agents stopped after leader_grace=$leader_grace s, non-zero, naming every replica"
+    exit 0
+  fi
+  for n in 0 1; do kill -0 "${agent_pid[n]}" 2>/dev/null || fail "agent $n stopped while etcd had no quorum (leader_grace is $leader_grace s)"; done
   [[ -e $work/rank1.end ]] && fail "worker rank 1 ended while etcd had no quorum"
   for i in 0 1 2; do ((i != leader)) && etcd_start "$i"; done
   etcd_wait_healthy 20 || fail "etcd did not recover its quorum within 20 s"

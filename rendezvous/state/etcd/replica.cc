@@ -190,10 +190,12 @@ struct Replica::Impl {
     cb.on_paused = [this](const absl::Status& why) {
       // Before another replica can be elected: stop serving now.
       gate->SetServing(false);
+      gate->SetPaused(std::string(why.message()));
       Logger("rdzv")->warn("this replica's etcd lease is not confirmed in time ({}): stopped serving until it is",
                            std::string(why.message()));
     };
     cb.on_resumed = [this] {
+      gate->SetPaused("");
       absl::MutexLock lock(&mu);
       if (loaded) {
         gate->SetServing(true);
@@ -202,6 +204,7 @@ struct Replica::Impl {
     };
     cb.on_deposed = [this](const absl::Status& why) {
       gate->SetServing(false);
+      gate->SetPaused("");
       {
         absl::MutexLock lock(&mu);
         loaded = false;
