@@ -170,6 +170,13 @@ absl::Status RendezvousClient::FailOver(const std::string& why, absl::Time deadl
         last_answer_ = absl::Now();
         missed_heartbeats_ = 0;
         failover_wanted_ = false;
+        // A node never assigned is new to the next leader (a join waiting
+        // for its round is not kept in etcd): its stream opens as a new
+        // node's, and the join sent again there takes that credential.
+        if (!has_assignment_) {
+          session_.clear();
+          watch_opening_ = true;
+        }
         on_change = on_leader_change_;
       }
       if (on_change) on_change(c->channel);
@@ -295,8 +302,9 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   c->set_keep_alive_max_attempt(config.keep_alive_max_attempt);
   req->set_last_round(last_round);
   auto resp = std::make_shared<pb::JoinResponse>();
+  const absl::Time deadline = absl::Now() + timeout;
   auto ctx = std::make_shared<grpc::ClientContext>();
-  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  ctx->set_deadline(absl::ToChronoTime(deadline));
   {
     absl::MutexLock lock(&mu_);
     join_ctx_ = ctx;
@@ -305,16 +313,31 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   // callback API: Debian's gRPC 1.51 can abort in its callback completion
   // queue's reference counting when a client goes away (seen as
   // "ref_counted.h: assertion failed: prior > 0" at exit).
-  StartCall([this, req, resp, ctx, timeout, done = std::move(done)]() mutable {
-    {
-      // The credential known now, if any: a new node's join needs none (the
-      // server matches it with this connection's event stream, whichever
-      // of the two arrives first), and waiting for the stream's would race
-      // with the server ending that stream to make room.
+  StartCall([this, req, resp, ctx, deadline, done = std::move(done)]() mutable {
+    grpc::Status s;
+    // Bounded: by the join's deadline, and by the count.
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      {
+        // The credential known now, if any: a new node's join needs none (the
+        // server matches it with this connection's event stream, whichever
+        // of the two arrives first), and waiting for the stream's would race
+        // with the server ending that stream to make room.
+        absl::MutexLock lock(&mu_);
+        req->set_session(has_assignment_ ? session_ : std::string());
+      }
+      const std::shared_ptr<Stubs> on = stubs();
+      s = on->stub->Join(ctx.get(), *req, resp.get());
+      // The leader died, or stopped leading, while this join waited for its
+      // round: once the event stream has found the next leader (FailOver),
+      // the same join goes there (torchrun's c10d re-sends a join whose
+      // store went away in the same way, to the same store).
+      if (s.ok() || !WaitForNextLeader(s, on, deadline)) break;
+      ctx = std::make_shared<grpc::ClientContext>();
+      ctx->set_deadline(absl::ToChronoTime(deadline));
       absl::MutexLock lock(&mu_);
-      req->set_session(has_assignment_ ? session_ : std::string());
+      if (stopping_) break;
+      join_ctx_ = ctx;
     }
-    grpc::Status s = stubs()->stub->Join(ctx.get(), *req, resp.get());
     if (!s.ok()) {
       done(FromGrpc(s, "join"));
     } else {
@@ -327,6 +350,27 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
       done(FromProto(resp->assignment()));
     }
   });
+}
+
+bool RendezvousClient::WaitForNextLeader(const grpc::Status& s, const std::shared_ptr<Stubs>& on,
+                                         absl::Time deadline) {
+  if (endpoints_.size() <= 1) return false;
+  std::string leader;
+  const bool standby = ParseStandbyDetail(s.error_details(), &leader);
+  if (!standby && s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+  if (standby) {
+    // As a refused heartbeat does: the event stream fails over, to the
+    // leader this replica names first.
+    absl::MutexLock lock(&mu_);
+    if (!failover_wanted_ && !stopping_) {
+      failover_wanted_ = true;
+      failover_hint_ = leader;
+      if (watch_ctx_) watch_ctx_->TryCancel();
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  auto moved = [this, &on]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || stubs_ != on; };
+  return mu_.AwaitWithDeadline(absl::Condition(&moved), deadline) && !stopping_;
 }
 
 void RendezvousClient::StartCall(std::function<void()> call) {

@@ -149,6 +149,8 @@ class RendezvousClient {
   // The connection to the server, for the node's store proxy to forward
   // its workers' store requests over (agent/store_proxy.h): shared, so it
   // lives as long as either holds it. Thread-safe.
+  // True when given several replicas' endpoints (it follows their leader).
+  bool replicated() const { return endpoints_.size() > 1; }
   std::shared_ptr<grpc::Channel> channel() const {
     absl::MutexLock lock(&mu_);
     return channel_;
@@ -167,6 +169,12 @@ class RendezvousClient {
   struct Stubs;
   // The stub of the server used now.
   std::shared_ptr<Stubs> stubs() const;
+  // After a join failed with `s` on the server `on`: true once the client
+  // follows another leader (FailOver, driven by the event stream), so the
+  // join can be sent there; false when `s` is no failover (one endpoint, or
+  // not UNAVAILABLE nor a standby's refusal), when stopping, or at
+  // `deadline`. A standby's refusal starts the failover.
+  bool WaitForNextLeader(const grpc::Status& s, const std::shared_ptr<Stubs>& on, absl::Time deadline);
   // Looks for the leader among endpoints_ until `deadline` (or a stop);
   // switches every later call to it. OK once switched.
   absl::Status FailOver(const std::string& why, absl::Time deadline);
