@@ -45,6 +45,7 @@ absl::Status Session::NewMembership() {
   node_.dialed_addr = client_->dialed_addr();
   // The workers' store: over this connection, in this node's name.
   if (proxy_) {
+    proxy_->SetFollowLeader(client_->replicated());
     proxy_->SetUpstream(client_->channel(), node_.node_id);
   } else {
     StoreProxyOptions po;
@@ -58,6 +59,7 @@ absl::Status Session::NewMembership() {
     absl::StatusOr<std::unique_ptr<StoreProxy>> proxy = StoreProxy::Start(po, client_->channel(), node_.node_id);
     if (!proxy.ok()) return proxy.status();
     proxy_ = std::move(*proxy);
+    proxy_->SetFollowLeader(client_->replicated());
   }
   if (o_.local_addr.empty()) node_.addr = client_->local_addr();
   // The event stream opens right after the first join is sent (Join): a

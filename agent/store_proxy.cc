@@ -397,6 +397,8 @@ void StoreProxy::SetUpstream(std::shared_ptr<grpc::Channel> server, std::string 
   impl_->upstream->SetChannel(std::move(server), std::move(node_id));
 }
 
+void StoreProxy::SetFollowLeader(bool follow) { impl_->upstream->SetFollowLeader(follow); }
+
 void StoreProxy::SetRound(int64_t round) { impl_->cache->SetRound(round); }
 
 StoreCacheStats StoreProxy::stats() const { return impl_->cache->stats(); }

@@ -78,6 +78,10 @@ class StoreProxy {
   // After the agent re-joined as a new member: its new channel and node
   // id. Requests in flight finish on the old channel. Thread-safe.
   void SetUpstream(std::shared_ptr<grpc::Channel> server, std::string node_id);
+  // The server is replicated (the agent follows its leader): a store read
+  // that waits on a leader that dies waits on for the next one, with what
+  // was left of its wait (GrpcUpstream::SetFollowLeader). Thread-safe.
+  void SetFollowLeader(bool follow);
   // The round the agent's workers now run (StoreCache::SetRound). Thread-safe.
   void SetRound(int64_t round);
   StoreCacheStats stats() const;

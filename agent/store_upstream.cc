@@ -26,7 +26,7 @@ int64_t ToMs(absl::Duration d) {
 class KvBatchCall : public grpc::ClientReadReactor<pb::KvBatchResponse> {
  public:
   KvBatchCall(GrpcUpstream* upstream, std::vector<BatchItem> items, absl::AnyInvocable<void()> accepted)
-      : upstream_(upstream), accepted_(std::move(accepted)) {
+      : upstream_(upstream), started_(absl::Now()), accepted_(std::move(accepted)) {
     absl::Duration longest = absl::ZeroDuration();
     for (BatchItem& item : items) {
       pb::KvBatchItem* p = req_.add_items();
@@ -96,17 +96,33 @@ class KvBatchCall : public grpc::ClientReadReactor<pb::KvBatchResponse> {
 
   void OnDone(const grpc::Status& s) override {
     Accept();
-    std::vector<StoreUpstream::Done> left;
+    std::vector<BatchItem> left;
     {
       absl::MutexLock lock(&mu_);
-      for (auto& d : done_) {
-        if (d) left.push_back(std::move(d));
+      for (size_t i = 0; i < done_.size(); ++i) {
+        if (!done_[i]) continue;
+        // What is left of the item, as it was asked, with the wait it has left.
+        BatchItem item;
+        item.id = ids_[i];
+        const pb::KvBatchItem& p = req_.items(static_cast<int>(i));
+        item.request.round = p.round();
+        item.request.keys.assign(p.keys().begin(), p.keys().end());
+        item.request.set_keys.assign(p.set_keys().begin(), p.set_keys().end());
+        item.request.set_values.assign(p.set_values().begin(), p.set_values().end());
+        const absl::Duration wait =
+            p.wait_ms() >= INT64_MAX / 4 ? absl::InfiniteDuration() : absl::Milliseconds(p.wait_ms());
+        item.request.wait = std::max(absl::ZeroDuration(), wait - (absl::Now() - started_));
+        item.done = std::move(done_[i]);
+        left.push_back(std::move(item));
       }
     }
     const absl::Status why =
         s.ok() ? absl::InternalError("the server ended a store batch without answering every request")
                : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-    for (auto& d : left) d(why);
+    // The server went away (its replica died): the items wait for the next
+    // leader, or get the error now.
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) left = upstream_->KeepForNextLeader(std::move(left), this);
+    for (auto& item : left) item.done(why);
     upstream_->BatchEnded(ids_, this);
     delete this;
   }
@@ -122,6 +138,7 @@ class KvBatchCall : public grpc::ClientReadReactor<pb::KvBatchResponse> {
   }
 
   GrpcUpstream* const upstream_;
+  const absl::Time started_;
   pb::KvBatchRequest req_;
   pb::KvBatchResponse resp_;
   std::shared_ptr<grpc::ClientContext> ctx_;
@@ -139,9 +156,39 @@ GrpcUpstream::GrpcUpstream(std::string run_id, std::string token)
 GrpcUpstream::~GrpcUpstream() = default;
 
 void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::string node_id) {
+  std::vector<BatchItem> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    stub_ = std::shared_ptr<Stub>(pb::Rendezvous::NewStub(std::move(channel)));
+    node_id_ = std::move(node_id);
+    for (auto& [id, item] : kept_) kept.push_back(std::move(item));
+    kept_.clear();
+    for (const BatchItem& item : kept) items_.erase(item.id);
+  }
+  // Sent again to the next leader, as one batch (their waits as they are left).
+  if (!kept.empty()) StartBatch(std::move(kept), [] {});
+}
+
+void GrpcUpstream::SetFollowLeader(bool follow) {
   absl::MutexLock lock(&mu_);
-  stub_ = std::shared_ptr<Stub>(pb::Rendezvous::NewStub(std::move(channel)));
-  node_id_ = std::move(node_id);
+  follow_leader_ = follow;
+}
+
+std::vector<BatchItem> GrpcUpstream::KeepForNextLeader(std::vector<BatchItem> items, KvBatchCall* call) {
+  absl::MutexLock lock(&mu_);
+  if (!follow_leader_ || stopping_) return items;
+  std::vector<BatchItem> rest;
+  for (BatchItem& item : items) {
+    auto it = items_.find(item.id);
+    if (it == items_.end() || it->second != call) {
+      rest.push_back(std::move(item));  // No longer listed: answered as it was.
+      continue;
+    }
+    it->second = nullptr;  // Kept: no call holds it.
+    const StoreUpstream::Id id = item.id;
+    kept_.emplace(id, std::move(item));
+  }
+  return rest;
 }
 
 std::shared_ptr<grpc::ClientContext> GrpcUpstream::NewContext(std::chrono::system_clock::time_point deadline,
@@ -187,8 +234,16 @@ void GrpcUpstream::Cancel(StoreUpstream::Id id) {
     absl::MutexLock lock(&mu_);
     auto it = items_.find(id);
     if (it == items_.end()) return;
-    done = it->second->CancelItem(id, &cancel_call);
-    if (cancel_call) it->second->TryCancel();
+    if (it->second == nullptr) {
+      // Kept for the next leader: answered here (below).
+      auto k = kept_.find(id);
+      if (k != kept_.end()) done = std::move(k->second.done);
+      kept_.erase(id);
+      items_.erase(it);
+    } else {
+      done = it->second->CancelItem(id, &cancel_call);
+      if (cancel_call) it->second->TryCancel();
+    }
   }
   if (done) done(absl::CancelledError("store request cancelled"));
 }
@@ -204,10 +259,18 @@ void GrpcUpstream::BatchEnded(const std::vector<StoreUpstream::Id>& ids, KvBatch
 }
 
 bool GrpcUpstream::Drain(absl::Duration timeout) {
+  std::vector<BatchItem> kept;
   {
     absl::MutexLock lock(&mu_);
+    stopping_ = true;
     for (KvBatchCall* call : calls_) call->TryCancel();
+    for (auto& [id, item] : kept_) {
+      items_.erase(id);
+      kept.push_back(std::move(item));
+    }
+    kept_.clear();
   }
+  for (BatchItem& item : kept) item.done(absl::CancelledError("the store proxy stopped"));
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);

@@ -36,8 +36,15 @@ class GrpcUpstream : public BatchUpstream {
   ~GrpcUpstream() override;
 
   // The channel and node id for calls from now on (calls in flight finish
-  // on the old channel). Thread-safe.
+  // on the old channel). Requests kept for the next leader (below) are sent
+  // on it again. Thread-safe.
   void SetChannel(std::shared_ptr<grpc::Channel> channel, std::string node_id);
+  // Replicas (the agent follows the leader): a batch whose server went away
+  // (UNAVAILABLE) keeps its unanswered requests until SetChannel names the
+  // next leader, each with the wait it had left; the worker's own deadline
+  // or cancel, or Drain, answers one kept meanwhile. Off (default): they
+  // get the error at once. Thread-safe.
+  void SetFollowLeader(bool follow);
 
   // A context for one forwarded call: the node id, and `deadline` (a
   // worker's own deadline passes through; max() for none). Counts the call
@@ -64,14 +71,22 @@ class GrpcUpstream : public BatchUpstream {
   friend class KvBatchCall;
   // A batch call ended: forgets its items.
   void BatchEnded(const std::vector<StoreUpstream::Id>& ids, KvBatchCall* call);
+  // A batch call's server went away: keeps `items` (those of `call` still
+  // listed) for the next leader when following one; returns the rest,
+  // which the caller answers.
+  std::vector<BatchItem> KeepForNextLeader(std::vector<BatchItem> items, KvBatchCall* call);
 
   const std::string run_id_;
   const std::string token_;
   absl::Mutex mu_;
   std::shared_ptr<Stub> stub_ ABSL_GUARDED_BY(mu_);
   std::string node_id_ ABSL_GUARDED_BY(mu_);
-  // Item -> the batch call it is in (alive while listed).
+  // Item -> the batch call it is in (alive while listed; null: kept for the
+  // next leader, in kept_).
   absl::flat_hash_map<StoreUpstream::Id, KvBatchCall*> items_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<StoreUpstream::Id, BatchItem> kept_ ABSL_GUARDED_BY(mu_);
+  bool follow_leader_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // Drain was called.
   // Batch calls in flight (cancelled when the upstream stops).
   absl::flat_hash_set<KvBatchCall*> calls_ ABSL_GUARDED_BY(mu_);
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;

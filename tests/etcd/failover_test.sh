@@ -38,7 +38,17 @@
 # then stop: each exits non-zero within the grace plus 20 s, its last words naming every
 # replica and what each said, and worker rank 1 (not released) never finished.
 #
-# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --rolling | --quorum | --grace]
+# With --forming (loopback), the leader dies while the round forms: node rank 0's agent has
+# joined and waits for the second node when the leader's replica and etcd member are killed;
+# its join is sent again to the next leader, the second agent starts after the kill, and the
+# job runs and finishes as above, at round 0 with no restart.
+#
+# With --parked (loopback), worker rank 1 waits for a store key that nobody has set when the
+# leader dies (its read parked on the leader, through its agent's store proxy); the key is set
+# on the next leader after the failover, and the read answers it: the proxy sent the read
+# again to the next leader with what was left of its wait.
+#
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --rolling | --quorum | --grace | --forming | --parked]
 #        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
@@ -56,6 +66,10 @@ rolling=0 quorum=0
 grace=0
 [[ ${3:-} == --grace ]] && grace=1 quorum=1
 leader_grace=40
+forming=0
+[[ ${3:-} == --forming ]] && forming=1
+parked=0
+[[ ${3:-} == --parked ]] && parked=1
 ((grace)) && leader_grace=6
 if [[ ${3:-} == --hosts ]]; then
   mode=hosts
@@ -146,15 +160,38 @@ echo "replicas: $endpoints; replica $leader leads"
 # 2. A 2-node job; each worker records its start and waits for the release file (bounded).
 worker='if [ "$RANK" = 0 ]; then "$STORE_KEYS" set mesh/probe/row0 nccl-id-0 || exit 4; fi
 echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
+if [ "$RANK" = 1 ] && [ "$PARKED" = 1 ]; then
+  for i in $(seq 600); do [ -e "$OUT/park1" ] && break; sleep 0.05; done
+  "$STORE_KEYS" setget mesh/probe/parking 1 mesh/probe/late > "$OUT/rank1.late" 2>&1 || exit 6
+fi
 for i in $(seq 1200); do [ -e "$OUT/release$RANK" ] && break; sleep 0.05; done
 [ -e "$OUT/release$RANK" ] || exit 3
 if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" || exit 5; fi
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
-for n in 0 1; do
-  OUT=$work STORE_KEYS=$store_keys spawn_on $((3 + n)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
-    --max_restarts=3 --rdzv_conf=leader_grace=$leader_grace --no_python sh -c "$worker" >"$work/agent$n.log" 2>&1
-  agent_pid[n]=$!
-done
+# start_agent N: node N's agent (on host 3 + N with --hosts).
+start_agent() {
+  OUT=$work STORE_KEYS=$store_keys PARKED=$parked spawn_on $((3 + $1)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
+    --max_restarts=3 --rdzv_conf=leader_grace=$leader_grace --no_python sh -c "$worker" >"$work/agent$1.log" 2>&1
+  agent_pid[$1]=$!
+}
+if ((forming)); then
+  # 3'. The leader dies with one node joined and waiting for the other.
+  start_agent 0
+  waiting() { grep -q "1/2 nodes joined" "$work/agent0.log"; }
+  wait_for 30 waiting || fail "node 0's agent did not report its join within 30 s"
+  t_kill=$(now_ms)
+  kill -KILL "${server_pid[leader]}"
+  etcd_kill "$leader"
+  wait "${server_pid[leader]}" 2>/dev/null
+  server_pid[leader]=
+  moved0() { grep -q "following the rendezvous leader" "$work/agent0.log"; }
+  wait_for 30 moved0 || fail "node 0's agent did not follow a new leader within 30 s of the kill"
+  echo "round forming, leader killed: agent 0: $(grep -h "following the rendezvous leader" "$work/agent0.log" | tail -n 1 | sed 's/.*\] //')"
+  start_agent 1
+else
+  start_agent 0
+  start_agent 1
+fi
 running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
 wait_for 30 running || fail "the job's workers did not start within 30 s"
 echo "job running: $(cat "$work/rank0.start") / $(cat "$work/rank1.start") (restart count, round)"
@@ -251,7 +288,16 @@ if ((quorum)); then
 fi
 
 # 3. The leader's host dies: its replica and its etcd member, kill -9 together.
-if ((!rolling && !quorum)); then
+if ((parked)); then
+  # Worker rank 1's read of mesh/probe/late waits on the leader: sent right after its set of
+  # mesh/probe/parking, which the leader has.
+  touch "$work/park1"
+  leader_addr="@$(addr_of "$leader"):$(cat "$work/port$leader")"
+  parking() { [[ $(run_on $client_host "$store_keys" "$leader_addr" failover 0 get mesh/probe/parking 2>/dev/null) == 1 ]]; }
+  wait_for 20 parking || fail "worker rank 1 did not set mesh/probe/parking on the leader within 20 s"
+  echo "worker rank 1 waits for mesh/probe/late on the leader"
+fi
+if ((!rolling && !quorum && !forming)); then
 t_kill=$(now_ms)
 if [[ $mode == hosts ]]; then
   host_kill "$leader" || fail "host $leader outlived host_kill"
@@ -272,6 +318,14 @@ new_leader_log=$(grep -l "meshrun server: leading" "$work"/server*.log | grep -v
 echo "new leader: ${new_leader_log##*/}: $(grep -h "meshrun server: leading" "$new_leader_log" | tail -n 1)"
 for n in 0 1; do echo "agent $n: $(grep -h "following the rendezvous leader" "$work/agent$n.log" | tail -n 1 | sed 's/.*\] //')"; done
 echo "failover: $((t_followed - t_kill)) ms from kill -9 of the leader's replica and etcd member to both agents on the new leader"
+fi
+if ((parked)); then
+  idx=$(leader_now) || fail "meshrun status names no leader after the failover"
+  out=$(run_on $client_host "$store_keys" "@$(addr_of "$idx"):$(cat "$work/port$idx")" failover 0 set mesh/probe/late late-value) ||
+    fail "cannot set mesh/probe/late on the new leader: $out"
+  answered() { [[ $(cat "$work/rank1.late" 2>/dev/null) == late-value ]]; }
+  wait_for 10 answered || fail "worker rank 1's read parked before the failover did not get the key set after it: '$(cat "$work/rank1.late" 2>/dev/null)'"
+  echo "store: worker rank 1's read, parked on the dead leader, answered 'late-value' set on the new leader"
 fi
 # meshrun status, given every replica (the dead one first), shows the replicas and the new leader's run.
 new_index=$(leader_now) || fail "meshrun status names no leader"

@@ -2,6 +2,8 @@
 // servers (tests/etcd/failover_test.sh):
 //   store_keys set KEY VALUE | get KEY            as a worker: the store from the
 //                                                 environment (the agent's proxy)
+//   store_keys setget KEY VALUE KEY2              as a worker: set KEY, then wait
+//                                                 for KEY2 (parked once KEY is set)
 //   store_keys @ENDPOINT RUN_ID ROUND set KEY VALUE | get KEY   straight to a server
 //   store_keys ... bench N                          N sets of distinct keys, one at a
 //                                                 time: prints "kvset p50=.. p99=.. us"
@@ -63,6 +65,22 @@ int main(int argc, char** argv) {
     }
     std::sort(us.begin(), us.end());
     std::printf("kvset n=%d p50=%.0f p99=%.0f us\n", n, us[us.size() / 2], us[us.size() * 99 / 100]);
+    return 0;
+  }
+  if (op == "setget" && argc - i == 4) {
+    // Sets KEY to VALUE, then waits for KEY2: once KEY is on the server,
+    // the read of KEY2 has been sent right after (a test's sign that it is
+    // parked there).
+    if (absl::Status s = (*store)->Set(key, argv[i + 2]); !s.ok()) {
+      std::printf("set: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    auto v = (*store)->Get(argv[i + 3], absl::Seconds(10));
+    if (!v.ok()) {
+      std::printf("get: %s\n", v.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%s\n", v->c_str());
     return 0;
   }
   if (op == "get") {
