@@ -85,3 +85,30 @@ TEST_CASE("health Watch needs the token on a token server, is bounded, and ends 
   }
   CHECK_FALSE(b->reader->Finish().ok());
 }
+
+TEST_CASE("health Watch on a server without a token ends after connection_idle_timeout", "[server][health]") {
+  meshrun::rendezvous::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.limits.connection_idle_timeout = absl::Seconds(1);
+  auto server = meshrun::rendezvous::RendezvousServer::Start(o);
+  REQUIRE(server.ok());
+  auto stub = Health::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  const absl::Time start = absl::Now();
+  auto v = OpenWatch(*stub, "", "");  // Bounded by its 20 s deadline.
+  HealthCheckResponse r;
+  REQUIRE(v->reader->Read(&r));
+  CHECK(r.status() == HealthCheckResponse::SERVING);
+  // Nothing more is sent; the server ends the stream (no unauthenticated
+  // stream keeps a connection from counting as idle).
+  while (v->reader->Read(&r)) {
+  }
+  grpc::Status s = v->reader->Finish();
+  const absl::Duration took = absl::Now() - start;
+  CHECK(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(s.error_message().find("connection_idle_timeout") != std::string::npos);
+  CHECK(took >= absl::Seconds(1));
+  CHECK(took < absl::Seconds(8));
+  (*server)->Shutdown(absl::Seconds(1), "test over");
+}
