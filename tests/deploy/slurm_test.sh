@@ -52,6 +52,9 @@ fixture=$src/tests/hosts/netns_hosts.sh
 # shellcheck source=/dev/null
 source "$fixture"
 hosts_require
+# shellcheck source=tests/etcd/etcd_cluster.sh
+source "$src/tests/etcd/etcd_cluster.sh"
+etcd_require
 
 sbatch_script=$src/deploy/slurm/meshrun.sbatch
 work=$(mktemp -d /tmp/meshrun-slurm-test.XXXXXX)
@@ -85,6 +88,7 @@ cleanup() {
     fi
   fi
   declare -F cg_cleanup >/dev/null && cg_cleanup
+  declare -F etcd_down >/dev/null && etcd_down
   hosts_down
   rm -rf "$work"
   exit $rc
@@ -470,5 +474,34 @@ for f in "$work"/*.out "$work"/*.log "$work"/*.stderr; do
   [ -f "$f" ] || continue
   if grep -qF -e "$secret1" -e "$secret2" "$f"; then fail "a token appears in ${f##*/}"; fi
 done
+
+# ---- 5. a standing, replicated rendezvous on service daemons: an etcd member and a `meshrun
+# server --state etcd://...` replica on each of the three hosts, started outside any job (as on
+# Slurm's service nodes). MESHRUN_RDZV_ENDPOINT lists the replicas and MESHRUN_TOKEN is theirs:
+# the job runs the 2-D mesh and ends COMPLETED, every meshrun having used the replicas' token.
+t5=$SECONDS
+etcd_up 3 --hosts || fail "etcd did not come up on the 3 hosts"
+trap cleanup EXIT  # etcd_up set its own; cleanup calls etcd_down
+standing_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+eps=
+for i in 0 1 2; do
+  MESHRUN_TOKEN=$standing_token on_host "$i" "$meshrun" server --host "${HOSTS_V4[i]}" --port 29399 \
+    --state "$(etcd_url /slurm-test)" >"$work/replica$i.log" 2>&1 &
+  eps+="${eps:+,}${HOSTS_V4[i]}:29399"
+done
+leads() { grep -l "meshrun server: leading" "$work"/replica*.log >/dev/null 2>&1; }
+for _ in $(seq 1 100); do leads && break; sleep 0.2; done  # 20 s
+leads || fail "no replica led within 20 s: $(tail -n 3 "$work"/replica*.log)"
+job7=$(on_host 0 env MESHRUN_RDZV_ENDPOINT="$eps" MESHRUN_TOKEN="$standing_token" sbatch --parsable -N 3 \
+  -o "$work/job7.out" "$sbatch_script" "$case_py" 2>"$work/sbatch7.err")
+[ -n "$job7" ] || fail "sbatch refused job 7: $(cat "$work/sbatch7.err")"
+state7=$(wait_state "$job7" 60)
+[ "$state7" = COMPLETED ] || fail "job 7 on the replicas ended $state7, expected COMPLETED ($(tail -n 3 "$work"/replica*.log))"
+[ "$(grep -c 'replicate_sum=.* OK' "$work/job7.out")" = 6 ] || fail "job 7: not every rank reported OK"
+grep -q "3 node(s) x 2 worker(s), rendezvous $eps" "$work/job7.out" || fail "job 7: the summary line does not name the replicas"
+want=$(printf '%s' "$standing_token" | sha256sum | cut -c1-64)
+[ "$(count_files "$work"/token."$job7".*)" = 3 ] && [ "$(sort -u "$work"/token."$job7".*)" = "$want" ] ||
+  fail "job 7: not every meshrun used the replicas' token"
+echo "job 7 ($job7): on 3 replicas ($eps, state in etcd on the same hosts): COMPLETED after $((SECONDS - t5)) s"
 
 echo "PASS: slurm ($((SECONDS - t0)) s)"
