@@ -47,7 +47,7 @@ inline constexpr int64_t kRunCost = 4 << 10;
 inline constexpr int64_t kNodeCost = 640;
 inline constexpr int64_t kEventStreamCost = 18 << 10;
 inline constexpr int64_t kParkedWaitCost = 16 << 10;
-inline constexpr int64_t kHealthStreamCost = 18 << 10;
+inline constexpr int64_t kHealthStreamCost = 24 << 10;
 
 // Who an allocation is for. kMember: a joined member of a run, or a node
 // whose join is in progress, or a run with such nodes (its store keys and

@@ -181,6 +181,11 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       known_[node.node_id].last_seen = absl::Now();
       std::optional<Member> was_member = reforming_.erase(node.node_id);
       pending_.push_back(Joiner{node, last_round, std::move(done), std::move(was_member)});
+      // A node joining: its stream (opened before) is a member's from now
+      // on, before any event below reaches it (this join may close the
+      // round: its ROUND_CLOSED must not be charged as a non-member's).
+      ForgetNonMemberLocked(node.node_id);
+      if (auto w = watchers_.find(node.node_id); w != watchers_.end()) w->second->PromoteToMember();
       if (state_ == State::kRunning) {
         RunEvent ev;
         ev.kind = RunEvent::Kind::kNodeWaiting;
@@ -203,11 +208,6 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     }
     if (!refused.ok() && made_session) known_.erase(node.node_id);
     if (!refused.ok()) SyncNodeChargeLocked();
-    // A node joining: its stream (opened before) is a member's from now on.
-    if (refused.ok()) {
-      ForgetNonMemberLocked(node.node_id);
-      if (auto w = watchers_.find(node.node_id); w != watchers_.end()) w->second->PromoteToMember();
-    }
   }
   if (!refused.ok()) {
     done(refused);

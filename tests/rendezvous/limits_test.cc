@@ -296,3 +296,37 @@ TEST_CASE("a join that reaches the server after its node's stream takes the stre
   REQUIRE(joined.has_value());
   CHECK(joined->ok());
 }
+
+TEST_CASE("a stream opened before its node's join is a member's before the join's ROUND_CLOSED reaches it",
+          "[limits]") {
+  // The last join closes the round: its ROUND_CLOSED is pushed to every
+  // stream, this node's too, which must already count as a member's (a
+  // non-member's event needs room in the memory budget; found by the flood
+  // test, where the job's last node lost its stream to a full budget).
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  struct MemberSink : Sink {
+    bool member = false;
+    std::vector<std::pair<RunEvent::Kind, bool>> pushed;  // Each event, and whether a member's then.
+    void Push(const RunEvent& e) override {
+      Sink::Push(e);
+      pushed.emplace_back(e.kind, member);
+    }
+    void PromoteToMember() override { member = true; }
+  };
+  run->Join(Node("first"), Config(2, 2), -1, "", [](absl::StatusOr<Assignment>) {}, "conn-1");
+  auto last = std::make_shared<MemberSink>();
+  REQUIRE(run->Watch("last", last, -1, "", nullptr, "conn-2").ok());
+  CHECK_FALSE(last->member);  // Not joined yet: a non-member's stream.
+  std::optional<absl::StatusOr<Assignment>> joined;
+  run->Join(Node("last"), Config(2, 2), -1, "", [&](absl::StatusOr<Assignment> a) { joined = a; }, "conn-2");
+  REQUIRE(joined.has_value());
+  REQUIRE(joined->ok());
+  bool saw_closed = false;
+  for (const auto& [kind, member] : last->pushed) {
+    if (kind != RunEvent::Kind::kRoundClosed) continue;
+    saw_closed = true;
+    CHECK(member);
+  }
+  CHECK(saw_closed);
+}
