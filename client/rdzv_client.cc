@@ -43,51 +43,11 @@ using wire::FromGrpc;
 using wire::FromProto;
 using wire::ToProto;
 
-// What one replica said when asked (Probe).
-enum class Probed { kServes, kStandby, kUnreachable };
-
-// Asks the server on `channel` whether it serves: a heartbeat in `run_id`'s
-// name (as `node_id`, with `session`) that any serving server answers (a
-// refusal included) and a standby refuses with who leads (*hint).
-Probed Probe(const std::shared_ptr<grpc::Channel>& channel, const std::string& run_id, const std::string& token,
-             const std::string& node_id, const std::string& session, std::string* hint, std::string* why) {
-  auto stub = pb::Rendezvous::NewStub(channel);
-  pb::HeartbeatRequest req;
-  req.mutable_run()->set_run_id(run_id);
-  req.mutable_run()->set_token(token);
-  req.set_node_id(node_id.empty() ? std::string("meshrun-probe") : node_id);
-  req.set_session(session);
-  req.set_round(-1);
-  pb::HeartbeatResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-  grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
-  if (ParseStandbyDetail(s.error_details(), hint)) {
-    *why = s.error_message();
-    return Probed::kStandby;
-  }
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    *why = DescribeLoss(s);
-    return Probed::kUnreachable;
-  }
-  return Probed::kServes;
-}
-
 std::vector<std::string> SplitEndpoints(const std::string& endpoint) {
   std::vector<std::string> out;
   for (absl::string_view e : absl::StrSplit(endpoint, ',', absl::SkipWhitespace())) out.emplace_back(e);
   if (out.empty()) out.push_back(endpoint);
   return out;
-}
-
-DialOptions ReplicaDial(absl::Duration timeout) {
-  DialOptions o;
-  o.timeout = timeout;
-  o.wait_for_server = false;
-  o.channel.own_connection = true;
-  o.channel.keepalive_time = RendezvousClient::kKeepaliveTime;
-  o.channel.keepalive_timeout = RendezvousClient::kKeepaliveTimeout;
-  return o;
 }
 
 }  // namespace
@@ -106,92 +66,6 @@ RendezvousClient::RendezvousClient(std::string run_id, std::string token, Connec
 std::shared_ptr<RendezvousClient::Stubs> RendezvousClient::stubs() const {
   absl::MutexLock lock(&mu_);
   return stubs_;
-}
-
-absl::Status RendezvousClient::FailOver(const std::string& why, absl::Time deadline) {
-  const absl::Time start = absl::Now();
-  std::string hint, session, old;
-  {
-    absl::MutexLock lock(&mu_);
-    hint = std::exchange(failover_hint_, "");
-    failover_wanted_ = false;
-    session = session_;
-    old = endpoint_;
-  }
-  Logger("agent")->warn("rendezvous server at {}: {}; looking for the leader among {}", old, why,
-                        absl::StrJoin(endpoints_, ","));
-  std::vector<std::string> last(endpoints_.size());
-  // Bounded: by the deadline, and by the count (a sweep takes at least 200 ms).
-  for (int sweep = 0; sweep < 100000 && absl::Now() < deadline; ++sweep) {
-    std::vector<std::string> order;
-    if (!hint.empty()) order.push_back(hint);
-    for (const std::string& e : endpoints_) {
-      if (e != hint) order.push_back(e);
-    }
-    hint.clear();
-    for (size_t i = 0; i < order.size(); ++i) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) return absl::CancelledError("stopped");
-      }
-      const std::string ep = order[i];
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) break;
-      absl::StatusOr<Connection> c = Dial(ep, tls_, ReplicaDial(std::min(absl::Seconds(1), left)));
-      std::string said;
-      Probed p = Probed::kUnreachable;
-      if (!c.ok()) {
-        said = std::string(c.status().message());
-      } else {
-        std::string leader;
-        p = Probe(c->channel, run_id_, token_, watch_node_id_, session, &leader, &said);
-        if (p == Probed::kStandby && !leader.empty() && leader != ep) {
-          // Ask the leader it names next.
-          auto next = order.begin() + static_cast<std::ptrdiff_t>(i) + 1;
-          auto it = std::find(next, order.end(), leader);
-          if (it == order.end()) {
-            order.insert(next, leader);
-          } else {
-            std::rotate(next, it, it + 1);
-          }
-        }
-      }
-      for (size_t k = 0; k < endpoints_.size(); ++k) {
-        if (endpoints_[k] == ep) last[k] = said;
-      }
-      if (p != Probed::kServes) continue;
-      std::function<void(std::shared_ptr<grpc::Channel>)> on_change;
-      {
-        absl::MutexLock lock(&mu_);
-        endpoint_ = ep;
-        channel_ = c->channel;
-        stubs_ = std::make_shared<Stubs>(Stubs{pb::Rendezvous::NewStub(channel_)});
-        server_lost_.clear();
-        last_answer_ = absl::Now();
-        missed_heartbeats_ = 0;
-        failover_wanted_ = false;
-        // A node never assigned is new to the next leader (a join waiting
-        // for its round is not kept in etcd): its stream opens as a new
-        // node's, and the join sent again there takes that credential.
-        if (!has_assignment_) {
-          session_.clear();
-          watch_opening_ = true;
-        }
-        on_change = on_leader_change_;
-      }
-      if (on_change) on_change(c->channel);
-      const int64_t ms = absl::ToInt64Milliseconds(absl::Now() - start);
-      Logger("agent")->warn("following the rendezvous leader at {} (failover {} ms)", ep, ms);
-      return absl::OkStatus();
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  std::vector<std::string> said;
-  for (size_t k = 0; k < endpoints_.size(); ++k) said.push_back(absl::StrCat(endpoints_[k], ": ", last[k]));
-  return absl::UnavailableError(absl::StrCat(
-      "no rendezvous server replica leads after ",
-      absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(100))), " (",
-      absl::StrJoin(said, "; "), ")"));
 }
 
 RendezvousClient::~RendezvousClient() {
@@ -352,27 +226,6 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   });
 }
 
-bool RendezvousClient::WaitForNextLeader(const grpc::Status& s, const std::shared_ptr<Stubs>& on,
-                                         absl::Time deadline) {
-  if (endpoints_.size() <= 1) return false;
-  std::string leader;
-  const bool standby = ParseStandbyDetail(s.error_details(), &leader);
-  if (!standby && s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
-  if (standby) {
-    // As a refused heartbeat does: the event stream fails over, to the
-    // leader this replica names first.
-    absl::MutexLock lock(&mu_);
-    if (!failover_wanted_ && !stopping_) {
-      failover_wanted_ = true;
-      failover_hint_ = leader;
-      if (watch_ctx_) watch_ctx_->TryCancel();
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  auto moved = [this, &on]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || stubs_ != on; };
-  return mu_.AwaitWithDeadline(absl::Condition(&moved), deadline) && !stopping_;
-}
-
 void RendezvousClient::StartCall(std::function<void()> call) {
   absl::MutexLock lock(&mu_);
   calls_.emplace_back(std::move(call));
@@ -410,14 +263,7 @@ absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, 
   grpc::Status s = stubs()->stub->Heartbeat(&ctx, req, &resp);
   NoteHeartbeat(s);
   if (std::string leader; endpoints_.size() > 1 && ParseStandbyDetail(s.error_details(), &leader)) {
-    // The server this client uses stands by now (it lost its lease): the
-    // watch fails over (StartWatch), to the leader it names first.
-    absl::MutexLock lock(&mu_);
-    if (!failover_wanted_ && !stopping_) {
-      failover_wanted_ = true;
-      failover_hint_ = leader;
-      if (watch_ctx_) watch_ctx_->TryCancel();
-    }
+    RequestFailover(leader);
   }
   if (!s.ok()) return FromGrpc(s, "heartbeat");
   return resp.current_round();

@@ -175,6 +175,9 @@ class RendezvousClient {
   // not UNAVAILABLE nor a standby's refusal), when stopping, or at
   // `deadline`. A standby's refusal starts the failover.
   bool WaitForNextLeader(const grpc::Status& s, const std::shared_ptr<Stubs>& on, absl::Time deadline);
+  // The server in use refused as a standby naming `leader`: asks the event
+  // stream to fail over, to that leader first (once; not when stopping).
+  void RequestFailover(const std::string& leader);
   // Looks for the leader among endpoints_ until `deadline` (or a stop);
   // switches every later call to it. OK once switched.
   absl::Status FailOver(const std::string& why, absl::Time deadline);
