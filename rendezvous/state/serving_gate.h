@@ -81,9 +81,12 @@ class ServingGate {
       return absl::StrCat("this rendezvous server replica (", self_,
                           ") leads but does not serve until etcd confirms its lease: ", paused_);
     }
+    // Itself as the leader is stale news (it was deposed and has not yet
+    // read who leads now): never send a client back to this replica.
     return absl::StrCat("this rendezvous server replica (", self_, ") stands by; ",
-                        leader_.empty() ? std::string("no replica leads at the moment (election in progress)")
-                                        : absl::StrCat("the leader is ", leader_));
+                        leader_.empty() || leader_ == self_
+                            ? std::string("no replica leads at the moment (election in progress)")
+                            : absl::StrCat("the leader is ", leader_));
   }
 
  private:

@@ -48,7 +48,16 @@
 # on the next leader after the failover, and the read answers it: the proxy sent the read
 # again to the next leader with what was left of its wait.
 #
-# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --rolling | --quorum | --grace | --forming | --parked]
+# With --partition (namespace hosts, as --hosts), step 3 is a partition instead: the leader's
+# host loses its link, its processes alive. Within its lease TTL plus a margin it stops
+# serving (its log says so), another replica leads, and both agents follow it. The link comes
+# back: the old leader stands by (its log says so; asked directly, it refuses and names the
+# new leader), and meshrun status shows one leader. Then every replica leads in turn (the
+# leader restarted with SIGTERM, resigning first, until each has led once), and each, while
+# it leads, serves the same run (running, round 0, no restart, 2 nodes) and the same store
+# key: the state agrees on every replica. The job then finishes as above.
+#
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --partition | --rolling | --quorum | --grace | --forming | --parked]
 #        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
@@ -71,7 +80,9 @@ forming=0
 parked=0
 [[ ${3:-} == --parked ]] && parked=1
 ((grace)) && leader_grace=6
-if [[ ${3:-} == --hosts ]]; then
+partition=0
+[[ ${3:-} == --partition ]] && partition=1
+if [[ ${3:-} == --hosts || ${3:-} == --partition ]]; then
   mode=hosts
   # shellcheck source=tests/hosts/netns_hosts.sh
   source "$here/../hosts/netns_hosts.sh"
@@ -297,7 +308,92 @@ if ((parked)); then
   wait_for 20 parking || fail "worker rank 1 did not set mesh/probe/parking on the leader within 20 s"
   echo "worker rank 1 waits for mesh/probe/late on the leader"
 fi
-if ((!rolling && !quorum && !forming)); then
+if ((partition)); then
+  # 3'''. The leader's host loses its link; everything on it keeps running.
+  t_cut=$(now_ms)
+  host_link "$leader" down || fail "cannot cut host $leader's link"
+  paused() { grep -q "stopped serving until it is" "$work/server$leader.log"; }
+  # Its lease (FAILOVER_LEASE_TTL, 1 s) plus the keeper's own deadline and a margin.
+  wait_for 10 paused || fail "the cut-off leader did not stop serving within 10 s"
+  t_paused=$(now_ms)
+  kill -0 "${server_pid[leader]}" 2>/dev/null || fail "the cut-off leader's replica died (it should stand by)"
+  followed() { [[ $(grep -l "following the rendezvous leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l) == 2 ]]; }
+  wait_for 30 followed || fail "the agents did not both follow a new leader within 30 s of the partition"
+  t_followed=$(now_ms)
+  new_leader_log=$(grep -l "meshrun server: leading" "$work"/server*.log | grep -v "server$leader.log" | head -n 1)
+  [[ -n $new_leader_log ]] || fail "no other replica leads"
+  echo "partition: the old leader stopped serving $((t_paused - t_cut)) ms after its link was cut; both agents on ${new_leader_log##*/}'s replica after $((t_followed - t_cut)) ms"
+  host_link "$leader" up || fail "cannot restore host $leader's link"
+  t_up=$(now_ms)
+  stood_by() { grep -q "stopped leading: .*standing by" "$work/server$leader.log"; }
+  wait_for 20 stood_by || fail "the old leader did not stand by within 20 s of its link returning: $(tail -n 3 "$work/server$leader.log")"
+  echo "link back: the old leader stands by after $(($(now_ms) - t_up)) ms: $(grep -h "stopped leading" "$work/server$leader.log" | tail -n 1 | sed 's/.*\] //' | cut -c1-160)"
+  # No split brain: one leader in meshrun status, and the old one refuses, naming it.
+  # (etcd itself may hold an election as the member comes back: status may find it
+  # unreadable for a moment, never two leaders.)
+  one_leader() {
+    line=$(run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 2>/dev/null | grep -m1 "^replicas")
+    line=${line%%; asked*}
+    leaders=$(grep -o "(leader)" <<<"$line" | wc -l)
+    ((leaders <= 1)) || fail "meshrun status shows $leaders leaders after the link returned: $line"
+    ((leaders == 1))
+  }
+  wait_for 10 one_leader || fail "meshrun status shows no leader within 10 s of the link returning: $line"
+  idx=$(leader_now) || fail "meshrun status names no leader after the partition"
+  [[ $idx != "$leader" ]] || fail "the cut-off replica leads again although another took over"
+  # Asked directly, it refuses every time, and names the new leader (at once, or once it has
+  # read who leads: never itself).
+  names_leader() {
+    out=$(run_on $client_host "$store_keys" "@$(addr_of "$leader"):$(cat "$work/port$leader")" failover 0 get mesh/probe/row0 2>&1) &&
+      fail "the old leader still serves the store after the partition: $out"
+    [[ $out != *"the leader is $(addr_of "$leader"):"* ]] || fail "the old leader names itself as the leader: $out"
+    [[ $out == *"the leader is $(addr_of "$idx"):$(cat "$work/port$idx")"* ]]
+  }
+  wait_for 10 names_leader || fail "the old leader's refusal does not name the leader $(addr_of "$idx") within 10 s: $out"
+  echo "the old leader refuses: $(echo "$out" | tail -n 1 | cut -c1-200)"
+  # Every replica leads once; each serves the same run and key.
+  led=" $idx "
+  # state_served I: replica I serves the run and the key (1 while it does not serve yet: as
+  # etcd's cut-off member comes back, etcd holds an election and the leading replica pauses
+  # until its lease is confirmed); a wrong answer fails at once.
+  state_served() {
+    local i=$1
+    st=$(run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --rdzv_id=failover --timeout 5 2>&1) || return 1
+    grep -q "run 'failover' at $(addr_of "$i"):$(cat "$work/port$i"): " <<<"$st" || return 1
+    grep -q "run 'failover' at $(addr_of "$i"):$(cat "$work/port$i"): running, round 0, restarts 0" <<<"$st" ||
+      fail "replica $i, leading, does not show the run running at round 0 with no restart: $st"
+    [[ $(grep -Ec "^  [01] +" <<<"$st") == 2 ]] || fail "replica $i, leading, does not show the 2 nodes: $st"
+    key=$(run_on $client_host "$store_keys" "@$(addr_of "$i"):$(cat "$work/port$i")" failover 0 get mesh/probe/row0 2>&1) || return 1
+    [[ $key == nccl-id-0 ]] || fail "replica $i, leading, has '$key' for mesh/probe/row0 (expected nccl-id-0)"
+  }
+  check_state() {
+    wait_for 10 state_served "$1" || fail "replica $1 leads but did not serve the run and the key within 10 s: $st / $key"
+    echo "replica $1 leads: run 'failover' running, round 0, restarts 0, 2 nodes; mesh/probe/row0 = nccl-id-0"
+  }
+  check_state "$idx"
+  for step in 1 2 3 4; do
+    [[ $led == *" 0 "* && $led == *" 1 "* && $led == *" 2 "* ]] && break
+    was=$(leader_now) || fail "no replica leads before restart $step"
+    before=$(follows)
+    port=$(cat "$work/port$was")
+    # The replica's own process (server_pid is its namespace entry's subshell here).
+    pkill -TERM -f -- "--port_file $work/port$was " || fail "no replica process $was to restart"
+    replica_gone() { ! kill -0 "${server_pid[$1]}" 2>/dev/null; }
+    wait_for 20 replica_gone "$was" || fail "replica $was did not stop within 20 s of SIGTERM"
+    wait "${server_pid[was]}"
+    rm -f "$work/port$was"
+    start_replica "$was" "$port"
+    listening() { [[ -s $work/port$1 ]]; }
+    wait_for 20 listening "$was" || fail "replica $was did not listen again on port $port within 20 s"
+    moved() { (($(follows) >= before + 2)); }
+    wait_for 30 moved || fail "the agents did not follow the next leader within 30 s of restarting leader $was"
+    idx=$(leader_now) || fail "no replica leads after restarting replica $was"
+    led+="$idx "
+    check_state "$idx"
+  done
+  [[ $led == *" 0 "* && $led == *" 1 "* && $led == *" 2 "* ]] || fail "not every replica led (led: $led)"
+fi
+if ((!rolling && !quorum && !forming && !partition)); then
 t_kill=$(now_ms)
 if [[ $mode == hosts ]]; then
   host_kill "$leader" || fail "host $leader outlived host_kill"

@@ -498,10 +498,12 @@ struct LeaderObserver::Impl {
   bool have_last ABSL_GUARDED_BY(mu) = false;
   std::optional<LeaderInfo> last ABSL_GUARDED_BY(mu);
   std::unique_ptr<Watcher> watcher;
+  absl::Mutex check_mu;  // One Check at a time: a read and its report in order.
 
   // Reads the leader and reports it when it changed. Runs on the watch's
-  // thread (or the constructor's), one at a time.
+  // thread, or Refresh's caller; one at a time.
   void Check() {
+    absl::MutexLock serialized(&check_mu);
     absl::StatusOr<std::optional<LeaderInfo>> now = ReadLeader(client, prefix);
     if (!now.ok()) return;  // The next event (or the stream's re-establishment) reads again.
     {
@@ -515,6 +517,7 @@ struct LeaderObserver::Impl {
 };
 
 LeaderObserver::LeaderObserver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+void LeaderObserver::Refresh() { impl_->Check(); }
 LeaderObserver::~LeaderObserver() {
   if (impl_->watcher) impl_->watcher->Cancel();
 }

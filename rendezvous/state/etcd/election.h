@@ -212,6 +212,14 @@ class LeaderObserver {
   LeaderObserver(const LeaderObserver&) = delete;
   LeaderObserver& operator=(const LeaderObserver&) = delete;
 
+  // Reads the leader from etcd now and reports it to on_change when it
+  // changed since the last report: for a replica just deposed, whose watch
+  // may be re-established on another member and not have told it yet. One
+  // etcd read, bounded by the client's call_timeout; a failed read reports
+  // nothing (the watch's next event reads again). Thread-safe: reads and
+  // reports are serialized with the watch's.
+  void Refresh();
+
   struct Impl;
   explicit LeaderObserver(std::unique_ptr<Impl> impl);
 

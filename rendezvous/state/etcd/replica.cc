@@ -262,6 +262,9 @@ struct Replica::Impl {
       } else {
         gate->SetServing(false);
         Logger("rdzv")->warn("this replica stopped leading: {}; standing by", e.why);
+        // Who leads now: the observer's watch may not have told it yet (it was
+        // cut off with this replica), and the gate still names this replica.
+        if (observer) observer->Refresh();
         if (hooks.on_stand_by) hooks.on_stand_by(absl::StrCat("the rendezvous server replica ", options.advertise,
                                                               " stopped leading: ", e.why));
         // Campaign again, bounded per try by the client's timeouts.

@@ -7,6 +7,7 @@
 
 #include "rendezvous/run.h"
 #include "rendezvous/run_registry.h"
+#include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
 #include "tests/rendezvous/run_test_support.h"
 
@@ -204,4 +205,18 @@ TEST_CASE("a store write the journal refuses is refused and changes nothing", "[
   absl::Status s = run->kv().Set(0, "k", "v");
   CHECK(absl::IsFailedPrecondition(s));
   CHECK_FALSE(run->kv().Check(0, {"k"}));
+}
+
+TEST_CASE("a replica standing by never names itself as the leader", "[state]") {
+  meshrun::rendezvous::state::ServingGate gate;
+  gate.SetSelf("10.0.0.1:29400");
+  gate.SetLeader("10.0.0.2:29400");
+  CHECK_THAT(gate.Refusal(), Catch::Contains("stands by; the leader is 10.0.0.2:29400"));
+  // Deposed (cut off from etcd), before its watch reads the new leader: the
+  // leader it knows is itself, which would send clients back to it.
+  gate.SetLeader("10.0.0.1:29400");
+  CHECK_THAT(gate.Refusal(), !Catch::Contains("the leader is"));
+  CHECK_THAT(gate.Refusal(), Catch::Contains("no replica leads at the moment"));
+  gate.SetLeader("");
+  CHECK_THAT(gate.Refusal(), Catch::Contains("no replica leads at the moment"));
 }
