@@ -64,7 +64,19 @@ int ChildMain(const SimConfig& config) {
       continue;
     }
     PhaseResult r;
-    if (line == "connect") {
+    std::string phase = line;
+    if (absl::StartsWith(line, "failover ")) {
+      // "failover OLD_ENDPOINT SINCE": the leading replica was killed at SINCE.
+      std::vector<std::string> parts = absl::StrSplit(line, ' ');
+      double since = 0;
+      phase = "failover";
+      if (parts.size() == 3 && absl::SimpleAtod(parts[2], &since)) {
+        r = agents.Failover(parts[1], since);
+      } else {
+        r.error = absl::StrCat("malformed command '", line, "'");
+        r.failed = 1;
+      }
+    } else if (line == "connect") {
       r = agents.Connect();
     } else if (line == "join") {
       r = agents.Join();
@@ -84,7 +96,7 @@ int ChildMain(const SimConfig& config) {
       r.error = absl::StrCat("unknown command '", line, "'");
       r.failed = 1;
     }
-    if (!WriteAll(out, Format(line, r, agents.counters()))) return 1;
+    if (!WriteAll(out, Format(phase, r, agents.counters()))) return 1;
     line.clear();
   }
 }

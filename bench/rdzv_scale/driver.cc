@@ -19,9 +19,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "bench/rdzv_scale/child.h"
+#include "bench/rdzv_scale/etcd_members.h"
 #include "bench/rdzv_scale/server_process.h"
 
 namespace meshrun::bench {
@@ -268,21 +271,70 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   res.run = run_index;
   res.workers_per_agent = o.agent.workers_per_agent;
   res.load_avg_1m = LoadAvg();
-  const std::string tag = absl::StrCat("n", n, "-run", run_index);
-  auto server = ServerProcess::Start(o.meshrun_binary, o.server_args, absl::StrCat(o.work_dir, "/server-", tag, ".log"),
-                                     absl::Seconds(20));
-  if (!server.ok()) {
-    res.failure = std::string(server.status().message());
-    return res;
-  }
-  ServerProcess& srv = **server;
-  TrackProcessGroup(srv.pid());  // Its own group (agent::Spawn).
+  const std::string tag = absl::StrCat(o.etcd ? "etcd-" : "", "n", n, "-run", run_index);
+  res.state = o.etcd ? "etcd" : "memory";
+  // The server, or (etcd) the replicas and etcd under them.
+  std::unique_ptr<EtcdMembers> etcd;
+  std::vector<std::unique_ptr<ServerProcess>> servers;
   struct Untrack {
-    pid_t pgid;
-    ~Untrack() { UntrackProcessGroup(pgid); }
-  } untrack_server{srv.pid()};
+    std::vector<pid_t> pgids;
+    ~Untrack() {
+      for (pid_t p : pgids) UntrackProcessGroup(p);
+    }
+  } untrack;
+  if (o.etcd) {
+    auto members = EtcdMembers::Start(o.etcd_member_script, absl::StrCat(o.work_dir, "/etcd-", tag));
+    if (!members.ok()) {
+      res.failure = absl::StrCat("etcd: ", members.status().message());
+      return res;
+    }
+    etcd = std::move(*members);
+  }
+  for (int i = 0; i < (o.etcd ? 3 : 1); ++i) {
+    std::vector<std::string> args = o.server_args;
+    if (o.etcd) {
+      args.insert(args.end(), {"--state", etcd->Url(i, absl::StrCat("/rdzv-scale-", tag, "-", getpid())),
+                               "--state_lease_ttl", absl::StrCat(o.state_lease_ttl_s)});
+    }
+    auto server = ServerProcess::Start(o.meshrun_binary, args,
+                                       absl::StrCat(o.work_dir, "/server-", tag, o.etcd ? absl::StrCat("-r", i) : "", ".log"),
+                                       absl::Seconds(o.etcd ? 60 : 20));
+    if (!server.ok()) {
+      res.failure = std::string(server.status().message());
+      return res;
+    }
+    TrackProcessGroup((*server)->pid());  // Its own group (agent::Spawn).
+    untrack.pgids.push_back((*server)->pid());
+    servers.push_back(std::move(*server));
+  }
+  // The one that leads (etcd: the first to say so; every replica prints
+  // "meshrun server: leading" when it does).
+  auto leader_among = [&](int except, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (int sweep = 0; sweep < 100000; ++sweep) {
+      for (int i = 0; i < static_cast<int>(servers.size()); ++i) {
+        if (i != except && servers[i]->pid() > 0 && servers[i]->Printed("meshrun server: leading", absl::ZeroDuration())) {
+          return i;
+        }
+      }
+      if (absl::Now() > deadline) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return -1;
+  };
+  int leader = 0;
+  if (o.etcd) {
+    leader = leader_among(-1, absl::Seconds(30));
+    if (leader < 0) {
+      res.failure = "etcd: no replica led within 30 s";
+      return res;
+    }
+  }
+  ServerProcess* srvp = servers[static_cast<size_t>(leader)].get();
+  std::vector<std::string> endpoints;
+  for (const auto& sp : servers) endpoints.push_back(sp->endpoint());
   absl::SleepFor(absl::Milliseconds(300));
-  if (auto s = srv.Sample(true); s.ok()) {
+  if (auto s = srvp->Sample(true); s.ok()) {
     res.rss_idle_kib = s->rss_kib;
     res.sockets_idle = s->sockets;
   }
@@ -292,7 +344,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   std::vector<std::unique_ptr<LoadProc>> procs;
   for (int p = 0; p < procs_n; ++p) {
     SimConfig c = o.agent;
-    c.endpoint = srv.endpoint();
+    c.endpoint = absl::StrJoin(endpoints, ",");
     c.run_id = absl::StrCat("rdzv-scale-", tag, "-", getpid());
     c.nnodes = n;
     c.first_index = static_cast<int>(static_cast<int64_t>(n) * p / procs_n);
@@ -311,21 +363,24 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   // Descriptor peaks, sampled in the background (cheap: no readlink).
   std::atomic<int> peak_fds{0};
   absl::Notification stop_sampler;
+  std::atomic<ServerProcess*> sampled{srvp};
   std::thread sampler([&] {
     while (!stop_sampler.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
-      if (auto s = srv.Sample(false); s.ok()) {
+      if (auto s = sampled.load()->Sample(false); s.ok()) {
         int cur = peak_fds.load();
         while (s->fds > cur && !peak_fds.compare_exchange_weak(cur, s->fds)) {
         }
       }
     }
   });
-  ServerCounters counters_before = ReadCounters(srv);
+  ServerCounters counters_before = ReadCounters(*srvp);
   double join_first = 0;
   bool failed = false;
   for (const std::string& phase : PhaseNames()) {
     if (o.connect_only && phase != "connect" && phase != "leave") continue;
     if (phase == "workers" && o.agent.workers_per_agent <= 0) continue;
+    if (phase == "failover" && !o.etcd) continue;
+    ServerProcess& srv = *srvp;
     if (phase == "workers") {
       // Untimed, in every load process before any starts its clock: the
       // proxies, the workers' channels and their planned requests.
@@ -339,10 +394,36 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
     st.expected = phase == "workers" ? n * o.agent.workers_per_agent : n;
     peak_fds = 0;
     absl::StatusOr<ProcSample> before = srv.Sample(false);
-    const std::string cmd = phase == "round_closed" ? "roundclosed" : phase == "exit_barrier" ? "finish" : phase;
+    std::string cmd = phase == "round_closed" ? "roundclosed" : phase == "exit_barrier" ? "finish" : phase;
+    if (phase == "failover") {
+      // The leader's host dies: its replica and its etcd member, together.
+      const double t_kill = MonoNow();
+      res.failover_from = leader;
+      cmd = absl::StrFormat("failover %s %.6f", srv.endpoint(), t_kill);
+      sampled = servers[static_cast<size_t>((leader + 1) % 3)].get();
+      srv.Kill();
+      etcd->Kill(leader);
+    }
     auto lines = CommandAll(procs, cmd, absl::Now() + o.agent.phase_timeout + absl::Seconds(60));
-    absl::StatusOr<ProcSample> after = srv.Sample(true);
-    ServerCounters counters_after = ReadCounters(srv);
+    if (phase == "failover") {
+      const int next = leader_among(leader, absl::Seconds(30));
+      if (next < 0) {
+        res.failure = "failover: no other replica led within 30 s";
+        failed = true;
+        break;
+      }
+      res.failover_to = next;
+      leader = next;
+      srvp = servers[static_cast<size_t>(next)].get();
+      sampled = srvp;
+      // CPU and counters of another process: the phase's figures are the new
+      // leader's, from its start.
+      before = ProcSample();
+      counters_before = ServerCounters();
+    }
+    ServerProcess& now = *srvp;
+    absl::StatusOr<ProcSample> after = now.Sample(true);
+    ServerCounters counters_after = ReadCounters(now);
     if (before.ok() && after.ok()) {
       st.server_cpu_s = after->cpu_s - before->cpu_s;
       st.sockets_end = after->sockets;
@@ -425,6 +506,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
     // Every agent left: wait for the server to close their connections,
     // then let it settle before reading its memory.
     const absl::Time deadline = absl::Now() + o.close_wait;
+    ServerProcess& srv = *srvp;
     for (;;) {
       auto s = srv.Sample(true);
       if (!s.ok() || s->sockets <= res.sockets_idle || absl::Now() > deadline) break;
@@ -437,7 +519,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
       res.sockets_after = s->sockets;
     }
     res.complete = true;
-  } else if (auto s = srv.Sample(false); s.ok()) {
+  } else if (auto s = srvp->Sample(false); s.ok()) {
     res.rss_peak_kib = s->hwm_kib;
   }
   for (auto& p : procs) {

@@ -37,10 +37,20 @@ struct DriverOptions {
   // Diagnostic: connect and leave only (no join, no exit barrier), to see
   // what the server holds per connection alone.
   bool connect_only = false;
+  // The state in etcd (issue 24): a 3-member etcd (etcd_members.h) and 3
+  // `meshrun server --state` replicas, replica i listing member i first;
+  // the agents are given all three. Adds the failover phase: after the
+  // round closed, the leading replica and its etcd member are SIGKILLed
+  // together (its host dying), timed until every agent uses the next
+  // leader; the exit barrier then runs on that leader.
+  bool etcd = false;
+  int state_lease_ttl_s = 2;        // --state_lease_ttl of the replicas (the server's default).
+  std::string etcd_member_script;   // tests/etcd/etcd_member.sh
 };
 
 inline const std::vector<std::string>& PhaseNames() {
-  static const std::vector<std::string> names = {"connect", "join", "round_closed", "workers", "exit_barrier", "leave"};
+  static const std::vector<std::string> names = {"connect", "join", "round_closed", "failover", "workers",
+                                                 "exit_barrier", "leave"};
   return names;
 }
 
@@ -64,6 +74,9 @@ struct PhaseStats {
 struct RunResult {
   int n = 0;
   int run = 0;
+  std::string state = "memory";  // "memory", or "etcd" (DriverOptions::etcd).
+  int failover_from = -1;        // etcd: the replica that led and was killed.
+  int failover_to = -1;          // ... and the one that led after it.
   int processes = 0;
   int workers_per_agent = 0;  // The workers phase's (0: not run).
   bool complete = false;

@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   mb::DriverOptions o;
   mb::C10dOptions c10d;
   std::string c10d_agents_text = "64,256";
+  std::string state_modes_text = "memory";
   c10d.script = RDZV_SCALE_SOURCE_DIR "/c10d_rdzv.py";
   app.add_option("--agents", agents_text, "Comma-separated N (simulated agents) to measure")->capture_default_str();
   app.add_option("--runs", runs, "Runs per N (the table shows medians)")->capture_default_str()->check(CLI::PositiveNumber);
@@ -105,6 +106,13 @@ int main(int argc, char** argv) {
                  "Simulated workers per agent fetching a 3-D mesh's unique ids through their agent's store proxy "
                  "(0: no workers phase); mesh (N, 2, W/2)")
       ->capture_default_str();
+  app.add_option("--state_modes", state_modes_text,
+                 "Comma-separated: memory (one in-memory server), etcd (3 replicas sharing a 3-member etcd, "
+                 "with a failover phase: the leader's replica and etcd member SIGKILLed after the round closed)")
+      ->capture_default_str();
+  app.add_option("--state_lease_ttl", o.state_lease_ttl_s, "Seconds: the replicas' --state_lease_ttl (etcd runs)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--c10d_agents", c10d_agents_text, "N for torchrun's c10d rendezvous (empty: skip)")->capture_default_str();
   app.add_option("--c10d_runs", c10d.runs, "Runs per N for c10d (default: --runs)");
   app.add_option("--c10d_timeout", c10d.timeout_s, "Seconds one c10d run may take")->capture_default_str()->check(CLI::PositiveNumber);
@@ -138,6 +146,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdzv_scale: error: --meshrun=%s is not an executable\n", meshrun.c_str());
     return 2;
   }
+  std::vector<std::string> state_modes = absl::StrSplit(state_modes_text, ',', absl::SkipEmpty());
+  for (const std::string& m : state_modes) {
+    if (m != "memory" && m != "etcd") {
+      std::fprintf(stderr, "rdzv_scale: error: --state_modes=%s: '%s' is not memory or etcd\n", state_modes_text.c_str(),
+                   m.c_str());
+      return 2;
+    }
+  }
+  if (state_modes.empty()) {
+    std::fprintf(stderr, "rdzv_scale: error: --state_modes is empty (memory, etcd or both)\n");
+    return 2;
+  }
+  o.etcd_member_script = std::string(RDZV_SCALE_SOURCE_DIR) + "/../../tests/etcd/etcd_member.sh";
   o.meshrun_binary = meshrun;
   o.self_binary = SelfPath();
   o.server_args = server_args;
@@ -168,18 +189,22 @@ int main(int argc, char** argv) {
   std::vector<mb::RunResult> results;
   for (int n : ns) {
     for (int run = 1; run <= runs; ++run) {
-      mb::RunResult r = mb::RunOnce(o, n, run);
-      std::fprintf(stderr, "rdzv_scale: N=%d run %d: %s", n, run, r.complete ? "complete" : "FAILED");
-      for (const std::string& p : mb::PhaseNames()) {
-        if (r.phases.count(p)) std::fprintf(stderr, " %s=%.3fs", p.c_str(), r.phases.at(p).seconds);
+      // The state modes interleaved, run by run: both see the same load.
+      for (const std::string& mode : state_modes) {
+        o.etcd = mode == "etcd";
+        mb::RunResult r = mb::RunOnce(o, n, run);
+        std::fprintf(stderr, "rdzv_scale: N=%d run %d (%s): %s", n, run, mode.c_str(), r.complete ? "complete" : "FAILED");
+        for (const std::string& p : mb::PhaseNames()) {
+          if (r.phases.count(p)) std::fprintf(stderr, " %s=%.3fs", p.c_str(), r.phases.at(p).seconds);
+        }
+        std::fprintf(stderr, " rss_idle=%.1fMiB joined=%.1fMiB steady=%.1fMiB peak=%.1fMiB after=%.1fMiB hb_failed=%lld%s%s lost=%lld%s%s\n",
+                     r.rss_idle_kib / 1024.0, r.rss_joined_kib / 1024.0, r.rss_steady_kib / 1024.0, r.rss_peak_kib / 1024.0,
+                     r.rss_after_kib / 1024.0, static_cast<long long>(r.heartbeats_failed),
+                     r.first_heartbeat_error.empty() ? "" : " first:", r.first_heartbeat_error.c_str(),
+                     static_cast<long long>(r.streams_lost), r.failure.empty() ? "" : ": ", r.failure.c_str());
+        results.push_back(std::move(r));
+        mb::WriteCsv(csv, results, {});
       }
-      std::fprintf(stderr, " rss_idle=%.1fMiB joined=%.1fMiB steady=%.1fMiB peak=%.1fMiB after=%.1fMiB hb_failed=%lld%s%s lost=%lld%s%s\n",
-                   r.rss_idle_kib / 1024.0, r.rss_joined_kib / 1024.0, r.rss_steady_kib / 1024.0, r.rss_peak_kib / 1024.0,
-                   r.rss_after_kib / 1024.0, static_cast<long long>(r.heartbeats_failed),
-                   r.first_heartbeat_error.empty() ? "" : " first:", r.first_heartbeat_error.c_str(),
-                   static_cast<long long>(r.streams_lost), r.failure.empty() ? "" : ": ", r.failure.c_str());
-      results.push_back(std::move(r));
-      mb::WriteCsv(csv, results, {});
     }
   }
   std::vector<mb::C10dResult> c10d_results;

@@ -89,7 +89,7 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
   head.push_back("failure");
   f << absl::StrJoin(head, ",") << "\n";
   for (const RunResult& r : runs) {
-    std::vector<std::string> row = {"meshrun", absl::StrCat(r.n), absl::StrCat(r.run), r.complete ? "1" : "0",
+    std::vector<std::string> row = {r.state == "etcd" ? "meshrun_etcd" : "meshrun", absl::StrCat(r.n), absl::StrCat(r.run), r.complete ? "1" : "0",
                                     absl::StrCat(r.processes)};
     auto ph = [&](const std::string& p) { auto it = r.phases.find(p); return it == r.phases.end() ? PhaseStats() : it->second; };
     for (const auto& p : PhaseNames()) row.push_back(Num(ph(p).seconds, "%.4f"));
@@ -135,20 +135,25 @@ bool WriteCsv(const std::string& path, const std::vector<RunResult>& runs, const
 }
 
 std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResult>& c10d) {
-  std::map<int, std::vector<const RunResult*>> by_n;
-  for (const RunResult& r : runs) by_n[r.n].push_back(&r);
+  // By N, then the state's place (in memory first, then etcd).
+  std::map<std::pair<int, std::string>, std::vector<const RunResult*>> by_n;
+  for (const RunResult& r : runs) by_n[{r.n, r.state == "etcd" ? "~etcd" : r.state}].push_back(&r);
   std::string out =
-      "| N | complete | connect s | first Join -> all assignments s | ROUND_CLOSED delivered s | exit barrier s | "
+      "| N | state | complete | connect s | first Join -> all assignments s | ROUND_CLOSED delivered s | "
+      "failover s (leader's replica and etcd member killed -> every agent on the next leader) | exit barrier s | "
       "server CPU s (connect / join / barrier) | server requests (join phase) | server RSS MiB idle / steady / peak / "
-      "after leave | KiB per agent (steady) | peak server fds |\n|---:|---|---:|---:|---:|---:|---|---:|---|---:|---:|\n";
+      "after leave | KiB per agent (steady) | peak server fds |\n"
+      "|---:|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|\n";
   std::vector<std::string> notes;
-  for (const auto& [n, rs] : by_n) {
+  for (const auto& [key, rs] : by_n) {
+    const int n = key.first;
+    const std::string state = rs.front()->state;
     std::vector<const RunResult*> ok;
     for (const RunResult* r : rs) {
       if (r->complete) {
         ok.push_back(r);
       } else {
-        notes.push_back(absl::StrCat("meshrun N=", n, " run ", r->run, ": ", r->failure));
+        notes.push_back(absl::StrCat("meshrun N=", n, " (", state, ") run ", r->run, ": ", r->failure));
       }
     }
     auto med = [&](auto f) {
@@ -162,9 +167,9 @@ std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResu
     };
     auto mib = [&](int64_t RunResult::*f) { return med([&](const RunResult& r) { return (r.*f) / 1024.0; }); };
     const double per_agent = med([&](const RunResult& r) { return static_cast<double>(r.rss_steady_kib - r.rss_idle_kib) / r.n; });
-    absl::StrAppend(&out, "| ", n, " | ", ok.size(), " of ", rs.size(), " | ", Cell(phase("connect")), " | ",
-                    Cell(phase("join")), " | ", Cell(phase("round_closed"), "%.3f"), " | ",
-                    Cell(phase("exit_barrier")), " | ", Cell(cpu("connect")), " / ", Cell(cpu("join")), " / ",
+    absl::StrAppend(&out, "| ", n, " | ", state, " | ", ok.size(), " of ", rs.size(), " | ", Cell(phase("connect")),
+                    " | ", Cell(phase("join")), " | ", Cell(phase("round_closed"), "%.3f"), " | ",
+                    state == "etcd" ? Cell(phase("failover")) : std::string("-"), " | ", Cell(phase("exit_barrier")), " | ", Cell(cpu("connect")), " / ", Cell(cpu("join")), " / ",
                     Cell(cpu("exit_barrier")), " | ",
                     Cell(med([](const RunResult& r) { return OfPhase(r, "join", [](const auto& s) { return s.requests; }); }), "%.0f"), " | ",
                     Cell(mib(&RunResult::rss_idle_kib), "%.1f"), " / ", Cell(mib(&RunResult::rss_steady_kib), "%.1f"),
@@ -183,7 +188,8 @@ std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResu
     absl::StrAppend(&out, "\n| N | workers | mesh | unique ids: first request -> all workers s | server store requests "
                           "per node (max / p90 / mean) | per node per dimension (max) | server CPU s | server sockets |\n"
                           "|---:|---:|---|---:|---|---:|---:|---:|\n");
-    for (const auto& [n, rs] : by_n) {
+    for (const auto& [key, rs] : by_n) {
+      const int n = key.first;
       std::vector<const RunResult*> ok;
       for (const RunResult* r : rs) {
         if (r->complete && WorkersOf(*r).ran) ok.push_back(r);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -89,6 +90,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
     sp->port_ = PortAfter(text, "listening on 127.0.0.1 port ");
     sp->metrics_port_ = PortAfter(text, "metrics on http://127.0.0.1:");
   }
+  sp->stdout_text_ = text;
   if (sp->port_ == 0 || sp->metrics_port_ == 0) {
     return absl::UnavailableError(absl::StrCat("meshrun server did not print its ports within ",
                                                absl::FormatDuration(timeout), "; stdout: ", text,
@@ -112,6 +114,30 @@ ServerProcess::~ServerProcess() {
     }
   }
   if (stdout_fd_ >= 0) close(stdout_fd_);
+}
+
+bool ServerProcess::Printed(const std::string& needle, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (int reads = 0; stdout_fd_ >= 0 && reads < 10000; ++reads) {
+    if (absl::StrContains(stdout_text_, needle)) return true;
+    const int wait_ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    pollfd p{stdout_fd_, POLLIN, 0};
+    if (poll(&p, 1, wait_ms) <= 0) break;
+    char buf[512];
+    ssize_t n = read(stdout_fd_, buf, sizeof buf);
+    if (n <= 0) break;
+    stdout_text_.append(buf, static_cast<size_t>(n));
+  }
+  return absl::StrContains(stdout_text_, needle);
+}
+
+void ServerProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(-pid_, SIGKILL);
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
 }
 
 std::string ServerProcess::endpoint() const { return absl::StrCat("127.0.0.1:", port_); }

@@ -45,6 +45,12 @@ class ServerProcess {
   absl::StatusOr<ProcSample> Sample(bool count_sockets) const;
   // GET /metrics over HTTP/1.0, bounded by `timeout`; the body.
   absl::StatusOr<std::string> Metrics(absl::Duration timeout) const;
+  // Whether its standard output has printed `needle` (a replica's
+  // "meshrun server: leading"), reading what it printed for at most
+  // `timeout` (0: only what is there now).
+  bool Printed(const std::string& needle, absl::Duration timeout);
+  // SIGKILLs it (its process group) and reaps it: a host dying.
+  void Kill();
 
  private:
   ServerProcess() = default;
@@ -52,6 +58,7 @@ class ServerProcess {
   int port_ = 0;
   int metrics_port_ = 0;
   int stdout_fd_ = -1;
+  std::string stdout_text_;  // What it printed so far (read by Start and Printed).
   std::string log_path_;
 };
 

@@ -222,6 +222,34 @@ PhaseResult SimAgents::RoundClosed() {
   return r;
 }
 
+PhaseResult SimAgents::Failover(const std::string& old_endpoint, double since) {
+  PhaseResult r;
+  r.start = since;
+  std::vector<Agent*> waiting;
+  for (auto& a : agents_) {
+    if (a->session_seen && a->client) waiting.push_back(a.get());
+  }
+  const absl::Time deadline = absl::Now() + config_.phase_timeout;
+  while (!waiting.empty() && absl::Now() < deadline) {
+    const double t = MonoNow();
+    auto moved = [&](Agent* a) { return a->client->endpoint() != old_endpoint; };
+    const auto rest = std::partition(waiting.begin(), waiting.end(), [&](Agent* a) { return !moved(a); });
+    const int n = static_cast<int>(waiting.end() - rest);
+    if (n > 0) {
+      if (r.first == 0) r.first = t;
+      r.end = t;
+      r.ok += n;
+      waiting.erase(rest, waiting.end());
+    }
+    if (!waiting.empty()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  r.failed = static_cast<int>(waiting.size());
+  if (r.failed > 0) {
+    r.error = absl::StrCat(r.failed, " agents still on ", old_endpoint, " after the phase timeout");
+  }
+  return r;
+}
+
 PhaseResult SimAgents::Finish() {
   int expected = 0;
   {

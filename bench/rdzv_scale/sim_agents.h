@@ -101,6 +101,12 @@ class SimAgents {
   // Waits until every agent's stream delivered ROUND_CLOSED (they arrive
   // during Join: this only waits and reports their times).
   PhaseResult RoundClosed();
+  // With the state in etcd, after the driver killed the leading replica
+  // (and its etcd member) at steady time `since`: waits until every
+  // assigned agent's client uses another server than `old_endpoint` (it
+  // found the next leader: RendezvousClient::endpoint). first / end: the
+  // first and last agent seen moved (polled every 10 ms).
+  PhaseResult Failover(const std::string& old_endpoint, double since);
   // The exit barrier: every agent reports finished; ends when every barrier
   // answered all_finished (or failed).
   PhaseResult Finish();

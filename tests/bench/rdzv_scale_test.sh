@@ -75,6 +75,24 @@ else fail "server store requests per node: '$wmax' (bound 6)"; cat "$T/w.csv"; f
 if [ -n "$wsocks" ] && [ "$wsocks" -lt 64 ]; then ok "$wsocks server sockets for 128 workers"
 else fail "server sockets in the workers phase: '$wsocks'"; fi
 grep -q "unique ids: first request -> all workers" "$T/w.md" && ok "the workers table is written" || fail "no workers table"
+# The state in etcd (3 replicas on a 3-member etcd) at 16 agents: the run completes, with its
+# failover phase (the leader's replica and etcd member SIGKILLed, every agent on the next
+# leader) and the exit barrier on that leader; a row of its own in the table.
+if command -v etcd >/dev/null; then
+  timeout 150 "$BIN" --agents 16 --runs 1 --state_modes memory,etcd --c10d_agents "" --csv "$T/e.csv" --table "$T/e.md" \
+    --work_dir "$T/elogs" --settle 0.5 --steady_wait 0.2 >"$T/eout" 2>"$T/eerr"
+  rc=$?
+  if [ $rc = 0 ]; then ok "etcd: exit 0"; else fail "etcd: exit $rc"; cat "$T/eerr"; fi
+  fo=$(awk -F, 'NR==1{for(i=1;i<=NF;i++) if ($i=="failover_s") c=i} $1=="meshrun_etcd" && $4==1 {print $c}' "$T/e.csv")
+  if [ -n "$fo" ] && awk -v s="$fo" 'BEGIN{exit !(s > 0 && s < 30)}'; then ok "etcd: every agent on the next leader $fo s after the kill"
+  else fail "etcd: failover_s '$fo'"; cat "$T/e.csv"; fi
+  grep -q "^| 16 | etcd | 1 of 1 |" "$T/e.md" && ok "etcd: its row in the table" || { fail "etcd: no table row"; cat "$T/e.md"; }
+  out=$("$BIN" --agents 16 --state_modes memory,redis 2>&1); rc=$?
+  if [ $rc = 2 ] && echo "$out" | grep -q "'redis' is not memory or etcd"; then ok "a bad --state_modes is named"
+  else fail "bad --state_modes: exit $rc: $out"; fi
+else
+  skip_part "the state in etcd" "no etcd (install etcd-server)"
+fi
 out=$("$BIN" --agents 64,x 2>&1); rc=$?
 if [ $rc = 2 ] && echo "$out" | grep -q "'x' is not a positive integer"; then ok "a bad --agents is named"
 else fail "bad --agents: exit $rc: $out"; fi
