@@ -240,6 +240,13 @@ class Run : public std::enable_shared_from_this<Run> {
   // With a journal: the run's record, saved first among `later`'s calls
   // (before the answers they make).
   void JournalLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a journal: the run's record, saved soon (kSaveSoonDelay) on the
+  // timer's thread, once for every change made meanwhile. For changes that
+  // nothing answered waits on (an exit-barrier arrival that is not the
+  // last: its answer comes when the barrier completes, after EndLocked's
+  // save), so that gRPC's threads do not block on etcd for them.
+  void JournalSoonLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveSoon() ABSL_LOCKS_EXCLUDED(mu_);
   state::RunRecord RecordLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   absl::Status CheckConfigLocked(const RunConfig& config) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -301,6 +308,7 @@ class Run : public std::enable_shared_from_this<Run> {
   std::shared_ptr<std::atomic<int64_t>> journal_seq_;
 
   mutable absl::Mutex mu_;
+  bool save_soon_ ABSL_GUARDED_BY(mu_) = false;  // A SaveSoon is scheduled.
   State state_ ABSL_GUARDED_BY(mu_) = State::kJoining;
   bool configured_ ABSL_GUARDED_BY(mu_) = false;
   RunConfig config_ ABSL_GUARDED_BY(mu_);

@@ -46,8 +46,12 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
       if (!member->finished) {
         member->finished = true;
         ++finished_count_;
-        // An exit-barrier arrival is durable (the last one: EndLocked).
-        if (finished_count_ < static_cast<int>(members_.size())) JournalLocked(later);
+        // An exit-barrier arrival is made durable soon, with the others
+        // that arrive meanwhile (the last one at once: EndLocked). Nothing
+        // is answered until the barrier completes, so nothing waits on it;
+        // an arrival the leader had not saved when it died is reported
+        // again by its agent to the next leader.
+        if (finished_count_ < static_cast<int>(members_.size())) JournalSoonLocked();
       }
       if (finished_count_ >= static_cast<int>(members_.size())) {
         EndLocked(State::kFinished, later);

@@ -67,6 +67,40 @@ void Run::JournalLocked(Deferred& later) {
   });
 }
 
+namespace {
+// How long a JournalSoonLocked change waits for others to share its save:
+// 1,024 exit-barrier arrivals within a second cost tens of records, not
+// 1,024 records of 1,024 members each, saved one at a time on gRPC's
+// threads (13 s for the barrier, and heartbeats waiting behind the saves:
+// bench/rdzv_scale --state_modes=etcd, docs/performance.md).
+constexpr absl::Duration kSaveSoonDelay = absl::Milliseconds(20);
+}  // namespace
+
+void Run::JournalSoonLocked() {
+  if (journal_ == nullptr || status_only_ || save_soon_) return;
+  save_soon_ = true;
+  std::weak_ptr<Run> weak = weak_from_this();
+  timer_->Schedule(absl::Now() + kSaveSoonDelay, [weak] {
+    if (auto self = weak.lock()) self->SaveSoon();
+  });
+}
+
+void Run::SaveSoon() {
+  state::RunRecord r;
+  {
+    absl::MutexLock lock(&mu_);
+    save_soon_ = false;
+    if (journal_ == nullptr || status_only_) return;
+    r = RecordLocked();
+    r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
+  }
+  // On the timer's thread: bounded by the journal's own timeouts.
+  if (absl::Status s = journal_->Save(r); !s.ok()) {
+    Logger("rdzv")->error("run '{}' round {}: could not save its state: {}", r.run_id, r.round,
+                          std::string(s.message()));
+  }
+}
+
 void Run::Restore(const state::RunRecord& r) {
   absl::MutexLock lock(&mu_);
   configured_ = true;

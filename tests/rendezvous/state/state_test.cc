@@ -18,6 +18,14 @@ using meshrun::rendezvous::state::EncodeRunRecord;
 using meshrun::rendezvous::state::MemoryJournal;
 using meshrun::rendezvous::state::RunRecord;
 
+namespace {
+// Waits (at most 5 s) until `journal` has had `n` writes.
+bool WaitForWrites(const MemoryJournal& journal, int64_t n) {
+  for (int i = 0; i < 500 && journal.writes() < n; ++i) absl::SleepFor(absl::Milliseconds(10));
+  return journal.writes() >= n;
+}
+}  // namespace
+
 TEST_CASE("a run record survives JSON and names a bad field", "[state]") {
   RunRecord r;
   r.run_id = "job";
@@ -81,9 +89,26 @@ TEST_CASE("a run saves one record per closed round, not one per join, before the
   REQUIRE(saved->size() == 1);
   CHECK((*saved)[0].state == "running");
   CHECK((*saved)[0].members.size() == 4);
-  // An exit-barrier arrival is saved too.
+  // An exit-barrier arrival is saved too: soon (on the timer's thread), and
+  // once for the arrivals that come meanwhile.
   creds.ReportFinished(**run, "n0", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  creds.ReportFinished(**run, "n1", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  CHECK(WaitForWrites(journal, 2));
+  absl::SleepFor(absl::Milliseconds(100));  // No second save comes.
   CHECK(journal.writes() == 2);
+  saved = journal.Load();
+  REQUIRE(saved.ok());
+  int finished = 0;
+  for (const auto& m : (*saved)[0].members) finished += m.finished ? 1 : 0;
+  CHECK(finished == 2);
+  // The last arrival is saved before the barrier answers.
+  bool answered = false;
+  creds.ReportFinished(**run, "n2", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  creds.ReportFinished(**run, "n3", 0, absl::Seconds(30), [&](absl::StatusOr<BarrierResult> r) {
+    answered = r.ok() && r->all_finished;
+    CHECK(journal.Load()->at(0).state == "finished");
+  });
+  CHECK(answered);
 }
 
 TEST_CASE("a run restored from its record goes on: members, credentials, restarts, exit barrier", "[state]") {
@@ -108,7 +133,9 @@ TEST_CASE("a run restored from its record goes on: members, credentials, restart
       creds.Join(*run, Node(id, 1, id), Config(2, 2, 2), 0, [&, id](absl::StatusOr<Assignment> a) { got[id] = *a; });
     }
     REQUIRE(got["a"].round == 1);
+    const int64_t before = journal.writes();
     creds.ReportFinished(*run, "b", 1, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+    REQUIRE(WaitForWrites(journal, before + 1));  // The arrival, saved soon after.
   }
   // The second "replica" takes over with what the journal holds.
   RunRegistry second(&timer);
