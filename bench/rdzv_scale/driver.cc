@@ -20,12 +20,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "bench/rdzv_scale/child.h"
-#include "bench/rdzv_scale/etcd_members.h"
 #include "bench/rdzv_scale/server_process.h"
+#include "bench/rdzv_scale/servers.h"
 
 namespace meshrun::bench {
 namespace {
@@ -274,65 +273,21 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   const std::string tag = absl::StrCat(o.etcd ? "etcd-" : "", "n", n, "-run", run_index);
   res.state = o.etcd ? "etcd" : "memory";
   // The server, or (etcd) the replicas and etcd under them.
-  std::unique_ptr<EtcdMembers> etcd;
-  std::vector<std::unique_ptr<ServerProcess>> servers;
-  struct Untrack {
-    std::vector<pid_t> pgids;
-    ~Untrack() {
-      for (pid_t p : pgids) UntrackProcessGroup(p);
-    }
-  } untrack;
-  if (o.etcd) {
-    auto members = EtcdMembers::Start(o.etcd_member_script, absl::StrCat(o.work_dir, "/etcd-", tag));
-    if (!members.ok()) {
-      res.failure = absl::StrCat("etcd: ", members.status().message());
-      return res;
-    }
-    etcd = std::move(*members);
+  ServersOptions so;
+  so.meshrun_binary = o.meshrun_binary;
+  so.server_args = o.server_args;
+  so.log_prefix = absl::StrCat(o.work_dir, "/server-", tag);
+  so.etcd = o.etcd;
+  so.state_lease_ttl_s = o.state_lease_ttl_s;
+  so.etcd_member_script = o.etcd_member_script;
+  so.state_prefix = absl::StrCat("/rdzv-scale-", tag, "-", getpid());
+  auto started = Servers::Start(so);
+  if (!started.ok()) {
+    res.failure = std::string(started.status().message());
+    return res;
   }
-  for (int i = 0; i < (o.etcd ? 3 : 1); ++i) {
-    std::vector<std::string> args = o.server_args;
-    if (o.etcd) {
-      args.insert(args.end(), {"--state", etcd->Url(i, absl::StrCat("/rdzv-scale-", tag, "-", getpid())),
-                               "--state_lease_ttl", absl::StrCat(o.state_lease_ttl_s)});
-    }
-    auto server = ServerProcess::Start(o.meshrun_binary, args,
-                                       absl::StrCat(o.work_dir, "/server-", tag, o.etcd ? absl::StrCat("-r", i) : "", ".log"),
-                                       absl::Seconds(o.etcd ? 60 : 20));
-    if (!server.ok()) {
-      res.failure = std::string(server.status().message());
-      return res;
-    }
-    TrackProcessGroup((*server)->pid());  // Its own group (agent::Spawn).
-    untrack.pgids.push_back((*server)->pid());
-    servers.push_back(std::move(*server));
-  }
-  // The one that leads (etcd: the first to say so; every replica prints
-  // "meshrun server: leading" when it does).
-  auto leader_among = [&](int except, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    for (int sweep = 0; sweep < 100000; ++sweep) {
-      for (int i = 0; i < static_cast<int>(servers.size()); ++i) {
-        if (i != except && servers[i]->pid() > 0 && servers[i]->Printed("meshrun server: leading", absl::ZeroDuration())) {
-          return i;
-        }
-      }
-      if (absl::Now() > deadline) break;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return -1;
-  };
-  int leader = 0;
-  if (o.etcd) {
-    leader = leader_among(-1, absl::Seconds(30));
-    if (leader < 0) {
-      res.failure = "etcd: no replica led within 30 s";
-      return res;
-    }
-  }
-  ServerProcess* srvp = servers[static_cast<size_t>(leader)].get();
-  std::vector<std::string> endpoints;
-  for (const auto& sp : servers) endpoints.push_back(sp->endpoint());
+  Servers& servers = **started;
+  ServerProcess* srvp = &servers.leader();
   absl::SleepFor(absl::Milliseconds(300));
   if (auto s = srvp->Sample(true); s.ok()) {
     res.rss_idle_kib = s->rss_kib;
@@ -344,7 +299,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   std::vector<std::unique_ptr<LoadProc>> procs;
   for (int p = 0; p < procs_n; ++p) {
     SimConfig c = o.agent;
-    c.endpoint = absl::StrJoin(endpoints, ",");
+    c.endpoint = servers.endpoints();
     c.run_id = absl::StrCat("rdzv-scale-", tag, "-", getpid());
     c.nnodes = n;
     c.first_index = static_cast<int>(static_cast<int64_t>(n) * p / procs_n);
@@ -397,24 +352,20 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
     std::string cmd = phase == "round_closed" ? "roundclosed" : phase == "exit_barrier" ? "finish" : phase;
     if (phase == "failover") {
       // The leader's host dies: its replica and its etcd member, together.
-      const double t_kill = MonoNow();
-      res.failover_from = leader;
-      cmd = absl::StrFormat("failover %s %.6f", srv.endpoint(), t_kill);
-      sampled = servers[static_cast<size_t>((leader + 1) % 3)].get();
-      srv.Kill();
-      etcd->Kill(leader);
+      res.failover_from = servers.leader_index();
+      cmd = absl::StrFormat("failover %s %.6f", srv.endpoint(), MonoNow());
+      sampled = &servers.other();
+      servers.KillLeaderHost();
     }
     auto lines = CommandAll(procs, cmd, absl::Now() + o.agent.phase_timeout + absl::Seconds(60));
     if (phase == "failover") {
-      const int next = leader_among(leader, absl::Seconds(30));
-      if (next < 0) {
+      if (!servers.AwaitNextLeader(absl::Seconds(30))) {
         res.failure = "failover: no other replica led within 30 s";
         failed = true;
         break;
       }
-      res.failover_to = next;
-      leader = next;
-      srvp = servers[static_cast<size_t>(next)].get();
+      res.failover_to = servers.leader_index();
+      srvp = &servers.leader();
       sampled = srvp;
       // CPU and counters of another process: the phase's figures are the new
       // leader's, from its start.
