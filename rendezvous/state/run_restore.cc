@@ -89,8 +89,21 @@ void Run::SaveSoon() {
   state::RunRecord r;
   {
     absl::MutexLock lock(&mu_);
+    if (journal_ == nullptr || status_only_) {
+      save_soon_ = false;
+      return;
+    }
+    if (gate_ != nullptr && !gate_->serving()) {
+      // Paused (its lease unconfirmed), standing by, or shutting down (the
+      // journal may be gone): nothing is written; tried again while the
+      // run lives.
+      std::weak_ptr<Run> weak = weak_from_this();
+      timer_->Schedule(absl::Now() + absl::Milliseconds(500), [weak] {
+        if (auto self = weak.lock()) self->SaveSoon();
+      });
+      return;
+    }
     save_soon_ = false;
-    if (journal_ == nullptr || status_only_) return;
     r = RecordLocked();
     r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
   }
