@@ -65,7 +65,17 @@ void Run::CloseRoundLocked(Deferred& later) {
   if (absl::Status s = shape; !s.ok()) {
     // No usable address for some node: nobody can run this round.
     Logger("rdzv")->error("run '{}' round {}: {}", run_id_, round_, std::string(s.message()));
-    for (auto& j : joining) later.push_back([cb = std::move(j.done), s]() mutable { cb(s); });
+    for (auto& j : joining) {
+      // Refused: a node known only from this join (its event stream not
+      // open yet: the agent sends both at once, in either order) is
+      // forgotten, so that its stream, when it comes, opens as a new node's
+      // rather than being refused for a credential it never received; its
+      // agent then reports this answer, the cause.
+      const std::string& id = j.node.node_id;
+      if (!watchers_.contains(id) && !members_.contains(id) && !reforming_.contains(id)) known_.erase(id);
+      later.push_back([cb = std::move(j.done), s]() mutable { cb(s); });
+    }
+    SyncNodeChargeLocked();
     return;
   }
   for (size_t i = 0; i < joining.size(); ++i) joining[i].node.addr = descs[i].addr;

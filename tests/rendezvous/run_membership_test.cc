@@ -212,3 +212,31 @@ TEST_CASE("a node's newer event stream ends its older one", "[run]") {
   CHECK(run->Status().state == "running");
   CHECK(second->closed.empty());
 }
+
+TEST_CASE("a node whose join the round refused opens its stream as a new node, not refused for a credential",
+          "[run]") {
+  // The agent sends its join and opens its event stream at once, on one
+  // connection; the join may come first. Here the round closes refusing
+  // every joiner (host0's --local_addr is loopback in a 2-host job) before
+  // host1's stream arrives: the stream must open (its agent then reports
+  // the join's answer, the cause), not be refused for the credential its
+  // join made and it never received.
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  NodeDesc h0 = Node("host0:1", 1, "127.0.1.1");
+  h0.dialed_addr = "host0";
+  h0.local_addr = "host0";
+  NodeDesc h1 = Node("host1:1", 1, "192.168.64.11");
+  h1.dialed_addr = "192.168.64.10";
+  std::vector<absl::Status> answers;
+  run->Join(h1, Config(2, 2), -1, "", [&](absl::StatusOr<Assignment> a) { answers.push_back(a.status()); },
+            "ipv4:192.168.64.11:5000");
+  run->Join(h0, Config(2, 2), -1, "", [&](absl::StatusOr<Assignment> a) { answers.push_back(a.status()); },
+            "ipv4:127.0.0.1:5001");
+  REQUIRE(answers.size() == 2);
+  for (const absl::Status& s : answers) CHECK_THAT(std::string(s.message()), Catch::Contains("loopback"));
+  auto sink = std::make_shared<Recorder>();
+  absl::Status s = run->Watch("host1:1", sink, -1, "", nullptr, "ipv4:192.168.64.11:5000");
+  CHECK(s.ok());
+  CHECK_THAT(std::string(s.message()), !Catch::Contains("credential"));
+}
