@@ -1,5 +1,7 @@
 #include "rendezvous/state/etcd/election.h"
 
+#include "rendezvous/state/etcd/leader_read.h"
+
 #include <thread>
 #include <utility>
 
@@ -47,40 +49,10 @@ absl::Status CheckOptions(const ElectionOptions& o) {
   return absl::OkStatus();
 }
 
-std::optional<LeaderInfo> ToLeader(const KeyValue& kv) {
-  LeaderInfo l;
-  if (!DecodeCandidate(kv.value, &l.candidate_id, &l.value).ok()) l.value = kv.value;
-  l.key = kv.key;
-  l.create_revision = kv.create_revision;
-  l.lease = kv.lease;
-  return l;
-}
-
 // `to` with the payloads of `from` (OutcomeUnknown's mark).
 absl::Status WithPayloads(absl::Status to, const absl::Status& from) {
   from.ForEachPayload([&to](absl::string_view url, const absl::Cord& payload) { to.SetPayload(url, payload); });
   return to;
-}
-
-RangeOptions FirstCreated(const std::string& prefix) {
-  RangeOptions o;
-  o.range_end = PrefixEnd(prefix);
-  o.sort = RangeOptions::Sort::kAscend;
-  o.sort_target = RangeOptions::SortTarget::kCreate;
-  o.limit = 1;
-  return o;
-}
-
-absl::StatusOr<std::optional<LeaderInfo>> ReadLeader(Client* client, const std::string& prefix) {
-  absl::StatusOr<RangeResult> r = client->Get(prefix, FirstCreated(prefix));
-  if (!r.ok()) return r.status();
-  if (r->kvs.empty()) return std::optional<LeaderInfo>();
-  return ToLeader(r->kvs.front());
-}
-
-bool SameLeader(const std::optional<LeaderInfo>& a, const std::optional<LeaderInfo>& b) {
-  if (a.has_value() != b.has_value()) return false;
-  return !a.has_value() || (a->key == b->key && a->create_revision == b->create_revision);
 }
 
 }  // namespace
@@ -488,57 +460,8 @@ absl::StatusOr<TxnResult> Election::FencedTxn(const Txn& txn) {
   return result;
 }
 
-// ---------------------------------------------------------------- Observe
-
-struct LeaderObserver::Impl {
-  Client* client = nullptr;
-  std::string prefix;
-  std::function<void(const std::optional<LeaderInfo>&)> on_change;
-  absl::Mutex mu;
-  bool have_last ABSL_GUARDED_BY(mu) = false;
-  std::optional<LeaderInfo> last ABSL_GUARDED_BY(mu);
-  std::unique_ptr<Watcher> watcher;
-  absl::Mutex check_mu;  // One Check at a time: a read and its report in order.
-
-  // Reads the leader and reports it when it changed. Runs on the watch's
-  // thread, or Refresh's caller; one at a time.
-  void Check() {
-    absl::MutexLock serialized(&check_mu);
-    absl::StatusOr<std::optional<LeaderInfo>> now = ReadLeader(client, prefix);
-    if (!now.ok()) return;  // The next event (or the stream's re-establishment) reads again.
-    {
-      absl::MutexLock lock(&mu);
-      if (have_last && SameLeader(last, *now)) return;
-      have_last = true;
-      last = *now;
-    }
-    on_change(*now);
-  }
-};
-
-LeaderObserver::LeaderObserver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-void LeaderObserver::Refresh() { impl_->Check(); }
-LeaderObserver::~LeaderObserver() {
-  if (impl_->watcher) impl_->watcher->Cancel();
-}
-
 std::unique_ptr<LeaderObserver> Election::Observe(std::function<void(const std::optional<LeaderInfo>&)> on_change) {
-  auto impl = std::make_unique<LeaderObserver::Impl>();
-  impl->client = impl_->client;
-  impl->prefix = impl_->options.prefix;
-  impl->on_change = std::move(on_change);
-  LeaderObserver::Impl* raw = impl.get();
-  // Every event under the prefix, and every (re-)established stream (events
-  // may have been missed while it was down), reads the leader again.
-  WatchOptions wo;
-  wo.range_end = PrefixEnd(raw->prefix);
-  WatchCallbacks wc;
-  wc.on_event = [raw](const WatchEvent&) { raw->Check(); };
-  wc.on_status = [raw](const WatchStatus& s) {
-    if (s.status.ok()) raw->Check();
-  };
-  raw->watcher = raw->client->Watch(raw->prefix, wo, std::move(wc));
-  return std::make_unique<LeaderObserver>(std::move(impl));
+  return StartLeaderObserver(impl_->client, impl_->options.prefix, std::move(on_change));
 }
 
 }  // namespace meshrun::rendezvous::state::etcd
