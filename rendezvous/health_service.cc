@@ -17,16 +17,19 @@ class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckRespon
   // Writes `status` unless it is what the client saw last. Thread-safe.
   void Update(Status status) {
     absl::MutexLock lock(&mu_);
-    if (done_) return;
+    if (done_ || finishing_) return;
     next_ = status;
     WriteLocked();
   }
-  // Ends the stream. Thread-safe.
+  // Ends the stream with `s`, after the status not yet written (the
+  // shutdown's NOT_SERVING) and a write in flight: Finish waits for them.
+  // Thread-safe.
   void End(const grpc::Status& s) {
     absl::MutexLock lock(&mu_);
-    if (done_) return;
-    done_ = true;
-    Finish(s);
+    if (done_ || finishing_) return;
+    finishing_ = true;
+    final_ = s;
+    MaybeFinishLocked();
   }
   const std::string& service() const { return service_; }
   // When an unauthenticated stream is ended (InfiniteFuture: never), and
@@ -45,6 +48,7 @@ class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckRespon
       return;
     }
     WriteLocked();
+    MaybeFinishLocked();
   }
   void OnCancel() override { End(grpc::Status::CANCELLED); }
   void OnDone() override {
@@ -53,6 +57,15 @@ class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckRespon
   }
 
  private:
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!finishing_ || done_ || writing_) return;
+    if (next_ != sent_) {
+      WriteLocked();
+      return;
+    }
+    done_ = true;
+    Finish(final_);
+  }
   void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || done_ || next_ == sent_) return;
     sent_ = next_;
@@ -65,7 +78,9 @@ class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckRespon
   const std::string service_;
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;       // Finish called.
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // End called: Finish once written.
+  grpc::Status final_ ABSL_GUARDED_BY(mu_);
   int sent_ ABSL_GUARDED_BY(mu_) = -1;
   Status next_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
   HealthCheckResponse response_ ABSL_GUARDED_BY(mu_);
