@@ -38,6 +38,9 @@ absl::Status Session::NewMembership() {
   client_ = std::move(*client);
   client_->set_server_silence_timeout(o_.server_silence_timeout);
   client_->set_failover_timeout(o_.leader_grace);
+  // Joins are answered on the event stream, which opens right after the
+  // first join (Join, below): no call is held open while a round forms.
+  client_->set_join_on_stream(true);
   // Replicas (--rdzv_endpoint=h1:p,h2:p,...): the workers' store follows the leader.
   client_->set_on_leader_change([this, id = node_.node_id](std::shared_ptr<grpc::Channel> channel) {
     if (proxy_) proxy_->SetUpstream(std::move(channel), id);
@@ -129,7 +132,8 @@ bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit
   if (watch_pending_) {
     // After the join is on its way, over the same connection: whichever
     // reaches the server first, the stream is a joining member's (the server
-    // hands it the join's credential, or the join takes the stream's).
+    // hands it the join's credential, or the join takes the stream's). The
+    // join's answer comes on it (set_join_on_stream).
     watch_pending_ = false;
     const int gen = gen_;
     client_->StartWatch(

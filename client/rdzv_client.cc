@@ -182,6 +182,7 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   {
     absl::MutexLock lock(&mu_);
     join_ctx_ = ctx;
+    join_cancelled_ = false;
   }
   // A blocking call on a thread of its own rather than gRPC's client
   // callback API: Debian's gRPC 1.51 can abort in its callback completion
@@ -189,18 +190,60 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
   // "ref_counted.h: assertion failed: prior > 0" at exit).
   StartCall([this, req, resp, ctx, deadline, done = std::move(done)]() mutable {
     grpc::Status s;
+    std::optional<absl::StatusOr<Assignment>> answer;
     // Bounded: by the join's deadline, and by the count.
     for (int attempt = 0; attempt < 16; ++attempt) {
+      int64_t ends = 0;
       {
+        absl::MutexLock lock(&mu_);
+        if (stopping_ || join_cancelled_) {
+          s = grpc::Status(grpc::StatusCode::CANCELLED, "join cancelled");
+          break;
+        }
+        req->set_answer_on_stream(join_on_stream_ && !watch_ended_);
         // The credential known now, if any: a new node's join needs none (the
         // server matches it with this connection's event stream, whichever
         // of the two arrives first), and waiting for the stream's would race
         // with the server ending that stream to make room.
-        absl::MutexLock lock(&mu_);
         req->set_session(has_assignment_ ? session_ : std::string());
+        stream_answer_.reset();
+        ends = watch_ends_;
       }
       const std::shared_ptr<Stubs> on = stubs();
       s = on->stub->Join(ctx.get(), *req, resp.get());
+      if (s.ok() && resp->on_stream()) {
+        // Taken: the answer comes on the event stream. A stream that ends
+        // first withdraws the join at the server: it is sent again (on the
+        // re-opened stream, or to the next leader).
+        absl::MutexLock lock(&mu_);
+        auto answered = [this, ends]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stream_answer_.has_value() || watch_ends_ != ends || stopping_ || join_cancelled_;
+        };
+        mu_.AwaitWithDeadline(absl::Condition(&answered), deadline);
+        if (stream_answer_) {
+          answer = std::move(stream_answer_);
+          stream_answer_.reset();
+          break;
+        }
+        if (stopping_ || join_cancelled_) {
+          s = grpc::Status(grpc::StatusCode::CANCELLED, "join cancelled");
+          break;
+        }
+        if (watch_ends_ == ends) {
+          s = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+          break;
+        }
+        if (watch_ended_) {
+          s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the event stream ended while this node was joining");
+          break;
+        }
+        s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the event stream ended too often while this node joined");
+        ctx = std::make_shared<grpc::ClientContext>();
+        ctx->set_deadline(absl::ToChronoTime(deadline));
+        join_ctx_ = ctx;
+        resp->Clear();
+        continue;
+      }
       // The leader died, or stopped leading, while this join waited for its
       // round: once the event stream has found the next leader (FailOver),
       // the same join goes there (torchrun's c10d re-sends a join whose
@@ -212,7 +255,9 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
       if (stopping_) break;
       join_ctx_ = ctx;
     }
-    if (!s.ok()) {
+    if (answer) {
+      done(std::move(*answer));
+    } else if (!s.ok()) {
       done(FromGrpc(s, "join"));
     } else {
       {
@@ -233,6 +278,7 @@ void RendezvousClient::StartCall(std::function<void()> call) {
 
 void RendezvousClient::CancelJoin() {
   absl::MutexLock lock(&mu_);
+  join_cancelled_ = true;
   if (join_ctx_) join_ctx_->TryCancel();
 }
 

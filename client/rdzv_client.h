@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -82,9 +83,27 @@ class RendezvousClient {
   // assignment, DEADLINE_EXCEEDED after `timeout`, or the server's refusal.
   // (`done` runs on a thread of the client's, not on the caller's.)
   // One join at a time. Thread-safe.
+  //
+  // With set_join_on_stream(true), the join is answered on this client's
+  // event stream: the server is asked to answer the call at once
+  // (JoinRequest.answer_on_stream) and the result comes as the stream's
+  // JOIN_ANSWERED event, so no call is held open while the round forms
+  // (with 10,000 nodes those open calls cost the server memory and CPU;
+  // torchrun's c10d rendezvous polls its store instead). Should the stream
+  // end or move to another replica before the answer, the join is sent
+  // again; UNAVAILABLE when the stream ended for good. A server that does
+  // not answer on streams holds the call until the round closes, as
+  // without the setting.
   void JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
                  int64_t last_round, absl::Duration timeout,
                  std::function<void(absl::StatusOr<rendezvous::Assignment>)> done);
+  // Joins are answered on the event stream (see JoinAsync): the caller
+  // starts it (StartWatch) right after its first JoinAsync, or before.
+  // Call before the first JoinAsync. Default false.
+  void set_join_on_stream(bool on) {
+    absl::MutexLock lock(&mu_);
+    join_on_stream_ = on;
+  }
   // Cancels a join in flight (its `done` then gets CANCELLED).
   void CancelJoin();
 
@@ -217,6 +236,14 @@ class RendezvousClient {
   // connection's event stream).
   bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> join_ctx_ ABSL_GUARDED_BY(mu_);
+  // Joins answered on the event stream (JoinAsync): asked for; the stream
+  // ended for good, and how many times it ended (each end withdraws a join
+  // waiting on it); the answer of the join in flight; CancelJoin was called.
+  bool join_on_stream_ ABSL_GUARDED_BY(mu_) = false;
+  bool watch_ended_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t watch_ends_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<absl::StatusOr<rendezvous::Assignment>> stream_answer_ ABSL_GUARDED_BY(mu_);
+  bool join_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> watch_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> finish_ctx_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> calls_ ABSL_GUARDED_BY(mu_);

@@ -15,6 +15,7 @@ namespace meshrun::client {
 
 namespace pb = ::meshrun::v1;
 using rendezvous::RunEvent;
+using rendezvous::wire::FromGrpc;
 using rendezvous::wire::FromProto;
 
 void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_round,
@@ -26,6 +27,13 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
     watch_opening_ = session_.empty();
   }
   watch_node_id_ = node_id;
+  on_closed = [this, closed = std::move(on_closed)](const absl::Status& s) {
+    {
+      absl::MutexLock lock(&mu_);
+      watch_ended_ = true;  // A join waiting for its answer here stops waiting.
+    }
+    closed(s);
+  };
   watch_thread_ = std::thread([this, node_id, on_event = std::move(on_event), on_closed = std::move(on_closed)] {
     // A stream the server cut off because this node read too slowly
     // (RESOURCE_EXHAUSTED) is re-opened from the round known so far, with
@@ -54,7 +62,9 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
       req.set_node_id(node_id);
       std::unique_ptr<grpc::ClientReader<pb::RunEvent>> reader = stubs()->stub->Watch(ctx.get(), req);
       pb::RunEvent ev;
+      bool admitted = false;  // The server took this stream: it sent an event.
       while (reader->Read(&ev)) {
+        admitted = true;
         NoteAnswer();
         if (ev.kind() == pb::RunEvent::SESSION) {
           absl::MutexLock lock(&mu_);
@@ -63,6 +73,21 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
           // is older.
           if (!has_assignment_) session_ = ev.session();
           watch_opening_ = false;
+          continue;
+        }
+        if (ev.kind() == pb::RunEvent::JOIN_ANSWERED) {
+          // The answer to this node's join (JoinAsync waits for it).
+          absl::MutexLock lock(&mu_);
+          watch_opening_ = false;
+          if (ev.refusal_code() != 0) {
+            stream_answer_ = FromGrpc(
+                grpc::Status(static_cast<grpc::StatusCode>(ev.refusal_code()), ev.refusal_message()), "join");
+          } else {
+            session_ = ev.assignment().session();
+            has_assignment_ = true;
+            known_round_ = std::max(known_round_, ev.assignment().round());
+            stream_answer_ = FromProto(ev.assignment());
+          }
           continue;
         }
         {
@@ -76,6 +101,9 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
       {
         absl::MutexLock lock(&mu_);
         watch_opening_ = false;
+        // The end of a stream the server had taken withdrew a join waiting
+        // for its answer on it (one it refused at once withdrew nothing).
+        if (admitted) ++watch_ends_;
       }
       if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
           ctx->GetServerTrailingMetadata().count(kEvictedMetadata) > 0 && reopens < kMaxEvictions) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace meshrun::rendezvous {
@@ -79,7 +80,8 @@ struct WorkerFailure {
 };
 
 struct RunEvent {
-  enum class Kind { kRoundClosed, kRestart, kNodeLost, kNodeWaiting, kRunFinished, kRunFailed, kJoinProgress, kSession };
+  enum class Kind { kRoundClosed, kRestart, kNodeLost, kNodeWaiting, kRunFinished, kRunFailed, kJoinProgress, kSession,
+                    kJoinAnswered };
   Kind kind = Kind::kRoundClosed;
   int64_t round = 0;
   std::string node_id;
@@ -90,6 +92,9 @@ struct RunEvent {
   int min_nodes = 0;
   int max_nodes = 0;
   std::string session;  // kSession: the new node's credential (secret).
+  // kJoinAnswered: the node's join result, its assignment or why it was refused.
+  std::optional<Assignment> assignment;
+  absl::Status refusal;
 };
 
 enum class Decision { kRestart, kStop };

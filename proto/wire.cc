@@ -120,6 +120,7 @@ constexpr KindPair kKinds[] = {
     {RunEvent::Kind::kRunFailed, pb::RunEvent::RUN_FAILED},
     {RunEvent::Kind::kJoinProgress, pb::RunEvent::JOIN_PROGRESS},
     {RunEvent::Kind::kSession, pb::RunEvent::SESSION},
+    {RunEvent::Kind::kJoinAnswered, pb::RunEvent::JOIN_ANSWERED},
 };
 
 }  // namespace
@@ -138,6 +139,9 @@ pb::RunEvent ToProto(const RunEvent& e) {
   out.set_min_nodes(e.min_nodes);
   out.set_max_nodes(e.max_nodes);
   out.set_session(e.session);
+  if (e.assignment) ToProto(*e.assignment, out.mutable_assignment());
+  out.set_refusal_code(static_cast<int32_t>(e.refusal.code()));
+  out.set_refusal_message(std::string(e.refusal.message()));
   return out;
 }
 
@@ -155,6 +159,10 @@ RunEvent FromProto(const pb::RunEvent& e) {
   out.min_nodes = e.min_nodes();
   out.max_nodes = e.max_nodes();
   out.session = e.session();
+  if (e.has_assignment()) out.assignment = FromProto(e.assignment());
+  if (e.refusal_code() != 0) {
+    out.refusal = absl::Status(static_cast<absl::StatusCode>(e.refusal_code()), e.refusal_message());
+  }
   return out;
 }
 

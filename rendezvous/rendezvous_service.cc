@@ -100,19 +100,37 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   if (!run.ok()) return Reply(kJoin, ctx, ToGrpc(run.status()));
   CheckOpenFiles(args->config.max_nodes);
   std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
-  reactor->SetOnCancel([run = *run, id = args->node.node_id] { run->CancelJoin(id); });
-  (*run)->Join(args->node, args->config, req->last_round(), req->session(),
-               [this, reactor, resp](absl::StatusOr<Assignment> a) {
-                 // A round closed: its parked joins are being answered.
-                 if (a.ok() && releaser_ != nullptr) releaser_->Request();
-                 Count(kJoin, ToGrpc(a.status()));
-                 // The call may have ended (its client cancelled, and the
-                 // run answers only now): then `resp` is gone.
-                 if (!reactor->Claim()) return;
-                 if (a.ok()) ToProto(*a, resp->mutable_assignment());
-                 reactor->Finish(ToGrpc(a.status()));
-               },
-               ctx->peer());
+  // A join answered on the node's stream is over for this call: its
+  // cancellation (after the answer) withdraws nothing.
+  auto on_stream = std::make_shared<std::atomic<bool>>(false);
+  reactor->SetOnCancel([run = *run, id = args->node.node_id, on_stream] {
+    if (!on_stream->load()) run->CancelJoin(id);
+  });
+  const bool answered_on_stream = (*run)->Join(
+      args->node, args->config, req->last_round(), req->session(),
+      [this, reactor, resp](absl::StatusOr<Assignment> a) {
+        // A round closed: its parked joins are being answered.
+        if (a.ok() && releaser_ != nullptr) releaser_->Request();
+        Count(kJoin, ToGrpc(a.status()));
+        // The call may have ended (its client cancelled, and the
+        // run answers only now): then `resp` is gone.
+        if (!reactor->Claim()) return;
+        if (a.ok()) ToProto(*a, resp->mutable_assignment());
+        reactor->Finish(ToGrpc(a.status()));
+      },
+      ctx->peer(),
+      req->answer_on_stream() ? Run::JoinCallback([this](absl::StatusOr<Assignment> a) {
+        if (a.ok() && releaser_ != nullptr) releaser_->Request();
+        Count(kJoin, ToGrpc(a.status()));
+      })
+                              : Run::JoinCallback(nullptr));
+  if (answered_on_stream) {
+    on_stream->store(true);
+    if (reactor->Claim()) {
+      resp->set_on_stream(true);
+      reactor->Finish(grpc::Status::OK);
+    }
+  }
   return reactor.get();
 }
 

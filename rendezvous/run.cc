@@ -114,8 +114,9 @@ bool Run::IdleStoreOnly(absl::Time cutoff) const {
          kv_->waiters() == 0;
 }
 
-void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
-               JoinCallback done, const std::string& peer) {
+bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
+               JoinCallback done, const std::string& peer, JoinCallback on_stream_answered) {
+  bool on_stream = false;
   Deferred later;
   absl::Status refused;
   {
@@ -140,7 +141,7 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     if (!refused.ok()) {
       lock.Release();
       done(refused);
-      return;
+      return false;
     }
     if (!configured_) {
       config_ = config;
@@ -180,6 +181,14 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       kv_->MarkMemberRun();   // Its store serves members from now on.
       known_[node.node_id].last_seen = absl::Now();
       std::optional<Member> was_member = reforming_.erase(node.node_id);
+      if (on_stream_answered) {
+        on_stream = true;
+        done = [weak = weak_from_this(), id = node.node_id,
+                then = std::move(on_stream_answered)](absl::StatusOr<Assignment> result) mutable {
+          if (auto self = weak.lock()) self->AnswerOnStream(id, result);
+          then(std::move(result));
+        };
+      }
       pending_.push_back(Joiner{node, last_round, std::move(done), std::move(was_member)});
       // A node joining: its stream (opened before) is a member's from now
       // on, before any event below reaches it (this join may close the
@@ -211,9 +220,38 @@ void Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
   }
   if (!refused.ok()) {
     done(refused);
-    return;
+    return false;
   }
   RunAll(later);
+  return on_stream;
+}
+
+void Run::AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> result) {
+  absl::MutexLock lock(&mu_);
+  auto w = watchers_.find(node_id);
+  if (w == watchers_.end()) {
+    // Its stream is not open yet (the agent opens it right after its join):
+    // the answer waits for it (Watch). Bounded: one per node of a round.
+    if (static_cast<int64_t>(unsent_answers_.size()) < std::max(config_.max_nodes, 1)) {
+      unsent_answers_.insert_or_assign(node_id, std::move(result));
+    }
+    return;
+  }
+  w->second->Push(JoinAnsweredLocked(std::move(result)));
+}
+
+RunEvent Run::JoinAnsweredLocked(absl::StatusOr<Assignment> result) const {
+  RunEvent ev;
+  ev.kind = RunEvent::Kind::kJoinAnswered;
+  ev.round = round_;
+  ev.restart_count = restart_count_;
+  if (result.ok()) {
+    ev.round = result->round;
+    ev.assignment = std::move(*result);
+  } else {
+    ev.refusal = result.status();
+  }
+  return ev;
 }
 
 namespace {

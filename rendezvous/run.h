@@ -77,9 +77,21 @@ class Run : public std::enable_shared_from_this<Run> {
   // from the join's connection, is given its current one (kSession), and is
   // a member's stream; so is a re-opened stream of a node that only this
   // connection's earlier stream made known.
-  void Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
+  //
+  // Answered on the node's stream (a non-null `on_stream`, for JoinRequest's
+  // answer_on_stream): when the join is taken and the node has an open event
+  // stream, its result (the assignment, or why the round refused it) is
+  // pushed to that stream alone as one kJoinAnswered event, then handed to
+  // `on_stream` (for counting); `done` is never called, and Join returns
+  // true: the caller answers the call at once. No
+  // gRPC call is held open per joining node then (with 10,000 nodes, the
+  // open calls cost the server memory and CPU: docs/performance.md). Should
+  // the stream end first, the join is withdrawn as a cancelled one is.
+  // Returns false when `done` answers (a refusal, at once; or the round's
+  // close, with no stream to answer on).
+  bool Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
             JoinCallback done,
-            const std::string& peer = "");
+            const std::string& peer = "", JoinCallback on_stream = nullptr);
   // Withdraws `node_id`'s pending join (its Join call was cancelled: the
   // client gave up or its connection closed) and answers it CANCELLED. A
   // member of the round being re-formed goes back to the members not
@@ -262,6 +274,11 @@ class Run : public std::enable_shared_from_this<Run> {
   // Moves to kFinished or kFailed; the on-ended hook runs with `later`.
   void EndLocked(State state, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushLocked(const RunEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A join taken with answer_on_stream is answered: `result` goes to
+  // `node_id`'s stream as kJoinAnswered (dropped when it has none now).
+  // Kept for its stream, which opens later, when the node has none now.
+  void AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> result);
+  RunEvent JoinAnsweredLocked(absl::StatusOr<Assignment> result) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnBarrierTimeout(uint64_t id);
   // Pushes JOIN_PROGRESS now, or arms a timer so that at most one goes out
   // per kProgressInterval (N joins must not cost N broadcasts).
@@ -317,6 +334,10 @@ class Run : public std::enable_shared_from_this<Run> {
   // joined; 0 for a fresh round (MIN/MAX and the last call apply).
   int reform_target_ ABSL_GUARDED_BY(mu_) = 0;
   NodeList<Joiner> pending_ ABSL_GUARDED_BY(mu_);
+  // Answers of joins taken to be answered on the stream (AnswerOnStream)
+  // whose node had no stream open yet: sent when it opens (Watch). At most
+  // max_nodes entries.
+  absl::flat_hash_map<std::string, absl::StatusOr<Assignment>> unsent_answers_ ABSL_GUARDED_BY(mu_);
   bool last_call_armed_ ABSL_GUARDED_BY(mu_) = false;
   DeadlineTimer::Id last_call_timer_ ABSL_GUARDED_BY(mu_) = 0;
   NodeList<Member> members_ ABSL_GUARDED_BY(mu_);

@@ -115,6 +115,12 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
     hello.session = k.session;
     sink->Push(hello);
   }
+  if (auto u = unsent_answers_.find(node_id); u != unsent_answers_.end()) {
+    // Its join, taken to be answered on its stream, was answered before
+    // this stream opened.
+    sink->Push(JoinAnsweredLocked(std::move(u->second)));
+    unsent_answers_.erase(u);
+  }
   RunEvent catch_up;
   catch_up.round = round_;
   catch_up.restart_count = restart_count_;

@@ -86,6 +86,7 @@ absl::Status SpawnLoad(const DriverOptions& o, const SimConfig& c, const std::st
       "--heartbeat_threads", absl::StrCat(c.heartbeat_threads), "--phase_timeout",
       absl::StrCat(absl::ToDoubleSeconds(c.phase_timeout)), "--workers_per_agent", absl::StrCat(c.workers_per_agent)};
   if (c.watch_first) args.push_back("--watch_first");
+  if (!c.join_on_stream) args.push_back("--held_joins");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

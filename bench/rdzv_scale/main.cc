@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
   app.add_flag("--watch_first", o.agent.watch_first,
                "Open each agent's event stream when it connects, before joining (the order before issue 23; "
                "A/B runs: give the server --limit=max_nonmember_watchers_per_run of at least the agents)");
+  bool held_joins = false;
+  app.add_flag("--held_joins", held_joins,
+               "Hold each join's call open until its round closes (the agent's way before stop 29) instead of "
+               "answering it on the event stream; for A/B runs");
   app.add_option("--heartbeat_threads", o.agent.heartbeat_threads, "Heartbeat threads per load process")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--phase_timeout", phase_timeout, "Seconds one phase may take before the run counts as failed")
@@ -134,6 +138,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   o.agent.keep_alive_interval = absl::Seconds(keep_alive);
+  o.agent.join_on_stream = !held_joins;
   o.agent.phase_timeout = absl::Seconds(phase_timeout);
   o.settle = absl::Seconds(settle);
   o.steady_wait = absl::Seconds(steady_wait);

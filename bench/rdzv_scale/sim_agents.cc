@@ -78,6 +78,8 @@ PhaseResult SimAgents::Connect() {
       a.node.nproc = config_.nproc;
       a.node.master_port = 20000 + a.index % 40000;
       a.client = std::move(*c);
+      // As meshrun's agent: the join answered on the event stream.
+      a.client->set_join_on_stream(config_.join_on_stream);
       // The order before issue 23 (stream first, join later): for A/B runs.
       if (config_.watch_first) OpenStream(&a);
     }

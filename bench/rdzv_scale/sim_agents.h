@@ -48,6 +48,9 @@ struct SimConfig {
   // For A/B measurements; the server then needs a max_nonmember_watchers_per_run
   // of at least the agents.
   bool watch_first = false;
+  // Joins answered on the event stream, as the agent's (false: the call is
+  // held open until the round closes, as before stop 29; for A/B runs).
+  bool join_on_stream = true;
   // Threads that send this process's heartbeats, spread over the interval.
   int heartbeat_threads = 4;
   // How long one phase may take before it is reported as incomplete.

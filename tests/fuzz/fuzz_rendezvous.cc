@@ -122,16 +122,27 @@ class Harness {
         auto answers = answers_;
         auto sessions = sessions_;
         std::string node = args->node.node_id;
-        run->Join(args->node, args->config, req.last_round(), sessions_->For(node, req.session()),
-                  [answers, sessions, node](absl::StatusOr<rdzv::Assignment> a) {
-                    pb::JoinResponse resp;
-                    if (a.ok()) {
-                      rdzv::wire::ToProto(*a, resp.mutable_assignment());
-                      sessions->Set(node, a->session);
-                    }
-                    answers->Add();
-                  });
-        parked_.push_back({Parked::kJoinCall, run, args->node.node_id, 0, nullptr});
+        // With answer_on_stream, as the adapter: the answer goes to the
+        // node's stream (or waits for it), and the call is not parked.
+        rdzv::Run::JoinCallback on_stream;
+        if (req.answer_on_stream()) {
+          on_stream = [answers, sessions, node](absl::StatusOr<rdzv::Assignment> a) {
+            if (a.ok()) sessions->Set(node, a->session);
+            answers->Add();
+          };
+        }
+        const bool answered_on_stream =
+            run->Join(args->node, args->config, req.last_round(), sessions_->For(node, req.session()),
+                      [answers, sessions, node](absl::StatusOr<rdzv::Assignment> a) {
+                        pb::JoinResponse resp;
+                        if (a.ok()) {
+                          rdzv::wire::ToProto(*a, resp.mutable_assignment());
+                          sessions->Set(node, a->session);
+                        }
+                        answers->Add();
+                      },
+                      "", std::move(on_stream));
+        if (!answered_on_stream) parked_.push_back({Parked::kJoinCall, run, args->node.node_id, 0, nullptr});
         return;
       }
       case kHeartbeat: {
