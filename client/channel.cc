@@ -160,12 +160,13 @@ absl::StatusOr<Connection> Dial(const std::string& endpoint, const TlsMaterial& 
   Connection c;
   c.endpoint = endpoint;
   c.route = *route;
-  c.channel = NewChannel(NumericTarget(route->remote, ep->port), ep->host, tls, options.channel);
+  const std::string& tls_name = options.tls_name.empty() ? ep->host : options.tls_name;
+  c.channel = NewChannel(NumericTarget(route->remote, ep->port), tls_name, tls, options.channel);
   // gRPC retries a failing handshake quietly until the deadline: probe
   // once to name a TLS mismatch and fail at once when one is found.
   const absl::Time wait_until = std::max(deadline, absl::Now() + absl::Seconds(1));
   auto probe = [&] {
-    return ProbeTlsMismatch(ep->host, route->remote, ep->port, tls,
+    return ProbeTlsMismatch(tls_name, route->remote, ep->port, tls,
                             std::clamp(wait_until - absl::Now(), absl::Milliseconds(100), absl::Seconds(5)));
   };
   MESHRUN_RETURN_IF_ERROR(

@@ -84,6 +84,10 @@ struct DialOptions {
   // wait and is returned (a signal that stops meshrun). Null: never.
   std::function<absl::Status()> interrupted;
   ChannelSettings channel;
+  // The name the server's TLS certificate is checked against; empty: the
+  // endpoint's host. For a replica dialled by one of its name's addresses
+  // (RendezvousClient::Connect, one DNS name with several addresses).
+  std::string tls_name;
 };
 
 // A ready channel to a server, and how it was reached.

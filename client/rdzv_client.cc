@@ -1,6 +1,7 @@
 #include "client/rdzv_client.h"
 #include "client/rdzv_client_internal.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +43,41 @@ namespace {
 using wire::FromGrpc;
 using wire::FromProto;
 using wire::ToProto;
+
+bool IsNumericAddress(const std::string& host) {
+  in6_addr buf;
+  return inet_pton(AF_INET, host.c_str(), &buf) == 1 || inet_pton(AF_INET6, host.c_str(), &buf) == 1;
+}
+
+// "ADDRESS:PORT", an IPv6 address in brackets: an endpoint as Dial takes it.
+std::string HostPort(const std::string& addr, int port) {
+  return addr.find(':') == std::string::npos ? absl::StrCat(addr, ":", port) : absl::StrCat("[", addr, "]:", port);
+}
+
+// The replicas behind one endpoint whose host is a name with several
+// addresses, each as "ADDRESS:PORT": when the server reached on `channel`
+// lists replicas in its status, or refuses as a standby. Empty otherwise
+// (one address, a numeric host, or a server that is not replicated).
+std::vector<std::string> ReplicaAddresses(const std::string& endpoint, const std::shared_ptr<grpc::Channel>& channel,
+                                          const std::string& run_id, const std::string& token) {
+  absl::StatusOr<Endpoint> ep = ParseEndpoint(endpoint, 29400);
+  if (!ep.ok() || IsNumericAddress(ep->host)) return {};
+  absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(ep->host);
+  if (!addrs.ok() || addrs->size() <= 1) return {};
+  auto stub = pb::Rendezvous::NewStub(channel);
+  pb::StatusRequest req;
+  req.mutable_run()->set_run_id(run_id);
+  req.mutable_run()->set_token(token);
+  pb::StatusResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  const grpc::Status s = stub->Status(&ctx, req, &resp);
+  std::string leader;
+  if (!(s.ok() && resp.replicas_size() > 0) && !ParseStandbyDetail(s.error_details(), &leader)) return {};
+  std::vector<std::string> out;
+  for (const std::string& a : *addrs) out.push_back(HostPort(a, ep->port));
+  return out;
+}
 
 std::vector<std::string> SplitEndpoints(const std::string& endpoint) {
   std::vector<std::string> out;
@@ -106,11 +142,22 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   // dropped its connection at once (bench/rdzv_scale, docs/performance.md).
   o.channel.keepalive_time = kKeepaliveTime;
   o.channel.keepalive_timeout = kKeepaliveTimeout;
-  const std::vector<std::string> endpoints = SplitEndpoints(endpoint);
+  std::vector<std::string> endpoints = SplitEndpoints(endpoint);
+  std::string tls_name;
   if (endpoints.size() == 1) {
     absl::StatusOr<Connection> c = Dial(endpoint, auth.tls, o);
     if (!c.ok()) return c.status();
-    return std::unique_ptr<RendezvousClient>(new RendezvousClient(run_id, auth.token, std::move(*c)));
+    // One DNS name with several addresses (a Kubernetes headless Service):
+    // when the server reached says it is a replica, each address is one.
+    std::vector<std::string> replicas = ReplicaAddresses(endpoint, c->channel, run_id, auth.token);
+    if (replicas.size() <= 1) {
+      return std::unique_ptr<RendezvousClient>(new RendezvousClient(run_id, auth.token, std::move(*c)));
+    }
+    Logger("agent")->info("{} names {} replicas of the rendezvous server: {}", endpoint, replicas.size(),
+                          absl::StrJoin(replicas, ","));
+    absl::StatusOr<Endpoint> ep = ParseEndpoint(endpoint, 29400);
+    if (ep.ok()) tls_name = ep->host;
+    endpoints = std::move(replicas);
   }
   // Replicas: the one that leads (a standby names it; it is asked in turn).
   const absl::Time deadline = absl::Now() + connect_timeout;
@@ -121,7 +168,9 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
         if (absl::Status s = o.interrupted(); !s.ok()) return s;
       }
       const absl::Duration left = std::max(absl::Milliseconds(100), std::min(absl::Seconds(1), deadline - absl::Now()));
-      absl::StatusOr<Connection> c = Dial(endpoints[i], auth.tls, ReplicaDial(left));
+      DialOptions replica = ReplicaDial(left);
+      replica.tls_name = tls_name;
+      absl::StatusOr<Connection> c = Dial(endpoints[i], auth.tls, replica);
       if (!c.ok()) {
         said[i] = std::string(c.status().message());
         continue;
@@ -131,6 +180,7 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
       auto client = std::unique_ptr<RendezvousClient>(new RendezvousClient(run_id, auth.token, std::move(*c)));
       client->endpoints_ = endpoints;
       client->tls_ = auth.tls;
+      client->tls_name_ = tls_name;
       return client;
     }
     absl::SleepFor(absl::Milliseconds(200));

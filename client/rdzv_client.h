@@ -214,6 +214,9 @@ class RendezvousClient {
   // Replicas: every endpoint given (one for a single server), and how to dial them.
   std::vector<std::string> endpoints_;
   TlsMaterial tls_;
+  // The name TLS checks the replicas' certificates against when they were
+  // found as one name's addresses (empty: each endpoint's own host).
+  std::string tls_name_;
   std::string watch_node_id_;  // StartWatch's node, set before its thread starts.
 
   mutable absl::Mutex mu_;

@@ -78,7 +78,9 @@ absl::Status RendezvousClient::FailOver(const std::string& why, absl::Time deadl
       const std::string ep = order[i];
       const absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) break;
-      absl::StatusOr<Connection> c = Dial(ep, tls_, ReplicaDial(std::min(absl::Seconds(1), left)));
+      DialOptions dial = ReplicaDial(std::min(absl::Seconds(1), left));
+      dial.tls_name = tls_name_;
+      absl::StatusOr<Connection> c = Dial(ep, tls_, dial);
       std::string said;
       Probed p = Probed::kUnreachable;
       if (!c.ok()) {

@@ -48,6 +48,12 @@
 # on the next leader after the failover, and the read answers it: the proxy sent the read
 # again to the next leader with what was left of its wait.
 #
+# With --dns (namespace hosts, as --hosts), the agents and meshrun status are given one name,
+# --rdzv_endpoint=meshrun-replicas:29411, which the nodes' hosts resolve to the 3 replicas'
+# addresses (as a Kubernetes headless Service does; each replica on port 29411 of its host):
+# each agent finds the 3 replicas behind the name (its log says so) and fails over among
+# them as with the list. The rest is checked as with --hosts.
+#
 # With --partition (namespace hosts, as --hosts), step 3 is a partition instead: the leader's
 # host loses its link, its processes alive. Within its lease TTL plus a margin it stops
 # serving (its log says so), another replica leads, and both agents follow it. The link comes
@@ -57,7 +63,7 @@
 # it leads, serves the same run (running, round 0, no restart, 2 nodes) and the same store
 # key: the state agrees on every replica. The job then finishes as above.
 #
-# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --partition | --rolling | --quorum | --grace | --forming | --parked]
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --dns | --partition | --rolling | --quorum | --grace | --forming | --parked]
 #        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
@@ -82,7 +88,9 @@ parked=0
 ((grace)) && leader_grace=6
 partition=0
 [[ ${3:-} == --partition ]] && partition=1
-if [[ ${3:-} == --hosts || ${3:-} == --partition ]]; then
+dns=0
+[[ ${3:-} == --dns ]] && dns=1
+if [[ ${3:-} == --hosts || ${3:-} == --partition || ${3:-} == --dns ]]; then
   mode=hosts
   # shellcheck source=tests/hosts/netns_hosts.sh
   source "$here/../hosts/netns_hosts.sh"
@@ -155,11 +163,26 @@ start_replica() {
     --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" >>"$work/server$i.log" 2>&1
   server_pid[i]=$!
 }
-for i in 0 1 2; do start_replica "$i" 0; done
+dns_port=29411  # --dns: every replica on this port of its own host.
+for i in 0 1 2; do start_replica "$i" $((dns ? dns_port : 0)); done
 ports_written() { [[ -s $work/port0 && -s $work/port1 && -s $work/port2 ]]; }
 wait_for 20 ports_written || fail "the 3 replicas did not all listen within 20 s"
 endpoints=
 for i in 0 1 2; do endpoints+="${endpoints:+,}$(addr_of "$i"):$(cat "$work/port$i")"; done
+if ((dns)); then
+  # One name, three addresses, on the nodes' hosts (ip netns exec bind-mounts the file over
+  # /etc/hosts; hosts_down removes it).
+  for h in 3 4; do
+    for i in 0 1 2; do echo "$(addr_of "$i") meshrun-replicas" >>"/etc/netns/${HOSTS_NS[h]}/hosts"; done
+  done
+  resolved=$(on_host 3 getent ahostsv4 meshrun-replicas | awk '$2 == "STREAM" {print $1}' | sort -u | wc -l)
+  [[ $resolved == 3 ]] || fail "meshrun-replicas resolves to $resolved addresses on host 3 (expected 3)"
+fi
+# What the agents are given, and the last meshrun status (the name with --dns; the other
+# status queries name the replicas, to tell which one leads).
+agent_endpoint=$endpoints
+((dns)) && agent_endpoint="meshrun-replicas:$dns_port"
+status_endpoint=$agent_endpoint
 leader_of() { grep -l "meshrun server: leading" "$work"/server*.log 2>/dev/null | head -n 1; }
 has_leader() { [[ -n $(leader_of) ]]; }
 wait_for 20 has_leader || fail "no replica led within 20 s"
@@ -181,7 +204,7 @@ if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" ||
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 # start_agent N: node N's agent (on host 3 + N with --hosts).
 start_agent() {
-  OUT=$work STORE_KEYS=$store_keys PARKED=$parked spawn_on $((3 + $1)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=failover \
+  OUT=$work STORE_KEYS=$store_keys PARKED=$parked spawn_on $((3 + $1)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$agent_endpoint" --rdzv_id=failover \
     --max_restarts=3 --rdzv_conf=leader_grace=$leader_grace --no_python sh -c "$worker" >"$work/agent$1.log" 2>&1
   agent_pid[$1]=$!
 }
@@ -421,6 +444,16 @@ new_leader_log=$(grep -l "meshrun server: leading" "$work"/server*.log | grep -v
 echo "new leader: ${new_leader_log##*/}: $(grep -h "meshrun server: leading" "$new_leader_log" | tail -n 1)"
 for n in 0 1; do echo "agent $n: $(grep -h "following the rendezvous leader" "$work/agent$n.log" | tail -n 1 | sed 's/.*\] //')"; done
 echo "failover: $((t_followed - t_kill)) ms from kill -9 of the leader's replica and etcd member to both agents on the new leader"
+if ((dns)); then
+  # The replicas an agent looks among are the name's 3 addresses.
+  for n in 0 1; do
+    among=$(grep -h -m1 "looking for the leader among" "$work/agent$n.log" | sed 's/.*looking for the leader among //')
+    for i in 0 1 2; do
+      [[ ,$among, == *",$(addr_of "$i"):$dns_port,"* ]] || fail "agent $n did not look for the leader among the name's addresses ($among)"
+    done
+  done
+  echo "both agents looked for the leader among the 3 addresses of meshrun-replicas:$dns_port"
+fi
 fi
 if ((parked)); then
   idx=$(leader_now) || fail "meshrun status names no leader after the failover"
@@ -434,10 +467,11 @@ fi
 new_index=$(leader_soon) || fail "meshrun status names no leader"
 new_port=$(cat "$work/port$new_index")
 new_addr=$(addr_of "$new_index")
-run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
+run_on $client_host "$meshrun" status --rdzv_endpoint="$status_endpoint" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
 cat "$work/status.txt"
 grep -q "replicas (state in etcd): $new_addr:$new_port (leader)" "$work/status.txt" || fail "meshrun status does not show the new leader $new_addr:$new_port first"
-grep -q "run 'failover' at $new_addr:$new_port: running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
+# (Through the name, the leader may be the address it reached first: then it says the name.)
+grep -Eq "run 'failover' at ($new_addr:$new_port|$status_endpoint): running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
 
 # The key set before the kill, on the new leader.
 key=$(run_on $client_host "$store_keys" "@$new_addr:$new_port" failover 0 get mesh/probe/row0) || fail "the new leader does not serve the key set before the failover: $key"
