@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "agent/process.h"
 #include "agent/signal_policy.h"
-#include "agent/store_cache.h"
+#include "agent/store_proxy/store_cache.h"
 #include "common/security.h"
 
 namespace meshrun::agent {
@@ -32,7 +32,7 @@ struct AgentOptions {
   // with the agent's requests and the workers' store requests it forwards;
   // neither is given to the workers.
   ClientAuth auth;
-  // The store proxy (agent/store_proxy.h) serving this node's workers:
+  // The store proxy (agent/store_proxy/store_proxy.h) serving this node's workers:
   // rdzv_conf store_proxy_cache_bytes, store_proxy_max_waiters, and
   // store_proxy_max_message_bytes, store_proxy_batch_hold
   // (docs/user-guide.md).

@@ -31,17 +31,17 @@
 #include "agent/output.h"
 #include "agent/process.h"
 #include "client/rdzv_client.h"
-#include "agent/store_proxy.h"
+#include "agent/store_proxy/store_proxy.h"
 #include "agent/worker_stop.h"
 #include "common/logging.h"
+#include "common/stale.h"
 #include "proto/types.h"
 
 namespace meshrun::agent {
 
-// A status that says this node was declared lost (a stale member).
-inline bool IsStale(const absl::Status& s) {
-  return absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "stale");
-}
+// A status that says this node was declared lost (a stale member): by its
+// mark (common/stale.h), not its words.
+inline bool IsStale(const absl::Status& s) { return IsStaleStatus(s); }
 
 class Session {
  public:
@@ -140,7 +140,7 @@ class Session {
   std::deque<Event> deferred_;
   std::unique_ptr<SignalThread> signals_;
   std::unique_ptr<client::RendezvousClient> client_;  // Declared before the heartbeat thread that uses it.
-  // The workers' store (agent/store_proxy.h): forwards over client_'s channel.
+  // The workers' store (agent/store_proxy/store_proxy.h): forwards over client_'s channel.
   std::unique_ptr<StoreProxy> proxy_;
   rendezvous::NodeDesc node_;
   rendezvous::RunConfig config_;

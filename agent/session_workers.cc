@@ -27,7 +27,7 @@ std::optional<int> Session::RunRound(const Assignment& a) {
   std::filesystem::create_directories(attempt, ec);
   if (ec) return Fatal(absl::StrCat("cannot create ", attempt.string(), ": ", ec.message()));
   const std::vector<std::string> base_env = CurrentEnvironment();
-  // Workers reach the store through this agent (agent/store_proxy.h); keys
+  // Workers reach the store through this agent (agent/store_proxy/store_proxy.h); keys
   // of the rounds before are dropped there.
   proxy_->SetRound(a.round);
   const std::string store_endpoint = proxy_->endpoint();

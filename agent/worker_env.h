@@ -17,7 +17,7 @@ struct WorkerEnvInput {
   std::string role = "default";
   std::string run_id;
   // MESHRUN_STORE_ENDPOINT: the node's store proxy, "unix:/dir/store.sock"
-  // (agent/store_proxy.h).
+  // (agent/store_proxy/store_proxy.h).
   std::string store_endpoint;
   std::string error_file;       // TORCHELASTIC_ERROR_FILE.
   // The interface holding assignment.node_addr: GLOO_SOCKET_IFNAME when the

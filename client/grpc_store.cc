@@ -232,7 +232,7 @@ class GrpcStore : public Store {
 // One channel per server endpoint for the whole process: every store (every
 // mesh a worker builds) shares its connection instead of opening a new one.
 // A Unix socket ("unix:/path") gets a plain channel: it reaches the node's
-// store proxy, which holds the token and TLS (agent/store_proxy.h).
+// store proxy, which holds the token and TLS (agent/store_proxy/store_proxy.h).
 std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target, const std::string& tls_host,
                                              const TlsMaterial& tls, bool unix_socket) {
   static absl::Mutex mu;

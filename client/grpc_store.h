@@ -15,7 +15,7 @@ namespace meshrun::client {
 struct GrpcStoreOptions {
   // "host:port" (or "[v6]:port") of the rendezvous server, or
   // "unix:/abs/path", the Unix socket of this node's store proxy (what
-  // meshrun gives its workers: agent/store_proxy.h). Through the proxy the
+  // meshrun gives its workers: agent/store_proxy/store_proxy.h). Through the proxy the
   // token and TLS below are not used: the agent adds its own.
   std::string endpoint;
   // The run whose store is used (MESHRUN_RUN_ID / TORCHELASTIC_RUN_ID).

@@ -166,7 +166,7 @@ class RendezvousClient {
     return endpoint_;
   }
   // The connection to the server, for the node's store proxy to forward
-  // its workers' store requests over (agent/store_proxy.h): shared, so it
+  // its workers' store requests over (agent/store_proxy/store_proxy.h): shared, so it
   // lives as long as either holds it. Thread-safe.
   // True when given several replicas' endpoints (it follows their leader).
   bool replicated() const { return endpoints_.size() > 1; }

@@ -7,6 +7,7 @@
 #include "client/rdzv_client.h"
 #include "client/rdzv_client_internal.h"
 #include "common/logging.h"
+#include "common/stale.h"
 #include "common/standby.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "proto/wire.h"
@@ -43,7 +44,7 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
     // Evictions before joining (see below): each costs the server's flood
     // a slot it had to free, so allow more of them.
     constexpr int kMaxEvictions = 20;
-    constexpr char kEvictedMetadata[] = "meshrun-evicted";  // rendezvous/watch_reactor.h
+    constexpr char kEvictedMetadata[] = "meshrun-evicted";  // rendezvous/grpc/watch_reactor.h
     for (int reopens = 0;; ++reopens) {
       auto ctx = std::make_shared<grpc::ClientContext>();
       pb::WatchRequest req;
@@ -173,7 +174,10 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         on_closed(absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint_,
                                                       " closed the event stream")));
       } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        on_closed(absl::FailedPreconditionError(s.error_message()));
+        // (A stale node's stream keeps the mark the agent goes by: common/stale.h.)
+        absl::Status closed = absl::FailedPreconditionError(s.error_message());
+        if (IsStaleDetail(s.error_details())) closed = StaleStatus(s.error_message());
+        on_closed(closed);
       } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                  s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
         on_closed(absl::UnauthenticatedError(absl::StrCat("the rendezvous server at ", endpoint_,

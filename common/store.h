@@ -21,7 +21,7 @@ namespace meshrun {
 // round, that value never changes: the server refuses any write that would
 // change it, or delete it, with FAILED_PRECONDITION naming the key (a write
 // of the same value succeeds and changes nothing). That is what lets a
-// node's store proxy (agent/store_cache.h) keep these values for the round
+// node's store proxy (agent/store_proxy/store_cache.h) keep these values for the round
 // and answer repeated reads itself; every other key is mutable, c10d's
 // semantics, and always read from the server. Pure.
 inline constexpr absl::string_view kWriteOncePrefix = "mesh/";

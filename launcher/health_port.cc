@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/endpoint.h"
 #include "common/grpc_log.h"
-#include "rendezvous/health_service.h"
+#include "rendezvous/grpc/health_service.h"
 
 namespace meshrun::launcher {
 

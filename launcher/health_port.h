@@ -28,7 +28,7 @@ class HealthPort {
   // plaintext. "" (the whole process) is SERVING from the start; other
   // services are unknown until SetServing. Check is open to anyone; Watch
   // needs `token` when it is set, and at most `max_watchers` run at once
-  // (rendezvous/health_service.h). ALREADY_EXISTS naming the address when
+  // (rendezvous/grpc/health_service.h). ALREADY_EXISTS naming the address when
   // it cannot bind; INVALID_ARGUMENT for a port outside 0..65535.
   static absl::StatusOr<std::unique_ptr<HealthPort>> Start(const std::string& host, int port,
                                                            const std::string& token, int64_t max_watchers);

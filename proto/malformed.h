@@ -3,7 +3,7 @@
 // tells a client nothing. For meshrun's request messages, deserialization
 // never fails instead: a request that does not parse arrives empty and
 // marked (MalformedBytes), and the service refuses it INVALID_ARGUMENT
-// naming the message type and its size (rendezvous/requests.h,
+// naming the message type and its size (rendezvous/grpc/requests.h,
 // CheckWellFormed). The generated rendezvous.grpc.pb.h includes this header
 // (protoc's additional_header_includes), so every user of the service's
 // code sees the same serialization of these types.

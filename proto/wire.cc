@@ -1,4 +1,5 @@
 #include "proto/wire.h"
+#include "common/stale.h"
 #include "common/standby.h"
 
 #include "proto/malformed.h"
@@ -28,6 +29,9 @@ grpc::Status ToGrpc(const absl::Status& s) {
   if (std::string leader; IsStandby(s, &leader)) {
     return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()), StandbyDetail(leader));
   }
+  if (IsStaleStatus(s)) {
+    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()), std::string(kStaleDetail));
+  }
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
@@ -38,6 +42,8 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (std::string leader; ParseStandbyDetail(s.error_details(), &leader)) {
     out.SetPayload(kStandbyPayloadUrl, absl::Cord(leader));
   }
+  // A node declared lost (common/stale.h).
+  if (IsStaleDetail(s.error_details())) out.SetPayload(kStalePayloadUrl, absl::Cord("1"));
   return out;
 }
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "rendezvous/limits.h"
+#include "rendezvous/server/limits.h"
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "rendezvous/state/serving_gate.h"

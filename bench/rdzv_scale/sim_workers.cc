@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "agent/store_proxy.h"
+#include "agent/store_proxy/store_proxy.h"
 #include "libmesh/agreement.h"
 #include "meshrun/mesh_layout.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"

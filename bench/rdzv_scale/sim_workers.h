@@ -37,7 +37,7 @@
 
 #include "bench/rdzv_scale/sim_agents.h"
 
-#include "agent/store_proxy.h"
+#include "agent/store_proxy/store_proxy.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 
 namespace grpc {

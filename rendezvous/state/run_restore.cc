@@ -3,7 +3,7 @@
 // that takes over after a failover.
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/run.h"
+#include "rendezvous/run/run.h"
 
 namespace meshrun::rendezvous {
 

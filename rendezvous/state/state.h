@@ -47,7 +47,7 @@ struct MemberRecord {
   bool finished = false;  // At the exit barrier of `assignment.round`.
 };
 
-// One key of a run's store (rendezvous/kv_store.h), in its round.
+// One key of a run's store (rendezvous/store/kv_store.h), in its round.
 struct StoredKey {
   int64_t round = 0;
   std::string key;

@@ -1,4 +1,4 @@
-// StoreBatcher (agent/store_batcher.h): the rule that decides which of a
+// StoreBatcher (agent/store_proxy/store_batcher.h): the rule that decides which of a
 // node's store requests share a server call. The server side is a
 // recording BatchUpstream here (the policy is what is tested; the real
 // KvBatch call is tested in tests/agent/store_proxy_test.cc against a
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "agent/store_batcher.h"
+#include "agent/store_proxy/store_batcher.h"
 
 using namespace meshrun;
 using namespace meshrun::agent;

@@ -1,4 +1,4 @@
-// StoreCache (agent/store_cache.h) over the server's real store (KvStore),
+// StoreCache (agent/store_proxy/store_cache.h) over the server's real store (KvStore),
 // counting the requests that reach it.
 #include <catch2/catch.hpp>
 
@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "agent/store_cache.h"
-#include "rendezvous/kv_store.h"
+#include "agent/store_proxy/store_cache.h"
+#include "rendezvous/store/kv_store.h"
 
 using meshrun::agent::StoreCache;
 using meshrun::agent::StoreCacheOptions;

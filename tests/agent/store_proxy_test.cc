@@ -1,4 +1,4 @@
-// The store proxy (agent/store_proxy.h) between the workers' store client
+// The store proxy (agent/store_proxy/store_proxy.h) between the workers' store client
 // (GrpcStore over its Unix socket) and a real in-process server with a token.
 #include <catch2/catch.hpp>
 
@@ -16,7 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "agent/store_proxy.h"
+#include "agent/store_proxy/store_proxy.h"
 #include "client/grpc_store.h"
 #include "client/status.h"
 #include "libmesh/agreement.h"

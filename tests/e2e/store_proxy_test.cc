@@ -1,4 +1,4 @@
-// Workers reach the store through their node's agent (agent/store_proxy.h),
+// Workers reach the store through their node's agent (agent/store_proxy/store_proxy.h),
 // with real meshrun processes on loopback against a `meshrun server`
 // daemon whose own counts (its Status answer) show what reaches it.
 #include <catch2/catch.hpp>

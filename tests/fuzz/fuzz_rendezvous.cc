@@ -5,7 +5,7 @@
 // The method byte picks a handler (modulo the count below) and the bytes are
 // parsed as its request message (ParseFromArray; bytes that do not parse are
 // a refused request). Each request then goes where rendezvous_service.cc
-// sends it: the server's own checks (rendezvous/requests.h: Admit,
+// sends it: the server's own checks (rendezvous/grpc/requests.h: Admit,
 // JoinFromProto, CheckWatch, BarrierTimeout, with the server's default
 // limits), never a copy of them, and the same domain calls on a RunRegistry
 // with a DeadlineTimer. A last pseudo method cancels a parked call, as a
@@ -24,10 +24,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "meshrun/proto/rendezvous.pb.h"
-#include "rendezvous/requests.h"
-#include "rendezvous/run.h"
-#include "rendezvous/run_registry.h"
-#include "rendezvous/timer.h"
+#include "rendezvous/grpc/requests.h"
+#include "rendezvous/run/run.h"
+#include "rendezvous/run/run_registry.h"
+#include "rendezvous/run/timer.h"
 #include "proto/wire.h"
 
 namespace {

@@ -3,7 +3,7 @@
 #include <sys/socket.h>
 
 #include "common/net.h"
-#include "rendezvous/advertised_address.h"
+#include "rendezvous/run/advertised_address.h"
 #include "proto/wire.h"
 
 using namespace meshrun::rendezvous;

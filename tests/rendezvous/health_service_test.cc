@@ -1,4 +1,4 @@
-// grpc.health.v1 as the server serves it (rendezvous/health_service.h):
+// grpc.health.v1 as the server serves it (rendezvous/grpc/health_service.h):
 // Check open to anyone, Watch only with the token on a token server,
 // bounded, following changes, ended by the server's shutdown.
 #include <catch2/catch.hpp>

@@ -3,7 +3,7 @@
 #include <atomic>
 
 #include "absl/strings/match.h"
-#include "rendezvous/kv_store.h"
+#include "rendezvous/store/kv_store.h"
 
 using namespace meshrun::rendezvous;
 

@@ -16,8 +16,8 @@
 
 #include "absl/time/clock.h"
 #include "common/open_files.h"
-#include "rendezvous/listen_socket.h"
-#include "rendezvous/listener_watch.h"
+#include "rendezvous/server/listen_socket.h"
+#include "rendezvous/server/listener_watch.h"
 
 using namespace meshrun::rendezvous;
 using Catch::Contains;

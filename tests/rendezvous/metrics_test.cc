@@ -1,14 +1,14 @@
 #include <catch2/catch.hpp>
 
-#include "rendezvous/metrics.h"
-#include "rendezvous/metrics_exposer.h"
+#include "rendezvous/server/metrics.h"
+#include "rendezvous/server/metrics_exposer.h"
 #include "rendezvous/server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "rendezvous/call_interceptor.h"
+#include "rendezvous/grpc/call_interceptor.h"
 
 using meshrun::rendezvous::RunStatus;
 

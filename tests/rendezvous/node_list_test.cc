@@ -1,4 +1,4 @@
-#include "rendezvous/node_list.h"
+#include "rendezvous/run/node_list.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "rendezvous/node_order.h"
+#include "rendezvous/run/node_order.h"
 
 using namespace meshrun::rendezvous;
 

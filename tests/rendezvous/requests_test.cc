@@ -1,4 +1,4 @@
-#include "rendezvous/requests.h"
+#include "rendezvous/grpc/requests.h"
 
 #include <catch2/catch.hpp>
 

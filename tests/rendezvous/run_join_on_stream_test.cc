@@ -13,7 +13,7 @@
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "proto/wire.h"
-#include "rendezvous/run.h"
+#include "rendezvous/run/run.h"
 #include "rendezvous/server.h"
 #include "tests/rendezvous/run_test_support.h"
 

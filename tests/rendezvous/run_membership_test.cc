@@ -7,7 +7,9 @@
 #include <optional>
 #include <utility>
 
-#include "rendezvous/run.h"
+#include "common/stale.h"
+#include "proto/wire.h"
+#include "rendezvous/run/run.h"
 #include "tests/rendezvous/run_test_support.h"
 
 using namespace meshrun::rendezvous;
@@ -54,8 +56,16 @@ TEST_CASE("a lost agent makes the survivors re-form without using the budget", "
   REQUIRE(got.has_value());
   CHECK(got->world_size == 1);
   CHECK(got->restart_count == 0);
-  // The lost node is stale from now on.
-  CHECK(absl::IsFailedPrecondition(creds.Heartbeat(*run, "b").status()));
+  // The lost node is stale from now on, and marked so (common/stale.h): the
+  // agent goes by the mark, which the wire carries as the status's details.
+  const absl::Status stale = creds.Heartbeat(*run, "b").status();
+  CHECK(absl::IsFailedPrecondition(stale));
+  CHECK(meshrun::IsStaleStatus(stale));
+  const grpc::Status on_wire = wire::ToGrpc(stale);
+  CHECK(on_wire.error_details() == std::string(meshrun::kStaleDetail));
+  const absl::Status back = wire::FromGrpc(on_wire, "heartbeat");
+  CHECK(meshrun::IsStaleStatus(back));
+  CHECK_FALSE(meshrun::IsStaleStatus(wire::FromGrpc(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "stale words only"), "x")));
   absl::Status refused;
   creds.Join(*run, Node("b", 1, "b"), Config(1, 2), 0, [&](absl::StatusOr<Assignment> r) { refused = r.status(); });
   CHECK(absl::IsFailedPrecondition(refused));

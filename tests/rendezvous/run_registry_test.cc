@@ -10,9 +10,9 @@
 #include <set>
 #include <vector>
 
-#include "rendezvous/run.h"
-#include "rendezvous/run_registry.h"
-#include "rendezvous/timer.h"
+#include "rendezvous/run/run.h"
+#include "rendezvous/run/run_registry.h"
+#include "rendezvous/run/timer.h"
 
 using namespace meshrun::rendezvous;
 

@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "rendezvous/run.h"
+#include "rendezvous/run/run.h"
 #include "tests/rendezvous/run_test_support.h"
 
 using namespace meshrun::rendezvous;

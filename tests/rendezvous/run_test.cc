@@ -5,8 +5,8 @@
 #include <map>
 
 #include "absl/synchronization/mutex.h"
-#include "rendezvous/run.h"
-#include "rendezvous/run_registry.h"
+#include "rendezvous/run/run.h"
+#include "rendezvous/run/run_registry.h"
 #include "tests/rendezvous/run_test_support.h"
 
 using namespace meshrun::rendezvous;

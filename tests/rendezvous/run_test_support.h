@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/run.h"
+#include "rendezvous/run/run.h"
 
 namespace meshrun::rendezvous::testing {
 

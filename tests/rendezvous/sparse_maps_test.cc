@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "absl/container/flat_hash_map.h"
-#include "rendezvous/sparse_maps.h"
+#include "rendezvous/run/sparse_maps.h"
 
 using meshrun::rendezvous::ShrinkIfSparse;
 

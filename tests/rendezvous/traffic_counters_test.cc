@@ -5,8 +5,8 @@
 #include <prometheus/text_serializer.h>
 
 #include "absl/strings/match.h"
-#include "rendezvous/metrics.h"
-#include "rendezvous/traffic_counters.h"
+#include "rendezvous/server/metrics.h"
+#include "rendezvous/server/traffic_counters.h"
 
 using namespace meshrun::rendezvous;
 

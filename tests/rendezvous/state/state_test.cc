@@ -5,8 +5,8 @@
 
 #include <map>
 
-#include "rendezvous/run.h"
-#include "rendezvous/run_registry.h"
+#include "rendezvous/run/run.h"
+#include "rendezvous/run/run_registry.h"
 #include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
 #include "tests/rendezvous/run_test_support.h"

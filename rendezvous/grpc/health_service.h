@@ -1,0 +1,80 @@
+// gRPC's standard health service (grpc.health.v1.Health, proto/health.proto)
+// as the rendezvous server and meshrun's plaintext health port serve it:
+// Check answers anyone (Kubernetes' gRPC probes, grpc_health_probe); Watch,
+// a stream that keeps its connection busy, needs the server's token (as
+// "authorization: Bearer <token>" metadata) when the server has one, and at
+// most max_watchers run at once. Part of the server's gRPC adapter.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "meshrun/proto/health.grpc.pb.h"
+#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/run/timer.h"
+
+namespace meshrun::rendezvous {
+
+class HealthService : public grpc::health::v1::Health::CallbackService {
+ public:
+  // `token`: the server's (empty: Watch is open to anyone too).
+  // `max_watchers`: Watch streams at once, RESOURCE_EXHAUSTED past it.
+  // `budget`, when given (it must outlive the service), is charged
+  // kHealthStreamCost per open Watch stream as anyone's (Claimant::kOther);
+  // a refusal is RESOURCE_EXHAUSTED naming the budget. On a server without
+  // a token, a Watch stream is unauthenticated: it is ended
+  // (DEADLINE_EXCEEDED) `open_stream_limit` after it opened (the server
+  // passes connection_idle_timeout), so that no such stream keeps its
+  // connection from counting as idle for longer.
+  HealthService(std::string token, int64_t max_watchers, MemoryBudget* budget = nullptr,
+                absl::Duration open_stream_limit = absl::InfiniteDuration());
+  // Ends every Watch stream (UNAVAILABLE); call before the servers it is
+  // registered with are destroyed.
+  ~HealthService() override;
+
+  // Sets `service`'s status ("" is the whole server); Watch streams of it
+  // see the change. Thread-safe.
+  void SetServing(const std::string& service, bool serving);
+  // Every known service NOT_SERVING (the server is shutting down).
+  // Thread-safe.
+  void SetAllNotServing();
+  // Ends every Watch stream, UNAVAILABLE with `why`; new ones are refused
+  // from now on. Thread-safe.
+  void EndWatches(const std::string& why);
+  // Open Watch streams. Thread-safe.
+  int64_t watchers() const;
+
+  // gRPC's handlers.
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx, const grpc::health::v1::HealthCheckRequest* req,
+                                  grpc::health::v1::HealthCheckResponse* resp) override;
+  grpc::ServerWriteReactor<grpc::health::v1::HealthCheckResponse>* Watch(
+      grpc::CallbackServerContext* ctx, const grpc::health::v1::HealthCheckRequest* req) override;
+
+  class Watcher;
+
+ private:
+  using Status = grpc::health::v1::HealthCheckResponse::ServingStatus;
+  Status StatusOfLocked(const std::string& service) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void Remove(Watcher* w);
+  // Ends every unauthenticated stream open for open_stream_limit_.
+  void EndExpired();
+
+  const std::string token_;
+  const int64_t max_watchers_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, bool> serving_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  MemoryBudget* const budget_;
+  const absl::Duration open_stream_limit_;
+  // Last: stopped first, so that no EndExpired runs once members go.
+  DeadlineTimer timer_;
+};
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,69 @@
+#include "rendezvous/grpc/requests.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/security.h"
+
+namespace meshrun::rendezvous::requests {
+namespace {
+
+namespace pb = ::meshrun::v1;
+
+absl::Duration FromMs(int64_t ms) { return absl::Milliseconds(ms); }
+
+}  // namespace
+
+absl::Status Admit(const std::string& server_token, const pb::RunRef& run, bool need_run_id,
+                   const ServerLimits& limits) {
+  if (!server_token.empty() && !meshrun::TokenEquals(run.token(), server_token)) {
+    return absl::UnauthenticatedError(run.token().empty() ? "this server requires a token (MESHRUN_TOKEN)"
+                                                          : "wrong token (MESHRUN_TOKEN; is this port another "
+                                                            "job's rendezvous server?)");
+  }
+  if (need_run_id) return CheckLength("run id", run.run_id(), limits.max_run_id_bytes, "max_run_id_bytes");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JoinArgs> JoinFromProto(const pb::JoinRequest& req, const std::string& peer_ip,
+                                       const ServerLimits& limits) {
+  const pb::NodeInfo& n = req.node();
+  const pb::RunConfig& c = req.config();
+  JoinArgs out;
+  out.node = NodeDesc{n.node_id(), n.hostname(), n.addr(), n.pid(), n.nproc(), n.node_rank_hint(),
+                      n.is_endpoint_host(), n.master_port(), n.role().empty() ? "default" : n.role(),
+                      n.local_addr(), n.dialed_addr()};
+  // Without an explicit --local_addr, a node's address is the source of the
+  // connection this server sees (docs/design.md section 4b), not its own guess.
+  if (out.node.local_addr.empty() && !peer_ip.empty()) out.node.addr = peer_ip;
+  out.config = RunConfig{c.min_nodes(), c.max_nodes(), FromMs(c.last_call_timeout_ms()), c.max_restarts(),
+                         FromMs(c.exit_barrier_timeout_ms())};
+  if (c.keep_alive_interval_ms() != 0) out.config.keep_alive_interval = FromMs(c.keep_alive_interval_ms());
+  if (c.keep_alive_max_attempt() != 0) out.config.keep_alive_max_attempt = c.keep_alive_max_attempt();
+  // Found by fuzzing: two nodes of nproc 2^31-1 overflowed the world size;
+  // CheckJoin bounds nproc (max_nproc) and the round bounds their sum.
+  if (absl::Status s = CheckJoin(req.run().run_id(), out.node, out.config, limits); !s.ok()) return s;
+  return out;
+}
+
+absl::Status CheckWatch(const pb::WatchRequest& req, const ServerLimits& limits) {
+  return CheckLength("node id", req.node_id(), limits.max_node_id_bytes, "max_node_id_bytes");
+}
+
+absl::StatusOr<absl::Duration> BarrierTimeout(const pb::ReportFinishedRequest& req, const ServerLimits& limits) {
+  const absl::Duration timeout = FromMs(req.timeout_ms());
+  if (timeout < absl::ZeroDuration() || timeout > limits.max_wait) {
+    return absl::InvalidArgumentError(absl::StrCat("exit barrier timeout_ms=", req.timeout_ms(), ": allowed: 0..",
+                                                   absl::ToInt64Milliseconds(limits.max_wait), " (max_wait)"));
+  }
+  return timeout;
+}
+
+absl::Status CheckKvBatch(const pb::KvBatchRequest& req, const ServerLimits& limits) {
+  if (req.items_size() > limits.max_batch_items) {
+    return absl::InvalidArgumentError(absl::StrCat("store batch of ", req.items_size(), " requests: allowed: at most ",
+                                                   limits.max_batch_items, " (max_batch_items)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace meshrun::rendezvous::requests

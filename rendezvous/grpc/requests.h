@@ -1,0 +1,54 @@
+// The request rules of the server's gRPC adapter (rendezvous_service.cc,
+// store_service.cc), as pure functions: the token and run-id check every
+// request passes, a Join request's validation and translation to the domain
+// types, and the checks of the requests that carry bounds of their own
+// (Watch, ReportFinished, KvBatch). Kept apart from the adapter so tests and
+// the fuzzer (tests/fuzz/) run the same code: every check the adapter makes
+// before a request reaches the domain is one of these.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "meshrun/proto/rendezvous.pb.h"
+#include "rendezvous/server/limits.h"
+#include "proto/types.h"
+
+namespace meshrun::rendezvous::requests {
+
+// OK, or UNAUTHENTICATED (a token is required and `run.token` is not it;
+// compared in constant time whatever the lengths) or INVALID_ARGUMENT (an
+// empty run id, or one longer than limits.max_run_id_bytes, when
+// `need_run_id`).
+absl::Status Admit(const std::string& server_token, const v1::RunRef& run, bool need_run_id = true,
+                   const ServerLimits& limits = ServerLimits());
+
+struct JoinArgs {
+  NodeDesc node;
+  RunConfig config;
+};
+
+// Translates a Join request and validates it against `limits` (CheckJoin in
+// limits.h: INVALID_ARGUMENT naming the field, the value and what is
+// allowed; e.g. nproc <= max_nproc, so the world size cannot overflow).
+// `peer_ip`: the source address the server saw (wire::PeerIp), which becomes
+// the node's address unless it gave an explicit local_addr. A keep-alive
+// interval or attempt count of 0 means the server's default.
+absl::StatusOr<JoinArgs> JoinFromProto(const v1::JoinRequest& req, const std::string& peer_ip,
+                                       const ServerLimits& limits = ServerLimits());
+
+// A Watch request, after Admit: INVALID_ARGUMENT for a node id longer than
+// limits.max_node_id_bytes.
+absl::Status CheckWatch(const v1::WatchRequest& req, const ServerLimits& limits = ServerLimits());
+
+// A ReportFinished request, after Admit: its exit-barrier wait (timeout_ms),
+// or INVALID_ARGUMENT when that is negative or above limits.max_wait.
+absl::StatusOr<absl::Duration> BarrierTimeout(const v1::ReportFinishedRequest& req,
+                                              const ServerLimits& limits = ServerLimits());
+
+// A KvBatch request, after Admit: INVALID_ARGUMENT for more than
+// limits.max_batch_items items.
+absl::Status CheckKvBatch(const v1::KvBatchRequest& req, const ServerLimits& limits = ServerLimits());
+
+}  // namespace meshrun::rendezvous::requests

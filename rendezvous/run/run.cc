@@ -1,0 +1,385 @@
+// Run: sessions, joining a round (and its progress events), heartbeats,
+// status and closing. The other parts of Run: run_watch.cc (event streams),
+// run_round.cc (closing a round), run_membership.cc (lost nodes, re-forms,
+// liveness), run_failure.cc (failures, restarts), run_exit.cc (the exit
+// barrier).
+#include "rendezvous/run/run.h"
+
+#include "common/stale.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "rendezvous/run/credential.h"
+#include "rendezvous/run/sparse_maps.h"
+
+namespace meshrun::rendezvous {
+namespace {
+
+std::string NnodesText(const RunConfig& c) {
+  return c.min_nodes == c.max_nodes ? absl::StrCat(c.max_nodes)
+                                    : absl::StrCat(c.min_nodes, ":", c.max_nodes);
+}
+
+}  // namespace
+
+const char* StateName(Run::State state) {
+  switch (state) {
+    case Run::State::kJoining: return "joining";
+    case Run::State::kRunning: return "running";
+    case Run::State::kFinished: return "finished";
+    case Run::State::kFailed: return "failed";
+  }
+  return "?";
+}
+
+Run::Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits,
+         std::shared_ptr<std::atomic<int64_t>> server_bytes, MemoryBudget* budget, HeldCharge run_charge)
+    : run_id_(std::move(run_id)),
+      timer_(timer),
+      limits_(limits),
+      kv_(std::make_shared<KvStore>(run_id_, timer, limits, std::move(server_bytes), budget)),
+      budget_(budget),
+      run_charge_(std::move(run_charge)) {}
+
+Run::~Run() {
+  if (budget_ != nullptr) budget_->Release(HeldKind::kNode, charged_nodes_, charged_nodes_ * kNodeCost);
+}
+
+absl::Status Run::ChargeNewNodeLocked(Claimant who, const std::string& node_id) {
+  if (budget_ == nullptr) return absl::OkStatus();
+  if (absl::Status s = budget_->Charge(HeldKind::kNode, 1, kNodeCost, who,
+                                       absl::StrCat("node '", node_id.substr(0, 64), "' in run '",
+                                                    run_id_.substr(0, 64), "'"));
+      !s.ok()) {
+    return s;
+  }
+  ++charged_nodes_;
+  return absl::OkStatus();
+}
+
+void Run::SyncNodeChargeLocked() {
+  const int64_t held = static_cast<int64_t>(known_.size());
+  if (budget_ == nullptr || held >= charged_nodes_) return;
+  budget_->Release(HeldKind::kNode, charged_nodes_ - held, (charged_nodes_ - held) * kNodeCost);
+  charged_nodes_ = held;
+}
+
+absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::string& session) const {
+  auto it = known_.find(node_id);
+  if (it == known_.end()) {
+    return absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",
+                                                    run_id_.substr(0, 64), "'"));
+  }
+  if (!CredentialEquals(it->second.session, session)) {
+    return absl::PermissionDeniedError(absl::StrCat("wrong session credential for node '", node_id.substr(0, 64),
+                                                    "' in run '", run_id_.substr(0, 64), "'"));
+  }
+  return absl::OkStatus();
+}
+
+bool Run::IsParticipantLocked(const std::string& node_id) const {
+  return members_.contains(node_id) || reforming_.contains(node_id) || pending_.contains(node_id);
+}
+
+void Run::CompactNodeMapsLocked() {
+  absl::flat_hash_map<std::string, Known> known;
+  known.reserve(known_.size());
+  for (auto& [id, k] : known_) known.emplace(id, Known{std::string(k.session), std::string(k.peer), k.last_seen});
+  known_ = std::move(known);
+}
+
+void Run::RunAll(Deferred& later) {
+  for (auto& fn : later) fn();
+  later.clear();
+}
+
+absl::Status Run::CheckConfigLocked(const RunConfig& config) const {
+  if (config.min_nodes != config_.min_nodes || config.max_nodes != config_.max_nodes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--nnodes conflict in run '", run_id_, "': this node has --nnodes=", NnodesText(config),
+        ", the run has --nnodes=", NnodesText(config_)));
+  }
+  if (config.max_restarts != config_.max_restarts) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--max_restarts conflict in run '", run_id_, "': this node has ", config.max_restarts,
+        ", the run has ", config_.max_restarts));
+  }
+  return absl::OkStatus();
+}
+
+bool Run::IdleStoreOnly(absl::Time cutoff) const {
+  // The store's lock last, and only for a run that is otherwise idle.
+  return !had_node_.load() && last_activity_.load(std::memory_order_relaxed) < absl::ToUnixNanos(cutoff) &&
+         kv_->waiters() == 0;
+}
+
+bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
+               JoinCallback done, const std::string& peer, JoinCallback on_stream_answered) {
+  bool on_stream = false;
+  Deferred later;
+  absl::Status refused;
+  {
+    absl::ReleasableMutexLock lock(&mu_);
+    bool made_session = false;
+    if (status_only_) {
+      refused = EndedLocked();
+    } else if (auto k = known_.find(node.node_id); k != known_.end()) {
+      // Made known by its own stream over this connection, not joined yet:
+      // the join takes the stream's credential.
+      const bool own_stream = session.empty() && !peer.empty() && k->second.peer == peer &&
+                              k->second.last_seen == absl::InfinitePast() && !IsParticipantLocked(node.node_id);
+      refused = own_stream ? absl::OkStatus() : CheckSessionLocked(node.node_id, session);
+    } else if (!session.empty()) {
+      refused = CheckSessionLocked(node.node_id, session);  // Unknown: PERMISSION_DENIED.
+    } else if (refused = ChargeNewNodeLocked(Claimant::kMember, node.node_id); refused.ok()) {
+      Known& k = known_[node.node_id];
+      k.session = NewCredential();
+      k.peer = peer;
+      made_session = true;
+    }
+    if (!refused.ok()) {
+      lock.Release();
+      done(refused);
+      return false;
+    }
+    if (!configured_) {
+      config_ = config;
+      configured_ = true;
+    }
+    refused = CheckConfigLocked(config);
+    if (refused.ok() && lost_.contains(node.node_id)) {
+      refused = StaleStatus(absl::StrCat("stale: node ", node.hostname, " was declared lost in run '", run_id_,
+                                         "'; rejoin as a new member"));
+    }
+    if (refused.ok() && (state_ == State::kFinished || state_ == State::kFailed)) {
+      refused = absl::FailedPreconditionError(absl::StrCat(
+          "run '", run_id_, "' has already ", StateName(state_), " at round ", round_));
+    }
+    if (refused.ok() && pending_.contains(node.node_id)) {
+      refused = absl::AlreadyExistsError(absl::StrCat("node ", node.node_id, " is already joining"));
+    }
+    if (refused.ok() && node.node_rank_hint >= 0) {
+      // Only with an explicit --node_rank: O(joining) for such a node.
+      for (const auto& j : pending_) {
+        if (j.node.node_rank_hint == node.node_rank_hint) {
+          refused = absl::FailedPreconditionError(absl::StrCat(
+              "--node_rank=", node.node_rank_hint, " is already taken in run '", run_id_, "' by ",
+              j.node.hostname, " (pid ", j.node.pid, ", ", j.node.addr, "); refused for ", node.hostname,
+              " (pid ", node.pid, ", ", node.addr, ")"));
+        }
+      }
+    }
+    if (refused.ok() && state_ == State::kRunning) {
+      if (members_.contains(node.node_id) && last_round >= round_) {
+        refused = absl::FailedPreconditionError(absl::StrCat(
+            "node ", node.hostname, " is already a member of running round ", round_));
+      }
+    }
+    if (refused.ok()) {
+      had_node_.store(true);  // Admitted: no longer a store-only run.
+      kv_->MarkMemberRun();   // Its store serves members from now on.
+      known_[node.node_id].last_seen = absl::Now();
+      std::optional<Member> was_member = reforming_.erase(node.node_id);
+      if (on_stream_answered) {
+        on_stream = true;
+        done = [weak = weak_from_this(), id = node.node_id,
+                then = std::move(on_stream_answered)](absl::StatusOr<Assignment> result) mutable {
+          if (auto self = weak.lock()) self->AnswerOnStream(id, result);
+          then(std::move(result));
+        };
+      }
+      pending_.push_back(Joiner{node, last_round, std::move(done), std::move(was_member)});
+      // A node joining: its stream (opened before) is a member's from now
+      // on, before any event below reaches it (this join may close the
+      // round: its ROUND_CLOSED must not be charged as a non-member's).
+      ForgetNonMemberLocked(node.node_id);
+      if (auto w = watchers_.find(node.node_id); w != watchers_.end()) w->second->PromoteToMember();
+      if (state_ == State::kRunning) {
+        RunEvent ev;
+        ev.kind = RunEvent::Kind::kNodeWaiting;
+        ev.round = round_;
+        ev.node_id = node.node_id;
+        PushLocked(ev);
+        // Below MAX the job grows: re-form with the newcomer. At MAX it
+        // stands by until a node is lost.
+        if (static_cast<int>(members_.size()) < config_.max_nodes) {
+          WorkerFailure cause;
+          cause.node_id = node.node_id;
+          cause.hostname = node.hostname;
+          cause.message = absl::StrCat("node ", node.hostname, " joined");
+          ReformLocked(std::move(cause), later);
+        }
+      } else {
+        MaybeCloseLocked(later);
+        if (state_ == State::kJoining) ProgressLocked();
+      }
+    }
+    if (!refused.ok() && made_session) known_.erase(node.node_id);
+    if (!refused.ok()) SyncNodeChargeLocked();
+  }
+  if (!refused.ok()) {
+    done(refused);
+    return false;
+  }
+  RunAll(later);
+  return on_stream;
+}
+
+void Run::AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> result) {
+  absl::MutexLock lock(&mu_);
+  auto w = watchers_.find(node_id);
+  if (w == watchers_.end()) {
+    // Its stream is not open yet (the agent opens it right after its join):
+    // the answer waits for it (Watch). Bounded: one per node of a round.
+    if (static_cast<int64_t>(unsent_answers_.size()) < std::max(config_.max_nodes, 1)) {
+      unsent_answers_.insert_or_assign(node_id, std::move(result));
+    }
+    return;
+  }
+  w->second->Push(JoinAnsweredLocked(std::move(result)));
+}
+
+RunEvent Run::JoinAnsweredLocked(absl::StatusOr<Assignment> result) const {
+  RunEvent ev;
+  ev.kind = RunEvent::Kind::kJoinAnswered;
+  ev.round = round_;
+  ev.restart_count = restart_count_;
+  if (result.ok()) {
+    ev.round = result->round;
+    ev.assignment = std::move(*result);
+  } else {
+    ev.refusal = result.status();
+  }
+  return ev;
+}
+
+namespace {
+constexpr absl::Duration kProgressInterval = absl::Seconds(1);
+}  // namespace
+
+void Run::ProgressLocked() {
+  if (progress_armed_) return;
+  const absl::Time now = absl::Now();
+  if (now - last_progress_ >= kProgressInterval) {
+    const int joined = static_cast<int>(pending_.size());
+    if (joined == last_progress_joined_) return;
+    RunEvent ev;
+    ev.kind = RunEvent::Kind::kJoinProgress;
+    ev.round = round_;
+    ev.joined = joined;
+    ev.min_nodes = config_.min_nodes;
+    ev.max_nodes = config_.max_nodes;
+    // Only the nodes waiting in this round hear it (a refused node does not).
+    for (const auto& j : pending_) {
+      if (auto w = watchers_.find(j.node.node_id); w != watchers_.end()) w->second->Push(ev);
+    }
+    last_progress_ = now;
+    last_progress_joined_ = joined;
+    return;
+  }
+  progress_armed_ = true;
+  std::weak_ptr<Run> weak = weak_from_this();
+  timer_->Schedule(last_progress_ + kProgressInterval, [weak] {
+    if (auto self = weak.lock()) self->OnProgressTimer();
+  });
+}
+
+void Run::OnProgressTimer() {
+  absl::MutexLock lock(&mu_);
+  progress_armed_ = false;
+  if (state_ == State::kJoining) ProgressLocked();
+}
+
+void Run::CancelJoin(const std::string& node_id) {
+  JoinCallback cb;
+  {
+    absl::MutexLock lock(&mu_);
+    std::optional<Joiner> j = pending_.erase(node_id);
+    if (!j) return;
+    cb = std::move(j->done);
+    // A member of the round being re-formed is again one that has not
+    // re-joined yet: still waited for, and named when its stream ends (its
+    // connection's calls end in either order).
+    if (j->was_member && state_ == State::kJoining) reforming_.push_back(std::move(*j->was_member));
+    if (state_ == State::kJoining) ProgressLocked();
+  }
+  cb(absl::CancelledError("join cancelled by the client"));
+}
+
+absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::string& session) {
+  absl::MutexLock lock(&mu_);
+  if (status_only_) return round_;  // Over, its nodes gone: nothing to keep alive.
+  if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
+    if (!PreviousSessionLocked(node_id, session)) return s;
+  }
+  if (lost_.contains(node_id)) {
+    return StaleStatus(absl::StrCat("stale: this node was declared lost in run '", run_id_, "' (now at round ", round_,
+                                    "); rejoin as a new member"));
+  }
+  known_[node_id].last_seen = absl::Now();
+  return round_;
+}
+
+void Run::SetOnEnded(absl::AnyInvocable<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  on_ended_ = std::move(fn);
+}
+
+bool Run::PreviousSessionLocked(const std::string& node_id, const std::string& session) {
+  if (previous_sessions_.empty()) return false;
+  if (absl::Now() >= previous_sessions_until_) {  // (EndLocked drops them when the run ends.)
+    DropPreviousSessionsLocked();
+    return false;
+  }
+  auto it = previous_sessions_.find(node_id);
+  return it != previous_sessions_.end() && IsParticipantLocked(node_id) && CredentialEquals(it->second, session);
+}
+
+void Run::DropPreviousSessionsLocked() {
+  absl::flat_hash_map<std::string, std::string>().swap(previous_sessions_);
+  previous_sessions_until_ = absl::InfinitePast();
+}
+
+void Run::EndLocked(State state, Deferred& later) {
+  state_ = state;
+  DropPreviousSessionsLocked();
+  if (on_ended_) later.push_back(std::exchange(on_ended_, nullptr));
+  JournalLocked(later);
+}
+
+bool Run::terminal() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kFinished || state_ == State::kFailed;
+}
+
+void Run::Close(const std::string& why, absl::StatusCode code) {
+  Deferred later;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Status answer(code, why);
+    for (auto& j : pending_) {
+      later.push_back([cb = std::move(j.done), answer]() mutable { cb(answer); });
+    }
+    pending_.clear();
+    for (auto& [id, b] : barriers_) {
+      timer_->Cancel(b.timer_id);
+      later.push_back([cb = std::move(b.done), answer]() mutable { cb(answer); });
+    }
+    barriers_.clear();
+    if (last_call_armed_) timer_->Cancel(last_call_timer_);
+    last_call_armed_ = false;
+    // Watchers learn why (no re-form is announced: their streams end with
+    // the reason, and their later Unwatch finds nothing to lose).
+    for (auto& [id, sink] : watchers_) sink->CloseRun(why);
+    watchers_.clear();
+    nonmember_seq_.clear();
+    nonmember_order_.clear();
+  }
+  RunAll(later);
+  kv_->Close(why);
+}
+
+}  // namespace meshrun::rendezvous

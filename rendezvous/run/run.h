@@ -1,0 +1,442 @@
+// One run (one rdzv_id): its rounds, membership, restart budget, exit
+// barrier, event watchers and key-value store. Pure domain: no gRPC.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "rendezvous/store/kv_store.h"
+#include "rendezvous/server/limits.h"
+#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/run/node_list.h"
+#include "rendezvous/state/serving_gate.h"
+#include "rendezvous/state/state.h"
+#include "rendezvous/run/timer.h"
+#include "proto/types.h"
+
+namespace meshrun::rendezvous {
+
+class Run : public std::enable_shared_from_this<Run> {
+ public:
+  enum class State { kJoining, kRunning, kFinished, kFailed };
+  using JoinCallback = absl::AnyInvocable<void(absl::StatusOr<Assignment>)>;
+  using BarrierCallback = absl::AnyInvocable<void(absl::StatusOr<BarrierResult>)>;
+
+  // `timer` must outlive the run. `limits` bound its store and watchers;
+  // `server_bytes` counts every store's bytes of the server (see KvStore).
+  // `budget`, when given (it must outlive the run), is charged every node
+  // the run knows (kNodeCost) and, through its store, every key and parked
+  // read; `run_charge` is the run's own charge (kRun), given back when the
+  // run goes.
+  Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(),
+      std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr, MemoryBudget* budget = nullptr,
+      HeldCharge run_charge = HeldCharge());
+  ~Run();
+
+  // An ended run whose event streams have all closed keeps only a summary
+  // (KeepOnlyStatusLocked, below); Join, Heartbeat, Watch, ReportFailure and
+  // ReportFinished then answer from how it ended, with no credential to
+  // check: FAILED_PRECONDITION ("has already failed/finished") for a join or
+  // for a finish report in a failed run, all finished for a finish report of
+  // its last round in a finished run, the run's verdict for a failure
+  // report, its last event for a stream, its round for a heartbeat.
+  //
+  // Joins the open round. `done` is answered once, when the round closes (the
+  // assignment), on a conflict (FAILED_PRECONDITION naming the field and both
+  // values), or with CANCELLED after CancelJoin. A node joining while a round
+  // runs waits for the next round (NODE_WAITING is pushed). `last_round` is
+  // the round the node last ran in, -1 on its first join; a node that still
+  // claims the running round is refused as stale. Thread-safe.
+  //
+  // Membership is authenticated (docs/design.md section 4c): every node the run
+  // knows has a secret session credential, handed out by the server (in its
+  // stream's SESSION event, then per round in its Assignment). A node the
+  // run does not know yet may join with an empty `session` (it becomes
+  // known); a known node must give its current credential, else
+  // PERMISSION_DENIED and nothing changes (in a run that is over and kept as
+  // a summary, no credential is checked: see above).
+  //
+  // `peer` is the client's connection (gRPC's peer string; empty: none).
+  // A node's agent joins first and then opens its event stream, over one
+  // connection, and the two may reach the server in either order: a join
+  // with no credential of a node that only its own stream made known, from
+  // the stream's connection, takes that credential; a stream with no
+  // credential of a node that joined (its join in progress, or answered),
+  // from the join's connection, is given its current one (kSession), and is
+  // a member's stream; so is a re-opened stream of a node that only this
+  // connection's earlier stream made known.
+  //
+  // Answered on the node's stream (a non-null `on_stream`, for JoinRequest's
+  // answer_on_stream): when the join is taken and the node has an open event
+  // stream, its result (the assignment, or why the round refused it) is
+  // pushed to that stream alone as one kJoinAnswered event, then handed to
+  // `on_stream` (for counting); `done` is never called, and Join returns
+  // true: the caller answers the call at once. No
+  // gRPC call is held open per joining node then (with 10,000 nodes, the
+  // open calls cost the server memory and CPU: docs/performance.md). Should
+  // the stream end first, the join is withdrawn as a cancelled one is.
+  // Returns false when `done` answers (a refusal, at once; or the round's
+  // close, with no stream to answer on).
+  bool Join(const NodeDesc& node, const RunConfig& config, int64_t last_round, const std::string& session,
+            JoinCallback done,
+            const std::string& peer = "", JoinCallback on_stream = nullptr);
+  // Withdraws `node_id`'s pending join (its Join call was cancelled: the
+  // client gave up or its connection closed) and answers it CANCELLED. A
+  // member of the round being re-formed goes back to the members not
+  // re-joined yet: the re-form still counts it, and it is named lost when its
+  // event stream ends (Unwatch). No-op when the node has no pending join.
+  // Thread-safe.
+  void CancelJoin(const std::string& node_id);
+
+  // Records a heartbeat; returns the current round. PERMISSION_DENIED for
+  // an unknown node or a wrong credential (not in a summary-only run: see
+  // above); FAILED_PRECONDITION ("stale")
+  // for a node that was declared lost. A participant's credential of the
+  // round before is accepted too, until 2 keep-alive intervals after the
+  // round closed (then only the current one; never after the run ended):
+  // heartbeats sent while the node's Join was being answered with its new
+  // credential are in flight with the old one (45-240 of 10,000 agents'
+  // were refused at each round close). Only heartbeats: every other request
+  // needs the current credential. Thread-safe.
+  absl::StatusOr<int64_t> Heartbeat(const std::string& node_id, const std::string& session);
+
+  // Subscribes `sink` to this run's events for `node_id` (replacing an older
+  // sink of that node, which is closed: CloseRun). When the run moved past `known_round` (or ended), the
+  // sink first gets the event that says so. A node the run does not know
+  // (empty `session`) becomes known: its first event is kSession with its
+  // credential. A known node needs its credential (PERMISSION_DENIED; not
+  // in a summary-only run, whose streams get its last event: see above).
+  //
+  // Members first: the stream of a participant (a member, a member being
+  // re-formed, or a node whose join is in progress) is a member's stream,
+  // within max_watchers_per_run. Every other stream (a node that has not
+  // joined yet, a status watcher, any stream of an ended run) is a
+  // non-member's: at most max_nonmember_watchers_per_run of them are open;
+  // past that the oldest one is ended (CloseEvicted; a node that had not
+  // joined is forgotten with it) to make room, so that streams of nodes
+  // about to join always get in, however many others are opened. A
+  // non-member's stream becomes a member's when its node joins.
+  // `admit`, when given, is called under the run's lock with the stream's
+  // claimant before it is subscribed (the server charges the memory budget
+  // there); its refusal is returned and nothing changes. On error the sink
+  // is not subscribed. Thread-safe.
+  absl::Status Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
+                     const std::string& session,
+                     const std::function<absl::Status(Claimant)>& admit = nullptr, const std::string& peer = "");
+  // Streams open now: members' and non-members' (see Watch). Thread-safe.
+  std::pair<int64_t, int64_t> watcher_counts() const;
+  // Drops the sink. When the node is a member of the running round and has
+  // not finished, its agent is gone: the node is lost and the survivors
+  // re-form (a membership change: no restart of the budget is used).
+  void Unwatch(const std::string& node_id, const EventSink* sink);
+
+  // Accepts a worker failure of round `failure.round`. The first report of a
+  // round is the root cause: the budget pays one restart (round+1 opens,
+  // RESTART is pushed) or, when spent or when the failure is permanent
+  // (`failure.permanent`), the run fails (RUN_FAILED) and no restart is used.
+  // Later reports of that round are secondary and get the same decision.
+  // Only from a member (of the running round, or of the round being
+  // re-formed) with its credential: else PERMISSION_DENIED and nothing
+  // changes (a summary-only run answers its verdict: see above). A run that
+  // has ended answers STOP.
+  absl::StatusOr<FailureVerdict> ReportFailure(WorkerFailure failure, const std::string& session);
+
+  // The exit barrier: `node_id` finished round `round`; `done` is answered
+  // when every member finished (RUN_FINISHED is pushed) or after `timeout`.
+  // Only from a member of `round` with its credential (PERMISSION_DENIED
+  // through `done`; a summary-only run answers from its end: see above). Returns a barrier id for CancelFinished.
+  uint64_t ReportFinished(const std::string& node_id, int64_t round, const std::string& session,
+                          absl::Duration timeout, BarrierCallback done);
+  void CancelFinished(uint64_t id);
+
+  // This run's status (its nodes, round, store size): O(its nodes), takes
+  // only this run's lock. An ended run whose nodes have all closed their
+  // event streams keeps only this (see KeepOnlyStatusLocked) until the
+  // registry removes it. Thread-safe.
+  RunStatus Status() const;
+  // True once the run finished or failed. Thread-safe.
+  bool terminal() const;
+
+  // A call reached the run at `now`: a store call, or a join before the
+  // run has seen it (RunRegistry notes both under its lock). Thread-safe,
+  // O(1).
+  void NoteActivity(absl::Time now) { last_activity_.store(absl::ToUnixNanos(now), std::memory_order_relaxed); }
+  // True for a store-only run (no node was ever admitted by Join or opened
+  // an event stream in it) with no read parked and no activity since
+  // `cutoff`: what RunRegistry removes after store_only_run_ttl.
+  // Thread-safe, O(1). Takes only its store's lock, and only when the rest
+  // says idle (the registry calls it under its own lock).
+  bool IdleStoreOnly(absl::Time cutoff) const;
+  // True while no node was ever admitted (a store-only run), and the time
+  // of its last activity (Unix ns). Thread-safe, O(1).
+  bool store_only() const { return !had_node_.load(); }
+  // Made by a join or an event stream (RunRegistry::ForJoin), not by a
+  // store call: never removed to make room for another job. Thread-safe.
+  void MarkMadeForJoin() { made_for_join_.store(true); }
+  bool made_for_join() const { return made_for_join_.load(); }
+  int64_t last_activity_ns() const { return last_activity_.load(std::memory_order_relaxed); }
+  // `fn` runs once, outside the run's lock, when the run ends (finishes or
+  // fails): the registry times the removal of ended runs with it. Set it
+  // before the run is shared; a second call replaces the first.
+  void SetOnEnded(absl::AnyInvocable<void()> fn);
+  KvStore& kv() { return *kv_; }
+  const std::string& run_id() const { return run_id_; }
+
+  // Durable state (rendezvous/state/state.h). With a journal, every change
+  // of the run's durable state (a round closed, a restart or re-form
+  // decided, an exit-barrier arrival, the run's end) is saved there, before
+  // the calls it answers are acknowledged (the write runs after the run's
+  // lock is released, before the answers; outside it, so a slow store never
+  // blocks the run's other calls). `seq` numbers the records of the whole
+  // server (shared by every run): a record is saved with a seq above any
+  // earlier one. Set both before the run is shared; nullptr (the default):
+  // nothing is saved, at no cost. A failed save is logged: the replica
+  // whose journal refuses writes is no longer the leader and stops serving
+  // (rendezvous/state/replica.h).
+  void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq);
+  // A replica's gate (rendezvous/state/serving_gate.h): while it is closed
+  // (the replica paused or stands by) no node is declared lost - not for a
+  // closed event stream, not for missed heartbeats (agents are then looking
+  // for a serving leader); the liveness check counts from when it opens
+  // again. nullptr (the default): always serving. Set before sharing.
+  void SetGate(const state::ServingGate* gate);
+  // The run's durable state now. Thread-safe.
+  state::RunRecord Record() const;
+  // Makes a fresh run (no call served yet) what `record` describes: its
+  // configuration, round, restarts spent, root cause, members with their
+  // assignments and credentials, exit-barrier arrivals. Restored members
+  // count as seen now (heartbeats are soft state); a running run's
+  // liveness check starts at once, so a member whose agent never comes
+  // back is declared lost after the keep-alive limit. A "joining" record
+  // waits for its members to join again, as after a restart. Thread-safe.
+  void Restore(const state::RunRecord& record);
+
+  // Fails every parked call (ABORTED) and drops the store; used when the run
+  // id is reused by a fresh job and at server shutdown. A replica that
+  // stops serving gives UNAVAILABLE as `code` instead (its clients go on
+  // with the next leader, not with the run's end: RunRegistry::Clear).
+  void Close(const std::string& why, absl::StatusCode code = absl::StatusCode::kAborted);
+
+ private:
+  struct Member {
+    NodeDesc node;
+    Assignment assignment;
+    bool finished = false;  // At the exit barrier of its round.
+  };
+  struct Joiner {
+    NodeDesc node;
+    int64_t last_round;
+    JoinCallback done;
+    // Set when the node was a member of the round being re-formed: should
+    // it vanish before the round closes, it is named as lost.
+    std::optional<Member> was_member;
+  };
+  struct Barrier {
+    uint64_t id;
+    DeadlineTimer::Id timer_id;
+    BarrierCallback done;
+  };
+  using Deferred = std::vector<absl::AnyInvocable<void()>>;
+  // With a journal: the run's record, saved first among `later`'s calls
+  // (before the answers they make).
+  void JournalLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a journal: the run's record, saved soon (kSaveSoonDelay) on the
+  // timer's thread, once for every change made meanwhile. For changes that
+  // nothing answered waits on (an exit-barrier arrival that is not the
+  // last: its answer comes when the barrier completes, after EndLocked's
+  // save), so that gRPC's threads do not block on etcd for them.
+  void JournalSoonLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveSoon() ABSL_LOCKS_EXCLUDED(mu_);
+  state::RunRecord RecordLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  absl::Status CheckConfigLocked(const RunConfig& config) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void MaybeCloseLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseRoundLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnLastCall(int64_t round);
+  FailureVerdict AcceptFailureLocked(WorkerFailure failure, Deferred& later)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  FailureVerdict VerdictLocked(bool is_root) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The run fails with root_cause_: RUN_FAILED to all; the exit barrier
+  // and nodes standing by are released.
+  void FailRunLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves to kFinished or kFailed; the on-ended hook runs with `later`.
+  void EndLocked(State state, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushLocked(const RunEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A join taken with answer_on_stream is answered: `result` goes to
+  // `node_id`'s stream as kJoinAnswered (dropped when it has none now).
+  // Kept for its stream, which opens later, when the node has none now.
+  void AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> result);
+  RunEvent JoinAnsweredLocked(absl::StatusOr<Assignment> result) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnBarrierTimeout(uint64_t id);
+  // Pushes JOIN_PROGRESS now, or arms a timer so that at most one goes out
+  // per kProgressInterval (N joins must not cost N broadcasts).
+  void ProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnProgressTimer();
+  // Declares `node_id` lost: NODE_LOST to all, its stream closed as stale,
+  // and the survivors (plus waiting nodes) re-form in the next round.
+  void LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes NODE_LOST for `cause.node_id` and ends its stream as stale.
+  void AnnounceLostLocked(const WorkerFailure& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the run (RUN_FAILED, `cause` as root cause) when `can_rejoin`
+  // nodes are fewer than MIN and no restart is left to wait for a
+  // replacement with; true when it did.
+  bool FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Loses `node_id`, a member of the round being re-formed (in reforming_).
+  void LoseReformingLocked(const std::string& node_id, const std::string& why, Deferred& later)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens round+1 for the current members and waiting nodes, without using
+  // the restart budget, and pushes RESTART(membership_change) with `cause`.
+  void ReformLocked(WorkerFailure cause, Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks every member's last heartbeat once per keep-alive interval.
+  void ArmLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnLivenessTimer();
+  static void RunAll(Deferred& later);
+  // PERMISSION_DENIED unless `node_id` is known with credential `session`.
+  absl::Status CheckSessionLocked(const std::string& node_id, const std::string& session) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // True when `node_id` is pending, a member, or a member being re-formed.
+  bool IsParticipantLocked(const std::string& node_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Re-allocates the per-node map (known_: credentials, last heartbeats) in
+  // one go. Their keys were allocated as nodes connected and joined, scattered
+  // among those connections' gRPC buffers, and each pinned a heap page that
+  // could not go back to the system once the buffers were freed (10,000
+  // agents kept ~150 MiB after they left). O(nodes), once per round.
+  void CompactNodeMapsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string run_id_;
+  DeadlineTimer* const timer_;
+  const ServerLimits limits_;
+  const std::shared_ptr<KvStore> kv_;
+  state::RunJournal* journal_ = nullptr;  // Set before sharing (SetJournal).
+  const state::ServingGate* gate_ = nullptr;  // Set before sharing (SetGate).
+  std::shared_ptr<std::atomic<int64_t>> journal_seq_;
+
+  mutable absl::Mutex mu_;
+  bool save_soon_ ABSL_GUARDED_BY(mu_) = false;  // A SaveSoon is scheduled.
+  State state_ ABSL_GUARDED_BY(mu_) = State::kJoining;
+  bool configured_ ABSL_GUARDED_BY(mu_) = false;
+  RunConfig config_ ABSL_GUARDED_BY(mu_);
+  int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  // A re-form after a failure or loss closes as soon as this many nodes
+  // joined; 0 for a fresh round (MIN/MAX and the last call apply).
+  int reform_target_ ABSL_GUARDED_BY(mu_) = 0;
+  NodeList<Joiner> pending_ ABSL_GUARDED_BY(mu_);
+  // Answers of joins taken to be answered on the stream (AnswerOnStream)
+  // whose node had no stream open yet: sent when it opens (Watch). At most
+  // max_nodes entries.
+  absl::flat_hash_map<std::string, absl::StatusOr<Assignment>> unsent_answers_ ABSL_GUARDED_BY(mu_);
+  bool last_call_armed_ ABSL_GUARDED_BY(mu_) = false;
+  DeadlineTimer::Id last_call_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  NodeList<Member> members_ ABSL_GUARDED_BY(mu_);
+  // Members of the round being re-formed that have not rejoined yet; one
+  // lost meanwhile is named (NODE_LOST) and no longer waited for.
+  NodeList<Member> reforming_ ABSL_GUARDED_BY(mu_);
+  // Members (of members_) at the exit barrier.
+  int finished_count_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint64_t, Barrier> barriers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_barrier_ ABSL_GUARDED_BY(mu_) = 1;
+  int restart_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Root cause of the last incident and the round it happened in.
+  bool has_root_cause_ ABSL_GUARDED_BY(mu_) = false;
+  WorkerFailure root_cause_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<EventSink>> watchers_ ABSL_GUARDED_BY(mu_);
+  // The nodes of watchers_ whose stream is a non-member's (see Watch), by
+  // opening order: (sequence, node id); an entry whose sequence is no
+  // longer the node's in nonmember_seq_ is stale and skipped.
+  absl::flat_hash_map<std::string, uint64_t> nonmember_seq_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<uint64_t, std::string>> nonmember_order_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_nonmember_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // Drops `node_id` from the non-member streams (it joined, or its stream
+  // ended).
+  void ForgetNonMemberLocked(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the oldest non-member stream; false when there is none.
+  bool EvictOldestNonMemberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The budget's charge for known_ (kNodeCost per node): a new node is
+  // charged before it is added (ChargeNewNodeLocked, refusable); removed
+  // ones are given back by SyncNodeChargeLocked.
+  absl::Status ChargeNewNodeLocked(Claimant who, const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SyncNodeChargeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MemoryBudget* const budget_;
+  HeldCharge run_charge_;
+  int64_t charged_nodes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int last_progress_joined_ ABSL_GUARDED_BY(mu_) = -1;
+  bool progress_armed_ ABSL_GUARDED_BY(mu_) = false;
+  bool liveness_armed_ ABSL_GUARDED_BY(mu_) = false;
+  // Nodes declared lost: their later requests are refused as stale.
+  absl::flat_hash_set<std::string> lost_ ABSL_GUARDED_BY(mu_);
+  // Runs once when the run ends (SetOnEnded).
+  absl::AnyInvocable<void()> on_ended_ ABSL_GUARDED_BY(mu_);
+  // Every known node: its current session credential and its last sign of
+  // life (join or heartbeat; InfinitePast before its first join).
+  struct Known {
+    std::string session;
+    // The connection that made the node known (see Join).
+    std::string peer;
+    absl::Time last_seen = absl::InfinitePast();
+  };
+  // The credentials that the last round close replaced, by node, accepted
+  // for heartbeats until `previous_sessions_until_` (Heartbeat). Dropped
+  // whole (its memory too) once past that time or when the run ends.
+  absl::flat_hash_map<std::string, std::string> previous_sessions_ ABSL_GUARDED_BY(mu_);
+  absl::Time previous_sessions_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // True when `session` is `node_id`'s credential of the round before and
+  // its grace has not passed; drops the previous credentials once it has.
+  bool PreviousSessionLocked(const std::string& node_id, const std::string& session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropPreviousSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::flat_hash_map<std::string, Known> known_ ABSL_GUARDED_BY(mu_);
+
+  // Once the run has ended and no event stream of it is open (its nodes
+  // have left), the members, credentials, lost nodes' ids and node index are
+  // freed, and what Status shows of the nodes is kept in two exactly sized
+  // blocks: about 90 bytes per node instead of about 600 (a 10,000-node run
+  // kept ~6 MiB for ended_run_ttl). The root cause, the configuration and
+  // the store stay. A node's later calls are answered from the run's end
+  // without a credential check (status_only_ in Join, Heartbeat, Watch,
+  // ReportFailure and ReportFinished): what they learn is what Status shows.
+  // Skipped (the run stays whole) when the nodes' text passes 4 GiB.
+  // Call at the end of an operation (it frees pending_, barriers_ and the
+  // members that the operation may still use). Idempotent.
+  void MaybeKeepOnlyStatusLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void KeepOnlyStatusLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer to a call in a status-only run's name that needs a member:
+  // FAILED_PRECONDITION naming the run's end.
+  absl::Status EndedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  struct EndedNode {
+    uint32_t text_begin = 0;  // node_id, hostname and addr, back to back in ended_text_.
+    uint32_t id_size = 0;
+    uint32_t hostname_size = 0;
+    uint32_t addr_size = 0;
+    int node_rank = -1;
+    int nproc = 0;
+    bool finished = false;
+    absl::Time last_seen = absl::InfinitePast();
+  };
+  bool status_only_ ABSL_GUARDED_BY(mu_) = false;
+  // Whether a node was ever admitted (not a store-only run), and the last
+  // activity's time (Unix ns): IdleStoreOnly.
+  std::atomic<bool> had_node_{false};
+  std::atomic<bool> made_for_join_{false};
+  std::atomic<int64_t> last_activity_{0};
+  int ended_lost_nodes_ ABSL_GUARDED_BY(mu_) = 0;  // lost_.size() when it was freed.
+  std::vector<EndedNode> ended_nodes_ ABSL_GUARDED_BY(mu_);  // By node rank.
+  std::string ended_text_ ABSL_GUARDED_BY(mu_);
+};
+
+const char* StateName(Run::State state);
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,124 @@
+// Run: what Status reports, and the summary an ended run keeps for it once
+// its nodes have left.
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "rendezvous/run/run.h"
+
+namespace meshrun::rendezvous {
+
+RunStatus Run::Status() const {
+  RunStatus s;
+  {
+    absl::MutexLock lock(&mu_);
+    s.run_id = run_id_;
+    s.round = round_;
+    s.state = StateName(state_);
+    s.restart_count = restart_count_;
+    s.max_restarts = config_.max_restarts;
+    s.min_nodes = config_.min_nodes;
+    s.max_nodes = config_.max_nodes;
+    s.lost_nodes = status_only_ ? ended_lost_nodes_ : static_cast<int>(lost_.size());
+    const absl::Time now = absl::Now();
+    auto age = [&](absl::Time last_seen) {
+      return last_seen == absl::InfinitePast() ? absl::Seconds(-1) : now - last_seen;
+    };
+    if (status_only_) {
+      s.nodes = static_cast<int>(ended_nodes_.size());
+      s.node_list.reserve(ended_nodes_.size());
+      for (const EndedNode& e : ended_nodes_) {
+        auto text = [&](uint32_t begin, uint32_t size) { return ended_text_.substr(begin, size); };
+        s.world_size += e.nproc;
+        s.node_list.push_back(NodeStatus{text(e.text_begin, e.id_size),
+                                         text(e.text_begin + e.id_size, e.hostname_size),
+                                         text(e.text_begin + e.id_size + e.hostname_size, e.addr_size), e.node_rank,
+                                         e.nproc, e.finished ? "finished" : StateName(state_), age(e.last_seen)});
+      }
+    } else {
+      s.nodes = static_cast<int>(state_ == State::kJoining ? pending_.size() : members_.size());
+      auto last_seen = [&](const std::string& id) {
+        auto it = known_.find(id);
+        return it == known_.end() ? absl::InfinitePast() : it->second.last_seen;
+      };
+      for (const auto& m : members_) {
+        s.world_size += m.node.nproc;
+        NodeStatus n{m.node.node_id, m.node.hostname, m.node.addr, m.assignment.node_rank, m.node.nproc, "",
+                     age(last_seen(m.node.node_id))};
+        if (m.finished) {
+          n.state = "finished";
+        } else {
+          n.state = state_ == State::kRunning ? "running" : StateName(state_);
+        }
+        s.node_list.push_back(std::move(n));
+      }
+      std::sort(s.node_list.begin(), s.node_list.end(),
+                [](const NodeStatus& a, const NodeStatus& b) { return a.node_rank < b.node_rank; });
+      for (const auto& j : pending_) {
+        NodeStatus n{j.node.node_id, j.node.hostname, j.node.addr, -1, j.node.nproc, "",
+                     age(last_seen(j.node.node_id))};
+        if (state_ == State::kRunning) {
+          n.state = static_cast<int>(members_.size()) >= config_.max_nodes ? "standing by" : "waiting";
+        } else {
+          n.state = "joining";
+        }
+        s.node_list.push_back(std::move(n));
+      }
+    }
+  }
+  s.kv_keys = kv_->size();
+  s.kv_bytes = kv_->bytes();
+  s.kv_waiters = kv_->waiters();
+  return s;
+}
+
+void Run::MaybeKeepOnlyStatusLocked() {
+  if ((state_ == State::kFinished || state_ == State::kFailed) && watchers_.empty()) KeepOnlyStatusLocked();
+}
+
+absl::Status Run::EndedLocked() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("run '", run_id_.substr(0, 64), "' has already ", StateName(state_), " at round ", round_));
+}
+
+void Run::KeepOnlyStatusLocked() {
+  if (status_only_) return;
+  // An ended run has no joiners (EndLocked's callers answer and clear them)
+  // and no round being re-formed that Status shows.
+  size_t text_size = 0;
+  for (const auto& m : members_) text_size += m.node.node_id.size() + m.node.hostname.size() + m.node.addr.size();
+  if (text_size > UINT32_MAX) return;  // The offsets are 32-bit: kept whole.
+  status_only_ = true;
+  ended_text_.reserve(text_size);
+  ended_nodes_.reserve(members_.size());
+  for (const auto& m : members_) {
+    EndedNode e;
+    e.text_begin = static_cast<uint32_t>(ended_text_.size());
+    e.id_size = static_cast<uint32_t>(m.node.node_id.size());
+    e.hostname_size = static_cast<uint32_t>(m.node.hostname.size());
+    e.addr_size = static_cast<uint32_t>(m.node.addr.size());
+    ended_text_.append(m.node.node_id).append(m.node.hostname).append(m.node.addr);
+    e.node_rank = m.assignment.node_rank;
+    e.nproc = m.node.nproc;
+    e.finished = m.finished;
+    if (auto it = known_.find(m.node.node_id); it != known_.end()) e.last_seen = it->second.last_seen;
+    ended_nodes_.push_back(e);
+  }
+  std::sort(ended_nodes_.begin(), ended_nodes_.end(),
+            [](const EndedNode& a, const EndedNode& b) { return a.node_rank < b.node_rank; });
+  // Freed, not only emptied: swapped with empty ones.
+  members_ = NodeList<Member>();
+  reforming_ = NodeList<Member>();
+  pending_ = NodeList<Joiner>();
+  absl::flat_hash_map<std::string, Known>().swap(known_);
+  SyncNodeChargeLocked();
+  absl::flat_hash_map<std::string, std::shared_ptr<EventSink>>().swap(watchers_);
+  absl::flat_hash_map<std::string, uint64_t>().swap(nonmember_seq_);
+  std::deque<std::pair<uint64_t, std::string>>().swap(nonmember_order_);
+  absl::flat_hash_map<uint64_t, Barrier>().swap(barriers_);
+  absl::flat_hash_map<std::string, absl::StatusOr<Assignment>>().swap(unsent_answers_);
+  ended_lost_nodes_ = static_cast<int>(lost_.size());
+  absl::flat_hash_set<std::string>().swap(lost_);
+}
+
+}  // namespace meshrun::rendezvous

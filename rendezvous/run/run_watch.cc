@@ -1,0 +1,220 @@
+// Run: the event streams of a run (its Watch side): members first, a
+// bounded set of non-members' streams whose oldest makes room, a node's
+// stream replaced by its newer one, the catch-up a stream gets, and a
+// stream's end (a member's agent gone). See run.h.
+#include "rendezvous/run/run.h"
+
+#include "absl/strings/str_cat.h"
+#include "rendezvous/run/credential.h"
+#include "rendezvous/run/sparse_maps.h"
+
+namespace meshrun::rendezvous {
+
+void Run::ForgetNonMemberLocked(const std::string& node_id) {
+  if (nonmember_seq_.erase(node_id) == 0) return;
+  // The order keeps stale entries until they reach its front; it never
+  // holds more than twice the live ones.
+  while (!nonmember_order_.empty()) {
+    auto it = nonmember_seq_.find(nonmember_order_.front().second);
+    if (it != nonmember_seq_.end() && it->second == nonmember_order_.front().first) break;
+    nonmember_order_.pop_front();
+  }
+  if (nonmember_order_.size() > 2 * nonmember_seq_.size() + 64) {
+    std::deque<std::pair<uint64_t, std::string>> live;
+    for (auto& e : nonmember_order_) {
+      auto it = nonmember_seq_.find(e.second);
+      if (it != nonmember_seq_.end() && it->second == e.first) live.push_back(std::move(e));
+    }
+    nonmember_order_.swap(live);
+  }
+}
+
+bool Run::EvictOldestNonMemberLocked() {
+  while (!nonmember_order_.empty()) {
+    auto [seq, id] = std::move(nonmember_order_.front());
+    nonmember_order_.pop_front();
+    auto it = nonmember_seq_.find(id);
+    if (it == nonmember_seq_.end() || it->second != seq) continue;
+    nonmember_seq_.erase(it);
+    auto w = watchers_.find(id);
+    if (w == watchers_.end()) continue;
+    w->second->CloseEvicted(absl::StrCat(
+        "run '", run_id_.substr(0, 64), "' has ", nonmember_seq_.size() + 1,
+        " event streams of nodes that have not joined: max_nonmember_watchers_per_run=",
+        limits_.max_nonmember_watchers_per_run, "; the oldest (node '", id.substr(0, 64),
+        "') was ended to make room; join, then re-open it"));
+    // Its Unwatch (when gRPC is done with it) finds the sink gone.
+    watchers_.erase(w);
+    if (!IsParticipantLocked(id) && !lost_.contains(id)) known_.erase(id);
+    SyncNodeChargeLocked();
+    return true;
+  }
+  return false;
+}
+
+std::pair<int64_t, int64_t> Run::watcher_counts() const {
+  absl::MutexLock lock(&mu_);
+  const int64_t others = static_cast<int64_t>(nonmember_seq_.size());
+  return {static_cast<int64_t>(watchers_.size()) - others, others};
+}
+
+
+absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> sink, int64_t known_round,
+                        const std::string& session, const std::function<absl::Status(Claimant)>& admit,
+                        const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  const bool member = !status_only_ && IsParticipantLocked(node_id);
+  const bool replacing = watchers_.contains(node_id);
+  if (member) {
+    const int64_t members_open = static_cast<int64_t>(watchers_.size() - nonmember_seq_.size());
+    if (!replacing && members_open >= limits_.max_watchers_per_run) {
+      return absl::ResourceExhaustedError(absl::StrCat("run '", run_id_.substr(0, 64), "' has ", members_open,
+                                                       " event streams of members open: max_watchers_per_run=",
+                                                       limits_.max_watchers_per_run));
+    }
+  }
+  bool new_node = false;
+  bool hand_out = false;  // The stream of a joining node, from its join's connection.
+  if (status_only_) {
+    // Over, its nodes gone and their credentials with them: any stream
+    // learns how it ended (below), as Status would tell it.
+  } else if (auto k = known_.find(node_id); k != known_.end() && session.empty() && !peer.empty() &&
+                                             k->second.peer == peer &&
+                                             (IsParticipantLocked(node_id) || k->second.last_seen == absl::InfinitePast())) {
+    hand_out = true;
+  } else if (known_.contains(node_id) || !session.empty()) {
+    // A participant's credential of the round before is accepted too, as for
+    // heartbeats: a stream re-opened while its join was being answered.
+    if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok() && !PreviousSessionLocked(node_id, session)) {
+      return s;
+    }
+  } else {
+    new_node = true;
+  }
+  if (admit) {
+    if (absl::Status s = admit(member ? Claimant::kMember : Claimant::kOther); !s.ok()) return s;
+  }
+  if (new_node) {
+    if (absl::Status s = ChargeNewNodeLocked(Claimant::kOther, node_id); !s.ok()) return s;
+  }
+  if (!member && !nonmember_seq_.contains(node_id)) {
+    // Room among non-members: the oldest one's stream goes.
+    while (static_cast<int64_t>(nonmember_seq_.size()) >= limits_.max_nonmember_watchers_per_run &&
+           EvictOldestNonMemberLocked()) {
+    }
+  }
+  if (new_node || hand_out) {
+    RunEvent hello;
+    hello.kind = RunEvent::Kind::kSession;
+    hello.round = round_;
+    Known& k = known_[node_id];
+    if (new_node) {
+      k.session = NewCredential();
+      k.peer = peer;
+    }
+    hello.session = k.session;
+    sink->Push(hello);
+  }
+  if (auto u = unsent_answers_.find(node_id); u != unsent_answers_.end()) {
+    // Its join, taken to be answered on its stream, was answered before
+    // this stream opened.
+    sink->Push(JoinAnsweredLocked(std::move(u->second)));
+    unsent_answers_.erase(u);
+  }
+  RunEvent catch_up;
+  catch_up.round = round_;
+  catch_up.restart_count = restart_count_;
+  if (has_root_cause_) catch_up.root_cause = root_cause_;
+  if (known_round < 0 && !status_only_) {
+    // A node before its first round learns its round from Join; the
+    // progress of the open round is all it needs now.
+    if (state_ == State::kJoining && pending_.contains(node_id)) {
+      RunEvent progress;
+      progress.kind = RunEvent::Kind::kJoinProgress;
+      progress.round = round_;
+      progress.joined = static_cast<int>(pending_.size());
+      progress.min_nodes = config_.min_nodes;
+      progress.max_nodes = config_.max_nodes;
+      sink->Push(progress);
+    } else if (state_ == State::kRunning && members_.contains(node_id)) {
+      // Its join was answered before its stream opened (the agent opens it
+      // right after sending the join): the round's close, as the others saw it.
+      RunEvent closed;
+      closed.kind = RunEvent::Kind::kRoundClosed;
+      closed.round = round_;
+      closed.restart_count = restart_count_;
+      sink->Push(closed);
+    }
+  } else if (state_ == State::kFailed) {
+    catch_up.kind = RunEvent::Kind::kRunFailed;
+    sink->Push(catch_up);
+  } else if (state_ == State::kFinished) {
+    catch_up.kind = RunEvent::Kind::kRunFinished;
+    sink->Push(catch_up);
+  } else if (round_ > known_round) {
+    catch_up.kind = RunEvent::Kind::kRestart;
+    sink->Push(catch_up);
+  }
+  // One stream per node: an older one still open ends here. (An agent
+  // re-opens only after its stream ended; left open, a replaced stream would
+  // be counted by nobody, past max_watchers_per_run, and outlive the run.)
+  std::shared_ptr<EventSink>& slot = watchers_[node_id];
+  if (slot && slot != sink) slot->CloseRun(absl::StrCat("replaced by a newer event stream of node '",
+                                                        node_id.substr(0, 64), "'"));
+  slot = std::move(sink);
+  if (!member) {
+    const uint64_t seq = next_nonmember_seq_++;
+    nonmember_seq_[node_id] = seq;
+    nonmember_order_.emplace_back(seq, node_id);
+  } else {
+    ForgetNonMemberLocked(node_id);
+  }
+  had_node_.store(true);  // A node's stream: no longer a store-only run.
+  return absl::OkStatus();
+}
+
+void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
+  Deferred later;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = watchers_.find(node_id);
+    if (it == watchers_.end() || it->second.get() != sink) {
+      // (A stream ended as stale was erased when its node was lost; that
+      // loss may have ended the run with no stream left.)
+      MaybeKeepOnlyStatusLocked();
+      return;
+    }
+    watchers_.erase(it);
+    ShrinkIfSparse(watchers_);
+    ForgetNonMemberLocked(node_id);
+    // A replica that does not serve now (paused: its etcd lease unconfirmed)
+    // holds its runs still: the agent left to look for a serving leader, it
+    // did not die. Nobody is lost; the agent comes back when this replica
+    // serves again, or goes to the next leader.
+    if (gate_ != nullptr && !gate_->serving()) return;
+    // A pending joiner whose agent is gone leaves the round.
+    if (std::optional<Joiner> p = pending_.erase(node_id)) {
+      later.push_back([cb = std::move(p->done)]() mutable {
+        cb(absl::CancelledError("the joining agent disconnected"));
+      });
+      // A member that had re-joined the round being re-formed is lost from
+      // it, and named (below), as one that had not re-joined yet.
+      if (p->was_member && state_ == State::kJoining) reforming_.push_back(std::move(*p->was_member));
+    }
+    const Member* m = members_.find(node_id);
+    if ((state_ == State::kRunning && !(m != nullptr && m->finished)) || state_ == State::kJoining) {
+      LoseNodeLocked(node_id, "its agent disconnected", later);
+    }
+    // A node that watched and left without taking part is forgotten.
+    if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) known_.erase(node_id);
+    SyncNodeChargeLocked();
+    MaybeKeepOnlyStatusLocked();
+  }
+  RunAll(later);
+}
+
+void Run::PushLocked(const RunEvent& event) {
+  for (auto& [node, sink] : watchers_) sink->Push(event);
+}
+
+}  // namespace meshrun::rendezvous

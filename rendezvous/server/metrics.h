@@ -1,0 +1,92 @@
+// The rendezvous server's metrics, kept in a prometheus-cpp registry and
+// rendered in Prometheus' text exposition format (version 0.0.4). Pure
+// domain: no gRPC, no HTTP (metrics_exposer.h serves them).
+//
+//   meshrun_runs{state}                   runs by state (joining, running, finished, failed)
+//   meshrun_run_nodes{run_id}             nodes of the current round (joiners while it forms)
+//   meshrun_run_world_size{run_id}
+//   meshrun_run_round{run_id}             rounds opened so far = round + 1
+//   meshrun_run_restarts{run_id}          restarts used (and meshrun_run_restarts_budget)
+//   meshrun_run_lost_nodes{run_id}
+//   meshrun_store_keys{run_id}, meshrun_store_bytes{run_id}
+//   meshrun_watchers_open                 agents' open event streams
+//   meshrun_failures_total{cause}         root-cause failures: exit_code, signal, permanent
+//   meshrun_rpcs_total{code,method}       RPCs answered
+//   meshrun_rpc_duration_seconds{method}  histogram, arrival to answer
+//   meshrun_connections_accepted_total    connections, counted by the server (traffic_counters.h)
+//   meshrun_store_requests_total{node}    store requests by node ("(direct)": no store proxy)
+//   meshrun_store_keys_read_total{node}   keys those requests asked to read
+// The per-run gauges are computed at scrape time from the registry's status
+// (a Collectable), the counters and the histogram are prometheus-cpp's.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "proto/types.h"
+#include "rendezvous/server/traffic_counters.h"
+
+namespace meshrun::rendezvous {
+
+class ServerMetrics : public prometheus::Collectable {
+ public:
+  // What a scrape reads besides the registry: every run's status, the
+  // number of open event streams and the traffic counters. All must be
+  // thread-safe; `traffic` may be empty.
+  struct Source {
+    std::function<std::vector<RunStatus>()> runs;
+    std::function<int()> open_watchers;
+    std::function<TrafficSnapshot()> traffic;
+  };
+
+  ServerMetrics();
+
+  // Upper bounds (seconds) of the RPC latency histogram's buckets.
+  static const std::vector<double>& LatencyBuckets();
+
+  // One finished RPC: its method ("Join"), status code name ("OK",
+  // "UNAUTHENTICATED", ...) and duration in seconds (a parked Join or store
+  // wait counts its whole wait). Thread-safe.
+  void RecordRpc(const std::string& method, const std::string& code, double seconds);
+
+  // A failure the server accepted as a round's root cause, by cause:
+  // "exit_code", "signal" or "permanent". Thread-safe.
+  void RecordFailure(const std::string& cause);
+
+  // Sets what Collect() reads for the gauges; before it is set (or when a
+  // function is empty) they are left out. Call before serving scrapes.
+  void SetSource(Source source) { source_ = std::move(source); }
+
+  // prometheus::Collectable: counters, histogram and the gauges of the
+  // source, for prometheus::Exposer. Thread-safe.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+  // The text of a scrape with the gauges computed from `runs` and
+  // `open_watchers` instead of the source. Thread-safe.
+  std::string Render(const std::vector<RunStatus>& runs, int open_watchers) const;
+
+  // The scrape-time gauges alone (runs by state, per-run gauges, open
+  // watchers) as metric families. Pure.
+  static std::vector<prometheus::MetricFamily> StateGauges(const std::vector<RunStatus>& runs, int open_watchers);
+
+  // The traffic counters (connections accepted, store requests and keys
+  // read by node) as counter families. Pure.
+  static std::vector<prometheus::MetricFamily> TrafficFamilies(const TrafficSnapshot& traffic);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Family<prometheus::Counter>& failures_;
+  Source source_;
+};
+
+}  // namespace meshrun::rendezvous

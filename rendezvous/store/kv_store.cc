@@ -1,0 +1,428 @@
+#include "rendezvous/store/kv_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/store.h"
+
+namespace meshrun::rendezvous {
+
+KvStore::KvStore(std::string label, DeadlineTimer* timer, const ServerLimits& limits,
+                 std::shared_ptr<std::atomic<int64_t>> server_bytes, MemoryBudget* budget)
+    : label_(std::move(label)),
+      timer_(timer),
+      limits_(limits),
+      server_bytes_(server_bytes ? std::move(server_bytes) : std::make_shared<std::atomic<int64_t>>(0)),
+      budget_(budget) {}
+
+KvStore::~KvStore() {
+  absl::MutexLock lock(&mu_);
+  server_bytes_->fetch_sub(bytes_);
+  if (budget_ != nullptr) {
+    budget_->Release(HeldKind::kStoreKey, charged_keys_, charged_key_bytes_);
+    budget_->Release(HeldKind::kParkedWait, static_cast<int64_t>(waiters_.size()),
+                     static_cast<int64_t>(waiters_.size()) * kParkedWaitCost);
+  }
+}
+
+void KvStore::SyncKeyChargeLocked() {
+  if (budget_ == nullptr) return;
+  const int64_t keys = static_cast<int64_t>(data_.size());
+  const int64_t bytes = keys * kStoreKeyCost + bytes_;
+  if (keys == charged_keys_ && bytes == charged_key_bytes_) return;
+  budget_->Release(HeldKind::kStoreKey, charged_keys_ - keys, charged_key_bytes_ - bytes);
+  charged_keys_ = keys;
+  charged_key_bytes_ = bytes;
+}
+
+absl::Status KvStore::CheckWritesLocked(int64_t round,
+                                        const std::vector<std::pair<const std::string*, size_t>>& writes) {
+  int64_t new_keys = 0;
+  int64_t delta = 0;
+  for (const auto& [key, value_size] : writes) {
+    if (absl::Status s = CheckLength("key", *key, limits_.max_key_bytes, "max_key_bytes"); !s.ok()) return s;
+    if (static_cast<int64_t>(value_size) > limits_.max_value_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("value of ", value_size, " bytes for key '", key->substr(0, 64),
+                                                     "' is larger than max_value_bytes=", limits_.max_value_bytes));
+    }
+    auto it = data_.find(Key{round, *key});
+    if (it == data_.end()) {
+      ++new_keys;
+      delta += static_cast<int64_t>(key->size() + value_size);
+    } else {
+      delta += static_cast<int64_t>(value_size) - static_cast<int64_t>(it->second.size());
+    }
+  }
+  if (static_cast<int64_t>(data_.size()) + new_keys > limits_.max_keys_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' store holds ", data_.size(),
+                                                     " keys; ", new_keys, " more exceed max_keys_per_run=",
+                                                     limits_.max_keys_per_run));
+  }
+  if (bytes_ + delta > limits_.max_store_bytes_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' store holds ", bytes_,
+                                                     " bytes; ", delta, " more exceed max_store_bytes_per_run=",
+                                                     limits_.max_store_bytes_per_run));
+  }
+  if (delta > 0 && server_bytes_->load() + delta > limits_.max_store_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the server's stores hold ", server_bytes_->load(), " bytes; ",
+                                                     delta, " more exceed max_store_bytes=",
+                                                     limits_.max_store_bytes));
+  }
+  const int64_t charge = new_keys * kStoreKeyCost + std::max<int64_t>(delta, 0);
+  if (budget_ != nullptr && charge > 0) {
+    if (absl::Status s = budget_->Charge(HeldKind::kStoreKey, new_keys, charge, claimant(),
+                                         absl::StrCat(new_keys, " new store key(s) in run '", label_.substr(0, 64), "'"));
+        !s.ok()) {
+      return s;
+    }
+    charged_keys_ += new_keys;
+    charged_key_bytes_ += charge;
+  }
+  return absl::OkStatus();
+}
+
+void KvStore::EraseLocked(absl::flat_hash_map<Key, std::string>::iterator it) {
+  const int64_t n = static_cast<int64_t>(it->first.key.size() + it->second.size());
+  bytes_ -= n;
+  server_bytes_->fetch_sub(n);
+  data_.erase(it);
+}
+
+void KvStore::Run(Fire& fire) {
+  for (auto& [cb, result] : fire) cb(std::move(result));
+}
+
+absl::Status KvStore::CheckWriteOnceLocked(int64_t round, const std::string& key, const std::string* value,
+                                           absl::string_view op) const {
+  if (!IsWriteOnceKey(key)) return absl::OkStatus();
+  auto it = data_.find(Key{round, key});
+  if (it == data_.end() || (value != nullptr && it->second == *value)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(op, ": key '", key.substr(0, 128), "' is write-once (keys under '",
+                                                    kWriteOncePrefix, "' never change once set) and already holds ",
+                                                    value == nullptr ? "a value" : "another value", " in round ",
+                                                    round));
+}
+
+std::vector<std::string> KvStore::ValuesLocked(int64_t round, const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) out.push_back(data_.at(Key{round, k}));
+  return out;
+}
+
+void KvStore::SetLocked(int64_t round, const std::string& key, std::string value, Fire& fire) {
+  Key k{round, key};
+  auto [slot, is_new] = data_.try_emplace(k);
+  const int64_t delta = static_cast<int64_t>(value.size()) -
+                        (is_new ? -static_cast<int64_t>(key.size()) : static_cast<int64_t>(slot->second.size()));
+  bytes_ += delta;
+  server_bytes_->fetch_add(delta);
+  slot->second = std::move(value);
+  if (!is_new) return;
+  auto it = waiting_on_.find(k);
+  if (it == waiting_on_.end()) return;
+  std::vector<WaiterId> ids = std::move(it->second);
+  waiting_on_.erase(it);
+  for (WaiterId id : ids) {
+    auto w = waiters_.find(id);
+    if (w == waiters_.end()) continue;
+    if (--w->second.missing > 0) continue;
+    timer_->Cancel(w->second.timer_id);
+    fire.emplace_back(std::move(w->second.done), ValuesLocked(round, w->second.keys));
+    waiters_.erase(w);
+    if (budget_ != nullptr) budget_->Release(HeldKind::kParkedWait, 1, kParkedWaitCost);
+  }
+}
+
+absl::Status KvStore::Set(int64_t round, const std::string& key, std::string value) {
+  Fire fire;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckWriteOnceLocked(round, key, &value, "set"); !s.ok()) return s;
+    if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
+    if (write_hook_) {
+      if (absl::Status s = DurableLocked(round, {{key, value}}, {}); !s.ok()) return s;
+    }
+    SetLocked(round, key, std::move(value), fire);
+    SyncKeyChargeLocked();
+  }
+  Run(fire);
+  return absl::OkStatus();
+}
+
+absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& keys,
+                               std::vector<std::string> values) {
+  if (keys.size() != values.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("multi_set: ", keys.size(), " keys but ", values.size(), " values"));
+  }
+  Fire fire;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::pair<const std::string*, size_t>> writes;
+    writes.reserve(keys.size());
+    absl::flat_hash_map<absl::string_view, const std::string*> once;  // Write-once keys of this request.
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (absl::Status s = CheckWriteOnceLocked(round, keys[i], &values[i], "multi_set"); !s.ok()) return s;
+      if (IsWriteOnceKey(keys[i])) {
+        auto [it, fresh] = once.emplace(keys[i], &values[i]);
+        if (!fresh && *it->second != values[i]) {
+          return absl::FailedPreconditionError(absl::StrCat("multi_set: write-once key '", keys[i].substr(0, 128),
+                                                            "' is given two different values"));
+        }
+      }
+      writes.emplace_back(&keys[i], values[i].size());
+    }
+    if (absl::Status s = CheckWritesLocked(round, writes); !s.ok()) return s;
+    if (write_hook_) {
+      std::vector<std::pair<std::string, std::string>> set;
+      for (size_t i = 0; i < keys.size(); ++i) set.emplace_back(keys[i], values[i]);
+      if (absl::Status s = DurableLocked(round, std::move(set), {}); !s.ok()) return s;
+    }
+    for (size_t i = 0; i < keys.size(); ++i) SetLocked(round, keys[i], std::move(values[i]), fire);
+    SyncKeyChargeLocked();
+  }
+  Run(fire);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int64_t delta) {
+  Fire fire;
+  int64_t result = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = data_.find(Key{round, key});
+    int64_t current = 0;
+    if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "add: key '", key, "' holds a value that is not an integer"));
+    }
+    if (__builtin_add_overflow(current, delta, &result)) {
+      return absl::InvalidArgumentError(absl::StrCat("add: key '", key.substr(0, 64), "' holds ", current,
+                                                     "; adding ", delta, " overflows a 64-bit integer"));
+    }
+    std::string text = absl::StrCat(result);
+    if (absl::Status s = CheckWriteOnceLocked(round, key, &text, "add"); !s.ok()) return s;
+    if (absl::Status s = CheckWritesLocked(round, {{&key, text.size()}}); !s.ok()) return s;
+    if (write_hook_) {
+      if (absl::Status s = DurableLocked(round, {{key, text}}, {}); !s.ok()) return s;
+    }
+    SetLocked(round, key, std::move(text), fire);
+    SyncKeyChargeLocked();
+  }
+  Run(fire);
+  return result;
+}
+
+absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, const std::string& key,
+                                                                 const std::string& expected, std::string desired) {
+  Fire fire;
+  std::pair<std::string, bool> out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = data_.find(Key{round, key});
+    bool match = (it == data_.end()) ? expected.empty() : it->second == expected;
+    if (match) {
+      if (absl::Status s = CheckWriteOnceLocked(round, key, &desired, "compare_set"); !s.ok()) return s;
+      if (absl::Status s = CheckWritesLocked(round, {{&key, desired.size()}}); !s.ok()) return s;
+      if (write_hook_) {
+        if (absl::Status s = DurableLocked(round, {{key, desired}}, {}); !s.ok()) return s;
+      }
+      out = {desired, true};
+      SetLocked(round, key, std::move(desired), fire);
+      SyncKeyChargeLocked();
+    } else {
+      // c10d: an absent key with a non-empty expectation returns `expected`.
+      out = {it == data_.end() ? expected : it->second, false};
+    }
+  }
+  Run(fire);
+  return out;
+}
+
+bool KvStore::Check(int64_t round, const std::vector<std::string>& keys) {
+  absl::MutexLock lock(&mu_);
+  return std::all_of(keys.begin(), keys.end(),
+                     [&](const std::string& k) { return data_.contains(Key{round, k}); });
+}
+
+absl::StatusOr<bool> KvStore::Delete(int64_t round, const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = data_.find(Key{round, key});
+  if (it == data_.end()) return false;
+  if (absl::Status s = CheckWriteOnceLocked(round, key, nullptr, "delete"); !s.ok()) return s;
+  if (write_hook_) {
+    if (absl::Status s = DurableLocked(round, {}, {key}); !s.ok()) return s;
+  }
+  EraseLocked(it);
+  SyncKeyChargeLocked();
+  return true;
+}
+
+KvStore::WaiterId KvStore::Await(int64_t round, std::vector<std::string> keys, absl::Duration wait,
+                                 ValuesCallback done) {
+  absl::StatusOr<std::vector<std::string>> immediate;
+  {
+    absl::ReleasableMutexLock lock(&mu_);
+    absl::Status refused;
+    if (static_cast<int64_t>(keys.size()) > limits_.max_keys_per_run) {
+      refused = absl::InvalidArgumentError(absl::StrCat("a read of ", keys.size(),
+                                                        " keys exceeds max_keys_per_run=", limits_.max_keys_per_run));
+    } else if (wait > limits_.max_wait) {
+      refused = absl::InvalidArgumentError(absl::StrCat("wait of ", absl::FormatDuration(wait),
+                                                        " exceeds max_wait=", absl::FormatDuration(limits_.max_wait)));
+    } else if (wait > absl::ZeroDuration() && static_cast<int64_t>(waiters_.size()) >= limits_.max_waiters_per_run) {
+      refused = absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' has ", waiters_.size(),
+                                                          " store reads waiting: max_waiters_per_run=",
+                                                          limits_.max_waiters_per_run));
+    }
+    for (const auto& k : keys) {
+      if (!refused.ok()) break;
+      refused = CheckLength("key", k, limits_.max_key_bytes, "max_key_bytes");
+    }
+    if (!refused.ok()) {
+      lock.Release();
+      done(refused);
+      return 0;
+    }
+    size_t missing = 0;
+    std::vector<std::string> absent;
+    for (const auto& k : keys) {
+      if (!data_.contains(Key{round, k})) {
+        ++missing;
+        if (absent.size() < 8) absent.push_back(k);
+      }
+    }
+    if (missing == 0) {
+      immediate = ValuesLocked(round, keys);
+    } else if (wait <= absl::ZeroDuration()) {
+      immediate = absl::NotFoundError(absl::StrCat("key(s) not set: ", absl::StrJoin(absent, ", ")));
+    } else if (absl::Status s = budget_ == nullptr ? absl::OkStatus()
+                                : budget_->Charge(HeldKind::kParkedWait, 1, kParkedWaitCost, claimant(),
+                                                  absl::StrCat("a parked store read in run '", label_.substr(0, 64), "'"));
+               !s.ok()) {
+      immediate = std::move(s);
+    } else {
+      WaiterId id = next_waiter_++;
+      for (const auto& k : keys) {
+        Key key{round, k};
+        if (!data_.contains(key)) waiting_on_[key].push_back(id);
+      }
+      DeadlineTimer::Id tid = 0;
+      if (wait != absl::InfiniteDuration()) {
+        std::weak_ptr<KvStore> weak = weak_from_this();
+        tid = timer_->Schedule(absl::Now() + wait, [weak, id] {
+          if (auto self = weak.lock()) self->Expire(id);
+        });
+      }
+      waiters_.emplace(id, Waiter{round, std::move(keys), missing, tid, std::move(done)});
+      return id;
+    }
+  }
+  done(std::move(immediate));
+  return 0;
+}
+
+void KvStore::RemoveWaiterLocked(WaiterId id) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return;
+  for (const auto& k : it->second.keys) {
+    auto w = waiting_on_.find(Key{it->second.round, k});
+    if (w == waiting_on_.end()) continue;
+    auto& ids = w->second;
+    ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
+    if (ids.empty()) waiting_on_.erase(w);
+  }
+  waiters_.erase(it);
+  if (budget_ != nullptr) budget_->Release(HeldKind::kParkedWait, 1, kParkedWaitCost);
+}
+
+void KvStore::Expire(WaiterId id) {
+  ValuesCallback cb;
+  std::string msg;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) return;
+    std::vector<std::string> absent;
+    for (const auto& k : it->second.keys) {
+      if (!data_.contains(Key{it->second.round, k}) && absent.size() < 8) absent.push_back(k);
+    }
+    msg = absl::StrCat("timed out waiting for key(s) ", absl::StrJoin(absent, ", "),
+                       " in run '", label_, "' round ", it->second.round);
+    cb = std::move(it->second.done);
+    RemoveWaiterLocked(id);
+  }
+  cb(absl::DeadlineExceededError(msg));
+}
+
+void KvStore::Cancel(WaiterId id) {
+  ValuesCallback cb;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) return;
+    timer_->Cancel(it->second.timer_id);
+    cb = std::move(it->second.done);
+    RemoveWaiterLocked(id);
+  }
+  cb(absl::CancelledError("store wait cancelled by the client"));
+}
+
+void KvStore::Close(const std::string& why) { AbortBelow(INT64_MAX, why); }
+
+void KvStore::DropRoundsBelow(int64_t round) {
+  AbortBelow(round, absl::StrCat("run '", label_, "' moved to round ", round));
+  if (drop_hook_) drop_hook_(round);
+}
+
+void KvStore::Restore(int64_t round, const std::string& key, std::string value) {
+  Fire fire;
+  {
+    absl::MutexLock lock(&mu_);
+    SetLocked(round, key, std::move(value), fire);
+  }
+  Run(fire);
+}
+
+void KvStore::AbortBelow(int64_t round, const std::string& why) {
+  std::vector<ValuesCallback> cbs;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<WaiterId> ids;
+    for (const auto& [id, w] : waiters_) {
+      if (w.round < round) ids.push_back(id);
+    }
+    for (WaiterId id : ids) {
+      auto it = waiters_.find(id);
+      timer_->Cancel(it->second.timer_id);
+      cbs.push_back(std::move(it->second.done));
+      RemoveWaiterLocked(id);
+    }
+    for (auto it = data_.begin(); it != data_.end();) {
+      auto here = it++;
+      if (here->first.round < round) EraseLocked(here);
+    }
+    SyncKeyChargeLocked();
+  }
+  for (auto& cb : cbs) cb(absl::AbortedError(why));
+}
+
+int64_t KvStore::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+int64_t KvStore::waiters() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(waiters_.size());
+}
+
+int64_t KvStore::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(data_.size());
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,180 @@
+// The key-value store of one run: keys are scoped by round, waiters park
+// here (never a thread) until their keys arrive or their deadline passes.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "rendezvous/server/limits.h"
+#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/run/timer.h"
+
+namespace meshrun::rendezvous {
+
+class KvStore : public std::enable_shared_from_this<KvStore> {
+ public:
+  using WaiterId = uint64_t;
+  // Receives the values of the waited keys, in request order, or an error
+  // (DEADLINE_EXCEEDED naming the missing keys, CANCELLED, ABORTED).
+  using ValuesCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<std::string>>)>;
+
+  // `timer` must outlive the store. `label` (the run id) goes into messages.
+  // `limits`: max_key_bytes, max_value_bytes, max_keys_per_run,
+  // max_store_bytes_per_run, max_waiters_per_run, max_wait and
+  // max_store_bytes (the last counted in `server_bytes`, shared by every
+  // run's store of a server; a fresh counter when null). `budget`, when
+  // given (it must outlive the store), is charged every key (kStoreKeyCost
+  // plus its key's and value's bytes) and every parked read
+  // (kParkedWaitCost): a write or wait it refuses is RESOURCE_EXHAUSTED
+  // naming the budget, and changes nothing.
+  KvStore(std::string label, DeadlineTimer* timer, const ServerLimits& limits = ServerLimits(),
+          std::shared_ptr<std::atomic<int64_t>> server_bytes = nullptr, MemoryBudget* budget = nullptr);
+  ~KvStore();
+
+  // All operations are thread-safe; each costs O(keys + waiters woken).
+  // Writes past a limit change nothing: INVALID_ARGUMENT for a key or value
+  // longer than allowed, RESOURCE_EXHAUSTED when the run's (or the
+  // server's) store is full; both name the limit and the value.
+  // Write-once keys (IsWriteOnceKey, common/store.h) never change once set
+  // in a round: a write of another value (Set, MultiSet, Add, a CompareSet
+  // that would swap) and a Delete are refused FAILED_PRECONDITION naming
+  // the key, and change nothing; a write of the same value succeeds.
+  absl::Status Set(int64_t round, const std::string& key, std::string value);
+  // All or nothing: every key is checked before any is written.
+  absl::Status MultiSet(int64_t round, const std::vector<std::string>& keys,
+                        std::vector<std::string> values);
+  // FAILED_PRECONDITION when the stored value is not a decimal integer;
+  // INVALID_ARGUMENT when the sum does not fit in 64 bits.
+  absl::StatusOr<int64_t> Add(int64_t round, const std::string& key, int64_t delta);
+  // Returns (stored value afterwards, swapped).
+  absl::StatusOr<std::pair<std::string, bool>> CompareSet(int64_t round, const std::string& key,
+                                                          const std::string& expected, std::string desired);
+  bool Check(int64_t round, const std::vector<std::string>& keys);
+  // True when the key existed (and is now gone).
+  absl::StatusOr<bool> Delete(int64_t round, const std::string& key);
+
+  // Answers `done` with the values of `keys` once all are set: at once (on
+  // this thread) when they already are; NOT_FOUND at once when `wait` is zero
+  // and a key is missing; else parks a waiter until they are set (on the
+  // setter's thread) or `wait` passes (on the timer thread). Returns the
+  // waiter's id (0 when answered at once) for Cancel. Refused at once
+  // (through `done`): a key longer than max_key_bytes or more keys than
+  // max_keys_per_run (INVALID_ARGUMENT), `wait` beyond max_wait
+  // (INVALID_ARGUMENT), max_waiters_per_run waiters parked already
+  // (RESOURCE_EXHAUSTED).
+  WaiterId Await(int64_t round, std::vector<std::string> keys, absl::Duration wait,
+                 ValuesCallback done);
+
+  // Answers a parked waiter with CANCELLED; no-op when already answered.
+  void Cancel(WaiterId id);
+
+  // Answers every parked waiter with ABORTED(`why`) and drops all keys.
+  void Close(const std::string& why);
+
+  // Drops keys and waiters (ABORTED) of rounds below `round`.
+  void DropRoundsBelow(int64_t round);
+
+  // From now on this store's charges are a member's (Claimant::kMember: a
+  // node joined its run), which the budget's member reserve serves.
+  // Thread-safe.
+  void MarkMemberRun() { member_.store(true, std::memory_order_relaxed); }
+  // Durable keys (a replicated server: rendezvous/state/state.h). `write`
+  // is called with every write that passed the checks - the keys set with
+  // their values, the keys deleted - under the store's lock, before it is
+  // applied, answered or wakes a parked read; when it fails the write is
+  // refused with its error and nothing changes. `drop` is told the round
+  // below which keys were dropped (DropRoundsBelow). Set both before the
+  // store is shared; unset (the default): nothing is called.
+  using WriteHook = std::function<absl::Status(int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
+                                               const std::vector<std::string>& erase)>;
+  void SetDurability(WriteHook write, std::function<void(int64_t round)> drop) {
+    write_hook_ = std::move(write);
+    drop_hook_ = std::move(drop);
+  }
+  // Puts a key back as it was (a replica restoring the store): no checks,
+  // no hook, no waiter (none is parked in a fresh store). Thread-safe.
+  void Restore(int64_t round, const std::string& key, std::string value);
+
+  int64_t size() const;
+  // Bytes held: the sum of every stored key's and value's length. O(1).
+  int64_t bytes() const;
+  // Reads parked now (waiting for keys). O(1).
+  int64_t waiters() const;
+
+ private:
+  struct Key {
+    int64_t round;
+    std::string key;
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) { return H::combine(std::move(h), k.round, k.key); }
+    bool operator==(const Key& o) const { return round == o.round && key == o.key; }
+  };
+  struct Waiter {
+    int64_t round;
+    std::vector<std::string> keys;
+    size_t missing;
+    DeadlineTimer::Id timer_id;
+    ValuesCallback done;
+  };
+  using Fire = std::vector<std::pair<ValuesCallback, absl::StatusOr<std::vector<std::string>>>>;
+
+  void SetLocked(int64_t round, const std::string& key, std::string value, Fire& fire)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks that writing these (key, value size) pairs stays within limits.
+  // and charges the memory budget for them (refused: RESOURCE_EXHAUSTED,
+  // nothing charged).
+  absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings the budget's charge for keys to what the store holds (after
+  // keys were erased or values shrank).
+  void SyncKeyChargeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Claimant claimant() const { return member_.load(std::memory_order_relaxed) ? Claimant::kMember : Claimant::kOther; }
+  // FAILED_PRECONDITION when `key` is write-once and holds a value other
+  // than *value (any value, for a delete: `value` null); `op` names the call.
+  absl::Status CheckWriteOnceLocked(int64_t round, const std::string& key, const std::string* value,
+                                    absl::string_view op) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseLocked(absl::flat_hash_map<Key, std::string>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> ValuesLocked(int64_t round, const std::vector<std::string>& keys) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveWaiterLocked(WaiterId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Expire(WaiterId id);
+  void AbortBelow(int64_t round, const std::string& why);
+  static void Run(Fire& fire);
+
+  // Calls write_hook_ (when set) for one write.
+  absl::Status DurableLocked(int64_t round, std::vector<std::pair<std::string, std::string>> set,
+                             std::vector<std::string> erase) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return write_hook_ ? write_hook_(round, set, erase) : absl::OkStatus();
+  }
+  WriteHook write_hook_;
+  std::function<void(int64_t)> drop_hook_;
+
+  const std::string label_;
+  DeadlineTimer* const timer_;
+  const ServerLimits limits_;
+  const std::shared_ptr<std::atomic<int64_t>> server_bytes_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<Key, std::string> data_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, std::vector<WaiterId>> waiting_on_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  WaiterId next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  MemoryBudget* const budget_;
+  std::atomic<bool> member_{false};
+  // What the budget holds for this store's keys (objects, bytes).
+  int64_t charged_keys_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t charged_key_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace meshrun::rendezvous
