@@ -117,10 +117,27 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   }
   if (auto u = unsent_answers_.find(node_id); u != unsent_answers_.end()) {
     // Its join, taken to be answered on its stream, was answered before
-    // this stream opened.
+    // this stream opened. The node knows that round from here on: the
+    // round's close follows as the others saw it, or, should the run have
+    // moved past that round meanwhile (a failure elsewhere restarted it),
+    // the catch-up below says so.
+    const int64_t answered = u->second.ok() ? u->second->round : -1;
     sink->Push(JoinAnsweredLocked(std::move(u->second)));
     unsent_answers_.erase(u);
+    if (answered >= 0 && known_round < answered) {
+      if (state_ == State::kRunning && round_ == answered && members_.contains(node_id)) {
+        RunEvent closed;
+        closed.kind = RunEvent::Kind::kRoundClosed;
+        closed.round = round_;
+        closed.restart_count = restart_count_;
+        sink->Push(closed);
+      }
+      known_round = answered;
+    }
   }
+  // A member of the round before, which the run is re-forming (a restart
+  // it has not heard of: its join was answered on the call just before).
+  if (known_round < 0 && state_ == State::kJoining && reforming_.contains(node_id)) known_round = round_ - 1;
   RunEvent catch_up;
   catch_up.round = round_;
   catch_up.restart_count = restart_count_;

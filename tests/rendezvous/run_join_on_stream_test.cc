@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "proto/wire.h"
@@ -91,10 +92,44 @@ TEST_CASE("a join answered before its stream opens is sent when the stream opens
   REQUIRE(a.has_value());
   CHECK(a->round == 0);
   CHECK(a->world_size == 1);
+  // Then the round's close, as the other streams saw it.
+  REQUIRE_FALSE(sink->events.empty());
+  CHECK(sink->events.back().kind == RunEvent::Kind::kRoundClosed);
+  CHECK(sink->events.back().round == 0);
   // Sent once: a later stream of the node does not get it again.
   auto again = std::make_shared<Recorder>();
   REQUIRE(run->Watch("a", again, 0, a->session).ok());
   CHECK(JoinAnsweredCount(*again) == 0);
+}
+
+TEST_CASE("a stream opened after its answer and a restart hears of both: the answer, then RESTART",
+          "[run][join_on_stream]") {
+  DeadlineTimer timer;
+  auto run = std::make_shared<Run>("job", &timer);
+  // "a" watches; "b" joins last (closing round 0), its stream still to come.
+  auto sink_a = std::make_shared<Recorder>();
+  REQUIRE(run->Watch("a", sink_a, -1, "").ok());
+  REQUIRE(run->Join(Node("a", 1, "a"), Config(2, 2, 1), -1, sink_a->events.at(0).session,
+                    [](absl::StatusOr<Assignment>) {}, "", [](absl::StatusOr<Assignment>) {}));
+  REQUIRE(run->Join(Node("b", 1, "b"), Config(2, 2, 1), -1, "", [](absl::StatusOr<Assignment>) {}, "peer-b",
+                    [](absl::StatusOr<Assignment>) {}));
+  std::optional<Assignment> a = AnsweredIn(*sink_a);
+  REQUIRE(a.has_value());
+  // A worker of "a" fails at once: round 1, before "b"'s stream opened.
+  WorkerFailure f;
+  f.node_id = "a";
+  f.hostname = "a";
+  f.exit_code = 5;
+  REQUIRE(run->ReportFailure(f, a->session).ok());
+  auto sink_b = std::make_shared<Recorder>();
+  REQUIRE(run->Watch("b", sink_b, -1, "", nullptr, "peer-b").ok());
+  std::vector<RunEvent::Kind> kinds;
+  for (const RunEvent& e : sink_b->events) kinds.push_back(e.kind);
+  // Without the RESTART, "b" would run round 0 alone and wait at its exit barrier.
+  REQUIRE(kinds.size() >= 2);
+  CHECK(kinds[kinds.size() - 2] == RunEvent::Kind::kJoinAnswered);
+  CHECK(kinds.back() == RunEvent::Kind::kRestart);
+  CHECK(sink_b->events.back().round == 1);
 }
 
 TEST_CASE("a stream that ends before the round closes withdraws its join", "[run][join_on_stream]") {
