@@ -242,6 +242,14 @@ void Run::AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> 
   w->second->Push(JoinAnsweredLocked(std::move(result)));
 }
 
+RunEvent Run::RoundClosedLocked() const {
+  RunEvent ev;
+  ev.kind = RunEvent::Kind::kRoundClosed;
+  ev.round = round_;
+  ev.restart_count = restart_count_;
+  return ev;
+}
+
 RunEvent Run::JoinAnsweredLocked(absl::StatusOr<Assignment> result) const {
   RunEvent ev;
   ev.kind = RunEvent::Kind::kJoinAnswered;

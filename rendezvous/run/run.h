@@ -279,6 +279,9 @@ class Run : public std::enable_shared_from_this<Run> {
   // Kept for its stream, which opens later, when the node has none now.
   void AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> result);
   RunEvent JoinAnsweredLocked(absl::StatusOr<Assignment> result) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The current round's ROUND_CLOSED, as every stream gets it (or a late
+  // stream, as its catch-up).
+  RunEvent RoundClosedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnBarrierTimeout(uint64_t id);
   // Pushes JOIN_PROGRESS now, or arms a timer so that at most one goes out
   // per kProgressInterval (N joins must not cost N broadcasts).

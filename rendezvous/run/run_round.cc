@@ -131,11 +131,7 @@ void Run::CloseRoundLocked(Deferred& later) {
   CompactNodeMapsLocked();
   ArmLivenessLocked();
   kv_->DropRoundsBelow(round_);
-  RunEvent ev;
-  ev.kind = RunEvent::Kind::kRoundClosed;
-  ev.round = round_;
-  ev.restart_count = restart_count_;
-  PushLocked(ev);
+  PushLocked(RoundClosedLocked());
   Logger("rdzv")->info("run '{}' round {} closed: {} nodes, world size {}", run_id_, round_,
                        members_.size(), world);
   // One durable write per closed round, before any join is answered.

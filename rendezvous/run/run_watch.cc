@@ -126,11 +126,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
     unsent_answers_.erase(u);
     if (answered >= 0 && known_round < answered) {
       if (state_ == State::kRunning && round_ == answered && members_.contains(node_id)) {
-        RunEvent closed;
-        closed.kind = RunEvent::Kind::kRoundClosed;
-        closed.round = round_;
-        closed.restart_count = restart_count_;
-        sink->Push(closed);
+        sink->Push(RoundClosedLocked());
       }
       known_round = answered;
     }
@@ -156,11 +152,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
     } else if (state_ == State::kRunning && members_.contains(node_id)) {
       // Its join was answered before its stream opened (the agent opens it
       // right after sending the join): the round's close, as the others saw it.
-      RunEvent closed;
-      closed.kind = RunEvent::Kind::kRoundClosed;
-      closed.round = round_;
-      closed.restart_count = restart_count_;
-      sink->Push(closed);
+      sink->Push(RoundClosedLocked());
     }
   } else if (state_ == State::kFailed) {
     catch_up.kind = RunEvent::Kind::kRunFailed;

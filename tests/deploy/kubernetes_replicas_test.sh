@@ -28,7 +28,6 @@ meshrun=$(readlink -f "${2:?usage: kubernetes_replicas_test.sh SOURCE_DIR MESHRU
 probe=$(readlink -f "${3:?usage: kubernetes_replicas_test.sh SOURCE_DIR MESHRUN_BINARY HEALTH_PROBE [CACHE_DIR]}")
 cache=${4:-${XDG_CACHE_HOME:-$HOME/.cache}/meshrun-tests}
 t0=${EPOCHREALTIME/./}
-KV_VERSION=1.37.0  # as kubernetes_test.sh
 manifest=$src/deploy/kubernetes/meshrun-replicas.yaml
 
 skip() { echo "skip: $*"; exit 77; }
@@ -57,28 +56,13 @@ fail() {
   done
   exit 1
 }
-now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
-wait_for() {  # SECONDS CMD...: CMD every 50 ms until it succeeds; 1 on timeout
-  local limit=$(($(now_ms) + $1 * 1000)); shift
-  until "$@"; do
-    (($(now_ms) >= limit)) && return 1
-    sleep 0.05
-  done
-}
+# shellcheck source=tests/support/wait_for.sh
+source "$src/tests/support/wait_for.sh"
 
 # ---- 1. kubernetes-validate (pinned, in a venv kept in CACHE_DIR) and the objects agreeing.
-venv=$cache/kubernetes-validate-$KV_VERSION
-kv=$venv/bin/kubernetes-validate
-if ! "$kv" --version 2>/dev/null | grep -qx "$KV_VERSION"; then
-  rm -rf "$venv"
-  mkdir -p "$cache" || skip "cannot create $cache"
-  $py -m venv "$venv" >"$work/venv.out" 2>&1 || skip "python3 -m venv failed: $(tail -n 1 "$work/venv.out")"
-  if ! timeout 120 "$venv/bin/pip" install -q --disable-pip-version-check --timeout 20 --retries 2 \
-      "kubernetes-validate==$KV_VERSION" >"$work/pip.out" 2>&1; then
-    rm -rf "$venv"
-    skip "cannot install kubernetes-validate==$KV_VERSION from PyPI: $(tail -n 1 "$work/pip.out")"
-  fi
-fi
+# shellcheck source=tests/deploy/kubernetes_validate.sh
+source "$src/tests/deploy/kubernetes_validate.sh"
+kubernetes_validate_setup "$cache" "$work"
 "$kv" --strict "$manifest" >"$work/kv.out" 2>&1 || { cat "$work/kv.out"; fail "kubernetes-validate --strict refused $manifest"; }
 passed=$(grep -c ' passed for resource ' "$work/kv.out")
 [ "$passed" = 4 ] || { cat "$work/kv.out"; fail "kubernetes-validate passed $passed of 4 resources"; }

@@ -28,7 +28,6 @@ src=$(cd "${1:?usage: kubernetes_test.sh SOURCE_DIR MESHRUN_BINARY [CACHE_DIR]}"
 meshrun=$(readlink -f "${2:?usage: kubernetes_test.sh SOURCE_DIR MESHRUN_BINARY [CACHE_DIR]}")
 cache=${3:-${XDG_CACHE_HOME:-$HOME/.cache}/meshrun-tests}
 t0=$SECONDS
-KV_VERSION=1.37.0
 
 skip() { echo "skip: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
@@ -44,19 +43,9 @@ chmod 755 "$work"
 trap 'rm -rf "$work"' EXIT
 
 # ---- 1. kubernetes-validate in its own venv (pinned), made once per cache dir.
-venv=$cache/kubernetes-validate-$KV_VERSION
-kv=$venv/bin/kubernetes-validate
-if ! "$kv" --version 2>/dev/null | grep -qx "$KV_VERSION"; then
-  rm -rf "$venv"
-  mkdir -p "$cache" || skip "cannot create $cache"
-  $py -m venv "$venv" >"$work/venv.log" 2>&1 || skip "python3 -m venv failed: $(tail -n 1 "$work/venv.log")"
-  if ! timeout 120 "$venv/bin/pip" install -q --disable-pip-version-check --timeout 20 --retries 2 \
-      "kubernetes-validate==$KV_VERSION" >"$work/pip.log" 2>&1; then
-    rm -rf "$venv"
-    skip "cannot install kubernetes-validate==$KV_VERSION from PyPI: $(tail -n 1 "$work/pip.log")"
-  fi
-fi
-"$kv" --version >/dev/null 2>&1 || skip "kubernetes-validate does not run"
+# shellcheck source=tests/deploy/kubernetes_validate.sh
+source "$src/tests/deploy/kubernetes_validate.sh"
+kubernetes_validate_setup "$cache" "$work"
 
 if ! "$kv" --strict "$kdir/meshrun-job.yaml" "$kdir/secret.example.yaml" >"$work/kv.log" 2>&1; then
   cat "$work/kv.log"; fail "kubernetes-validate --strict refused the core manifests"

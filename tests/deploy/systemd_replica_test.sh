@@ -55,14 +55,8 @@ fail() {
   done
   exit 1
 }
-now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
-wait_for() {  # SECONDS CMD...: CMD every 50 ms until it succeeds; 1 on timeout
-  local limit=$(($(now_ms) + $1 * 1000)); shift
-  until "$@"; do
-    (($(now_ms) >= limit)) && return 1
-    sleep 0.05
-  done
-}
+# shellcheck source=tests/support/wait_for.sh
+source "$src/tests/support/wait_for.sh"
 
 # ---- 1. what the unit must say (last assignment of a key wins, as in systemd).
 "$py" - "$unit" "$envex" >"$work/static.log" 2>&1 <<'EOF'

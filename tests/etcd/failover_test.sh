@@ -133,15 +133,8 @@ fail() {
   done
   exit 1
 }
-now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
-# wait_for SECONDS CMD...: runs CMD every 50 ms until it succeeds; 1 on timeout.
-wait_for() {
-  local limit=$(($(now_ms) + $1 * 1000)); shift
-  until "$@"; do
-    (($(now_ms) >= limit)) && return 1
-    sleep 0.05
-  done
-}
+# shellcheck source=tests/support/wait_for.sh
+source "$here/../support/wait_for.sh"
 
 trap cleanup EXIT
 if [[ $mode == hosts ]]; then
