@@ -175,23 +175,54 @@ etcd_up() {
   ((fsync)) || _ETCD_FLAGS+=(--no-fsync)
   [[ -n $tls ]] && _ETCD_FLAGS+=(--tls "$tls")
   ((cca)) && _ETCD_FLAGS+=(--client-cert-auth)
-  ETCD_CLIENT=() ETCD_PEER=() ETCD_PID=()
-  for ((i = 0; i < n; i++)); do
-    if [[ $ETCD_MODE == hosts ]]; then
-      ETCD_CLIENT[i]="${HOSTS_V4[i]}:2379"
-      ETCD_PEER[i]="${HOSTS_V4[i]}:2380"
-    else
-      ETCD_CLIENT[i]="127.0.0.1:$(_etcd_free_port)"
-      ETCD_PEER[i]="127.0.0.1:$(_etcd_free_port)"
+  # Loopback ports are free when picked, not when bound (another test may take one meanwhile):
+  # a member that exits at start sends every member down, and the next try picks new ports
+  # (3 tries, all within the 30 s).
+  local try deadline=$((${EPOCHREALTIME/./} + 30000000)) left
+  for ((try = 1; try <= 3; try++)); do
+    ETCD_CLIENT=() ETCD_PEER=() ETCD_PID=()
+    for ((i = 0; i < n; i++)); do
+      if [[ $ETCD_MODE == hosts ]]; then
+        ETCD_CLIENT[i]="${HOSTS_V4[i]}:2379"
+        ETCD_PEER[i]="${HOSTS_V4[i]}:2380"
+      else
+        ETCD_CLIENT[i]="127.0.0.1:$(_etcd_free_port)"
+        ETCD_PEER[i]="127.0.0.1:$(_etcd_free_port)"
+      fi
+      rm -rf -- "${ETCD_DIR:?}/e$i"
+    done
+    for ((i = 0; i < n; i++)); do etcd_start "$i" || return 1; done
+    left=$(((deadline - ${EPOCHREALTIME/./}) / 1000000))
+    ((left > 0)) && _etcd_wait_healthy_or_exit "$left" && return 0
+    for ((i = 0; i < n; i++)); do _etcd_log "--- e$i (try $try):"; tail -5 "$ETCD_DIR/e$i.log" >&2; done
+    [[ $ETCD_MODE == loopback ]] && _etcd_any_exited || break
+    _etcd_log "etcd_up: a member exited at start (a port taken meanwhile?); new ports"
+    for ((i = 0; i < n; i++)); do etcd_kill "$i"; done
+  done
+  _etcd_log "etcd_up: the cluster is not healthy within 30 s"
+  return 1
+}
+
+# 0 when a started member is no longer running.
+_etcd_any_exited() {
+  local i
+  for ((i = 0; i < ETCD_N; i++)); do
+    [[ -n ${ETCD_PID[i]:-} ]] || continue
+    if ! kill -0 "${ETCD_PID[i]}" 2>/dev/null || [[ $(ps -o stat= -p "${ETCD_PID[i]}" 2>/dev/null) == Z* ]]; then
+      return 0
     fi
   done
-  for ((i = 0; i < n; i++)); do etcd_start "$i" || return 1; done
-  if ! etcd_wait_healthy 30; then
-    _etcd_log "etcd_up: the cluster is not healthy within 30 s"
-    for ((i = 0; i < n; i++)); do _etcd_log "--- e$i:"; tail -5 "$ETCD_DIR/e$i.log" >&2; done
-    return 1
-  fi
-  return 0
+  return 1
+}
+
+# etcd_wait_healthy for every member, giving up at once when one has exited.
+_etcd_wait_healthy_or_exit() {
+  local deadline=$((${EPOCHREALTIME/./} + $1 * 1000000))
+  while :; do
+    etcd_wait_healthy 1 && return 0
+    _etcd_any_exited && return 1
+    ((${EPOCHREALTIME/./} >= deadline)) && return 1
+  done
 }
 
 etcd_down() {

@@ -143,10 +143,12 @@ bool EtcdCluster::Start(double timeout_s) {
     if (left > 0 && WaitHealthy(left)) return true;
     // A member that exited (a port taken between FindFreePort and its bind):
     // all go, and the next try takes new ports.
+    // WaitHealthy reaps a member it finds gone (pid -1); the others are
+    // checked here.
     bool exited = false;
     for (int i = 0; i < size(); ++i) {
       int st = 0;
-      if (members_[i].pid > 0 && waitpid(members_[i].pid, &st, WNOHANG) == members_[i].pid) {
+      if (members_[i].pid <= 0 || waitpid(members_[i].pid, &st, WNOHANG) == members_[i].pid) {
         exited = true;
         members_[i].pid = -1;
       }

@@ -36,10 +36,13 @@ inline constexpr bool kEtcdTimingBounds = true;
   } while (false)
 
 // REQUIRE(cond), showing `msg` when it fails.
-#define REQUIRE_MSG(cond, msg) \
-  do {                         \
-    INFO(msg);                 \
-    REQUIRE(cond);             \
+// `msg` is read after `cond` ran (an INFO before it would capture an error()
+// not yet set).
+#define REQUIRE_MSG(cond, msg)           \
+  do {                                   \
+    const bool require_msg_ok_ = (cond); \
+    INFO(msg);                           \
+    REQUIRE(require_msg_ok_);            \
   } while (false)
 
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
