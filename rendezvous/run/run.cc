@@ -365,6 +365,7 @@ bool Run::terminal() const {
 
 void Run::Close(const std::string& why, absl::StatusCode code) {
   Deferred later;
+  journal_closed_->store(true);
   {
     absl::MutexLock lock(&mu_);
     const absl::Status answer(code, why);

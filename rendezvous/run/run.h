@@ -205,7 +205,10 @@ class Run : public std::enable_shared_from_this<Run> {
   // nothing is saved, at no cost. A failed save is logged: the replica
   // whose journal refuses writes is no longer the leader and stops serving
   // (rendezvous/state/replica.h).
-  void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq);
+  // `incarnation` tells this Run from others under its id (state.h); the
+  // journal is told nothing more once the run is closed (Close).
+  void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq, int64_t incarnation);
+  int64_t incarnation() const { return incarnation_; }
   // A replica's gate (rendezvous/state/serving_gate.h): while it is closed
   // (the replica paused or stands by) no node is declared lost - not for a
   // closed event stream, not for missed heartbeats (agents are then looking
@@ -326,6 +329,10 @@ class Run : public std::enable_shared_from_this<Run> {
   state::RunJournal* journal_ = nullptr;  // Set before sharing (SetJournal).
   const state::ServingGate* gate_ = nullptr;  // Set before sharing (SetGate).
   std::shared_ptr<std::atomic<int64_t>> journal_seq_;
+  int64_t incarnation_ = 0;  // Set before sharing (SetJournal).
+  // Set by Close: nothing more goes to the journal (the registry drops the
+  // run's record and keys when it removes it).
+  const std::shared_ptr<std::atomic<bool>> journal_closed_ = std::make_shared<std::atomic<bool>>(false);
 
   mutable absl::Mutex mu_;
   bool save_soon_ ABSL_GUARDED_BY(mu_) = false;  // A SaveSoon is scheduled.

@@ -57,8 +57,23 @@ void RunRegistry::ArmSweep() {
   });
 }
 
+int64_t RunRegistry::NextIncarnationLocked() {
+  last_incarnation_ = std::max(last_incarnation_ + 1, absl::ToUnixNanos(absl::Now()));
+  return last_incarnation_;
+}
+
+void RunRegistry::Forget(Run& run, absl::string_view why) {
+  CloseRun(run, why);
+  if (journal_ == nullptr) return;
+  if (absl::Status s = journal_->Drop(run.run_id(), run.incarnation()); !s.ok()) {
+    // Not leading any more: the next leader's Load drops what it finds of no run.
+    Logger("rdzv")->warn("run '{}' removed, but its state stays in the journal: {}", run.run_id(),
+                         std::string(s.message()));
+  }
+}
+
 absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string& run_id, Claimant who,
-                                                               const std::string& creator) {
+                                                               const std::string& creator, int64_t incarnation) {
   if (!creator.empty()) {
     auto c = runs_by_creator_.find(creator);
     if (c != runs_by_creator_.end() && c->second >= limits_.max_runs_per_connection) {
@@ -93,7 +108,12 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string
     }
   });
   run->NoteActivity(clock_());  // A new run is not idle from the start.
-  if (journal_ != nullptr) run->SetJournal(journal_, journal_seq_);
+  if (incarnation > 0) {
+    last_incarnation_ = std::max(last_incarnation_, incarnation);
+  } else {
+    incarnation = NextIncarnationLocked();
+  }
+  if (journal_ != nullptr) run->SetJournal(journal_, journal_seq_, incarnation);
   if (gate_ != nullptr) run->SetGate(gate_);
   runs_[run_id] = run;
   return run;
@@ -117,8 +137,9 @@ void RunRegistry::Restore(const std::vector<state::RunRecord>& records, const st
     absl::MutexLock lock(&mu_);
     for (const state::RunRecord& r : records) {
       max_seq = std::max(max_seq, r.seq);
-      // Charged as a member's: what a job had acknowledged is restored first.
-      absl::StatusOr<std::shared_ptr<Run>> made = NewRunLocked(r.run_id, Claimant::kMember, "");
+      // A job's run as a member's: what a job had acknowledged is restored first.
+      absl::StatusOr<std::shared_ptr<Run>> made =
+          NewRunLocked(r.run_id, r.store_only ? Claimant::kOther : Claimant::kMember, "", r.incarnation);
       if (!made.ok()) {
         Logger("rdzv")->error("run '{}' not restored: {}", r.run_id, std::string(made.status().message()));
         continue;
@@ -210,15 +231,15 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::ForJoin(const std::string& run
     if (!made.ok()) {
       absl::Status s = made.status();
       lock.Release();
-      if (evicted) CloseRun(*evicted, kEndedWhy);
-      if (old) CloseRun(*old, "was restarted by a new job with the same id");
+      if (evicted) Forget(*evicted, kEndedWhy);
+      if (old) Forget(*old, "was restarted by a new job with the same id");
       return s;
     }
     fresh = std::move(*made);
     fresh->MarkMadeForJoin();
   }
-  if (evicted) CloseRun(*evicted, kEndedWhy);
-  if (old) CloseRun(*old, "was restarted by a new job with the same id");
+  if (evicted) Forget(*evicted, kEndedWhy);
+  if (old) Forget(*old, "was restarted by a new job with the same id");
   return fresh;
 }
 
@@ -243,7 +264,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string
       absl::StatusOr<std::shared_ptr<Run>> made = NewRunLocked(run_id, Claimant::kOther, creator);
       if (!made.ok()) {
         lock.Release();
-        if (evicted) CloseRun(*evicted, kEndedWhy);
+        if (evicted) Forget(*evicted, kEndedWhy);
         return made.status();
       }
       run = std::move(*made);
@@ -251,7 +272,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string
     run->NoteActivity(clock_());
     if (found) found();
   }
-  if (evicted) CloseRun(*evicted, kEndedWhy);
+  if (evicted) Forget(*evicted, kEndedWhy);
   return run;
 }
 
@@ -308,7 +329,7 @@ int RunRegistry::SweepEnded() {
 }
 
 int RunRegistry::CloseRemoved(std::vector<std::shared_ptr<Run>> removed, absl::string_view why) {
-  for (const auto& run : removed) CloseRun(*run, why);
+  for (const auto& run : removed) Forget(*run, why);
   const int n = static_cast<int>(removed.size());
   removed.clear();
   if (n > 0) {

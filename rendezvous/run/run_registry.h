@@ -102,7 +102,8 @@ class RunRegistry {
 
   // Durable state (rendezvous/state/state.h): every run made from now on
   // saves its record in `journal` (Run::SetJournal), which must outlive the
-  // registry. nullptr (the default): none. Set it before serving.
+  // registry; a run removed for good (ended_run_ttl, idle, room made,
+  // replaced; not Clear) is dropped from it. nullptr (the default): none. Set it before serving.
   void SetJournal(state::RunJournal* journal) { journal_ = journal; }
   // A replica's gate (Run::SetGate) for every run made from now on; must
   // outlive the registry. Set it before serving.
@@ -110,8 +111,9 @@ class RunRegistry {
   // Replaces every run by those `records` describe (a replica taking the
   // lead after a failover): the runs held are closed with `why` (their
   // parked calls ABORTED, streams ended) and removed; each record becomes a
-  // run (Run::Restore), an ended one queued for removal after
-  // ended_run_ttl as if it had just ended. Later records are numbered after
+  // run (Run::Restore) of the record's incarnation, an ended one queued for
+  // removal after ended_run_ttl as if it had just ended, a store-only one
+  // idle from now. Later records are numbered after
   // the highest seq restored. Thread-safe.
   void Restore(const std::vector<state::RunRecord>& records, const std::string& why);
   // Closes and removes every run (a replica that stops leading or shuts
@@ -143,8 +145,17 @@ class RunRegistry {
   std::shared_ptr<Run> TakeLeastRecentStoreOnlyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new run under `run_id`, whose end is queued in ended_; charged to the
   // budget as `who`'s and counted against `creator`.
+  // `incarnation`: the restored run's (0: a new one, NextIncarnationLocked).
   absl::StatusOr<std::shared_ptr<Run>> NewRunLocked(const std::string& run_id, Claimant who,
-                                                    const std::string& creator) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                                    const std::string& creator, int64_t incarnation = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new run's incarnation (state.h): the clock in Unix nanoseconds, above
+  // every one made or restored before.
+  int64_t NextIncarnationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes a run taken out of runs_ for good ("run '<id>' <why>": its parked
+  // calls' answer) and drops its record and keys from the journal. Called
+  // without mu_; the journal's call is bounded by its own timeouts.
+  void Forget(Run& run, absl::string_view why);
   // Takes the first ended run off the queue that is still held (and ended
   // before `cutoff`) out of runs_; nullptr when there is none.
   std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -171,6 +182,7 @@ class RunRegistry {
   const std::shared_ptr<EndedRuns> ended_ = std::make_shared<EndedRuns>();
   mutable absl::Mutex mu_;
   RunMap runs_ ABSL_GUARDED_BY(mu_);
+  int64_t last_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   MemoryBudget* const budget_;
   // Runs held, by the connection that created them (max_runs_per_connection),
   // and each such run's creator.

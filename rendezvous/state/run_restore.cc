@@ -7,18 +7,24 @@
 
 namespace meshrun::rendezvous {
 
-void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq) {
+void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq, int64_t incarnation) {
   journal_ = journal;
   journal_seq_ = std::move(seq);
+  incarnation_ = incarnation;
   if (journal == nullptr) return;
   // The store's writes go to the journal before they are applied.
   kv_->SetDurability(
-      [journal, id = run_id_](int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
-                              const std::vector<std::string>& erase) {
-        return journal->SaveKeys(id, round, set, erase);
+      [journal, id = run_id_, incarnation, closed = journal_closed_](
+          int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
+          const std::vector<std::string>& erase) {
+        if (closed->load()) {
+          return absl::UnavailableError(absl::StrCat("run '", id.substr(0, 64), "' was removed: the write is refused"));
+        }
+        return journal->SaveKeys(id, incarnation, round, set, erase);
       },
-      [journal, id = run_id_](int64_t round) {
-        if (absl::Status s = journal->DropKeysBelow(id, round); !s.ok()) {
+      [journal, id = run_id_, incarnation, closed = journal_closed_](int64_t round) {
+        if (closed->load()) return;
+        if (absl::Status s = journal->DropKeysBelow(id, incarnation, round); !s.ok()) {
           Logger("rdzv")->warn("run '{}': could not drop the store's keys below round {}: {}", id, round,
                                std::string(s.message()));
         }
@@ -30,6 +36,7 @@ void Run::SetGate(const state::ServingGate* gate) { gate_ = gate; }
 state::RunRecord Run::RecordLocked() const {
   state::RunRecord r;
   r.run_id = run_id_;
+  r.incarnation = incarnation_;
   r.state = StateName(state_);
   r.config = config_;
   r.round = round_;
@@ -55,7 +62,7 @@ state::RunRecord Run::Record() const {
 }
 
 void Run::JournalLocked(Deferred& later) {
-  if (journal_ == nullptr || status_only_) return;
+  if (journal_ == nullptr || status_only_ || journal_closed_->load()) return;
   state::RunRecord r = RecordLocked();
   r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
   // First among the deferred calls: saved before the answers they make.
@@ -77,7 +84,7 @@ constexpr absl::Duration kSaveSoonDelay = absl::Milliseconds(20);
 }  // namespace
 
 void Run::JournalSoonLocked() {
-  if (journal_ == nullptr || status_only_ || save_soon_) return;
+  if (journal_ == nullptr || status_only_ || save_soon_ || journal_closed_->load()) return;
   save_soon_ = true;
   std::weak_ptr<Run> weak = weak_from_this();
   timer_->Schedule(absl::Now() + kSaveSoonDelay, [weak] {
@@ -89,7 +96,7 @@ void Run::SaveSoon() {
   state::RunRecord r;
   {
     absl::MutexLock lock(&mu_);
-    if (journal_ == nullptr || status_only_) {
+    if (journal_ == nullptr || status_only_ || journal_closed_->load()) {
       save_soon_ = false;
       return;
     }
@@ -116,6 +123,12 @@ void Run::SaveSoon() {
 
 void Run::Restore(const state::RunRecord& r) {
   absl::MutexLock lock(&mu_);
+  if (r.store_only) {
+    // Its keys alone: no node ever joined, nothing else to restore.
+    for (const state::StoredKey& k : r.keys) kv_->Restore(k.round, k.key, k.value);
+    Logger("rdzv")->info("store-only run '{}' restored ({} store keys)", run_id_, r.keys.size());
+    return;
+  }
   configured_ = true;
   config_ = r.config;
   round_ = r.round;

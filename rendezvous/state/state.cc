@@ -79,6 +79,7 @@ std::string EncodeRunRecord(const RunRecord& r) {
                            {"finished", m.finished}});
   }
   json j{{"run_id", r.run_id},
+         {"incarnation", r.incarnation},
          {"seq", r.seq},
          {"state", r.state},
          {"config",
@@ -104,6 +105,7 @@ absl::StatusOr<RunRecord> DecodeRunRecord(const std::string& text) {
   RunRecord r;
   std::string err;
   Get(j, "run", "run_id", &r.run_id, &err);
+  Get(j, "run", "incarnation", &r.incarnation, &err);
   Get(j, "run", "seq", &r.seq, &err);
   Get(j, "run", "state", &r.state, &err);
   Get(j, "run", "round", &r.round, &err);
@@ -193,40 +195,67 @@ absl::Status MemoryJournal::Save(const RunRecord& record) {
   return absl::OkStatus();
 }
 
-absl::Status MemoryJournal::Drop(const std::string& run_id) {
+absl::Status MemoryJournal::Drop(const std::string& run_id, int64_t incarnation) {
   absl::MutexLock lock(&mu_);
-  runs_.erase(run_id);
-  keys_.erase(run_id);
+  if (auto it = runs_.find(run_id); it != runs_.end() && it->second.incarnation == incarnation) runs_.erase(it);
+  keys_.erase({run_id, incarnation});
   return absl::OkStatus();
 }
 
-absl::Status MemoryJournal::SaveKeys(const std::string& run_id, int64_t round,
+absl::Status MemoryJournal::SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                                      const std::vector<std::pair<std::string, std::string>>& set,
                                      const std::vector<std::string>& erase) {
   absl::MutexLock lock(&mu_);
-  auto& keys = keys_[run_id];
+  KeyMap& keys = keys_[{run_id, incarnation}];
   for (const auto& [k, v] : set) keys[{round, k}] = v;
   for (const auto& k : erase) keys.erase({round, k});
   return absl::OkStatus();
 }
 
-absl::Status MemoryJournal::DropKeysBelow(const std::string& run_id, int64_t round) {
+absl::Status MemoryJournal::DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) {
   absl::MutexLock lock(&mu_);
-  auto& keys = keys_[run_id];
-  keys.erase(keys.begin(), keys.lower_bound({round, std::string()}));
+  auto it = keys_.find({run_id, incarnation});
+  if (it != keys_.end()) it->second.erase(it->second.begin(), it->second.lower_bound({round, std::string()}));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RunRecord>> MemoryJournal::Load() {
   absl::MutexLock lock(&mu_);
   std::vector<RunRecord> out;
+  std::map<std::string, RunRecord> store_only;
+  for (auto it = keys_.begin(); it != keys_.end();) {
+    const auto& [id, inc] = it->first;
+    auto rec = runs_.find(id);
+    if (rec != runs_.end() && rec->second.incarnation != inc) {
+      it = keys_.erase(it);  // Another incarnation's: left over.
+      continue;
+    }
+    if (rec == runs_.end()) {
+      // Keys alone: a store-only run; the newest incarnation (the map's last) wins.
+      RunRecord r;
+      r.run_id = id;
+      r.incarnation = inc;
+      r.store_only = true;
+      for (const auto& [rk, v] : it->second) r.keys.push_back({rk.first, rk.second, v});
+      store_only[id] = std::move(r);
+    }
+    ++it;
+  }
   for (const auto& [id, r] : runs_) {
     out.push_back(r);
-    if (auto it = keys_.find(id); it != keys_.end()) {
+    if (auto it = keys_.find({id, r.incarnation}); it != keys_.end()) {
       for (const auto& [rk, v] : it->second) out.back().keys.push_back({rk.first, rk.second, v});
     }
   }
+  for (auto& [id, r] : store_only) out.push_back(std::move(r));
   return out;
+}
+
+int64_t MemoryJournal::keys() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& [id, k] : keys_) n += static_cast<int64_t>(k.size());
+  return n;
 }
 
 int64_t MemoryJournal::writes() const {

@@ -16,9 +16,17 @@
 // Store keys are durable too: every store write goes to the journal
 // (SaveKeys) before it is applied and acknowledged, so keys that were set
 // stay readable and parked reads complete on the next leader; keys of
-// rounds below the current one are dropped with them (DropKeysBelow). Not
-// for store-only runs (no node ever joined: no record): their keys are
-// saved but not restored.
+// rounds below the current one are dropped with them (DropKeysBelow). A
+// store-only run (no node ever joined: no record) is restored from its keys
+// alone (RunRecord::store_only).
+//
+// Incarnations. A run id may be reused (a new job under an ended run's id,
+// a store-only run removed as idle and made again): each Run the server
+// makes gets a new incarnation, and its keys and its removal (Drop) are
+// about that incarnation only, so removing the old one never touches what
+// the new one wrote, whatever the order the writes reach the journal in.
+// A removed run's record and keys are dropped (RunRegistry): a journal
+// holds only what a server holds.
 //
 // Two implementations of RunJournal: none at all (the server without
 // --state: the Runs in memory are the state, nothing is copied, so the
@@ -57,6 +65,11 @@ struct StoredKey {
 // Everything durable about one run (see above).
 struct RunRecord {
   std::string run_id;
+  // Which Run under this id (see above): > 0, unique per run id.
+  int64_t incarnation = 0;
+  // Made by Load for keys with no record (a store-only run): only run_id,
+  // incarnation and keys are set.
+  bool store_only = false;
   // Raised by one at every change of the run's durable state, under the
   // run's lock: a journal keeps the record with the highest seq.
   int64_t seq = 0;
@@ -87,19 +100,25 @@ class RunJournal {
   // (for etcd: FAILED_PRECONDITION when this replica no longer leads,
   // UNAVAILABLE when etcd is unreachable or without quorum).
   virtual absl::Status Save(const RunRecord& record) = 0;
-  // Forgets a run (removed from the server: ended_run_ttl, replaced by a
-  // new job under the same id). Errors as Save.
-  virtual absl::Status Drop(const std::string& run_id) = 0;
+  // Forgets incarnation `incarnation` of a run (removed from the server:
+  // ended_run_ttl, idle store-only, room made at max_runs, replaced by a
+  // new job under the same id): its keys, and its record unless the record
+  // is of another incarnation. Errors as Save.
+  virtual absl::Status Drop(const std::string& run_id, int64_t incarnation) = 0;
   // A write of a run's store in `round`: keys set with their values, keys
   // deleted. Called under the store's lock, before the write is applied,
   // acknowledged or wakes a parked read. Errors as Save (the write is then
   // refused).
-  virtual absl::Status SaveKeys(const std::string& run_id, int64_t round,
+  virtual absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                                 const std::vector<std::pair<std::string, std::string>>& set,
                                 const std::vector<std::string>& erase) = 0;
   // Drops the run's keys of rounds below `round` (a new round closed).
-  virtual absl::Status DropKeysBelow(const std::string& run_id, int64_t round) = 0;
-  // Every run's latest record, by run id, with its store's keys. Errors as Save.
+  virtual absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) = 0;
+  // Every run's latest record, with its store's keys (those of the
+  // record's incarnation), and a store_only record for each run id with
+  // keys but no record (its newest incarnation). Keys of other
+  // incarnations (left by a Drop that failed) are not returned; Load drops
+  // them when it can (best effort). Errors as Save.
   virtual absl::StatusOr<std::vector<RunRecord>> Load() = 0;
 };
 
@@ -107,19 +126,23 @@ class RunJournal {
 class MemoryJournal : public RunJournal {
  public:
   absl::Status Save(const RunRecord& record) override;
-  absl::Status Drop(const std::string& run_id) override;
-  absl::Status SaveKeys(const std::string& run_id, int64_t round,
+  absl::Status Drop(const std::string& run_id, int64_t incarnation) override;
+  absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                         const std::vector<std::pair<std::string, std::string>>& set,
                         const std::vector<std::string>& erase) override;
-  absl::Status DropKeysBelow(const std::string& run_id, int64_t round) override;
+  absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) override;
   absl::StatusOr<std::vector<RunRecord>> Load() override;
   // Saves that wrote (not skipped as older).
   int64_t writes() const;
+  // Keys held, of every run and incarnation.
+  int64_t keys() const;
 
  private:
+  using KeyMap = std::map<std::pair<int64_t, std::string>, std::string>;  // (round, key) -> value.
   mutable absl::Mutex mu_;
   std::map<std::string, RunRecord> runs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::map<std::pair<int64_t, std::string>, std::string>> keys_ ABSL_GUARDED_BY(mu_);
+  // By (run id, incarnation).
+  std::map<std::pair<std::string, int64_t>, KeyMap> keys_ ABSL_GUARDED_BY(mu_);
   int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -153,7 +153,7 @@ start_replica() {
   local i=$1 members=${ETCD_CLIENT[$1]} j
   for j in 0 1 2; do ((j != i)) && members+=",${ETCD_CLIENT[j]}"; done
   spawn_on "$i" "$meshrun" server --host "$(addr_of "$i")" --port "$2" --port_file "$work/port$i" --state "etcd://$members/failover-test" \
-    --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" >>"$work/server$i.log" 2>&1
+    --state_lease_ttl "${FAILOVER_LEASE_TTL:-1}" --limit ended_run_ttl=2 >>"$work/server$i.log" 2>&1
   server_pid[i]=$!
 }
 dns_port=29411  # --dns: every replica on this port of its own host.
@@ -321,6 +321,14 @@ if ((quorum)); then
   echo "quorum lost for $((t_back - t_q)) ms; both agents on the leader again $(($(now_ms) - t_back)) ms after it returned, workers untouched"
 fi
 
+# A store-only run (no node joins it: a launcher that uses only the store) on the leader.
+plain=0
+[[ $mode == loopback ]] && ((!rolling && !quorum && !forming && !partition && !parked)) && plain=1
+if ((plain)); then
+  out=$("$store_keys" "@127.0.0.1:$(cat "$work/port$leader")" kv-only 0 set addr 10.0.0.9:4242) ||
+    fail "cannot set a key of the store-only run kv-only on the leader: $out"
+fi
+
 # 3. The leader's host dies: its replica and its etcd member, kill -9 together.
 if ((parked)); then
   # Worker rank 1's read of mesh/probe/late waits on the leader: sent right after its set of
@@ -470,6 +478,11 @@ grep -Eq "run 'failover' at ($new_addr:$new_port|$status_endpoint): running, rou
 key=$(run_on $client_host "$store_keys" "@$new_addr:$new_port" failover 0 get mesh/probe/row0) || fail "the new leader does not serve the key set before the failover: $key"
 [[ $key == nccl-id-0 ]] || fail "the new leader has '$key' for the key set before the failover (expected nccl-id-0)"
 echo "store: the key set before the failover reads 'nccl-id-0' on the new leader"
+if ((plain)); then
+  key=$("$store_keys" "@$new_addr:$new_port" kv-only 0 get addr) || fail "the new leader does not serve the store-only run's key: $key"
+  [[ $key == 10.0.0.9:4242 ]] || fail "the new leader has '$key' for the store-only run's key (expected 10.0.0.9:4242)"
+  echo "store: the store-only run's key reads '$key' on the new leader"
+fi
 
 # 5. The job finishes untouched.
 touch "$work/release1"
@@ -487,4 +500,15 @@ for r in 0 1; do
   [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish with restart count 0"
 done
 [[ $(cat "$work/rank1.key") == nccl-id-0 ]] || fail "worker rank 1 read '$(cat "$work/rank1.key")' through its store proxy (expected nccl-id-0)"
+if ((plain)); then
+  # The ended run is removed ended_run_ttl (2 s) after its end, from etcd too: its record and
+  # its keys; the store-only run's stay.
+  run_hex=$(printf failover | od -An -tx1 | tr -d ' \n')
+  etcd_keys() { etcdctl_on "$new_index" get --prefix "$1" --keys-only 2>/dev/null | grep -c .; }
+  run_gone() { (($(etcd_keys /failover-test/runs/failover) == 0 && $(etcd_keys "/failover-test/kv/$run_hex/") == 0)); }
+  wait_for 15 run_gone || fail "the ended run's record or keys are still in etcd 15 s after its end: $(etcdctl_on "$new_index" get --prefix /failover-test/ --keys-only)"
+  kv_hex=$(printf kv-only | od -An -tx1 | tr -d ' \n')
+  (($(etcd_keys "/failover-test/kv/$kv_hex/") == 1)) || fail "the store-only run's key is not in etcd: $(etcdctl_on "$new_index" get --prefix /failover-test/kv/ --keys-only)"
+  echo "etcd: the ended run's record and keys removed with the run (ended_run_ttl=2 s); the store-only run's key kept"
+fi
 echo "PASS: the job finished with exit 0 on both nodes; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0; the store key survived (read through the proxy after the failover); the exit barrier held node rank 0's arrival across it"

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -22,17 +23,17 @@ std::string Round20(int64_t round) { return absl::StrFormat("%020d", std::max<in
 
 // The runs' records in etcd: <prefix>/runs/<run id>, each a fenced write of
 // the leader (one per durable change: one per closed round); the runs'
-// store keys: <prefix>/kv/<run id in hex>/<round, 20 digits>/<key>, the
-// value as it is (any bytes).
+// store keys: <prefix>/kv/<run id in hex>/<incarnation, 16 hex digits>/
+// <round, 20 digits>/<key>, the value as it is (any bytes).
 class EtcdJournal : public RunJournal {
  public:
   EtcdJournal(Client* client, Election* election, std::string runs_prefix, std::string kv_prefix)
       : client_(client), election_(election), prefix_(std::move(runs_prefix)), kv_(std::move(kv_prefix)) {}
 
-  absl::Status SaveKeys(const std::string& run_id, int64_t round,
+  absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                         const std::vector<std::pair<std::string, std::string>>& set,
                         const std::vector<std::string>& erase) override {
-    const std::string base = absl::StrCat(KvRun(run_id), Round20(round), "/");
+    const std::string base = absl::StrCat(KvRun(run_id, incarnation), Round20(round), "/");
     // One fenced Txn per 127 writes (etcd's --max-txn-ops, one op kept for
     // the fence): a MultiSet of more keys is written in several.
     Txn txn;
@@ -57,9 +58,10 @@ class EtcdJournal : public RunJournal {
     return flush();
   }
 
-  absl::Status DropKeysBelow(const std::string& run_id, int64_t round) override {
-    Op del = Op::Delete(KvRun(run_id));
-    del.range_end = absl::StrCat(KvRun(run_id), Round20(round));
+  absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) override {
+    const std::string base = KvRun(run_id, incarnation);
+    Op del = Op::Delete(base);
+    del.range_end = absl::StrCat(base, Round20(round));
     Txn txn;
     txn.success.push_back(std::move(del));
     return election_->FencedTxn(txn).status();
@@ -77,14 +79,29 @@ class EtcdJournal : public RunJournal {
     return absl::OkStatus();
   }
 
-  absl::Status Drop(const std::string& run_id) override {
+  absl::Status Drop(const std::string& run_id, int64_t incarnation) override {
     absl::MutexLock lock(&mu_);
+    const std::string key = prefix_ + run_id;
+    absl::StatusOr<RangeResult> current = client_->Get(key);
+    if (!current.ok()) return current.status();
     Txn txn;
-    txn.success.push_back(Op::Delete(prefix_ + run_id));
-    txn.success.push_back(Op::DeletePrefix(KvRun(run_id)));
+    txn.success.push_back(Op::DeletePrefix(KvRun(run_id, incarnation)));
+    bool record_too = false;
+    if (!current->kvs.empty()) {
+      absl::StatusOr<RunRecord> rec = DecodeRunRecord(current->kvs.front().value);
+      record_too = !rec.ok() || rec->incarnation == incarnation;
+      if (record_too) {
+        // The record, unless a new incarnation's Save replaced it meanwhile.
+        Txn both;
+        both.compare.push_back(Compare::ModRevision(key, Compare::Result::kEqual, current->kvs.front().mod_revision));
+        both.success = {Op::Delete(key), txn.success.front()};
+        both.failure = txn.success;
+        txn = std::move(both);
+      }
+    }
     absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
     if (!r.ok()) return r.status();
-    last_seq_.erase(run_id);
+    if (record_too && (r->succeeded || r->replayed)) last_seq_.erase(run_id);
     return absl::OkStatus();
   }
 
@@ -114,9 +131,12 @@ class EtcdJournal : public RunJournal {
       if (!r->more || r->kvs.empty()) break;
       from = r->kvs.back().key + std::string(1, '\0');
     }
-    // The store's keys, attached to their runs.
-    std::map<std::string, RunRecord*> by_hex;
-    for (RunRecord& r : out) by_hex[absl::BytesToHexString(r.run_id)] = &r;
+    // The store's keys, attached to their runs' incarnations; keys with no
+    // record make store-only runs.
+    std::map<std::string, size_t> by_hex;  // Hex run id -> index in out.
+    for (size_t i = 0; i < out.size(); ++i) by_hex[absl::BytesToHexString(out[i].run_id)] = i;
+    std::map<std::string, RunRecord> store_only;  // By hex run id: the newest incarnation.
+    std::set<std::pair<std::string, int64_t>> stale;  // (hex, incarnation) of no run.
     from = kv_;
     const std::string kv_end = PrefixEnd(kv_);
     for (int page = 0; page < 1 << 20; ++page) {
@@ -128,17 +148,55 @@ class EtcdJournal : public RunJournal {
       absl::StatusOr<RangeResult> r = client_->Get(from, o);
       if (!r.ok()) return r.status();
       for (const KeyValue& kv : r->kvs) {
-        // <kv>/<hex>/<round20>/<key>
+        // <kv><hex>/<incarnation16>/<round20>/<key>
         absl::string_view rest = absl::string_view(kv.key).substr(kv_.size());
         const size_t slash = rest.find('/');
-        if (slash == absl::string_view::npos || rest.size() < slash + 22 || rest[slash + 21] != '/') continue;
-        auto run = by_hex.find(std::string(rest.substr(0, slash)));
+        if (slash == absl::string_view::npos || rest.size() < slash + 39 || rest[slash + 17] != '/' ||
+            rest[slash + 38] != '/') {
+          continue;
+        }
+        const std::string hex(rest.substr(0, slash));
+        uint64_t inc = 0;
         int64_t round = 0;
-        if (run == by_hex.end() || !absl::SimpleAtoi(rest.substr(slash + 1, 20), &round)) continue;
-        run->second->keys.push_back({round, std::string(rest.substr(slash + 22)), kv.value});
+        if (!absl::SimpleHexAtoi(rest.substr(slash + 1, 16), &inc) ||
+            !absl::SimpleAtoi(rest.substr(slash + 18, 20), &round)) {
+          continue;
+        }
+        StoredKey key{round, std::string(rest.substr(slash + 39)), kv.value};
+        const int64_t incarnation = static_cast<int64_t>(inc);
+        if (auto run = by_hex.find(hex); run != by_hex.end()) {
+          if (out[run->second].incarnation == incarnation) {
+            out[run->second].keys.push_back(std::move(key));
+          } else {
+            stale.insert({hex, incarnation});
+          }
+          continue;
+        }
+        RunRecord& so = store_only[hex];
+        if (so.incarnation != 0 && so.incarnation != incarnation) {
+          // Keys sort by incarnation: a later one is newer.
+          stale.insert({hex, so.incarnation});
+          so = RunRecord();
+        }
+        if (so.incarnation == 0) {
+          so.run_id = absl::HexStringToBytes(hex);
+          so.incarnation = incarnation;
+          so.store_only = true;
+        }
+        so.keys.push_back(std::move(key));
       }
       if (!r->more || r->kvs.empty()) break;
       from = r->kvs.back().key + std::string(1, '\0');
+    }
+    for (auto& [hex, r] : store_only) out.push_back(std::move(r));
+    // Left by a Drop that failed: best effort, a leader's fenced write.
+    for (const auto& [hex, inc] : stale) {
+      Txn txn;
+      txn.success.push_back(Op::DeletePrefix(absl::StrCat(kv_, hex, "/", Incarnation16(inc), "/")));
+      if (absl::Status s = election_->FencedTxn(txn).status(); !s.ok()) {
+        Logger("rdzv")->warn("etcd: could not drop the keys of an old run incarnation: {}", std::string(s.message()));
+        break;
+      }
     }
     absl::MutexLock lock(&mu_);
     last_seq_ = std::move(seqs);
@@ -146,7 +204,12 @@ class EtcdJournal : public RunJournal {
   }
 
  private:
-  std::string KvRun(const std::string& run_id) const { return absl::StrCat(kv_, absl::BytesToHexString(run_id), "/"); }
+  static std::string Incarnation16(int64_t incarnation) {
+    return absl::StrFormat("%016x", static_cast<uint64_t>(incarnation));
+  }
+  std::string KvRun(const std::string& run_id, int64_t incarnation) const {
+    return absl::StrCat(kv_, absl::BytesToHexString(run_id), "/", Incarnation16(incarnation), "/");
+  }
 
   Client* const client_;
   Election* const election_;

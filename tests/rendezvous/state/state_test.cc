@@ -29,6 +29,7 @@ bool WaitForWrites(const MemoryJournal& journal, int64_t n) {
 TEST_CASE("a run record survives JSON and names a bad field", "[state]") {
   RunRecord r;
   r.run_id = "job";
+  r.incarnation = 42;
   r.seq = 7;
   r.state = "running";
   r.config = Config(2, 4, 3);
@@ -49,6 +50,7 @@ TEST_CASE("a run record survives JSON and names a bad field", "[state]") {
   absl::StatusOr<RunRecord> back = DecodeRunRecord(EncodeRunRecord(r));
   REQUIRE(back.ok());
   CHECK(back->run_id == "job");
+  CHECK(back->incarnation == 42);
   CHECK(back->seq == 7);
   CHECK(back->config.max_nodes == 4);
   CHECK(back->config.last_call_timeout == absl::Milliseconds(100));
@@ -61,7 +63,7 @@ TEST_CASE("a run record survives JSON and names a bad field", "[state]") {
   CHECK(back->members[0].assignment.session == "secret");
   CHECK(back->members[0].finished);
 
-  absl::StatusOr<RunRecord> bad = DecodeRunRecord(R"({"run_id":"x","seq":1,"state":"running","round":"two"})");
+  absl::StatusOr<RunRecord> bad = DecodeRunRecord(R"({"run_id":"x","incarnation":1,"seq":1,"state":"running","round":"two"})");
   REQUIRE_FALSE(bad.ok());
   CHECK(std::string(bad.status().message()) == "run record: run.round has the wrong type");
   CHECK_FALSE(DecodeRunRecord("not json").ok());
@@ -216,7 +218,7 @@ TEST_CASE("store keys go to the journal before they are applied and come back on
 namespace {
 // A journal whose store writes fail (this replica no longer leads).
 struct RefusingJournal : MemoryJournal {
-  absl::Status SaveKeys(const std::string&, int64_t, const std::vector<std::pair<std::string, std::string>>&,
+  absl::Status SaveKeys(const std::string&, int64_t, int64_t, const std::vector<std::pair<std::string, std::string>>&,
                         const std::vector<std::string>&) override {
     return absl::FailedPreconditionError("not the leader");
   }
@@ -246,4 +248,94 @@ TEST_CASE("a replica standing by never names itself as the leader", "[state]") {
   CHECK_THAT(gate.Refusal(), Catch::Contains("no replica leads at the moment"));
   gate.SetLeader("");
   CHECK_THAT(gate.Refusal(), Catch::Contains("no replica leads at the moment"));
+}
+
+TEST_CASE("a store-only run's keys come back on the next replica, as a store-only run", "[state]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  {
+    RunRegistry first(&timer);
+    first.SetJournal(&journal);
+    std::shared_ptr<Run> run = *first.FindOrCreate("kv-only");
+    REQUIRE(run->kv().Set(0, "addr", "10.0.0.1:1234").ok());
+    REQUIRE(run->kv().Add(0, "count", 2).ok());
+  }
+  absl::StatusOr<std::vector<RunRecord>> records = journal.Load();
+  REQUIRE(records.ok());
+  REQUIRE(records->size() == 1);
+  CHECK((*records)[0].store_only);
+  CHECK((*records)[0].run_id == "kv-only");
+  CHECK((*records)[0].incarnation > 0);
+  RunRegistry second(&timer);
+  second.SetJournal(&journal);
+  second.Restore(*records, "failover");
+  std::shared_ptr<Run> run = second.Find("kv-only");
+  REQUIRE(run != nullptr);
+  CHECK(run->store_only());
+  CHECK(run->incarnation() == (*records)[0].incarnation);
+  CHECK(run->Status().state == "joining");
+  absl::StatusOr<int64_t> count = run->kv().Add(0, "count", 1);
+  REQUIRE(count.ok());
+  CHECK(*count == 3);
+  absl::StatusOr<std::vector<std::string>> values = absl::UnknownError("none");
+  run->kv().Await(0, {"addr"}, absl::ZeroDuration(),
+                  [&](absl::StatusOr<std::vector<std::string>> v) { values = std::move(v); });
+  REQUIRE(values.ok());
+  CHECK((*values)[0] == "10.0.0.1:1234");
+}
+
+TEST_CASE("a run removed from the server is removed from the journal, and a new one under its id keeps its own state",
+          "[state]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  std::atomic<int64_t> ahead_s{0};
+  ServerLimits limits;
+  limits.store_only_run_ttl = absl::Seconds(100);
+  RunRegistry registry(&timer, limits, [&] { return absl::Now() + absl::Seconds(ahead_s.load()); });
+  registry.SetJournal(&journal);
+
+  // An ended job, removed after ended_run_ttl: its record and keys go.
+  std::shared_ptr<Run> done = *registry.ForJoin("done", -1);
+  Assignment a;
+  creds.Join(*done, Node("n1", 1, "n1"), Config(1, 1), -1, [&](absl::StatusOr<Assignment> r) { a = *r; });
+  REQUIRE(done->kv().Set(0, "k", "v").ok());
+  creds.ReportFinished(*done, "n1", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  REQUIRE(done->terminal());
+  // A store-only run, removed when idle.
+  std::shared_ptr<Run> idle = *registry.FindOrCreate("idle");
+  REQUIRE(idle->kv().Set(0, "k", "v").ok());
+  CHECK(journal.keys() == 2);
+  REQUIRE(journal.Load()->size() == 2);
+
+  ahead_s = 601;
+  registry.SweepEnded();
+  registry.SweepIdleStoreOnly();
+  CHECK(registry.size() == 0);
+  CHECK(journal.Load()->empty());
+  CHECK(journal.keys() == 0);
+  // Nothing more reaches the journal from a removed run.
+  CHECK_FALSE(idle->kv().Set(0, "late", "v").ok());
+  CHECK(journal.keys() == 0);
+
+  // A new job under an ended run's id replaces it: the old one's removal,
+  // in whatever order it reaches the journal, leaves the new one's state.
+  ahead_s = 0;
+  std::shared_ptr<Run> first = *registry.ForJoin("job", -1);
+  creds.Join(*first, Node("n1", 1, "n1"), Config(1, 1), -1, [&](absl::StatusOr<Assignment> r) { a = *r; });
+  REQUIRE(first->kv().Set(0, "old", "1").ok());
+  creds.ReportFinished(*first, "n1", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  REQUIRE(first->terminal());
+  std::shared_ptr<Run> second = *registry.ForJoin("job", -1);
+  REQUIRE(second != first);
+  CHECK(second->incarnation() > first->incarnation());
+  creds.Join(*second, Node("n2", 1, "n2"), Config(1, 1), -1, [&](absl::StatusOr<Assignment> r) { a = *r; });
+  REQUIRE(second->kv().Set(0, "new", "2").ok());
+  REQUIRE(journal.Drop("job", first->incarnation()).ok());  // Late: after the new run's writes.
+  absl::StatusOr<std::vector<RunRecord>> left = journal.Load();
+  REQUIRE(left.ok());
+  REQUIRE(left->size() == 1);
+  CHECK((*left)[0].incarnation == second->incarnation());
+  CHECK((*left)[0].state == "running");
+  REQUIRE((*left)[0].keys.size() == 1);
+  CHECK((*left)[0].keys[0].key == "new");
 }
