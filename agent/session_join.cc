@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
+#include "common/setting.h"
 #include "agent/signal_policy.h"
 
 namespace meshrun::agent {
@@ -230,6 +231,21 @@ bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit
 }
 
 std::string Session::RefusalHint(const absl::Status& s) const {
+  // The server names the run's setting in its own words; this node's flag for it.
+  if (std::optional<std::string> setting = SettingOf(s)) {
+    if (*setting == kNodeCount) {
+      return absl::StrCat(" (this node's --nnodes=", NnodesText(), "; every node of a job gives the same --nnodes)");
+    }
+    if (*setting == kMaxRestarts) {
+      return absl::StrCat(" (this node's --max_restarts=", o_.max_restarts,
+                          "; every node of a job gives the same --max_restarts)");
+    }
+    if (*setting == kNodeRank) {
+      return absl::StrCat(" (this node's --node_rank=", o_.node_rank, "; each node gives its own --node_rank)");
+    }
+    if (*setting == kAdvertisedAddress) return " (a node's advertised address is its --local_addr)";
+    return "";
+  }
   if (!absl::IsUnauthenticated(s) || o_.endpoint_note.empty()) return "";
   absl::StatusOr<Endpoint> ep = ParseEndpoint(o_.endpoint, 29400);
   return absl::StrCat(". On this host, ", o_.endpoint_note,

@@ -82,7 +82,9 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
           watch_opening_ = false;
           if (ev.refusal_code() != 0) {
             stream_answer_ = FromGrpc(
-                grpc::Status(static_cast<grpc::StatusCode>(ev.refusal_code()), ev.refusal_message()), "join");
+                grpc::Status(static_cast<grpc::StatusCode>(ev.refusal_code()), ev.refusal_message(),
+                             ev.refusal_details()),
+                "join");
           } else {
             session_ = ev.assignment().session();
             has_assignment_ = true;

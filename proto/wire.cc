@@ -1,4 +1,5 @@
 #include "proto/wire.h"
+#include "common/setting.h"
 #include "common/stale.h"
 #include "common/standby.h"
 
@@ -32,18 +33,32 @@ grpc::Status ToGrpc(const absl::Status& s) {
   if (IsStaleStatus(s)) {
     return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()), std::string(kStaleDetail));
   }
+  if (std::optional<std::string> setting = SettingOf(s)) {
+    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()), SettingDetail(*setting));
+  }
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
+
+namespace {
+// The payloads that status details stand for (ToGrpc's, reversed).
+void AddDetailPayloads(const std::string& details, absl::Status* out) {
+  // A standby's refusal keeps who leads (common/standby.h).
+  if (std::string leader; ParseStandbyDetail(details, &leader)) {
+    out->SetPayload(kStandbyPayloadUrl, absl::Cord(leader));
+  }
+  // A node declared lost (common/stale.h).
+  if (IsStaleDetail(details)) out->SetPayload(kStalePayloadUrl, absl::Cord("1"));
+  // The run's setting a refusal is about (common/setting.h).
+  if (std::optional<std::string> setting = ParseSettingDetail(details)) {
+    out->SetPayload(kSettingPayloadUrl, absl::Cord(*setting));
+  }
+}
+}  // namespace
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
   absl::Status out(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(what, ": ", s.error_message()));
-  // A standby's refusal keeps who leads (common/standby.h).
-  if (std::string leader; ParseStandbyDetail(s.error_details(), &leader)) {
-    out.SetPayload(kStandbyPayloadUrl, absl::Cord(leader));
-  }
-  // A node declared lost (common/stale.h).
-  if (IsStaleDetail(s.error_details())) out.SetPayload(kStalePayloadUrl, absl::Cord("1"));
+  AddDetailPayloads(s.error_details(), &out);
   return out;
 }
 
@@ -148,6 +163,7 @@ pb::RunEvent ToProto(const RunEvent& e) {
   if (e.assignment) ToProto(*e.assignment, out.mutable_assignment());
   out.set_refusal_code(static_cast<int32_t>(e.refusal.code()));
   out.set_refusal_message(std::string(e.refusal.message()));
+  if (!e.refusal.ok()) out.set_refusal_details(ToGrpc(e.refusal).error_details());
   return out;
 }
 
@@ -168,6 +184,7 @@ RunEvent FromProto(const pb::RunEvent& e) {
   if (e.has_assignment()) out.assignment = FromProto(e.assignment());
   if (e.refusal_code() != 0) {
     out.refusal = absl::Status(static_cast<absl::StatusCode>(e.refusal_code()), e.refusal_message());
+    AddDetailPayloads(e.refusal_details(), &out.refusal);
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
+#include "common/setting.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -33,15 +34,21 @@ absl::Status DecideAddresses(std::vector<NodeDesc>& nodes) {
   for (NodeDesc& n : nodes) {
     if (!n.addr.empty() && !IsLoopback(n.addr)) continue;
     if (!n.local_addr.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Describe(n), ": --local_addr=", n.local_addr, " is the loopback address ", n.addr,
-          " there, which the other hosts of this multi-host job cannot reach; give an address or a name that "
-          "resolves to one they reach (Debian maps the host's own name to 127.0.1.1 in /etc/hosts)"));
+      return SettingStatus(
+          absl::StatusCode::kInvalidArgument,
+          absl::StrCat(Describe(n), ": its advertised address ", n.local_addr, " is the loopback address ", n.addr,
+                       " there, which the other hosts of this multi-host job cannot reach; give an address or a "
+                       "name that resolves to one they reach (Debian maps the host's own name to 127.0.1.1 in "
+                       "/etc/hosts)"),
+          kAdvertisedAddress);
     }
     if (server_addr.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Describe(n), " reached the server over loopback (", n.addr.empty() ? "no address" : n.addr,
-          ") and no other node reported an address it reached the server on; give it --local_addr"));
+      return SettingStatus(
+          absl::StatusCode::kInvalidArgument,
+          absl::StrCat(Describe(n), " reached the server over loopback (", n.addr.empty() ? "no address" : n.addr,
+                       ") and no other node reported an address it reached the server on; give it an advertised "
+                       "address"),
+          kAdvertisedAddress);
     }
     n.addr = server_addr;
   }

@@ -21,11 +21,11 @@ NodeOrder OrderNodes(const std::vector<NodeDesc>& nodes) {
     if (hint < 0) continue;
     ++given;
     if (hint >= n) {
-      out.warning = absl::StrCat("--node_rank=", hint, " of node ", nodes[i].hostname,
+      out.warning = absl::StrCat("node rank ", hint, " asked for by node ", nodes[i].hostname,
                                  " is out of range 0..", n - 1);
     } else if (by_hint[hint] >= 0) {
       const NodeDesc& other = nodes[by_hint[hint]];
-      out.warning = absl::StrCat("--node_rank=", hint, " given by two nodes: ", other.hostname,
+      out.warning = absl::StrCat("node rank ", hint, " asked for by two nodes: ", other.hostname,
                                  " (pid ", other.pid, ") and ", nodes[i].hostname, " (pid ",
                                  nodes[i].pid, ")");
     } else {
@@ -37,7 +37,7 @@ NodeOrder OrderNodes(const std::vector<NodeDesc>& nodes) {
     return out;
   }
   if (given > 0 && given < n && out.warning.empty()) {
-    out.warning = absl::StrCat("--node_rank given by ", given, " of ", n,
+    out.warning = absl::StrCat("a node rank asked for by ", given, " of ", n,
                                " nodes; using the default order");
   }
   std::sort(out.order.begin(), out.order.end(), [&](int a, int b) {

@@ -5,6 +5,7 @@
 // barrier).
 #include "rendezvous/run/run.h"
 
+#include "common/setting.h"
 #include "common/stale.h"
 
 #include <algorithm>
@@ -18,9 +19,10 @@
 namespace meshrun::rendezvous {
 namespace {
 
+// "2", or "2 to 4" for a range of node counts.
 std::string NnodesText(const RunConfig& c) {
   return c.min_nodes == c.max_nodes ? absl::StrCat(c.max_nodes)
-                                    : absl::StrCat(c.min_nodes, ":", c.max_nodes);
+                                    : absl::StrCat(c.min_nodes, " to ", c.max_nodes);
 }
 
 }  // namespace
@@ -98,14 +100,16 @@ void Run::RunAll(Deferred& later) {
 
 absl::Status Run::CheckConfigLocked(const RunConfig& config) const {
   if (config.min_nodes != config_.min_nodes || config.max_nodes != config_.max_nodes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--nnodes conflict in run '", run_id_, "': this node has --nnodes=", NnodesText(config),
-        ", the run has --nnodes=", NnodesText(config_)));
+    return SettingStatus(absl::StatusCode::kFailedPrecondition,
+                         absl::StrCat("the node count conflicts in run '", run_id_, "': this node's join asks for ",
+                                      NnodesText(config), " nodes, the run has ", NnodesText(config_)),
+                         kNodeCount);
   }
   if (config.max_restarts != config_.max_restarts) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--max_restarts conflict in run '", run_id_, "': this node has ", config.max_restarts,
-        ", the run has ", config_.max_restarts));
+    return SettingStatus(absl::StatusCode::kFailedPrecondition,
+                         absl::StrCat("the restart limit conflicts in run '", run_id_, "': this node's join allows ",
+                                      config.max_restarts, " restarts, the run allows ", config_.max_restarts),
+                         kMaxRestarts);
   }
   return absl::OkStatus();
 }
@@ -165,10 +169,12 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       // Only with an explicit --node_rank: O(joining) for such a node.
       for (const auto& j : pending_) {
         if (j.node.node_rank_hint == node.node_rank_hint) {
-          refused = absl::FailedPreconditionError(absl::StrCat(
-              "--node_rank=", node.node_rank_hint, " is already taken in run '", run_id_, "' by ",
-              j.node.hostname, " (pid ", j.node.pid, ", ", j.node.addr, "); refused for ", node.hostname,
-              " (pid ", node.pid, ", ", node.addr, ")"));
+          refused = SettingStatus(
+              absl::StatusCode::kFailedPrecondition,
+              absl::StrCat("node rank ", node.node_rank_hint, " is already taken in run '", run_id_, "' by ",
+                           j.node.hostname, " (pid ", j.node.pid, ", ", j.node.addr, "); refused for ", node.hostname,
+                           " (pid ", node.pid, ", ", node.addr, ")"),
+              kNodeRank);
         }
       }
     }

@@ -41,6 +41,7 @@ P=$(free_port); common=(--nnodes=2 --rdzv_endpoint="host0:$P" --rdzv_conf=join_t
 launch 0 la0 -- "${common[@]}" --nproc_per_node=1 --rdzv_id=la --local_addr=host0 /bin/true
 launch 1 la1 -- "${common[@]}" --nproc_per_node=1 --rdzv_id=la /bin/true
 for i in 0 1; do expect_rc "la$i" 1 20 "host$i (--local_addr=host0 on host0)"; done
-expect_in la1 "--local_addr=host0 is the loopback address 127.0.1.1"
+expect_in la1 "its advertised address host0 is the loopback address 127.0.1.1"
+expect_in la1 "(a node's advertised address is its --local_addr)"
 expect_no_processes
 finish

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "common/setting.h"
+
 #include <sys/socket.h>
 
 #include "common/net.h"
@@ -48,7 +50,7 @@ TEST_CASE("the most common dialed address wins, ties go to the smallest", "[addr
   CHECK(tie[0].addr == "fd00::a");
 }
 
-TEST_CASE("an explicit --local_addr is kept, and refused when loopback in a multi-host job", "[addresses]") {
+TEST_CASE("an explicit advertised address is kept, and refused when loopback in a multi-host job", "[addresses]") {
   std::vector<NodeDesc> ok{Node("host0", "192.168.64.10", "127.0.1.1", "192.168.64.10"),
                            Node("host1", "192.168.64.11", "192.168.64.10")};
   REQUIRE(DecideAddresses(ok).ok());
@@ -57,15 +59,18 @@ TEST_CASE("an explicit --local_addr is kept, and refused when loopback in a mult
                             Node("host1", "192.168.64.11", "192.168.64.10")};
   absl::Status s = DecideAddresses(bad);
   REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
-  CHECK_THAT(std::string(s.message()), Catch::Contains("--local_addr=host0") && Catch::Contains("127.0.1.1") &&
+  CHECK_THAT(std::string(s.message()), Catch::Contains("its advertised address host0 is the loopback address "
+                                                       "127.0.1.1") &&
                                            Catch::Contains("node host0"));
+  CHECK(meshrun::SettingOf(s) == std::string(meshrun::kAdvertisedAddress));  // The agent names its flag.
 }
 
 TEST_CASE("a loopback node with nobody reporting a dialed address is refused", "[addresses]") {
   std::vector<NodeDesc> nodes{Node("host0", "127.0.1.1", ""), Node("host1", "192.168.64.11", "")};
   absl::Status s = DecideAddresses(nodes);
   REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
-  CHECK_THAT(std::string(s.message()), Catch::Contains("--local_addr"));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("give it an advertised address"));
+  CHECK(meshrun::SettingOf(s) == std::string(meshrun::kAdvertisedAddress));
 }
 
 TEST_CASE("gRPC peer strings give the numeric address", "[addresses]") {

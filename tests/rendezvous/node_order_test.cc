@@ -28,7 +28,7 @@ TEST_CASE("node_rank is honoured when exactly 0..n-1", "[order]") {
   CHECK(o.order == std::vector<int>{1, 0});
   auto dup = OrderNodes({Node("a", "1", 1, 0), Node("b", "2", 1, 0)});
   CHECK(dup.order == std::vector<int>{0, 1});
-  CHECK(dup.warning.find("given by two nodes") != std::string::npos);
+  CHECK(dup.warning.find("asked for by two nodes") != std::string::npos);
   CHECK(dup.warning.find("a (pid 1)") != std::string::npos);
   CHECK(dup.warning.find("b (pid 1)") != std::string::npos);
 }

@@ -1,6 +1,8 @@
 // The run's rounds, restart budget and exit barrier, with no network.
 #include <catch2/catch.hpp>
 
+#include "common/setting.h"
+
 #include <atomic>
 #include <map>
 
@@ -60,14 +62,23 @@ TEST_CASE("a round closes after the last call once MIN nodes joined", "[run]") {
   CHECK(answer->node_count == 1);
 }
 
-TEST_CASE("conflicting --nnodes is refused naming the field", "[run]") {
+TEST_CASE("a conflicting node count or restart limit is refused in the domain's words, marked with the setting",
+          "[run]") {
   DeadlineTimer timer;
   auto run = std::make_shared<Run>("job", &timer);
-  creds.Join(*run, Node("a", 1, "1"), Config(2, 2), -1, [](absl::StatusOr<Assignment>) {});
+  creds.Join(*run, Node("a", 1, "1"), Config(2, 2, 3), -1, [](absl::StatusOr<Assignment>) {});
   absl::Status refused;
-  creds.Join(*run, Node("b", 1, "2"), Config(3, 3), -1, [&](absl::StatusOr<Assignment> a) { refused = a.status(); });
+  creds.Join(*run, Node("b", 1, "2"), Config(2, 4, 3), -1, [&](absl::StatusOr<Assignment> a) { refused = a.status(); });
   CHECK(absl::IsFailedPrecondition(refused));
-  CHECK(std::string(refused.message()).find("--nnodes") != std::string::npos);
+  CHECK(std::string(refused.message()) ==
+        "the node count conflicts in run 'job': this node's join asks for 2 to 4 nodes, the run has 2");
+  CHECK(meshrun::SettingOf(refused) == std::string(meshrun::kNodeCount));
+  creds.Join(*run, Node("c", 1, "3"), Config(2, 2, 1), -1, [&](absl::StatusOr<Assignment> a) { refused = a.status(); });
+  CHECK(std::string(refused.message()) ==
+        "the restart limit conflicts in run 'job': this node's join allows 1 restarts, the run allows 3");
+  CHECK(meshrun::SettingOf(refused) == std::string(meshrun::kMaxRestarts));
+  // No launcher's flag in the domain's words.
+  CHECK(std::string(refused.message()).find("--") == std::string::npos);
 }
 
 TEST_CASE("one incident costs one restart: the budget is job-wide", "[run]") {
