@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auto channel = grpc::CreateCustomChannel(world->store_endpoint, meshrun::ClientCredentials(tls), args);
-  auto stub = meshrun::v1::Rendezvous::NewStub(channel);
+  auto stub = meshrun::v1::Store::NewStub(channel);
   auto call = [&](auto method, auto& req, auto& resp, absl::Duration limit) {
     req.mutable_run()->set_run_id(world->run_id);
     req.mutable_run()->set_token(world->token);
@@ -74,20 +74,20 @@ int main(int argc, char** argv) {
   meshrun::v1::KvAddResponse added;
   add.set_key("bench/arrived");
   add.set_delta(1);
-  if (!call(&meshrun::v1::Rendezvous::Stub::KvAdd, add, added, absl::Seconds(60))) return 1;
+  if (!call(&meshrun::v1::Store::Stub::KvAdd, add, added, absl::Seconds(60))) return 1;
   const bool reporter = added.value() == world->world_size;
   if (reporter) {
     meshrun::v1::KvSetRequest set;
     meshrun::v1::KvSetResponse set_resp;
     set.set_key("bench/go");
     set.set_value("1");
-    if (!call(&meshrun::v1::Rendezvous::Stub::KvSet, set, set_resp, absl::Seconds(60))) return 1;
+    if (!call(&meshrun::v1::Store::Stub::KvSet, set, set_resp, absl::Seconds(60))) return 1;
   }
   meshrun::v1::KvGetRequest get;
   meshrun::v1::KvGetResponse got;
   get.set_key("bench/go");
   get.set_wait_ms(60000);
-  if (!call(&meshrun::v1::Rendezvous::Stub::KvGet, get, got, absl::Seconds(70))) return 1;
+  if (!call(&meshrun::v1::Store::Stub::KvGet, get, got, absl::Seconds(70))) return 1;
   const auto start = std::chrono::steady_clock::now();
   auto mesh = InitDeviceMesh("cpu", shape, {}, *world);
   if (!mesh.ok()) {

@@ -50,7 +50,7 @@ class GrpcStore : public Store {
       : options_(std::move(options)),
         ep_(std::move(ep)),
         channel_(channel),
-        stub_(pb::Rendezvous::NewStub(channel)),
+        stub_(pb::Store::NewStub(channel)),
         target_(std::move(target)),
         connected_(options_.wait_for_connection) {}
 
@@ -224,7 +224,7 @@ class GrpcStore : public Store {
   const GrpcStoreOptions options_;
   const std::optional<Endpoint> ep_;
   const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<pb::Rendezvous::Stub> stub_;
+  const std::unique_ptr<pb::Store::Stub> stub_;
   const std::string target_;
   std::atomic<bool> connected_;
 };

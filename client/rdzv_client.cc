@@ -64,7 +64,7 @@ std::vector<std::string> ReplicaAddresses(const std::string& endpoint, const std
   if (!ep.ok() || IsNumericAddress(ep->host)) return {};
   absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(ep->host);
   if (!addrs.ok() || addrs->size() <= 1) return {};
-  auto stub = pb::Rendezvous::NewStub(channel);
+  auto stub = pb::Admin::NewStub(channel);
   pb::StatusRequest req;
   req.mutable_run()->set_run_id(run_id);
   req.mutable_run()->set_token(token);

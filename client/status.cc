@@ -11,7 +11,7 @@ namespace meshrun::client {
 
 absl::StatusOr<ServerStatus> QueryServerStatus(const Connection& server, const std::string& token,
                                                const std::string& run_id, absl::Duration timeout) {
-  auto stub = v1::Rendezvous::NewStub(server.channel);
+  auto stub = v1::Admin::NewStub(server.channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::StatusRequest req;

@@ -27,7 +27,7 @@ namespace meshrun::agent {
 namespace {
 
 namespace pb = ::meshrun::v1;
-using Stub = pb::Rendezvous::Stub;
+using Stub = pb::Store::Stub;
 
 // Longest path a Unix socket address holds (sun_path, with its NUL).
 constexpr size_t kMaxSocketPath = 107;
@@ -82,8 +82,8 @@ class ProxyReactor : public grpc::ServerUnaryReactor {
   [](Stub* stub, grpc::ClientContext* c, const auto* req, auto* resp,                  \
      std::function<void(grpc::Status)> f) { stub->async()->m(c, req, resp, std::move(f)); }
 
-// The workers' side: the store methods of the Rendezvous service.
-class ProxyService final : public pb::Rendezvous::CallbackService {
+// The workers' side: the server's Store service (and Admin's Status, below).
+class ProxyService final : public pb::Store::CallbackService {
  public:
   // `max_forwarded`: calls sent on as they are, held at once (the
   // cache bounds its own by the same figure, store_proxy_max_waiters).
@@ -165,12 +165,17 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
       for (auto& s : v) resp->add_values(std::move(s));
     });
   }
+  // The server's view of this run (workers count requests with it): its
+  // Admin service's Status, for this run.
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const pb::StatusRequest* req,
-                                   pb::StatusResponse* resp) override {
-    // The server's view of this run (workers count requests with it).
+                                   pb::StatusResponse* resp) {
     pb::StatusRequest mine = *req;
     mine.mutable_run()->set_run_id(run_id_);
-    return Forward(ctx, mine, resp, MESHRUN_ASYNC(Status), nullptr, /*check_run=*/false);
+    return Forward<v1::Admin::Stub>(
+        ctx, mine, resp,
+        [](v1::Admin::Stub* stub, grpc::ClientContext* c, const auto* r, auto* out,
+           std::function<void(grpc::Status)> f) { stub->async()->Status(c, r, out, std::move(f)); },
+        nullptr, /*check_run=*/false);
   }
 
  private:
@@ -210,7 +215,7 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
 
   // Sends the worker's request on as it is, with the agent's token and node
   // id and the worker's deadline; `learn` sees a successful answer.
-  template <typename Req, typename Resp, typename Method, typename Learn>
+  template <typename StubT = Stub, typename Req, typename Resp, typename Method, typename Learn>
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx, const Req& worker_req, Resp* resp,
                                     Method method, Learn learn, bool check_run = true) {
     if (absl::Status s = check_run ? Admit(worker_req, worker_req.run()) : rendezvous::wire::CheckWellFormed(worker_req);
@@ -225,7 +230,7 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
     struct Call {
       Req req;
       std::shared_ptr<grpc::ClientContext> ctx;
-      std::shared_ptr<Stub> stub;
+      std::shared_ptr<StubT> stub;
     };
     auto call = std::make_shared<Call>();
     call->req = worker_req;
@@ -248,6 +253,19 @@ class ProxyService final : public pb::Rendezvous::CallbackService {
   GrpcUpstream* const upstream_;
   StoreCache* const cache_;
   const int64_t max_forwarded_;
+};
+
+// The workers' side of the server's Admin service: Status, for this run.
+class ProxyAdminService final : public pb::Admin::CallbackService {
+ public:
+  explicit ProxyAdminService(ProxyService* store) : store_(store) {}
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const pb::StatusRequest* req,
+                                   pb::StatusResponse* resp) override {
+    return store_->Status(ctx, req, resp);
+  }
+
+ private:
+  ProxyService* const store_;
 };
 
 // True when something listens on the Unix socket `path` (a connect that
@@ -338,6 +356,7 @@ struct StoreProxy::Impl {
   std::unique_ptr<StoreBatcher> batcher;
   std::unique_ptr<StoreCache> cache;
   std::unique_ptr<ProxyService> service;
+  std::unique_ptr<ProxyAdminService> admin;
   std::unique_ptr<grpc::Server> server;
 };
 
@@ -360,7 +379,9 @@ absl::StatusOr<std::unique_ptr<StoreProxy>> StoreProxy::Start(StoreProxyOptions 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(proxy->endpoint_, grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(INT32_MAX, options.max_message_bytes)));
+  impl->admin = std::make_unique<ProxyAdminService>(impl->service.get());
   builder.RegisterService(impl->service.get());
+  builder.RegisterService(impl->admin.get());
   impl->server = builder.BuildAndStart();
   proxy->impl_ = std::move(impl);
   if (!proxy->impl_->server) {

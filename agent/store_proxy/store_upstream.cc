@@ -159,7 +159,8 @@ void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::strin
   std::vector<BatchItem> kept;
   {
     absl::MutexLock lock(&mu_);
-    stub_ = std::shared_ptr<Stub>(pb::Rendezvous::NewStub(std::move(channel)));
+    stub_ = std::shared_ptr<Stub>(pb::Store::NewStub(channel));
+    admin_stub_ = std::shared_ptr<pb::Admin::Stub>(pb::Admin::NewStub(std::move(channel)));
     node_id_ = std::move(node_id);
     for (auto& [id, item] : kept_) kept.push_back(std::move(item));
     kept_.clear();
@@ -199,6 +200,15 @@ std::shared_ptr<grpc::ClientContext> GrpcUpstream::NewContext(std::chrono::syste
   if (deadline != std::chrono::system_clock::time_point::max()) ctx->set_deadline(deadline);
   *stub = stub_;
   ++in_flight_;
+  return ctx;
+}
+
+std::shared_ptr<grpc::ClientContext> GrpcUpstream::NewContext(std::chrono::system_clock::time_point deadline,
+                                                              std::shared_ptr<v1::Admin::Stub>* admin) {
+  std::shared_ptr<Stub> unused;
+  std::shared_ptr<grpc::ClientContext> ctx = NewContext(deadline, &unused);
+  absl::MutexLock lock(&mu_);
+  *admin = admin_stub_;
   return ctx;
 }
 

@@ -26,7 +26,7 @@ class KvBatchCall;
 
 class GrpcUpstream : public BatchUpstream {
  public:
-  using Stub = v1::Rendezvous::Stub;
+  using Stub = v1::Store::Stub;
 
   // Forwards for run `run_id` with `token` (the agent's; workers never see
   // it). No channel yet: SetChannel before the first call.
@@ -51,6 +51,9 @@ class GrpcUpstream : public BatchUpstream {
   // in flight until CallEnded. Thread-safe.
   std::shared_ptr<grpc::ClientContext> NewContext(std::chrono::system_clock::time_point deadline,
                                                   std::shared_ptr<Stub>* stub);
+  // The same for a call of the server's Admin service (a worker's Status).
+  std::shared_ptr<grpc::ClientContext> NewContext(std::chrono::system_clock::time_point deadline,
+                                                  std::shared_ptr<v1::Admin::Stub>* admin);
   // A call made with NewContext ended (once per NewContext). Thread-safe.
   void CallEnded();
   // Calls in flight to the server now (batches and forwarded calls).
@@ -80,6 +83,7 @@ class GrpcUpstream : public BatchUpstream {
   const std::string token_;
   absl::Mutex mu_;
   std::shared_ptr<Stub> stub_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<v1::Admin::Stub> admin_stub_ ABSL_GUARDED_BY(mu_);
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   // Item -> the batch call it is in (alive while listed; null: kept for the
   // next leader, in kept_).

@@ -62,7 +62,7 @@ struct Tally {
 class Worker {
  public:
   // `all_ranks`: layout.ranks(), computed once for every worker.
-  Worker(std::shared_ptr<pb::Rendezvous::Stub> stub, const SimConfig& config, int64_t round, const MeshLayout& layout,
+  Worker(std::shared_ptr<pb::Store::Stub> stub, const SimConfig& config, int64_t round, const MeshLayout& layout,
          const std::vector<int>& all_ranks, int rank, int node_rank, int local, std::shared_ptr<Tally> tally)
       : stub_(std::move(stub)),
         run_id_(config.run_id),
@@ -169,7 +169,7 @@ class Worker {
   }
 
   // Shared: a call still in flight past the phase keeps them alive.
-  const std::shared_ptr<pb::Rendezvous::Stub> stub_;
+  const std::shared_ptr<pb::Store::Stub> stub_;
   const std::string run_id_;
   const absl::Duration timeout_;
   const int64_t round_;
@@ -224,7 +224,7 @@ PhaseResult WorkersPhase::Prepare(const std::vector<SimNode>& nodes) {
     }
     (*p)->SetRound(n.round);
     channels_.push_back(grpc::CreateChannel((*p)->endpoint(), grpc::InsecureChannelCredentials()));
-    stubs_.push_back(pb::Rendezvous::NewStub(channels_.back()));
+    stubs_.push_back(pb::Store::NewStub(channels_.back()));
     proxies_.push_back(std::move(*p));
   }
   // Every channel connected before the clock starts (a worker's store

@@ -88,7 +88,7 @@ class WorkersPhase {
   std::shared_ptr<Tally> tally_;
   std::vector<std::unique_ptr<agent::StoreProxy>> proxies_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
-  std::vector<std::shared_ptr<::meshrun::v1::Rendezvous::Stub>> stubs_;
+  std::vector<std::shared_ptr<::meshrun::v1::Store::Stub>> stubs_;
   std::vector<Worker*> unsent_;
 };
 

@@ -54,8 +54,11 @@ class CallInterceptor : public grpc::experimental::Interceptor {
 
 std::string MethodLabel(const char* full_method) {
   std::string_view m = full_method == nullptr ? "" : full_method;
-  constexpr std::string_view kOurs = "/meshrun.v1.Rendezvous/";
-  if (m.substr(0, kOurs.size()) == kOurs) return std::string(m.substr(kOurs.size()));
+  // meshrun's own three services: the method's name alone (each name is
+  // used by one of them).
+  for (std::string_view ours : {"/meshrun.v1.Rendezvous/", "/meshrun.v1.Store/", "/meshrun.v1.Admin/"}) {
+    if (m.substr(0, ours.size()) == ours) return std::string(m.substr(ours.size()));
+  }
   if (!m.empty() && m[0] == '/') m.remove_prefix(1);
   return std::string(m);
 }

@@ -40,7 +40,9 @@ class CallInterceptorFactory : public grpc::experimental::ServerInterceptorFacto
   std::shared_ptr<std::atomic<int64_t>> open_calls_;
 };
 
-// "Join" for "/meshrun.v1.Rendezvous/Join"; other services keep their full
+// "Join" for "/meshrun.v1.Rendezvous/Join", "KvSet" for
+// "/meshrun.v1.Store/KvSet", "Status" for "/meshrun.v1.Admin/Status"; other
+// services keep their full
 // name ("grpc.health.v1.Health/Check"); "" for null. Pure.
 std::string MethodLabel(const char* full_method);
 // "OK", "UNAVAILABLE", ... for a gRPC status code; "CODE_<n>" for one

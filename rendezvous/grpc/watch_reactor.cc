@@ -6,7 +6,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/stale.h"
 #include "proto/wire.h"
-#include "rendezvous/grpc/rendezvous_service.h"
+#include "rendezvous/grpc/service_core.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -19,7 +19,7 @@ using wire::ToProto;
 class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public EventSink {
  public:
   WatchReactor(grpc::CallbackServerContext* ctx, std::shared_ptr<Run> run, std::string node_id,
-               RendezvousService* service, const ServerLimits& limits)
+               ServiceCore* service, const ServerLimits& limits)
       : ctx_(ctx),
         run_(std::move(run)),
         node_id_(std::move(node_id)),
@@ -181,7 +181,7 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
   grpc::CallbackServerContext* const ctx_;
   const std::shared_ptr<Run> run_;
   const std::string node_id_;
-  RendezvousService* const service_;
+  ServiceCore* const service_;
   const int64_t max_events_;
   const int64_t max_bytes_;
   MemoryBudget* const budget_;
@@ -204,7 +204,7 @@ class WatchReactor : public grpc::ServerWriteReactor<pb::RunEvent>, public Event
 
 grpc::ServerWriteReactor<pb::RunEvent>* StartWatch(grpc::CallbackServerContext* ctx, std::shared_ptr<Run> run,
                                                    std::string node_id,
-                                                   RendezvousService* service, const ServerLimits& limits,
+                                                   ServiceCore* service, const ServerLimits& limits,
                                                    int64_t known_round, const std::string& session,
                                                    grpc::Status* status) {
   auto reactor = std::make_shared<WatchReactor>(ctx, std::move(run), std::move(node_id), service, limits);

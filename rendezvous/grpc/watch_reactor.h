@@ -15,7 +15,7 @@
 
 namespace meshrun::rendezvous {
 
-class RendezvousService;
+class ServiceCore;
 
 // Starts serving a Watch call of `node_id` on `run`: subscribes to the
 // run's events after `known_round` (`session`: the node's credential).
@@ -31,7 +31,7 @@ class RendezvousService;
 inline constexpr char kEvictedMetadataKey[] = "meshrun-evicted";
 grpc::ServerWriteReactor<v1::RunEvent>* StartWatch(grpc::CallbackServerContext* ctx, std::shared_ptr<Run> run,
                                                    std::string node_id,
-                                                   RendezvousService* service, const ServerLimits& limits,
+                                                   ServiceCore* service, const ServerLimits& limits,
                                                    int64_t known_round, const std::string& session,
                                                    grpc::Status* status);
 

@@ -22,7 +22,10 @@
 #include "rendezvous/server/memory_budget.h"
 #include "rendezvous/server/memory_release.h"
 #include "rendezvous/server/metrics_exposer.h"
+#include "rendezvous/grpc/admin_service.h"
 #include "rendezvous/grpc/rendezvous_service.h"
+#include "rendezvous/grpc/service_core.h"
+#include "rendezvous/grpc/store_service.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -92,7 +95,11 @@ struct RendezvousServer::Impl {
   std::unique_ptr<TrafficCounters> traffic;  // Connections accepted, store requests per node.
   std::unique_ptr<RunRegistry> registry;
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
-  std::unique_ptr<RendezvousService> service;
+  // The three gRPC services (membership, store, admin) and their shared door.
+  std::unique_ptr<ServiceCore> core;
+  std::unique_ptr<RendezvousService> rendezvous;
+  std::unique_ptr<StoreService> store;
+  std::unique_ptr<AdminService> admin;
   std::unique_ptr<HealthService> health;  // grpc.health.v1 on the same port.
   std::unique_ptr<MetricsEndpoint> exposer;  // GET /metrics, when metrics_port >= 0.
   absl::Mutex mu;
@@ -154,7 +161,9 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   // headers (path, user agent, ...); the price is ~100 bytes per request.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_HPACK_TABLE_SIZE_DECODER, 0);
   builder.AddListeningPort(where, ServerCredentials(options.tls), bound);
-  builder.RegisterService(service.get());
+  builder.RegisterService(rendezvous.get());
+  builder.RegisterService(store.get());
+  builder.RegisterService(admin.get());
   builder.RegisterService(health.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   // One interceptor per call feeds the RPC metrics, the traffic counters
@@ -286,14 +295,17 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->registry->SetGate(options.gate);
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
   impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });
-  impl->service = std::make_unique<RendezvousService>(impl->registry.get(), options.token, impl->metrics.get(),
-                                                      options.limits, impl->traffic.get());
+  impl->core = std::make_unique<ServiceCore>(impl->registry.get(), options.token, impl->metrics.get(), options.limits,
+                                             impl->traffic.get());
+  impl->rendezvous = std::make_unique<RendezvousService>(impl->core.get());
+  impl->store = std::make_unique<StoreService>(impl->core.get());
+  impl->admin = std::make_unique<AdminService>(impl->core.get());
   if (options.open_files_warning) {
-    if (absl::StatusOr<OpenFilesLimit> l = CurrentOpenFilesLimit(); l.ok()) impl->service->set_open_files_limit(*l);
+    if (absl::StatusOr<OpenFilesLimit> l = CurrentOpenFilesLimit(); l.ok()) impl->core->set_open_files_limit(*l);
   }
-  impl->service->set_memory_releaser(impl->releaser.get());
-  impl->service->set_memory_budget(impl->budget.get());
-  impl->service->set_gate(options.gate);
+  impl->core->set_memory_releaser(impl->releaser.get());
+  impl->core->set_memory_budget(impl->budget.get());
+  impl->core->set_gate(options.gate);
 
   const std::string& host = options.host;
   // gRPC's standard health service (grpc.health.v1.Health) on the same
@@ -311,7 +323,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     absl::MutexLock lock(&impl->mu);
     impl->generations.push_back(std::move(*first));
   }
-  impl->service->set_port(impl->port);
+  impl->core->set_port(impl->port);
   if (options.metrics_port >= 0) {
     if (absl::Status m = CheckMetricsExposure(options); !m.ok()) {
       absl::MutexLock lock(&impl->mu);
@@ -320,7 +332,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
       return m;
     }
     Impl* raw = impl.get();
-    raw->metrics->SetSource({[raw] { return raw->registry->Status(); }, [raw] { return raw->service->open_watchers(); },
+    raw->metrics->SetSource({[raw] { return raw->registry->Status(); }, [raw] { return raw->core->open_watchers(); },
                              [raw] { return raw->traffic->Snapshot(); }});
     MetricsEndpoint::Options mo;
     mo.host = MetricsHost(options);
@@ -375,7 +387,7 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
 }
 
 bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
-  return impl_->service->WaitForNoWatchers(timeout);
+  return impl_->core->WaitForNoWatchers(timeout);
 }
 
 void RendezvousServer::RestoreState(const std::vector<state::RunRecord>& records, const std::string& why) {

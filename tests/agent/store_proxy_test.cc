@@ -65,7 +65,7 @@ struct Setup {
 
   // The server's Status: of every run, or of run `run_id` only.
   v1::StatusResponse ServerStatus(const std::string& run_id = "") const {
-    auto stub = v1::Rendezvous::NewStub(channel);
+    auto stub = v1::Admin::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::StatusRequest req;

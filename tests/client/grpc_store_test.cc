@@ -21,7 +21,7 @@ namespace {
 // The store reads parked in `run` on the server at `endpoint`, as its status
 // counts them; -1 when it cannot say.
 int64_t ParkedReads(const std::string& endpoint, const std::string& run) {
-  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Admin::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::StatusRequest req;

@@ -21,6 +21,7 @@
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/support/server_stubs.h"
 
 using namespace meshrun::testing;
 namespace pb = ::meshrun::v1;
@@ -62,7 +63,7 @@ struct Server {
   bool Alive() const { return pid > 0 && kill(pid, 0) == 0; }
 };
 
-std::unique_ptr<pb::Rendezvous::Stub> Stub(int port, bool small_window = false) {
+std::unique_ptr<meshrun::testing::ServerStubs> Stub(int port, bool small_window = false) {
   grpc::ChannelArguments args;
   if (small_window) {
     // A client that reads nothing: the server may send it no more than a
@@ -75,7 +76,7 @@ std::unique_ptr<pb::Rendezvous::Stub> Stub(int port, bool small_window = false) 
   args.SetMaxSendMessageSize(64 << 20);
   // A fresh connection per stub (no sharing between attacker and victim).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return pb::Rendezvous::NewStub(
+  return std::make_unique<meshrun::testing::ServerStubs>(
       grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
 }
 
@@ -90,13 +91,13 @@ std::unique_ptr<grpc::ClientContext> Ctx(double seconds = 10) {
   return c;
 }
 
-grpc::Status KvSet(pb::Rendezvous::Stub& s, const std::string& run, const std::string& key, const std::string& v) {
+grpc::Status KvSet(meshrun::testing::ServerStubs& s, const std::string& run, const std::string& key, const std::string& v) {
   pb::KvSetRequest req;
   Ref(req.mutable_run(), run);
   req.set_key(key);
   req.set_value(v);
   pb::KvSetResponse resp;
-  return s.KvSet(Ctx().get(), req, &resp);
+  return s.store->KvSet(Ctx().get(), req, &resp);
 }
 
 pb::JoinRequest JoinReq(const std::string& run, const std::string& node, int nnodes) {
@@ -132,7 +133,7 @@ struct Victim {
         Ref(get.mutable_run(), "victim");
         get.set_key("k" + std::to_string(i % 10));
         pb::KvGetResponse got;
-        grpc::Status g = stub->KvGet(Ctx().get(), get, &got);
+        grpc::Status g = stub->store->KvGet(Ctx().get(), get, &got);
         if (!s.ok() || !g.ok()) ++errors;
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         usleep(5000);
@@ -215,7 +216,7 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
         req.add_values("v");
       }
       pb::KvMultiSetResponse resp;
-      last = attacker->KvMultiSet(Ctx().get(), req, &resp);
+      last = attacker->store->KvMultiSet(Ctx().get(), req, &resp);
     }
     CHECK(last.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
     CHECK_THAT(last.error_message(), Contains("max_keys_per_run=262144"));
@@ -224,7 +225,7 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
   {
     auto refused = [&](pb::JoinRequest req, const std::string& want) {
       pb::JoinResponse resp;
-      grpc::Status s = attacker->Join(Ctx().get(), req, &resp);
+      grpc::Status s = attacker->rendezvous->Join(Ctx().get(), req, &resp);
       CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
       CHECK_THAT(s.error_message(), Contains(want));
     };
@@ -247,15 +248,15 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
     add.set_key("n");
     add.set_delta(INT64_MAX);
     pb::KvAddResponse ar;
-    REQUIRE(attacker->KvAdd(Ctx().get(), add, &ar).ok());
-    grpc::Status wrap = attacker->KvAdd(Ctx().get(), add, &ar);
+    REQUIRE(attacker->store->KvAdd(Ctx().get(), add, &ar).ok());
+    grpc::Status wrap = attacker->store->KvAdd(Ctx().get(), add, &ar);
     CHECK(wrap.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(wrap.error_message(), Contains("overflows"));
   }
   // Slow watchers: a run of the attacker's own (2 members), 100 streams that
   // never read, and 30 failure events of 64 KiB each pushed to them.
   {
-    std::vector<std::unique_ptr<pb::Rendezvous::Stub>> stubs;
+    std::vector<std::unique_ptr<meshrun::testing::ServerStubs>> stubs;
     std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
     std::vector<std::unique_ptr<grpc::ClientReader<pb::RunEvent>>> readers;
     for (int i = 0; i < 100; ++i) {
@@ -265,14 +266,14 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
       w.set_node_id("watcher" + std::to_string(i));
       w.set_known_round(-1);
       ctxs.push_back(std::make_unique<grpc::ClientContext>());
-      readers.push_back(stubs.back()->Watch(ctxs.back().get(), w));
+      readers.push_back(stubs.back()->rendezvous->Watch(ctxs.back().get(), w));
     }
     std::string session[2];
     std::vector<std::thread> joins;
     for (int n = 0; n < 2; ++n) {
       joins.emplace_back([&, n] {
         pb::JoinResponse resp;
-        grpc::Status s = attacker->Join(Ctx().get(), JoinReq("slow", "member" + std::to_string(n), 2), &resp);
+        grpc::Status s = attacker->rendezvous->Join(Ctx().get(), JoinReq("slow", "member" + std::to_string(n), 2), &resp);
         if (s.ok()) session[n] = resp.assignment().session();
       });
     }
@@ -288,7 +289,7 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
       f.mutable_failure()->set_round(e);
       f.mutable_failure()->set_message(std::string(1 << 20, 'm'));  // Cut to 64 KiB.
       pb::ReportFailureResponse fr;
-      grpc::Status s = attacker->ReportFailure(Ctx().get(), f, &fr);
+      grpc::Status s = attacker->rendezvous->ReportFailure(Ctx().get(), f, &fr);
       if (!s.ok()) {
         WARN("report " << e << ": " << s.error_message());
         break;
@@ -304,7 +305,7 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
           j.set_last_round(e);
           j.set_session(session[n]);
           pb::JoinResponse resp;
-          if (attacker->Join(Ctx().get(), j, &resp).ok()) session[n] = resp.assignment().session();
+          if (attacker->rendezvous->Join(Ctx().get(), j, &resp).ok()) session[n] = resp.assignment().session();
         });
       }
       for (auto& t : rejoin) t.join();
@@ -338,13 +339,13 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
     fin.set_node_id("invented");
     fin.set_timeout_ms(100);
     pb::ReportFinishedResponse fr;
-    CHECK(attacker->ReportFinished(Ctx().get(), fin, &fr).error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(attacker->rendezvous->ReportFinished(Ctx().get(), fin, &fr).error_code() == grpc::StatusCode::PERMISSION_DENIED);
     pb::HeartbeatRequest hb;
     Ref(hb.mutable_run(), "slow");
     hb.set_node_id("member0");
     hb.set_session("forged");
     pb::HeartbeatResponse hr;
-    CHECK(attacker->Heartbeat(Ctx().get(), hb, &hr).error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(attacker->rendezvous->Heartbeat(Ctx().get(), hb, &hr).error_code() == grpc::StatusCode::PERMISSION_DENIED);
   }
   // Run ids: at most 256 made by one connection; 1,200 tried. A 1 MiB run id.
   {
@@ -360,7 +361,7 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
     CHECK(made <= 1024);
     pb::JoinRequest j = JoinReq(std::string(1 << 20, 'r'), "n", 2);
     pb::JoinResponse jr;
-    grpc::Status s = attacker->Join(Ctx().get(), j, &jr);
+    grpc::Status s = attacker->rendezvous->Join(Ctx().get(), j, &jr);
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(s.error_message(), Contains("max_run_id_bytes"));
     CHECK(s.error_message().size() < 400);
@@ -387,7 +388,7 @@ TEST_CASE("hostile inputs: the server stays up, bounded, and serves a normal cli
   pb::StatusRequest sreq;
   Ref(sreq.mutable_run(), "");
   pb::StatusResponse sresp;
-  REQUIRE(attacker->Status(Ctx().get(), sreq, &sresp).ok());
+  REQUIRE(attacker->admin->Status(Ctx().get(), sreq, &sresp).ok());
   CHECK(sresp.refused_counts().at("KvSet") > 100);
   CHECK(sresp.refused_counts().at("Join") >= 6);
   CHECK(sresp.refused_counts().at("ReportFinished") >= 1);

@@ -19,6 +19,7 @@
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/support/skip.h"
+#include "tests/support/server_stubs.h"
 
 using namespace meshrun::testing;
 namespace pb = ::meshrun::v1;
@@ -32,10 +33,10 @@ constexpr bool kRssBounds = false;  // ASan's quarantine keeps freed blocks.
 constexpr bool kRssBounds = true;
 #endif
 
-std::unique_ptr<pb::Rendezvous::Stub> Stub(int port) {
+std::unique_ptr<meshrun::testing::ServerStubs> Stub(int port) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return pb::Rendezvous::NewStub(
+  return std::make_unique<meshrun::testing::ServerStubs>(
       grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
 }
 
@@ -48,7 +49,7 @@ std::unique_ptr<grpc::ClientContext> Ctx(double seconds = 10) {
 // One node joins run `run` (nnodes 1, so the round closes at once), fills
 // its store with `keys` values of `value_bytes`, and, when `finish`,
 // reports the run finished. Returns the first failed status.
-grpc::Status OneNodeRun(pb::Rendezvous::Stub& stub, const std::string& run, int keys, int value_bytes, bool finish) {
+grpc::Status OneNodeRun(meshrun::testing::ServerStubs& stub, const std::string& run, int keys, int value_bytes, bool finish) {
   pb::JoinRequest join;
   join.mutable_run()->set_run_id(run);
   join.mutable_node()->set_node_id(run + "-node");
@@ -61,7 +62,7 @@ grpc::Status OneNodeRun(pb::Rendezvous::Stub& stub, const std::string& run, int 
   join.mutable_config()->set_keep_alive_interval_ms(60000);
   join.set_last_round(-1);
   pb::JoinResponse joined;
-  if (grpc::Status s = stub.Join(Ctx().get(), join, &joined); !s.ok()) return s;
+  if (grpc::Status s = stub.rendezvous->Join(Ctx().get(), join, &joined); !s.ok()) return s;
   pb::KvMultiSetRequest set;
   set.mutable_run()->set_run_id(run);
   set.set_round(joined.assignment().round());
@@ -72,7 +73,7 @@ grpc::Status OneNodeRun(pb::Rendezvous::Stub& stub, const std::string& run, int 
   pb::KvMultiSetResponse set_resp;
   auto set_ctx = Ctx();
   set_ctx->AddMetadata("meshrun-node", run + "-node");  // As a store proxy names its node.
-  if (grpc::Status s = stub.KvMultiSet(set_ctx.get(), set, &set_resp); !s.ok()) return s;
+  if (grpc::Status s = stub.store->KvMultiSet(set_ctx.get(), set, &set_resp); !s.ok()) return s;
   if (!finish) return grpc::Status::OK;
   pb::ReportFinishedRequest fin;
   fin.mutable_run()->set_run_id(run);
@@ -81,7 +82,7 @@ grpc::Status OneNodeRun(pb::Rendezvous::Stub& stub, const std::string& run, int 
   fin.set_session(joined.assignment().session());
   fin.set_timeout_ms(5000);
   pb::ReportFinishedResponse fin_resp;
-  return stub.ReportFinished(Ctx().get(), fin, &fin_resp);
+  return stub.rendezvous->ReportFinished(Ctx().get(), fin, &fin_resp);
 }
 
 RunResult Status(int port, const std::vector<std::string>& extra = {}, const std::string& timeout_s = "2") {
@@ -131,7 +132,7 @@ TEST_CASE("a long-lived daemon shows ended runs until ended_run_ttl, then forget
     pb::StatusRequest req;
     req.mutable_run()->set_run_id(run_id);
     pb::StatusResponse resp;
-    REQUIRE(stub->Status(Ctx().get(), req, &resp).ok());
+    REQUIRE(stub->admin->Status(Ctx().get(), req, &resp).ok());
     return std::map<std::string, int64_t>(resp.store_requests_by_node().begin(), resp.store_requests_by_node().end());
   };
   // Each run made one store request (OneNodeRun's KvMultiSet) for its node.
@@ -373,7 +374,7 @@ TEST_CASE("status of one run over gRPC with 100,000 runs held", "[.status-scale]
     req.set_key("k");
     req.set_value("v");
     pb::KvSetResponse resp;
-    REQUIRE(stub->KvSet(Ctx().get(), req, &resp).ok());
+    REQUIRE(stub->store->KvSet(Ctx().get(), req, &resp).ok());
   }
   std::printf("%d runs made in %s; server RSS %.1f MiB\n", kRuns, absl::FormatDuration(absl::Now() - t0).c_str(),
               d.RssMiB());
@@ -382,7 +383,7 @@ TEST_CASE("status of one run over gRPC with 100,000 runs held", "[.status-scale]
     one.mutable_run()->set_run_id("run-50000");
     pb::StatusResponse one_resp;
     const absl::Time s1 = absl::Now();
-    REQUIRE(stub->Status(Ctx().get(), one, &one_resp).ok());
+    REQUIRE(stub->admin->Status(Ctx().get(), one, &one_resp).ok());
     const absl::Duration t_one = absl::Now() - s1;
     REQUIRE(one_resp.runs_size() == 1);
     // Its own store traffic only, not the other runs'.
@@ -390,7 +391,7 @@ TEST_CASE("status of one run over gRPC with 100,000 runs held", "[.status-scale]
     pb::StatusRequest all;
     pb::StatusResponse all_resp;
     const absl::Time s2 = absl::Now();
-    REQUIRE(stub->Status(Ctx(60).get(), all, &all_resp).ok());
+    REQUIRE(stub->admin->Status(Ctx(60).get(), all, &all_resp).ok());
     const absl::Duration t_all = absl::Now() - s2;
     REQUIRE(all_resp.runs_size() == kRuns);
     std::printf("Status(one run): %s; Status(every run): %s\n", absl::FormatDuration(t_one).c_str(),

@@ -71,6 +71,6 @@ TEST_CASE("a limit too low for --nnodes MAX is warned about: at start when hosti
   CHECK(WaitCommand(daemon, 10) == 0);
   const std::string err = ReadFile(dir + "/server.err");
   INFO(err);
-  CHECK(CountLines(err, "warning: the open files limit (ulimit -n) is 512 (hard limit 512) but a run with --nnodes "
-                        "MAX=2000 needs about 2064 descriptors") == 1);
+  CHECK(CountLines(err, "warning: the open files limit (ulimit -n) is 512 (hard limit 512) but a run with a node "
+                        "count (MAX) of 2000 needs about 2064 descriptors") == 1);
 }

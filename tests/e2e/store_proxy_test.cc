@@ -32,7 +32,7 @@ meshrun::v1::StatusResponse ServerStatus(int port, const std::string& token = ""
   if (!channel) {
     channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
   }
-  auto stub = meshrun::v1::Rendezvous::NewStub(channel);
+  auto stub = meshrun::v1::Admin::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   meshrun::v1::StatusRequest req;

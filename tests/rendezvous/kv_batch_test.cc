@@ -20,7 +20,7 @@ namespace {
 
 struct Server {
   std::unique_ptr<rendezvous::RendezvousServer> server;
-  std::unique_ptr<pb::Rendezvous::Stub> stub;
+  std::unique_ptr<pb::Store::Stub> stub;
   explicit Server(rendezvous::ServerLimits limits = {}) {
     rendezvous::ServerOptions o;
     o.host = "127.0.0.1";
@@ -28,7 +28,7 @@ struct Server {
     auto s = rendezvous::RendezvousServer::Start(o);
     REQUIRE(s.ok());
     server = std::move(*s);
-    stub = pb::Rendezvous::NewStub(grpc::CreateChannel(server->endpoint(), grpc::InsecureChannelCredentials()));
+    stub = pb::Store::NewStub(grpc::CreateChannel(server->endpoint(), grpc::InsecureChannelCredentials()));
   }
   grpc::Status Set(const std::string& key, const std::string& value) {
     grpc::ClientContext ctx;

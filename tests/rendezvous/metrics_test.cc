@@ -46,7 +46,9 @@ TEST_CASE("server metrics render in Prometheus' text format", "[metrics]") {
 TEST_CASE("rpc metric labels: method names and status code names", "[metrics]") {
   using meshrun::rendezvous::CodeName;
   using meshrun::rendezvous::MethodLabel;
-  CHECK(MethodLabel("/meshrun.v1.Rendezvous/KvGet") == "KvGet");
+  CHECK(MethodLabel("/meshrun.v1.Rendezvous/Join") == "Join");
+  CHECK(MethodLabel("/meshrun.v1.Store/KvGet") == "KvGet");
+  CHECK(MethodLabel("/meshrun.v1.Admin/Status") == "Status");
   CHECK(MethodLabel("/grpc.health.v1.Health/Check") == "grpc.health.v1.Health/Check");
   CHECK(CodeName(0) == "OK");
   CHECK(CodeName(16) == "UNAUTHENTICATED");

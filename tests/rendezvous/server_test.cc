@@ -11,14 +11,16 @@
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/server.h"
+#include "tests/support/server_stubs.h"
 
 using namespace meshrun;
 namespace pb = meshrun::v1;
 
 namespace {
 
-std::unique_ptr<pb::Rendezvous::Stub> Stub(const rendezvous::RendezvousServer& s) {
-  return pb::Rendezvous::NewStub(grpc::CreateChannel(s.endpoint(), grpc::InsecureChannelCredentials()));
+std::unique_ptr<meshrun::testing::ServerStubs> Stub(const rendezvous::RendezvousServer& s) {
+  return std::make_unique<meshrun::testing::ServerStubs>(
+      grpc::CreateChannel(s.endpoint(), grpc::InsecureChannelCredentials()));
 }
 
 pb::JoinRequest JoinReq(const std::string& run, const std::string& token) {
@@ -46,7 +48,7 @@ TEST_CASE("join over gRPC returns the assignment: status counts requests", "[ser
   auto stub = Stub(**server);
   grpc::ClientContext ctx;
   pb::JoinResponse resp;
-  REQUIRE(stub->Join(&ctx, JoinReq("job", ""), &resp).ok());
+  REQUIRE(stub->rendezvous->Join(&ctx, JoinReq("job", ""), &resp).ok());
   CHECK(resp.assignment().world_size() == 4);
   CHECK(resp.assignment().master_addr() == "127.0.0.1");
   CHECK(resp.assignment().master_port() == 1234);
@@ -54,7 +56,7 @@ TEST_CASE("join over gRPC returns the assignment: status counts requests", "[ser
   grpc::ClientContext sctx;
   pb::StatusRequest sreq;
   pb::StatusResponse sresp;
-  REQUIRE(stub->Status(&sctx, sreq, &sresp).ok());
+  REQUIRE(stub->admin->Status(&sctx, sreq, &sresp).ok());
   CHECK(sresp.request_counts().at("Join") == 1);
   CHECK(sresp.port() == (*server)->port());
   REQUIRE(sresp.runs_size() == 1);
@@ -80,15 +82,15 @@ TEST_CASE("with a token, a wrong one gets no assignment", "[server][auth]") {
   auto stub = Stub(**server);
   grpc::ClientContext bad;
   pb::JoinResponse resp;
-  grpc::Status s = stub->Join(&bad, JoinReq("job", "nope"), &resp);
+  grpc::Status s = stub->rendezvous->Join(&bad, JoinReq("job", "nope"), &resp);
   CHECK(s.error_code() == grpc::StatusCode::UNAUTHENTICATED);
   CHECK_FALSE(resp.has_assignment());
   grpc::ClientContext sctx;
   pb::StatusResponse sresp;
-  CHECK(stub->Status(&sctx, pb::StatusRequest(), &sresp).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(stub->admin->Status(&sctx, pb::StatusRequest(), &sresp).error_code() == grpc::StatusCode::UNAUTHENTICATED);
   CHECK(sresp.runs_size() == 0);
   grpc::ClientContext good;
-  REQUIRE(stub->Join(&good, JoinReq("job", "tok"), &resp).ok());
+  REQUIRE(stub->rendezvous->Join(&good, JoinReq("job", "tok"), &resp).ok());
   CHECK(resp.assignment().world_size() == 4);
 }
 
@@ -105,7 +107,7 @@ TEST_CASE("a parked get is released when its client gives up: shutdown does not 
     pb::StatusRequest sreq;
     sreq.mutable_run()->set_run_id(run);
     pb::StatusResponse sresp;
-    if (!stub->Status(&sctx, sreq, &sresp).ok() || sresp.runs_size() != 1) return -1;
+    if (!stub->admin->Status(&sctx, sreq, &sresp).ok() || sresp.runs_size() != 1) return -1;
     return sresp.runs(0).kv_waiters();
   };
   // Polls (at most 5 s) until `run` has `n` parked reads.
@@ -124,7 +126,7 @@ TEST_CASE("a parked get is released when its client gives up: shutdown does not 
   req.set_wait_ms(60000);
   pb::KvGetResponse resp;
   auto start = absl::Now();
-  grpc::Status s = stub->KvGet(&ctx, req, &resp);
+  grpc::Status s = stub->store->KvGet(&ctx, req, &resp);
   CHECK(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
   CHECK(absl::Now() - start < absl::Seconds(5));
   // The server let go of it too: no read is left parked in the run.
@@ -136,7 +138,7 @@ TEST_CASE("a parked get is released when its client gives up: shutdown does not 
   pb::KvGetResponse resp2;
   std::atomic<bool> answered{false};
   grpc::Status s2;
-  stub->async()->KvGet(&ctx2, &req, &resp2, [&](grpc::Status st) {
+  stub->store->async()->KvGet(&ctx2, &req, &resp2, [&](grpc::Status st) {
     s2 = st;
     answered = true;
   });
@@ -185,14 +187,15 @@ TEST_CASE("request bytes that do not parse get INVALID_ARGUMENT naming the messa
   grpc::GenericStub stub(channel);
   // A length-delimited field 1 that claims 100 bytes and has 2: not a message.
   const std::string garbage("\x0a\x64\x01\x02", 4);
-  for (const char* method : {"Join", "Heartbeat", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvMultiGet",
-                             "Status"}) {
+  for (const char* method : {"Rendezvous/Join", "Rendezvous/Heartbeat", "Rendezvous/ReportFailure",
+                             "Rendezvous/ReportFinished", "Store/KvSet", "Store/KvGet", "Store/KvMultiGet",
+                             "Admin/Status"}) {
     grpc::Slice slice(garbage);
     grpc::ByteBuffer request(&slice, 1), response;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     std::promise<grpc::Status> done;
-    stub.UnaryCall(&ctx, std::string("/meshrun.v1.Rendezvous/") + method, grpc::StubOptions(), &request, &response,
+    stub.UnaryCall(&ctx, std::string("/meshrun.v1.") + method, grpc::StubOptions(), &request, &response,
                    [&done](grpc::Status s) { done.set_value(s); });
     grpc::Status s = done.get_future().get();
     INFO(method << ": " << s.error_message());

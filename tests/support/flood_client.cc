@@ -76,9 +76,11 @@ void AsyncFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<Call>> calls;
   std::vector<std::unique_ptr<pb::Rendezvous::Stub>> stubs;
+  std::vector<std::unique_ptr<pb::Store::Stub>> store_stubs;
   std::vector<std::unique_ptr<Health::Stub>> health_stubs;
   for (const auto& ch : channels) {
     stubs.push_back(pb::Rendezvous::NewStub(ch));
+    store_stubs.push_back(pb::Store::NewStub(ch));
     health_stubs.push_back(Health::NewStub(ch));
   }
   int64_t open = 0;
@@ -111,7 +113,7 @@ void AsyncFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>
       req.mutable_run()->set_token(f.token);
       req.set_key(absl::StrCat("never-set-", i));
       req.set_wait_ms(3600 * 1000);
-      call->kv_get = stubs[ch]->AsyncKvGet(&call->ctx, req, &cq);
+      call->kv_get = store_stubs[ch]->AsyncKvGet(&call->ctx, req, &cq);
       call->kv_get->Finish(&call->get, &call->status, call);
       call->started = true;
       call->finishing = true;
@@ -210,7 +212,7 @@ void WriteFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>
   const absl::Time end = absl::Now() + absl::Seconds(f.seconds);
   for (size_t t = 0; t < channels.size(); ++t) {
     threads.emplace_back([&, t] {
-      auto stub = pb::Rendezvous::NewStub(channels[t]);
+      auto stub = pb::Store::NewStub(channels[t]);
       int64_t i = 0;
       while (!g_stop.load() && absl::Now() < end) {
         grpc::ClientContext ctx;

@@ -1,0 +1,51 @@
+#include "rendezvous/grpc/admin_service.h"
+
+#include "proto/wire.h"
+#include "rendezvous/grpc/reactors.h"
+
+namespace meshrun::rendezvous {
+
+namespace pb = ::meshrun::v1;
+using wire::ToProto;
+using M = ServiceCore::Method;
+
+grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* ctx, const pb::StatusRequest* req,
+                                               pb::StatusResponse* resp) {
+  if (auto s = core_->Admit(M::kStatus, *req, req->run(), /*need_run_id=*/false); !s.ok()) {
+    return core_->Reply(M::kStatus, ctx, s);
+  }
+  RunRegistry* registry = core_->registry();
+  if (req->run().run_id().empty()) {
+    for (const RunStatus& r : registry->Status()) ToProto(r, resp->add_runs());
+  } else if (std::optional<RunStatus> r = registry->StatusOf(req->run().run_id())) {
+    // One run costs that run, however many the server holds.
+    ToProto(*r, resp->add_runs());
+  }
+  for (int i = 0; i < ServiceCore::kNumMethods; ++i) {
+    const auto m = static_cast<M>(i);
+    (*resp->mutable_request_counts())[ServiceCore::MethodName(m)] = core_->served(m);
+    (*resp->mutable_refused_counts())[ServiceCore::MethodName(m)] = core_->refused(m);
+  }
+  if (TrafficCounters* traffic = core_->traffic()) {
+    // One run's nodes only, when the request names a run.
+    TrafficSnapshot t = req->run().run_id().empty() ? traffic->Snapshot() : traffic->SnapshotOf(req->run().run_id());
+    resp->set_connections_accepted(t.connections_accepted);
+    resp->mutable_store_requests_by_node()->insert(t.store_requests_by_node.begin(), t.store_requests_by_node.end());
+    resp->mutable_store_keys_read_by_node()->insert(t.store_keys_read_by_node.begin(),
+                                                    t.store_keys_read_by_node.end());
+  }
+  resp->set_port(core_->port());
+  resp->set_version(MESHRUN_VERSION);
+  if (const state::ServingGate* gate = core_->gate()) {
+    resp->set_replica_role(gate->serving() ? "leader" : "standby");
+    for (const state::ReplicaView& r : gate->Replicas()) {
+      pb::ReplicaInfo* out = resp->add_replicas();
+      out->set_id(r.id);
+      out->set_address(r.address);
+      out->set_leader(r.leader);
+    }
+  }
+  return Answer(ctx, grpc::Status::OK);
+}
+
+}  // namespace meshrun::rendezvous
