@@ -194,9 +194,16 @@ class RendezvousClient {
   // not UNAVAILABLE nor a standby's refusal), when stopping, or at
   // `deadline`. A standby's refusal starts the failover.
   bool WaitForNextLeader(const grpc::Status& s, const std::shared_ptr<Stubs>& on, absl::Time deadline);
-  // The server in use refused as a standby naming `leader`: asks the event
-  // stream to fail over, to that leader first (once; not when stopping).
-  void RequestFailover(const std::string& leader);
+  // The server in use refused as a standby naming `leader`, or another
+  // replica leads while it is silent (`why`; empty: the standby's refusal):
+  // asks the event stream to fail over, to that leader first (once; not
+  // when stopping).
+  void RequestFailover(const std::string& leader, const std::string& why = "");
+  // Replicas: another endpoint than `current` that serves (leads) now, or
+  // "" (each asked once, 1 s each at most). Only a replica holding the
+  // etcd lease serves, so one that serves while `current` is silent is the
+  // next leader: `current` was cut off (docs/etcd.md).
+  std::string OtherLeader(const std::string& current);
   // Looks for the leader among endpoints_ until `deadline` (or a stop);
   // switches every later call to it. OK once switched.
   absl::Status FailOver(const std::string& why, absl::Time deadline);
@@ -228,6 +235,7 @@ class RendezvousClient {
   // A heartbeat was refused by a standby: the watch fails over (to `failover_hint_` first).
   bool failover_wanted_ ABSL_GUARDED_BY(mu_) = false;
   std::string failover_hint_ ABSL_GUARDED_BY(mu_);
+  std::string failover_why_ ABSL_GUARDED_BY(mu_);
   std::string session_ ABSL_GUARDED_BY(mu_);
   int64_t known_round_ ABSL_GUARDED_BY(mu_) = -1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

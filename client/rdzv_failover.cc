@@ -55,6 +55,7 @@ absl::Status RendezvousClient::FailOver(const std::string& why, absl::Time deadl
   {
     absl::MutexLock lock(&mu_);
     hint = std::exchange(failover_hint_, "");
+    failover_why_.clear();
     failover_wanted_ = false;
     session = session_;
     old = endpoint_;
@@ -137,13 +138,33 @@ absl::Status RendezvousClient::FailOver(const std::string& why, absl::Time deadl
       absl::StrJoin(said, "; "), ")"));
 }
 
-void RendezvousClient::RequestFailover(const std::string& leader) {
+std::string RendezvousClient::OtherLeader(const std::string& current) {
+  std::string session;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return "";
+    session = session_;
+  }
+  for (const std::string& ep : endpoints_) {  // Bounded: each endpoint once.
+    if (ep == current) continue;
+    DialOptions dial = ReplicaDial(absl::Seconds(1));
+    dial.tls_name = tls_name_;
+    absl::StatusOr<Connection> c = Dial(ep, tls_, dial);
+    if (!c.ok()) continue;
+    std::string leader, why;
+    if (Probe(c->channel, run_id_, token_, watch_node_id_, session, &leader, &why) == Probed::kServes) return ep;
+  }
+  return "";
+}
+
+void RendezvousClient::RequestFailover(const std::string& leader, const std::string& why) {
   // The server this client uses stands by now (it lost its lease): the
   // event stream fails over (StartWatch), to the leader it names first.
   absl::MutexLock lock(&mu_);
   if (!failover_wanted_ && !stopping_) {
     failover_wanted_ = true;
     failover_hint_ = leader;
+    failover_why_ = why;
     if (watch_ctx_) watch_ctx_->TryCancel();
   }
 }

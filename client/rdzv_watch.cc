@@ -128,12 +128,13 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         absl::SleepFor(absl::Milliseconds(100 * (reopens + 1)));
         continue;
       }
-      std::string server_lost, endpoint;
+      std::string server_lost, endpoint, wanted_why;
       absl::Duration failover_timeout;
       bool wanted = false;
       {
         absl::MutexLock lock(&mu_);
         server_lost = server_lost_;
+        wanted_why = failover_why_;
         endpoint = endpoint_;
         failover_timeout = failover_timeout_;
         wanted = failover_wanted_;
@@ -150,7 +151,9 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
           failover_hint_ = standby_leader;
         }
         const std::string why = standby ? std::string(s.error_message())
-                                : wanted ? std::string("a heartbeat was refused by a replica that does not serve")
+                                : wanted ? (wanted_why.empty()
+                                                ? std::string("a heartbeat was refused by a replica that does not serve")
+                                                : wanted_why)
                                 : !server_lost.empty() ? server_lost
                                 : s.ok() ? std::string("it closed the event stream")
                                          : DescribeLoss(s);
