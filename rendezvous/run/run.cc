@@ -252,7 +252,7 @@ RunEvent Run::RoundClosedLocked() const {
   RunEvent ev;
   ev.kind = RunEvent::Kind::kRoundClosed;
   ev.round = round_;
-  ev.restart_count = restart_count_;
+  ev.restart_count = restarts_.spent();
   return ev;
 }
 
@@ -260,7 +260,7 @@ RunEvent Run::JoinAnsweredLocked(absl::StatusOr<Assignment> result) const {
   RunEvent ev;
   ev.kind = RunEvent::Kind::kJoinAnswered;
   ev.round = round_;
-  ev.restart_count = restart_count_;
+  ev.restart_count = restarts_.spent();
   if (result.ok()) {
     ev.round = result->round;
     ev.assignment = std::move(*result);

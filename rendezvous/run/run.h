@@ -21,6 +21,7 @@
 #include "rendezvous/server/limits.h"
 #include "rendezvous/server/memory_budget.h"
 #include "rendezvous/run/node_list.h"
+#include "rendezvous/run/restart_policy.h"
 #include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
 #include "rendezvous/run/timer.h"
@@ -271,7 +272,7 @@ class Run : public std::enable_shared_from_this<Run> {
   FailureVerdict AcceptFailureLocked(WorkerFailure failure, Deferred& later)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FailureVerdict VerdictLocked(bool is_root) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The run fails with root_cause_: RUN_FAILED to all; the exit barrier
+  // The run fails with restarts_'s root cause: RUN_FAILED to all; the exit barrier
   // and nodes standing by are released.
   void FailRunLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves to kFinished or kFailed; the on-ended hook runs with `later`.
@@ -358,10 +359,9 @@ class Run : public std::enable_shared_from_this<Run> {
   int finished_count_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, Barrier> barriers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_barrier_ ABSL_GUARDED_BY(mu_) = 1;
-  int restart_count_ ABSL_GUARDED_BY(mu_) = 0;
-  // Root cause of the last incident and the round it happened in.
-  bool has_root_cause_ ABSL_GUARDED_BY(mu_) = false;
-  WorkerFailure root_cause_ ABSL_GUARDED_BY(mu_);
+  // Restarts spent and the root cause of the last incident (and the round
+  // it happened in): the restart policy (restart_policy.h).
+  RestartPolicy restarts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<EventSink>> watchers_ ABSL_GUARDED_BY(mu_);
   // The nodes of watchers_ whose stream is a non-member's (see Watch), by
   // opening order: (sequence, node id); an entry whose sequence is no

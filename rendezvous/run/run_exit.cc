@@ -73,7 +73,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
         RunEvent ev;
         ev.kind = RunEvent::Kind::kRunFinished;
         ev.round = round_;
-        ev.restart_count = restart_count_;
+        ev.restart_count = restarts_.spent();
         PushLocked(ev);
       } else {
         id = next_barrier_++;

@@ -16,20 +16,18 @@ FailureVerdict Run::VerdictLocked(bool is_root) const {
   // record) has nothing to restart: a late report is told to stop.
   v.decision = state_ == State::kFailed || state_ == State::kFinished ? Decision::kStop : Decision::kRestart;
   v.next_round = round_;
-  v.root_cause = root_cause_;
+  v.root_cause = restarts_.root_cause();
   v.is_root_cause = is_root;
   return v;
 }
 
 FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) {
   failure.time = absl::Now();
-  root_cause_ = std::move(failure);
-  has_root_cause_ = true;
-  RunEvent ev;
-  ev.root_cause = root_cause_;
   // A permanent failure is not retried: the run fails now, budget or not.
-  if (!root_cause_.permanent && restart_count_ < config_.max_restarts) {
-    ++restart_count_;
+  const bool restart = restarts_.AcceptFailure(std::move(failure), config_.max_restarts);
+  RunEvent ev;
+  ev.root_cause = restarts_.root_cause();
+  if (restart) {
     // Every member re-forms, plus nodes waiting.
     const int survivors = static_cast<int>(members_.size());
     reform_target_ = std::max(1, std::min(config_.max_nodes,
@@ -41,7 +39,7 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
     finished_count_ = 0;
     ev.kind = RunEvent::Kind::kRestart;
     ev.round = round_;
-    ev.restart_count = restart_count_;
+    ev.restart_count = restarts_.spent();
     PushLocked(ev);
     MaybeCloseLocked(later);
     JournalLocked(later);  // The restart spent (EndLocked saves a failed run).
@@ -59,7 +57,7 @@ absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const s
     if (status_only_) {
       // Over, its nodes gone: a late report gets the run's verdict, as a
       // secondary one would (no credential left to check).
-      if (!has_root_cause_ || failure.round > round_) return EndedLocked();
+      if (!restarts_.has_root_cause() || failure.round > round_) return EndedLocked();
       return VerdictLocked(/*is_root=*/false);
     }
     if (absl::Status s = CheckSessionLocked(failure.node_id, session); !s.ok()) return s;
@@ -78,7 +76,7 @@ absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const s
     }
     if (failure.round < round_ || state_ != State::kRunning) {
       // Secondary: this round's incident was already accepted.
-      if (!has_root_cause_) {
+      if (!restarts_.has_root_cause()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "failure reported for round ", failure.round, " of run '", run_id_, "', which is ",
             StateName(state_)));

@@ -92,13 +92,12 @@ void Run::AnnounceLostLocked(const WorkerFailure& cause) {
 }
 
 bool Run::FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& later) {
-  if (can_rejoin >= config_.min_nodes || restart_count_ < config_.max_restarts) return false;
+  if (can_rejoin >= config_.min_nodes || restarts_.CanWaitForReplacement(config_.max_restarts)) return false;
   // Too few nodes left and no restart to wait for a replacement with: the
   // job fails now, on every node, naming the lost node.
   cause.exit_code = 1;
   cause.time = absl::Now();
-  root_cause_ = std::move(cause);
-  has_root_cause_ = true;
+  restarts_.Record(std::move(cause));
   FailRunLocked(later);
   return true;
 }
@@ -127,8 +126,8 @@ void Run::FailRunLocked(Deferred& later) {
   RunEvent ev;
   ev.kind = RunEvent::Kind::kRunFailed;
   ev.round = round_;
-  ev.restart_count = restart_count_;
-  ev.root_cause = root_cause_;
+  ev.restart_count = restarts_.spent();
+  ev.root_cause = restarts_.root_cause();
   PushLocked(ev);
   // Nobody will finish: release the exit barrier and any node standing by.
   for (auto& [id, b] : barriers_) {
@@ -154,7 +153,7 @@ void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
   RunEvent ev;
   ev.kind = RunEvent::Kind::kRestart;
   ev.round = round_;
-  ev.restart_count = restart_count_;
+  ev.restart_count = restarts_.spent();
   ev.membership_change = true;
   ev.root_cause = std::move(cause);
   PushLocked(ev);

@@ -108,7 +108,7 @@ void Run::CloseRoundLocked(Deferred& later) {
     a.master_addr = first.addr;
     a.node_addr = j.node.addr;
     a.master_port = first.master_port;
-    a.restart_count = restart_count_;
+    a.restart_count = restarts_.spent();
     a.max_restarts = config_.max_restarts;
     a.role_rank_base = role_base[j.node.role];
     a.role_world_size = role_size[j.node.role];

@@ -15,7 +15,7 @@ RunStatus Run::Status() const {
     s.run_id = run_id_;
     s.round = round_;
     s.state = StateName(state_);
-    s.restart_count = restart_count_;
+    s.restart_count = restarts_.spent();
     s.max_restarts = config_.max_restarts;
     s.min_nodes = config_.min_nodes;
     s.max_nodes = config_.max_nodes;

@@ -136,8 +136,8 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   if (known_round < 0 && state_ == State::kJoining && reforming_.contains(node_id)) known_round = round_ - 1;
   RunEvent catch_up;
   catch_up.round = round_;
-  catch_up.restart_count = restart_count_;
-  if (has_root_cause_) catch_up.root_cause = root_cause_;
+  catch_up.restart_count = restarts_.spent();
+  if (restarts_.has_root_cause()) catch_up.root_cause = restarts_.root_cause();
   if (known_round < 0 && !status_only_) {
     // A node before its first round learns its round from Join; the
     // progress of the open round is all it needs now.

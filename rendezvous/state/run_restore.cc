@@ -40,8 +40,8 @@ state::RunRecord Run::RecordLocked() const {
   r.state = StateName(state_);
   r.config = config_;
   r.round = round_;
-  r.restart_count = restart_count_;
-  if (has_root_cause_) r.root_cause = root_cause_;
+  r.restart_count = restarts_.spent();
+  if (restarts_.has_root_cause()) r.root_cause = restarts_.root_cause();
   // A round being re-formed: the members of the round before, who join again.
   const NodeList<Member>& members = state_ == State::kJoining ? reforming_ : members_;
   r.members.reserve(members.size());
@@ -132,9 +132,7 @@ void Run::Restore(const state::RunRecord& r) {
   configured_ = true;
   config_ = r.config;
   round_ = r.round;
-  restart_count_ = r.restart_count;
-  has_root_cause_ = r.root_cause.has_value();
-  if (r.root_cause) root_cause_ = *r.root_cause;
+  restarts_.Restore(r.restart_count, r.root_cause);
   const absl::Time now = absl::Now();
   members_.clear();
   reforming_.clear();
@@ -166,7 +164,7 @@ void Run::Restore(const state::RunRecord& r) {
     state_ = r.state == "finished" ? State::kFinished : State::kFailed;
   }
   Logger("rdzv")->info("run '{}' restored at round {} ({}, {} members, {} restarts spent, {} store keys)", run_id_,
-                       round_, r.state, r.members.size(), restart_count_, r.keys.size());
+                       round_, r.state, r.members.size(), restarts_.spent(), r.keys.size());
 }
 
 }  // namespace meshrun::rendezvous
