@@ -373,12 +373,18 @@ absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, 
       done.Notify();
     });
     if (!done.WaitForNotificationWithTimeout(kMinHeartbeatWait)) {
-      if (std::string other = OtherLeader(current); !other.empty() && !done.HasBeenNotified()) {
+      bool cancelled = false;
+      if (std::string other = OtherLeader(current, node_id); !other.empty() && !done.HasBeenNotified()) {
         RequestFailover(other, absl::StrCat("no answer for ", absl::FormatDuration(kMinHeartbeatWait),
                                             ", and the replica at ", other, " leads"));
         ctx.TryCancel();
+        cancelled = true;
       }
       done.WaitForNotification();  // Bounded by the call's deadline.
+      // Cancelled here: counted as unanswered, not as an answer.
+      if (cancelled && s.error_code() == grpc::StatusCode::CANCELLED) {
+        s = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no answer; another replica leads");
+      }
     }
   }
   NoteHeartbeat(s);

@@ -200,10 +200,13 @@ class RendezvousClient {
   // when stopping).
   void RequestFailover(const std::string& leader, const std::string& why = "");
   // Replicas: another endpoint than `current` that serves (leads) now, or
-  // "" (each asked once, 1 s each at most). Only a replica holding the
-  // etcd lease serves, so one that serves while `current` is silent is the
-  // next leader: `current` was cut off (docs/etcd.md).
-  std::string OtherLeader(const std::string& current);
+  // "" (each asked in turn with `node_id`'s heartbeat: a dial and a
+  // question, 1 s each at most; at most one such search per
+  // kOtherLeaderPause, else "" at once). Only a replica holding the etcd
+  // lease serves, so one that serves while `current` is silent is the next
+  // leader: `current` was cut off (docs/etcd.md).
+  std::string OtherLeader(const std::string& current, const std::string& node_id);
+  static constexpr absl::Duration kOtherLeaderPause = absl::Seconds(5);
   // Looks for the leader among endpoints_ until `deadline` (or a stop);
   // switches every later call to it. OK once switched.
   absl::Status FailOver(const std::string& why, absl::Time deadline);
@@ -236,6 +239,7 @@ class RendezvousClient {
   bool failover_wanted_ ABSL_GUARDED_BY(mu_) = false;
   std::string failover_hint_ ABSL_GUARDED_BY(mu_);
   std::string failover_why_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_other_leader_search_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string session_ ABSL_GUARDED_BY(mu_);
   int64_t known_round_ ABSL_GUARDED_BY(mu_) = -1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

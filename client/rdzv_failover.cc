@@ -138,11 +138,13 @@ absl::Status RendezvousClient::FailOver(const std::string& why, absl::Time deadl
       absl::StrJoin(said, "; "), ")"));
 }
 
-std::string RendezvousClient::OtherLeader(const std::string& current) {
+std::string RendezvousClient::OtherLeader(const std::string& current, const std::string& node_id) {
   std::string session;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return "";
+    const absl::Time now = absl::Now();
+    if (stopping_ || now - last_other_leader_search_ < kOtherLeaderPause) return "";
+    last_other_leader_search_ = now;
     session = session_;
   }
   for (const std::string& ep : endpoints_) {  // Bounded: each endpoint once.
@@ -152,7 +154,7 @@ std::string RendezvousClient::OtherLeader(const std::string& current) {
     absl::StatusOr<Connection> c = Dial(ep, tls_, dial);
     if (!c.ok()) continue;
     std::string leader, why;
-    if (Probe(c->channel, run_id_, token_, watch_node_id_, session, &leader, &why) == Probed::kServes) return ep;
+    if (Probe(c->channel, run_id_, token_, node_id, session, &leader, &why) == Probed::kServes) return ep;
   }
   return "";
 }

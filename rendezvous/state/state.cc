@@ -80,6 +80,7 @@ std::string EncodeRunRecord(const RunRecord& r) {
   }
   json j{{"run_id", r.run_id},
          {"incarnation", r.incarnation},
+         {"store_only", r.store_only},
          {"seq", r.seq},
          {"state", r.state},
          {"config",
@@ -106,6 +107,7 @@ absl::StatusOr<RunRecord> DecodeRunRecord(const std::string& text) {
   std::string err;
   Get(j, "run", "run_id", &r.run_id, &err);
   Get(j, "run", "incarnation", &r.incarnation, &err);
+  if (j.contains("store_only")) Get(j, "run", "store_only", &r.store_only, &err);
   Get(j, "run", "seq", &r.seq, &err);
   Get(j, "run", "state", &r.state, &err);
   Get(j, "run", "round", &r.round, &err);
@@ -206,6 +208,14 @@ absl::Status MemoryJournal::SaveKeys(const std::string& run_id, int64_t incarnat
                                      const std::vector<std::pair<std::string, std::string>>& set,
                                      const std::vector<std::string>& erase) {
   absl::MutexLock lock(&mu_);
+  // A run with no record yet (a store-only run's first write) gets one.
+  if (auto it = runs_.find(run_id); it == runs_.end() || it->second.incarnation != incarnation) {
+    RunRecord r;
+    r.run_id = run_id;
+    r.incarnation = incarnation;
+    r.store_only = true;
+    runs_[run_id] = std::move(r);
+  }
   KeyMap& keys = keys_[{run_id, incarnation}];
   for (const auto& [k, v] : set) keys[{round, k}] = v;
   for (const auto& k : erase) keys.erase({round, k});
@@ -222,24 +232,13 @@ absl::Status MemoryJournal::DropKeysBelow(const std::string& run_id, int64_t inc
 absl::StatusOr<std::vector<RunRecord>> MemoryJournal::Load() {
   absl::MutexLock lock(&mu_);
   std::vector<RunRecord> out;
-  std::map<std::string, RunRecord> store_only;
   for (auto it = keys_.begin(); it != keys_.end();) {
-    const auto& [id, inc] = it->first;
-    auto rec = runs_.find(id);
-    if (rec != runs_.end() && rec->second.incarnation != inc) {
-      it = keys_.erase(it);  // Another incarnation's: left over.
-      continue;
+    auto rec = runs_.find(it->first.first);
+    if (rec == runs_.end() || rec->second.incarnation != it->first.second) {
+      it = keys_.erase(it);  // Of no record: a removal that did not happen.
+    } else {
+      ++it;
     }
-    if (rec == runs_.end()) {
-      // Keys alone: a store-only run; the newest incarnation (the map's last) wins.
-      RunRecord r;
-      r.run_id = id;
-      r.incarnation = inc;
-      r.store_only = true;
-      for (const auto& [rk, v] : it->second) r.keys.push_back({rk.first, rk.second, v});
-      store_only[id] = std::move(r);
-    }
-    ++it;
   }
   for (const auto& [id, r] : runs_) {
     out.push_back(r);
@@ -247,7 +246,6 @@ absl::StatusOr<std::vector<RunRecord>> MemoryJournal::Load() {
       for (const auto& [rk, v] : it->second) out.back().keys.push_back({rk.first, rk.second, v});
     }
   }
-  for (auto& [id, r] : store_only) out.push_back(std::move(r));
   return out;
 }
 

@@ -17,16 +17,19 @@
 // (SaveKeys) before it is applied and acknowledged, so keys that were set
 // stay readable and parked reads complete on the next leader; keys of
 // rounds below the current one are dropped with them (DropKeysBelow). A
-// store-only run (no node ever joined: no record) is restored from its keys
-// alone (RunRecord::store_only).
+// store-only run (no node ever joined) has a record too, written with its
+// first keys (RunRecord::store_only), and is restored with them: every key
+// a journal holds belongs to a record.
 //
 // Incarnations. A run id may be reused (a new job under an ended run's id,
 // a store-only run removed as idle and made again): each Run the server
 // makes gets a new incarnation, and its keys and its removal (Drop) are
 // about that incarnation only, so removing the old one never touches what
 // the new one wrote, whatever the order the writes reach the journal in.
-// A removed run's record and keys are dropped (RunRegistry): a journal
-// holds only what a server holds.
+// A removed run's record and keys are dropped (RunRegistry); keys whose
+// record is gone or of another incarnation (a removal that did not happen
+// before a failover) are dropped by the next leader's Load, and a removed
+// run whose record stayed comes back as a run and is removed again.
 //
 // Two implementations of RunJournal: none at all (the server without
 // --state: the Runs in memory are the state, nothing is copied, so the
@@ -67,7 +70,7 @@ struct RunRecord {
   std::string run_id;
   // Which Run under this id (see above): > 0, unique per run id.
   int64_t incarnation = 0;
-  // Made by Load for keys with no record (a store-only run): only run_id,
+  // A store-only run's record (written with its first keys): only run_id,
   // incarnation and keys are set.
   bool store_only = false;
   // Raised by one at every change of the run's durable state, under the
@@ -103,22 +106,25 @@ class RunJournal {
   // Forgets incarnation `incarnation` of a run (removed from the server:
   // ended_run_ttl, idle store-only, room made at max_runs, replaced by a
   // new job under the same id): its keys, and its record unless the record
-  // is of another incarnation. Errors as Save.
+  // is of another incarnation. Errors as Save; the etcd journal queues it
+  // and answers OK at once (done on a thread of its own while its replica
+  // leads, tried again until it is: the registry calls this on the server's
+  // timer thread).
   virtual absl::Status Drop(const std::string& run_id, int64_t incarnation) = 0;
   // A write of a run's store in `round`: keys set with their values, keys
   // deleted. Called under the store's lock, before the write is applied,
-  // acknowledged or wakes a parked read. Errors as Save (the write is then
-  // refused).
+  // acknowledged or wakes a parked read. A run with no record of this
+  // incarnation yet gets a store_only one with these keys. Errors as Save
+  // (the write is then refused).
   virtual absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                                 const std::vector<std::pair<std::string, std::string>>& set,
                                 const std::vector<std::string>& erase) = 0;
   // Drops the run's keys of rounds below `round` (a new round closed).
   virtual absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) = 0;
   // Every run's latest record, with its store's keys (those of the
-  // record's incarnation), and a store_only record for each run id with
-  // keys but no record (its newest incarnation). Keys of other
-  // incarnations (left by a Drop that failed) are not returned; Load drops
-  // them when it can (best effort). Errors as Save.
+  // record's incarnation). Keys of no record (left by a removal that did
+  // not happen) are not returned; Load drops them when it can (best
+  // effort). Errors as Save.
   virtual absl::StatusOr<std::vector<RunRecord>> Load() = 0;
 };
 

@@ -141,6 +141,7 @@ bool EtcdCluster::Start(double timeout_s) {
     }
     const double left = timeout_s - Elapsed(t0);
     if (left > 0 && WaitHealthy(left)) return true;
+    const std::string waited = error_;  // WaitHealthy's own words.
     // A member that exited (a port taken between FindFreePort and its bind):
     // all go, and the next try takes new ports.
     // WaitHealthy reaps a member it finds gone (pid -1); the others are
@@ -155,7 +156,7 @@ bool EtcdCluster::Start(double timeout_s) {
     }
     std::string tails;
     for (int i = 0; i < size(); ++i) tails += "\n--- " + members_[i].name + ":\n" + LogTail(i);
-    error_ = "etcd did not become healthy within " + std::to_string(timeout_s) + " s:" + tails;
+    error_ = "etcd did not become healthy within " + std::to_string(timeout_s) + " s (" + waited + "):" + tails;
     for (int i = 0; i < size(); ++i) Kill(i);
     if (!exited || Elapsed(t0) >= timeout_s) return false;
   }

@@ -339,3 +339,28 @@ TEST_CASE("a run removed from the server is removed from the journal, and a new 
   REQUIRE((*left)[0].keys.size() == 1);
   CHECK((*left)[0].keys[0].key == "new");
 }
+
+TEST_CASE("keys whose record is gone or of another incarnation are dropped at load", "[state]") {
+  MemoryJournal journal;
+  // A store-only run's first keys bring its record.
+  REQUIRE(journal.SaveKeys("x", 5, 0, {{"k", "old"}}, {}).ok());
+  absl::StatusOr<std::vector<RunRecord>> loaded = journal.Load();
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->size() == 1);
+  CHECK((*loaded)[0].store_only);
+  CHECK((*loaded)[0].incarnation == 5);
+  // A newer run under the id wrote its record; the old run's removal never
+  // happened (its replica stopped leading first).
+  RunRecord newer;
+  newer.run_id = "x";
+  newer.incarnation = 6;
+  newer.seq = 1;
+  newer.state = "running";
+  REQUIRE(journal.Save(newer).ok());
+  loaded = journal.Load();
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->size() == 1);
+  CHECK((*loaded)[0].incarnation == 6);
+  CHECK((*loaded)[0].keys.empty());
+  CHECK(journal.keys() == 0);
+}
