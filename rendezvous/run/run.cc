@@ -379,11 +379,9 @@ void Run::Close(const std::string& why, absl::StatusCode code) {
       later.push_back([cb = std::move(j.done), answer]() mutable { cb(answer); });
     }
     pending_.clear();
-    for (auto& [id, b] : barriers_) {
-      timer_->Cancel(b.timer_id);
-      later.push_back([cb = std::move(b.done), answer]() mutable { cb(answer); });
+    for (BarrierCallback& cb : barrier_waiters_.TakeAll()) {
+      later.push_back([cb = std::move(cb), answer]() mutable { cb(answer); });
     }
-    barriers_.clear();
     if (last_call_armed_) timer_->Cancel(last_call_timer_);
     last_call_armed_ = false;
     // Watchers learn why (no re-form is announced: their streams end with

@@ -20,6 +20,7 @@
 #include "rendezvous/store/kv_store.h"
 #include "rendezvous/server/limits.h"
 #include "rendezvous/server/memory_budget.h"
+#include "rendezvous/run/exit_barrier.h"
 #include "rendezvous/run/node_list.h"
 #include "rendezvous/run/restart_policy.h"
 #include "rendezvous/state/serving_gate.h"
@@ -33,7 +34,7 @@ class Run : public std::enable_shared_from_this<Run> {
  public:
   enum class State { kJoining, kRunning, kFinished, kFailed };
   using JoinCallback = absl::AnyInvocable<void(absl::StatusOr<Assignment>)>;
-  using BarrierCallback = absl::AnyInvocable<void(absl::StatusOr<BarrierResult>)>;
+  using BarrierCallback = ExitBarrierWaiters::Callback;
 
   // `timer` must outlive the run. `limits` bound its store and watchers;
   // `server_bytes` counts every store's bytes of the server (see KvStore).
@@ -247,11 +248,6 @@ class Run : public std::enable_shared_from_this<Run> {
     // it vanish before the round closes, it is named as lost.
     std::optional<Member> was_member;
   };
-  struct Barrier {
-    uint64_t id;
-    DeadlineTimer::Id timer_id;
-    BarrierCallback done;
-  };
   using Deferred = std::vector<absl::AnyInvocable<void()>>;
   // With a journal: the run's record, saved first among `later`'s calls
   // (before the answers they make).
@@ -357,8 +353,8 @@ class Run : public std::enable_shared_from_this<Run> {
   NodeList<Member> reforming_ ABSL_GUARDED_BY(mu_);
   // Members (of members_) at the exit barrier.
   int finished_count_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<uint64_t, Barrier> barriers_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_barrier_ ABSL_GUARDED_BY(mu_) = 1;
+  // Nodes parked at the exit barrier (exit_barrier.h).
+  ExitBarrierWaiters barrier_waiters_ ABSL_GUARDED_BY(mu_){timer_};
   // Restarts spent and the root cause of the last incident (and the round
   // it happened in): the restart policy (restart_policy.h).
   RestartPolicy restarts_ ABSL_GUARDED_BY(mu_);

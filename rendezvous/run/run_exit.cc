@@ -57,11 +57,9 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
         EndLocked(State::kFinished, later);
         now.all_finished = true;
         now.finished_nodes = now.node_count;
-        for (auto& [bid, b] : barriers_) {
-          timer_->Cancel(b.timer_id);
-          later.push_back([cb = std::move(b.done), now]() mutable { cb(now); });
+        for (BarrierCallback& cb : barrier_waiters_.TakeAll()) {
+          later.push_back([cb = std::move(cb), now]() mutable { cb(now); });
         }
-        barriers_.clear();
         later.push_back([cb = std::move(done), now]() mutable { cb(now); });
         // Nodes standing by are not needed any more.
         for (auto& j : pending_) {
@@ -76,12 +74,10 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
         ev.restart_count = restarts_.spent();
         PushLocked(ev);
       } else {
-        id = next_barrier_++;
         std::weak_ptr<Run> weak = weak_from_this();
-        DeadlineTimer::Id tid = timer_->Schedule(absl::Now() + timeout, [weak, id] {
-          if (auto self = weak.lock()) self->OnBarrierTimeout(id);
+        id = barrier_waiters_.Park(absl::Now() + timeout, std::move(done), [weak](uint64_t waiter) {
+          if (auto self = weak.lock()) self->OnBarrierTimeout(waiter);
         });
-        barriers_.emplace(id, Barrier{id, tid, std::move(done)});
       }
     }
     MaybeKeepOnlyStatusLocked();
@@ -99,11 +95,9 @@ void Run::OnBarrierTimeout(uint64_t id) {
   BarrierResult result;
   {
     absl::MutexLock lock(&mu_);
-    auto it = barriers_.find(id);
-    if (it == barriers_.end()) return;
-    cb = std::move(it->second.done);
-    barriers_.erase(it);
-    ShrinkIfSparse(barriers_);
+    std::optional<BarrierCallback> taken = barrier_waiters_.Take(id, /*timed_out=*/true);
+    if (!taken) return;
+    cb = std::move(*taken);
     result.finished_nodes = finished_count_;
     result.node_count = static_cast<int>(members_.size());
   }
@@ -114,12 +108,9 @@ void Run::CancelFinished(uint64_t id) {
   BarrierCallback cb;
   {
     absl::MutexLock lock(&mu_);
-    auto it = barriers_.find(id);
-    if (it == barriers_.end()) return;
-    timer_->Cancel(it->second.timer_id);
-    cb = std::move(it->second.done);
-    barriers_.erase(it);
-    ShrinkIfSparse(barriers_);
+    std::optional<BarrierCallback> taken = barrier_waiters_.Take(id, /*timed_out=*/false);
+    if (!taken) return;
+    cb = std::move(*taken);
   }
   cb(absl::CancelledError("exit barrier cancelled by the client"));
 }

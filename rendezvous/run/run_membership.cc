@@ -130,11 +130,9 @@ void Run::FailRunLocked(Deferred& later) {
   ev.root_cause = restarts_.root_cause();
   PushLocked(ev);
   // Nobody will finish: release the exit barrier and any node standing by.
-  for (auto& [id, b] : barriers_) {
-    timer_->Cancel(b.timer_id);
-    later.push_back([cb = std::move(b.done)]() mutable { cb(absl::AbortedError("the run failed on another node")); });
+  for (BarrierCallback& cb : barrier_waiters_.TakeAll()) {
+    later.push_back([cb = std::move(cb)]() mutable { cb(absl::AbortedError("the run failed on another node")); });
   }
-  barriers_.clear();
   for (auto& j : pending_) {
     later.push_back([cb = std::move(j.done)]() mutable { cb(absl::AbortedError("the run failed")); });
   }

@@ -115,7 +115,7 @@ void Run::KeepOnlyStatusLocked() {
   absl::flat_hash_map<std::string, std::shared_ptr<EventSink>>().swap(watchers_);
   absl::flat_hash_map<std::string, uint64_t>().swap(nonmember_seq_);
   std::deque<std::pair<uint64_t, std::string>>().swap(nonmember_order_);
-  absl::flat_hash_map<uint64_t, Barrier>().swap(barriers_);
+  barrier_waiters_.Release();
   absl::flat_hash_map<std::string, absl::StatusOr<Assignment>>().swap(unsent_answers_);
   ended_lost_nodes_ = static_cast<int>(lost_.size());
   absl::flat_hash_set<std::string>().swap(lost_);
