@@ -184,6 +184,9 @@ class Run : public std::enable_shared_from_this<Run> {
   // True while no node was ever admitted (a store-only run), and the time
   // of its last activity (Unix ns). Thread-safe, O(1).
   bool store_only() const { return !had_node_.load(); }
+  // True once the run ended and no event stream of it is open: its agents
+  // have left (it keeps only what Status shows). Thread-safe.
+  bool agents_left() const { return agents_left_.load(); }
   // Made by a join or an event stream (RunRegistry::ForJoin), not by a
   // store call: never removed to make room for another job. Thread-safe.
   void MarkMadeForJoin() { made_for_join_.store(true); }
@@ -436,6 +439,7 @@ class Run : public std::enable_shared_from_this<Run> {
   // Whether a node was ever admitted (not a store-only run), and the last
   // activity's time (Unix ns): IdleStoreOnly.
   std::atomic<bool> had_node_{false};
+  std::atomic<bool> agents_left_{false};  // status_only_, readable without mu_.
   std::atomic<bool> made_for_join_{false};
   std::atomic<int64_t> last_activity_{0};
   int ended_lost_nodes_ ABSL_GUARDED_BY(mu_) = 0;  // lost_.size() when it was freed.

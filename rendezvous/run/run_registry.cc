@@ -174,6 +174,30 @@ std::shared_ptr<Run> RunRegistry::TakeEndedLocked(absl::Time cutoff) {
   return nullptr;
 }
 
+std::shared_ptr<Run> RunRegistry::TakeEndedForRoomLocked() {
+  absl::MutexLock lock(&ended_->mu);
+  auto& queue = ended_->queue;
+  const absl::Time grace_cutoff = clock_() - limits_.ended_run_room_grace;
+  // Bounded: 64 live entries looked at; dead ones (gone, or replaced by a
+  // new job under the id) are dropped as they are met.
+  for (size_t i = 0, looked = 0; i < queue.size() && looked < 64;) {
+    const auto& [ended_at, id, weak] = queue[i];
+    std::shared_ptr<Run> run = weak.lock();
+    auto it = run ? runs_.find(id) : runs_.end();
+    if (!run || it == runs_.end() || it->second != run) {
+      queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (ended_at <= grace_cutoff || run->agents_left()) {
+      queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+      return EraseLocked(it);
+    }
+    ++i;
+    ++looked;
+  }
+  return nullptr;
+}
+
 std::shared_ptr<Run> RunRegistry::TakeLeastRecentStoreOnlyLocked() {
   RunMap::iterator oldest = runs_.end();
   int64_t oldest_ns = INT64_MAX;
@@ -190,8 +214,8 @@ std::shared_ptr<Run> RunRegistry::TakeLeastRecentStoreOnlyLocked() {
 absl::Status RunRegistry::MakeRoomLocked(const std::string& run_id, bool for_join, std::shared_ptr<Run>* evicted) {
   if (absl::Status s = CheckLength("run id", run_id, limits_.max_run_id_bytes, "max_run_id_bytes"); !s.ok()) return s;
   if (static_cast<int64_t>(runs_.size()) < limits_.max_runs) return absl::OkStatus();
-  // Full: the run that ended first makes room (its agents are gone or going).
-  if (std::shared_ptr<Run> run = TakeEndedLocked(absl::InfiniteFuture())) {
+  // Full: the run that ended first makes room, once its agents are gone.
+  if (std::shared_ptr<Run> run = TakeEndedForRoomLocked()) {
     *evicted = std::move(run);
     return absl::OkStatus();
   }

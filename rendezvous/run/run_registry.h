@@ -159,6 +159,10 @@ class RunRegistry {
   // Takes the first ended run off the queue that is still held (and ended
   // before `cutoff`) out of runs_; nullptr when there is none.
   std::shared_ptr<Run> TakeEndedLocked(absl::Time cutoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ended run that makes room at max_runs: the first ended whose agents
+  // have left (Run::agents_left) or that ended ended_run_room_grace ago;
+  // nullptr when none (looks at the 64 that ended first at most).
+  std::shared_ptr<Run> TakeEndedForRoomLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmSweep();
   absl::Time next_idle_sweep_ = absl::InfinitePast();  // Only the sweep's thread.
   using RunMap = absl::flat_hash_map<std::string, std::shared_ptr<Run>>;

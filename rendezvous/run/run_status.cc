@@ -89,6 +89,7 @@ void Run::KeepOnlyStatusLocked() {
   for (const auto& m : members_) text_size += m.node.node_id.size() + m.node.hostname.size() + m.node.addr.size();
   if (text_size > UINT32_MAX) return;  // The offsets are 32-bit: kept whole.
   status_only_ = true;
+  agents_left_.store(true);
   ended_text_.reserve(text_size);
   ended_nodes_.reserve(members_.size());
   for (const auto& m : members_) {

@@ -57,6 +57,7 @@ constexpr DurationLimit kDurationLimits[] = {
     {"handshake_timeout", &ServerLimits::handshake_timeout},
     {"metrics_request_timeout", &ServerLimits::metrics_request_timeout},
     {"ended_run_ttl", &ServerLimits::ended_run_ttl},
+    {"ended_run_room_grace", &ServerLimits::ended_run_room_grace},
     {"store_only_run_ttl", &ServerLimits::store_only_run_ttl},
     {"listener_check_interval", &ServerLimits::listener_check_interval},
     {"memory_release_delay", &ServerLimits::memory_release_delay},

@@ -98,6 +98,11 @@ struct ServerLimits {
   // A finished or failed run is removed this long after it ended (its
   // store and memory freed); `meshrun status` shows it until then.
   absl::Duration ended_run_ttl = absl::Minutes(10);
+  // At max_runs, an ended run makes room for a new one once its agents have
+  // left (no event stream of it open) or it ended this long ago: agents
+  // still finishing (their exit barrier answered, their streams not yet
+  // closed) are not cut off by the removal.
+  absl::Duration ended_run_room_grace = absl::Seconds(10);
   // A store-only run (store calls, no node ever joined: a worker started by
   // hand, another launcher) is removed once no store call has reached it
   // for this long and no read is parked in it; its store is freed. (Else

@@ -182,6 +182,45 @@ TEST_CASE("at max_runs the run that ended first makes room", "[registry][limits]
   CHECK(removed == std::vector<std::string>{"b", "a", "e", "c"});
 }
 
+TEST_CASE("at max_runs an ended run whose agents are still connected makes room only after ended_run_room_grace",
+          "[registry][limits]") {
+  DeadlineTimer timer;
+  std::atomic<int64_t> ahead_s{0};
+  ServerLimits limits;
+  limits.max_runs = 2;
+  limits.ended_run_room_grace = absl::Seconds(10);
+  RunRegistry registry(&timer, limits, [&] { return absl::Now() + absl::Seconds(ahead_s.load()); });
+  auto done = *registry.ForJoin("done", -1);
+  auto live = *registry.ForJoin("live", -1);
+  Assignment a = JoinOne(*done, "n1");
+  JoinOne(*live, "n2");
+  auto sink = std::make_shared<Sink>();
+  REQUIRE(done->Watch("n1", sink, a.round, a.session).ok());  // Its agent is still there.
+  Finish(*done, "n1", a);
+  CHECK_FALSE(done->agents_left());
+  // Its agent has its barrier's answer but not yet left: no room made, the
+  // stream is not told its run was removed.
+  CHECK(absl::IsResourceExhausted(registry.ForJoin("new", -1).status()));
+  CHECK(registry.Find("done") == done);
+  CHECK(sink->closed.empty());
+  // The agent leaves: room at once.
+  done->Unwatch("n1", sink.get());
+  CHECK(done->agents_left());
+  REQUIRE(registry.ForJoin("new", -1).ok());
+  CHECK(registry.Find("done") == nullptr);
+  // An agent that never leaves: room after the grace.
+  auto other = registry.Find("new");
+  Assignment b = JoinOne(*other, "n3");
+  auto sink2 = std::make_shared<Sink>();
+  REQUIRE(other->Watch("n3", sink2, b.round, b.session).ok());
+  Finish(*other, "n3", b);
+  CHECK(absl::IsResourceExhausted(registry.ForJoin("newer", -1).status()));
+  ahead_s = 11;
+  REQUIRE(registry.ForJoin("newer", -1).ok());
+  CHECK(registry.Find("new") == nullptr);
+  CHECK(sink2->closed == "run 'new' ended and was removed");
+}
+
 TEST_CASE("a run's end that comes after its registry is gone is harmless", "[registry]") {
   DeadlineTimer timer;
   std::shared_ptr<Run> run;
