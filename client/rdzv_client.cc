@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
 #include "common/endpoint.h"
 #include "common/standby.h"
 #include "common/logging.h"
@@ -357,36 +356,7 @@ absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, 
     }
   }
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  grpc::Status s;
-  if (!replicated()) {
-    s = stubs()->stub->Heartbeat(&ctx, req, &resp);
-  } else {
-    // Replicas: a leader silent for kMinHeartbeatWait may have been cut off
-    // (its host's link down, its processes alive: no connection is refused)
-    // while another leads already. The others are asked then; when one
-    // serves, this heartbeat ends and the event stream follows it, rather
-    // than waiting out the silence limit.
-    const std::string current = endpoint();
-    absl::Notification done;
-    stubs()->stub->async()->Heartbeat(&ctx, &req, &resp, [&](grpc::Status st) {
-      s = std::move(st);
-      done.Notify();
-    });
-    if (!done.WaitForNotificationWithTimeout(kMinHeartbeatWait)) {
-      bool cancelled = false;
-      if (std::string other = OtherLeader(current, node_id); !other.empty() && !done.HasBeenNotified()) {
-        RequestFailover(other, absl::StrCat("no answer for ", absl::FormatDuration(kMinHeartbeatWait),
-                                            ", and the replica at ", other, " leads"));
-        ctx.TryCancel();
-        cancelled = true;
-      }
-      done.WaitForNotification();  // Bounded by the call's deadline.
-      // Cancelled here: counted as unanswered, not as an answer.
-      if (cancelled && s.error_code() == grpc::StatusCode::CANCELLED) {
-        s = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no answer; another replica leads");
-      }
-    }
-  }
+  grpc::Status s = replicated() ? HeartbeatAmongReplicas(&ctx, req, &resp) : stubs()->stub->Heartbeat(&ctx, req, &resp);
   NoteHeartbeat(s);
   if (std::string leader; endpoints_.size() > 1 && ParseStandbyDetail(s.error_details(), &leader)) {
     RequestFailover(leader);

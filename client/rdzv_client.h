@@ -21,6 +21,10 @@ class Channel;
 class ClientContext;
 class Status;
 }  // namespace grpc
+namespace meshrun::v1 {
+class HeartbeatRequest;
+class HeartbeatResponse;
+}  // namespace meshrun::v1
 
 namespace meshrun::client {
 
@@ -206,6 +210,14 @@ class RendezvousClient {
   // lease serves, so one that serves while `current` is silent is the next
   // leader: `current` was cut off (docs/etcd.md).
   std::string OtherLeader(const std::string& current, const std::string& node_id);
+  // Replicas: a heartbeat on the server used now. A leader silent for
+  // kMinHeartbeatWait may have been cut off (its host's link down, its
+  // processes alive: no connection is refused) while another leads
+  // already: the others are asked then (OtherLeader); when one serves, the
+  // heartbeat ends (counted as unanswered) and the event stream follows it
+  // (RequestFailover), rather than waiting out the silence limit.
+  grpc::Status HeartbeatAmongReplicas(grpc::ClientContext* ctx, const ::meshrun::v1::HeartbeatRequest& req,
+                                      ::meshrun::v1::HeartbeatResponse* resp);
   static constexpr absl::Duration kOtherLeaderPause = absl::Seconds(5);
   // Looks for the leader among endpoints_ until `deadline` (or a stop);
   // switches every later call to it. OK once switched.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "client/rdzv_client.h"
 #include "client/rdzv_client_internal.h"
 #include "common/logging.h"
@@ -136,6 +137,31 @@ absl::Status RendezvousClient::FailOver(const std::string& why, absl::Time deadl
       "no rendezvous server replica leads after ",
       absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(100))), " (",
       absl::StrJoin(said, "; "), ")"));
+}
+
+grpc::Status RendezvousClient::HeartbeatAmongReplicas(grpc::ClientContext* ctx, const pb::HeartbeatRequest& req,
+                                                    pb::HeartbeatResponse* resp) {
+  const std::string current = endpoint();
+  grpc::Status s;
+  absl::Notification done;
+  stubs()->stub->async()->Heartbeat(ctx, &req, resp, [&](grpc::Status st) {
+    s = std::move(st);
+    done.Notify();
+  });
+  if (done.WaitForNotificationWithTimeout(kMinHeartbeatWait)) return s;
+  bool cancelled = false;
+  if (std::string other = OtherLeader(current, req.node_id()); !other.empty() && !done.HasBeenNotified()) {
+    RequestFailover(other, absl::StrCat("no answer for ", absl::FormatDuration(kMinHeartbeatWait),
+                                        ", and the replica at ", other, " leads"));
+    ctx->TryCancel();
+    cancelled = true;
+  }
+  done.WaitForNotification();  // Bounded by the call's deadline.
+  // Cancelled here: counted as unanswered, not as an answer.
+  if (cancelled && s.error_code() == grpc::StatusCode::CANCELLED) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no answer; another replica leads");
+  }
+  return s;
 }
 
 std::string RendezvousClient::OtherLeader(const std::string& current, const std::string& node_id) {

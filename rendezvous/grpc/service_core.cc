@@ -66,16 +66,19 @@ grpc::ServerUnaryReactor* ServiceCore::Reply(Method m, grpc::CallbackServerConte
   return Answer(ctx, s);
 }
 
-grpc::Status ServiceCore::Admit(Method m, const google::protobuf::Message& req, const pb::RunRef& run,
-                                bool need_run_id) {
-  if (absl::Status s = wire::CheckWellFormed(req); !s.ok()) return ToGrpc(s);
-  grpc::Status admitted = ToGrpc(requests::Admit(token_, run, need_run_id, limits_));
+absl::Status ServiceCore::AdmitStatus(Method m, const google::protobuf::Message& req, const pb::RunRef& run,
+                                      bool need_run_id) {
+  if (absl::Status s = wire::CheckWellFormed(req); !s.ok()) return s;
+  if (absl::Status s = requests::Admit(token_, run, need_run_id, limits_); !s.ok()) return s;
   // A standby replica answers everything but Status with who leads
   // (common/standby.h), once the token was checked.
-  if (admitted.ok() && gate_ != nullptr && m != kStatus && !gate_->serving()) {
-    return ToGrpc(StandbyStatus(gate_->Refusal(), gate_->leader()));
-  }
-  return admitted;
+  if (gate_ != nullptr && m != kStatus && !gate_->serving()) return StandbyStatus(gate_->Refusal(), gate_->leader());
+  return absl::OkStatus();
+}
+
+grpc::Status ServiceCore::Admit(Method m, const google::protobuf::Message& req, const pb::RunRef& run,
+                                bool need_run_id) {
+  return ToGrpc(AdmitStatus(m, req, run, need_run_id));
 }
 
 absl::StatusOr<std::shared_ptr<Run>> ServiceCore::StoreRun(grpc::CallbackServerContext* ctx, const pb::RunRef& run,
@@ -94,9 +97,8 @@ absl::StatusOr<std::shared_ptr<Run>> ServiceCore::StoreRun(grpc::CallbackServerC
 absl::StatusOr<std::shared_ptr<Run>> ServiceCore::AdmitStore(grpc::CallbackServerContext* ctx,
                                                             const google::protobuf::Message& req,
                                                             const pb::RunRef& run, int64_t keys_read) {
-  if (absl::Status s = wire::CheckWellFormed(req); !s.ok()) return s;
-  if (absl::Status s = requests::Admit(token_, run, /*need_run_id=*/true, limits_); !s.ok()) return s;
-  if (gate_ != nullptr && !gate_->serving()) return StandbyStatus(gate_->Refusal(), gate_->leader());
+  // kKvSet stands for every store method: the checks are the same.
+  if (absl::Status s = AdmitStatus(kKvSet, req, run, /*need_run_id=*/true); !s.ok()) return s;
   return StoreRun(ctx, run, keys_read);
 }
 

@@ -90,6 +90,10 @@ class ServiceCore {
   // or too long run id) / UNAUTHENTICATED (the token) / UNAVAILABLE with
   // who leads (a standby; for every method but kStatus).
   grpc::Status Admit(Method m, const google::protobuf::Message& req, const v1::RunRef& run, bool need_run_id = true);
+  // The same as an absl::Status (a standby's refusal keeps who leads as its
+  // payload, common/standby.h).
+  absl::Status AdmitStatus(Method m, const google::protobuf::Message& req, const v1::RunRef& run,
+                           bool need_run_id = true);
   // Counts a call as served, or as refused (UNAUTHENTICATED,
   // PERMISSION_DENIED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED).
   void Count(Method m, const grpc::Status& s);

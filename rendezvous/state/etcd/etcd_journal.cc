@@ -1,0 +1,309 @@
+// The etcd journal (etcd_journal.h).
+#include "rendezvous/state/etcd/etcd_journal.h"
+
+#include <deque>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "rendezvous/state/etcd/etcd_client.h"
+
+namespace meshrun::rendezvous::state::etcd {
+namespace {
+
+// A round as 20 digits: keys sort by round.
+std::string Round20(int64_t round) { return absl::StrFormat("%020d", std::max<int64_t>(0, round)); }
+
+// The journal (etcd_journal.h).
+class EtcdJournal : public RunJournal {
+ public:
+  EtcdJournal(Client* client, Election* election, std::string runs_prefix, std::string kv_prefix)
+      : client_(client), election_(election), prefix_(std::move(runs_prefix)), kv_(std::move(kv_prefix)) {
+    dropper_ = std::thread([this] { DropLoop(); });
+  }
+  ~EtcdJournal() override {
+    {
+      absl::MutexLock lock(&drop_mu_);
+      stopping_ = true;
+    }
+    dropper_.join();
+  }
+
+  absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
+                        const std::vector<std::pair<std::string, std::string>>& set,
+                        const std::vector<std::string>& erase) override {
+    const std::string base = absl::StrCat(KvRun(run_id, incarnation), Round20(round), "/");
+    // A run with no record yet (a store-only run's first write): its record
+    // goes with its first keys, so that every key in etcd belongs to a
+    // record (Load drops those that do not).
+    Txn txn;
+    bool record_added = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (recorded_.count({run_id, incarnation}) == 0) {
+        RunRecord r;
+        r.run_id = run_id;
+        r.incarnation = incarnation;
+        r.store_only = true;
+        txn.success.push_back(Op::Put(prefix_ + run_id, EncodeRunRecord(r)));
+        record_added = true;
+      }
+    }
+    // One fenced Txn per 127 writes (etcd's --max-txn-ops, one op kept for
+    // the fence): a MultiSet of more keys is written in several.
+    auto flush = [&]() -> absl::Status {
+      if (txn.success.empty()) return absl::OkStatus();
+      absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
+      txn.success.clear();
+      if (r.ok() && record_added) {
+        absl::MutexLock lock(&mu_);
+        recorded_.insert({run_id, incarnation});
+        record_added = false;
+      }
+      return r.status();
+    };
+    for (const auto& [k, v] : set) {
+      txn.success.push_back(Op::Put(base + k, v));
+      if (txn.success.size() == 127) {
+        if (absl::Status s = flush(); !s.ok()) return s;
+      }
+    }
+    for (const auto& k : erase) {
+      txn.success.push_back(Op::Delete(base + k));
+      if (txn.success.size() == 127) {
+        if (absl::Status s = flush(); !s.ok()) return s;
+      }
+    }
+    return flush();
+  }
+
+  absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) override {
+    const std::string base = KvRun(run_id, incarnation);
+    Op del = Op::Delete(base);
+    del.range_end = absl::StrCat(base, Round20(round));
+    Txn txn;
+    txn.success.push_back(std::move(del));
+    return election_->FencedTxn(txn).status();
+  }
+
+  absl::Status Save(const RunRecord& record) override {
+    absl::MutexLock lock(&mu_);
+    // A save made before its run was removed, arriving after: not written
+    // again.
+    if (dropped_.count({record.run_id, record.incarnation}) > 0) return absl::OkStatus();
+    auto it = last_seq_.find(record.run_id);
+    if (it != last_seq_.end() && it->second >= record.seq) return absl::OkStatus();
+    Txn txn;
+    txn.success.push_back(Op::Put(prefix_ + record.run_id, EncodeRunRecord(record)));
+    absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
+    if (!r.ok()) return r.status();
+    last_seq_[record.run_id] = record.seq;
+    recorded_.insert({record.run_id, record.incarnation});
+    return absl::OkStatus();
+  }
+
+  // Queued (see above): OK at once.
+  absl::Status Drop(const std::string& run_id, int64_t incarnation) override {
+    {
+      absl::MutexLock lock(&mu_);
+      recorded_.erase({run_id, incarnation});
+      if (dropped_.insert({run_id, incarnation}).second) dropped_order_.emplace_back(run_id, incarnation);
+      while (dropped_order_.size() > kMaxQueuedDrops) {  // Bounded: the oldest are forgotten.
+        dropped_.erase(dropped_order_.front());
+        dropped_order_.pop_front();
+      }
+    }
+    absl::MutexLock lock(&drop_mu_);
+    if (drops_.size() >= kMaxQueuedDrops) {
+      // Bounded: the oldest is left to the next leader's Load (its record
+      // comes back as a run, removed again later).
+      Logger("rdzv")->warn("etcd: {} run removals queued; the oldest ('{}') is left in etcd", drops_.size(),
+                           drops_.front().first.substr(0, 64));
+      drops_.pop_front();
+    }
+    drops_.emplace_back(run_id, incarnation);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<RunRecord>> Load() override {
+    std::vector<RunRecord> out;
+    std::map<std::string, int64_t> seqs;
+    std::string from = prefix_;
+    const std::string end = PrefixEnd(prefix_);
+    // Paged: 256 runs per read (each value up to etcd's request limit).
+    for (int page = 0; page < 1 << 20; ++page) {
+      RangeOptions o;
+      o.range_end = end;
+      o.limit = 256;
+      o.sort = RangeOptions::Sort::kAscend;
+      o.sort_target = RangeOptions::SortTarget::kKey;
+      absl::StatusOr<RangeResult> r = client_->Get(from, o);
+      if (!r.ok()) return r.status();
+      for (const KeyValue& kv : r->kvs) {
+        absl::StatusOr<RunRecord> rec = DecodeRunRecord(kv.value);
+        if (!rec.ok()) {
+          Logger("rdzv")->error("etcd key {}: {}; run left out", kv.key, std::string(rec.status().message()));
+          continue;
+        }
+        seqs[rec->run_id] = rec->seq;
+        out.push_back(std::move(*rec));
+      }
+      if (!r->more || r->kvs.empty()) break;
+      from = r->kvs.back().key + std::string(1, '\0');
+    }
+    // The store's keys, attached to their runs' incarnations; keys of no
+    // record (a removal that did not happen) are dropped.
+    std::map<std::string, size_t> by_hex;  // Hex run id -> index in out.
+    for (size_t i = 0; i < out.size(); ++i) by_hex[absl::BytesToHexString(out[i].run_id)] = i;
+    std::set<std::pair<std::string, int64_t>> stale;  // (hex, incarnation) of no record.
+    from = kv_;
+    const std::string kv_end = PrefixEnd(kv_);
+    for (int page = 0; page < 1 << 20; ++page) {
+      RangeOptions o;
+      o.range_end = kv_end;
+      o.limit = 1024;
+      o.sort = RangeOptions::Sort::kAscend;
+      o.sort_target = RangeOptions::SortTarget::kKey;
+      absl::StatusOr<RangeResult> r = client_->Get(from, o);
+      if (!r.ok()) return r.status();
+      for (const KeyValue& kv : r->kvs) {
+        // <kv><hex>/<incarnation16>/<round20>/<key>
+        absl::string_view rest = absl::string_view(kv.key).substr(kv_.size());
+        const size_t slash = rest.find('/');
+        if (slash == absl::string_view::npos || rest.size() < slash + 39 || rest[slash + 17] != '/' ||
+            rest[slash + 38] != '/') {
+          continue;
+        }
+        const std::string hex(rest.substr(0, slash));
+        uint64_t inc = 0;
+        int64_t round = 0;
+        if (!absl::SimpleHexAtoi(rest.substr(slash + 1, 16), &inc) ||
+            !absl::SimpleAtoi(rest.substr(slash + 18, 20), &round)) {
+          continue;
+        }
+        const int64_t incarnation = static_cast<int64_t>(inc);
+        auto run = by_hex.find(hex);
+        if (run == by_hex.end() || out[run->second].incarnation != incarnation) {
+          stale.insert({hex, incarnation});
+          continue;
+        }
+        out[run->second].keys.push_back({round, std::string(rest.substr(slash + 39)), kv.value});
+      }
+      if (!r->more || r->kvs.empty()) break;
+      from = r->kvs.back().key + std::string(1, '\0');
+    }
+    // Best effort, a leader's fenced writes.
+    for (const auto& [hex, inc] : stale) {
+      Txn txn;
+      txn.success.push_back(Op::DeletePrefix(absl::StrCat(kv_, hex, "/", Incarnation16(inc), "/")));
+      if (absl::Status s = election_->FencedTxn(txn).status(); !s.ok()) {
+        Logger("rdzv")->warn("etcd: could not drop the keys of a removed run: {}", std::string(s.message()));
+        break;
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    last_seq_ = std::move(seqs);
+    recorded_.clear();
+    for (const RunRecord& r : out) recorded_.insert({r.run_id, r.incarnation});
+    return out;
+  }
+
+ private:
+  static constexpr size_t kMaxQueuedDrops = 65536;
+
+  static std::string Incarnation16(int64_t incarnation) {
+    return absl::StrFormat("%016x", static_cast<uint64_t>(incarnation));
+  }
+  std::string KvRun(const std::string& run_id, int64_t incarnation) const {
+    return absl::StrCat(kv_, absl::BytesToHexString(run_id), "/", Incarnation16(incarnation), "/");
+  }
+
+  // One removal: the incarnation's keys, and its record unless a newer
+  // run's replaced it meanwhile (a Txn on the record's mod revision).
+  absl::Status DoDrop(const std::string& run_id, int64_t incarnation) {
+    const std::string key = prefix_ + run_id;
+    absl::StatusOr<RangeResult> current = client_->Get(key);
+    if (!current.ok()) return current.status();
+    Txn txn;
+    txn.success.push_back(Op::DeletePrefix(KvRun(run_id, incarnation)));
+    bool record_too = false;
+    if (!current->kvs.empty()) {
+      absl::StatusOr<RunRecord> rec = DecodeRunRecord(current->kvs.front().value);
+      record_too = !rec.ok() || rec->incarnation == incarnation;
+      if (record_too) {
+        Txn both;
+        both.compare.push_back(Compare::ModRevision(key, Compare::Result::kEqual, current->kvs.front().mod_revision));
+        both.success = {Op::Delete(key), txn.success.front()};
+        both.failure = txn.success;
+        txn = std::move(both);
+      }
+    }
+    absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
+    if (!r.ok()) return r.status();
+    if (record_too && r->succeeded) {
+      absl::MutexLock lock(&mu_);
+      last_seq_.erase(run_id);
+    }
+    return absl::OkStatus();
+  }
+
+  // The removal thread: drains drops_ while this replica leads; a failed
+  // removal is tried again after a second. Bounded by stopping_.
+  void DropLoop() {
+    for (;;) {
+      std::pair<std::string, int64_t> next;
+      {
+        absl::MutexLock lock(&drop_mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drop_mu_) { return stopping_ || !drops_.empty(); };
+        drop_mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+        if (stopping_) return;
+        if (drops_.empty()) continue;
+        next = drops_.front();
+      }
+      absl::Status s = election_->IsLeader() ? DoDrop(next.first, next.second)
+                                             : absl::FailedPreconditionError("not leading");
+      absl::MutexLock lock(&drop_mu_);
+      if (s.ok()) {
+        if (!drops_.empty() && drops_.front() == next) drops_.pop_front();
+        continue;
+      }
+      // Not leading (the next leader's Load drops what has no record), or
+      // etcd unreachable: again in a second, unless stopping.
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drop_mu_) { return stopping_; };
+      drop_mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1));
+    }
+  }
+
+  Client* const client_;
+  Election* const election_;
+  const std::string prefix_;
+  const std::string kv_;
+  absl::Mutex mu_;  // One record write at a time (FencedTxn's are anyway), in seq order per run.
+  std::map<std::string, int64_t> last_seq_ ABSL_GUARDED_BY(mu_);
+  // (run id, incarnation) of the records in etcd as this replica knows them.
+  std::set<std::pair<std::string, int64_t>> recorded_ ABSL_GUARDED_BY(mu_);
+  // Incarnations removed (Drop), the newest kMaxQueuedDrops: their late
+  // saves are not written.
+  std::set<std::pair<std::string, int64_t>> dropped_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, int64_t>> dropped_order_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex drop_mu_;
+  std::deque<std::pair<std::string, int64_t>> drops_ ABSL_GUARDED_BY(drop_mu_);
+  bool stopping_ ABSL_GUARDED_BY(drop_mu_) = false;
+  std::thread dropper_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunJournal> MakeEtcdJournal(Client* client, Election* election, std::string runs_prefix,
+                                            std::string kv_prefix) {
+  return std::make_unique<EtcdJournal>(client, election, std::move(runs_prefix), std::move(kv_prefix));
+}
+
+}  // namespace meshrun::rendezvous::state::etcd

@@ -1,0 +1,29 @@
+// The runs' durable state in etcd (rendezvous/state/state.h's RunJournal):
+// each run's record at <prefix>/runs/<run id>, a fenced write of the leader
+// (one per durable change: one per closed round; a store-only run's with
+// its first keys); the runs' store keys at <prefix>/kv/<run id in
+// hex>/<incarnation, 16 hex digits>/<round, 20 digits>/<key>, the value as
+// it is (any bytes). Every write goes through Election::FencedTxn: a
+// replica that no longer leads writes nothing. Removals (Drop) are queued
+// and done on a thread of the journal's own while its replica leads, tried
+// again until they are done: the registry's sweep runs on the server's
+// timer thread, which must not wait for etcd. Load drops keys of no record.
+// Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rendezvous/state/etcd/election.h"
+#include "rendezvous/state/state.h"
+
+namespace meshrun::rendezvous::state::etcd {
+
+class Client;
+
+// `client` and `election` must outlive the journal; `runs_prefix` and
+// `kv_prefix` end with '/'. The journal's thread stops when it is destroyed.
+std::unique_ptr<RunJournal> MakeEtcdJournal(Client* client, Election* election, std::string runs_prefix,
+                                            std::string kv_prefix);
+
+}  // namespace meshrun::rendezvous::state::etcd
