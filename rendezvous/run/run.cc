@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/run/credential.h"
 #include "rendezvous/run/sparse_maps.h"
 
 namespace meshrun::rendezvous {
@@ -43,54 +42,13 @@ Run::Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits,
       timer_(timer),
       limits_(limits),
       kv_(std::make_shared<KvStore>(run_id_, timer, limits, std::move(server_bytes), budget)),
-      budget_(budget),
-      run_charge_(std::move(run_charge)) {}
+      run_charge_(std::move(run_charge)),
+      membership_(run_id_, budget) {}
 
-Run::~Run() {
-  if (budget_ != nullptr) budget_->Release(HeldKind::kNode, charged_nodes_, charged_nodes_ * kNodeCost);
-}
-
-absl::Status Run::ChargeNewNodeLocked(Claimant who, const std::string& node_id) {
-  if (budget_ == nullptr) return absl::OkStatus();
-  if (absl::Status s = budget_->Charge(HeldKind::kNode, 1, kNodeCost, who,
-                                       absl::StrCat("node '", node_id.substr(0, 64), "' in run '",
-                                                    run_id_.substr(0, 64), "'"));
-      !s.ok()) {
-    return s;
-  }
-  ++charged_nodes_;
-  return absl::OkStatus();
-}
-
-void Run::SyncNodeChargeLocked() {
-  const int64_t held = static_cast<int64_t>(known_.size());
-  if (budget_ == nullptr || held >= charged_nodes_) return;
-  budget_->Release(HeldKind::kNode, charged_nodes_ - held, (charged_nodes_ - held) * kNodeCost);
-  charged_nodes_ = held;
-}
-
-absl::Status Run::CheckSessionLocked(const std::string& node_id, const std::string& session) const {
-  auto it = known_.find(node_id);
-  if (it == known_.end()) {
-    return absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",
-                                                    run_id_.substr(0, 64), "'"));
-  }
-  if (!CredentialEquals(it->second.session, session)) {
-    return absl::PermissionDeniedError(absl::StrCat("wrong session credential for node '", node_id.substr(0, 64),
-                                                    "' in run '", run_id_.substr(0, 64), "'"));
-  }
-  return absl::OkStatus();
-}
+Run::~Run() = default;
 
 bool Run::IsParticipantLocked(const std::string& node_id) const {
   return members_.contains(node_id) || reforming_.contains(node_id) || pending_.contains(node_id);
-}
-
-void Run::CompactNodeMapsLocked() {
-  absl::flat_hash_map<std::string, Known> known;
-  known.reserve(known_.size());
-  for (auto& [id, k] : known_) known.emplace(id, Known{std::string(k.session), std::string(k.peer), k.last_seen});
-  known_ = std::move(known);
 }
 
 void Run::RunAll(Deferred& later) {
@@ -130,18 +88,15 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     bool made_session = false;
     if (status_only_) {
       refused = EndedLocked();
-    } else if (auto k = known_.find(node.node_id); k != known_.end()) {
+    } else if (const Membership::Node* k = membership_.Find(node.node_id)) {
       // Made known by its own stream over this connection, not joined yet:
       // the join takes the stream's credential.
-      const bool own_stream = session.empty() && !peer.empty() && k->second.peer == peer &&
-                              k->second.last_seen == absl::InfinitePast() && !IsParticipantLocked(node.node_id);
-      refused = own_stream ? absl::OkStatus() : CheckSessionLocked(node.node_id, session);
+      const bool own_stream = session.empty() && !peer.empty() && k->peer == peer &&
+                              k->last_seen == absl::InfinitePast() && !IsParticipantLocked(node.node_id);
+      refused = own_stream ? absl::OkStatus() : membership_.Check(node.node_id, session);
     } else if (!session.empty()) {
-      refused = CheckSessionLocked(node.node_id, session);  // Unknown: PERMISSION_DENIED.
-    } else if (refused = ChargeNewNodeLocked(Claimant::kMember, node.node_id); refused.ok()) {
-      Known& k = known_[node.node_id];
-      k.session = NewCredential();
-      k.peer = peer;
+      refused = membership_.Check(node.node_id, session);  // Unknown: PERMISSION_DENIED.
+    } else if (refused = membership_.Admit(node.node_id, peer, Claimant::kMember); refused.ok()) {
       made_session = true;
     }
     if (!refused.ok()) {
@@ -154,7 +109,7 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       configured_ = true;
     }
     refused = CheckConfigLocked(config);
-    if (refused.ok() && lost_.contains(node.node_id)) {
+    if (refused.ok() && membership_.IsLost(node.node_id)) {
       refused = StaleStatus(absl::StrCat("stale: node ", node.hostname, " was declared lost in run '", run_id_,
                                          "'; rejoin as a new member"));
     }
@@ -187,7 +142,7 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     if (refused.ok()) {
       had_node_.store(true);  // Admitted: no longer a store-only run.
       kv_->MarkMemberRun();   // Its store serves members from now on.
-      known_[node.node_id].last_seen = absl::Now();
+      membership_.Touch(node.node_id, absl::Now());
       std::optional<Member> was_member = reforming_.erase(node.node_id);
       if (on_stream_answered) {
         on_stream = true;
@@ -223,8 +178,7 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
         if (state_ == State::kJoining) ProgressLocked();
       }
     }
-    if (!refused.ok() && made_session) known_.erase(node.node_id);
-    if (!refused.ok()) SyncNodeChargeLocked();
+    if (!refused.ok() && made_session) membership_.Forget(node.node_id);
   }
   if (!refused.ok()) {
     done(refused);
@@ -326,14 +280,14 @@ void Run::CancelJoin(const std::string& node_id) {
 absl::StatusOr<int64_t> Run::Heartbeat(const std::string& node_id, const std::string& session) {
   absl::MutexLock lock(&mu_);
   if (status_only_) return round_;  // Over, its nodes gone: nothing to keep alive.
-  if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
+  if (absl::Status s = membership_.Check(node_id, session); !s.ok()) {
     if (!PreviousSessionLocked(node_id, session)) return s;
   }
-  if (lost_.contains(node_id)) {
+  if (membership_.IsLost(node_id)) {
     return StaleStatus(absl::StrCat("stale: this node was declared lost in run '", run_id_, "' (now at round ", round_,
                                     "); rejoin as a new member"));
   }
-  known_[node_id].last_seen = absl::Now();
+  membership_.Touch(node_id, absl::Now());
   return round_;
 }
 
@@ -343,23 +297,12 @@ void Run::SetOnEnded(absl::AnyInvocable<void()> fn) {
 }
 
 bool Run::PreviousSessionLocked(const std::string& node_id, const std::string& session) {
-  if (previous_sessions_.empty()) return false;
-  if (absl::Now() >= previous_sessions_until_) {  // (EndLocked drops them when the run ends.)
-    DropPreviousSessionsLocked();
-    return false;
-  }
-  auto it = previous_sessions_.find(node_id);
-  return it != previous_sessions_.end() && IsParticipantLocked(node_id) && CredentialEquals(it->second, session);
-}
-
-void Run::DropPreviousSessionsLocked() {
-  absl::flat_hash_map<std::string, std::string>().swap(previous_sessions_);
-  previous_sessions_until_ = absl::InfinitePast();
+  return membership_.AcceptsPrevious(node_id, session, absl::Now()) && IsParticipantLocked(node_id);
 }
 
 void Run::EndLocked(State state, Deferred& later) {
   state_ = state;
-  DropPreviousSessionsLocked();
+  membership_.DropPrevious();
   if (on_ended_) later.push_back(std::exchange(on_ended_, nullptr));
   JournalLocked(later);
 }

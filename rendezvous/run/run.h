@@ -21,8 +21,10 @@
 #include "rendezvous/server/limits.h"
 #include "rendezvous/server/memory_budget.h"
 #include "rendezvous/run/exit_barrier.h"
+#include "rendezvous/run/membership.h"
 #include "rendezvous/run/node_list.h"
 #include "rendezvous/run/restart_policy.h"
+#include "rendezvous/run/run_summary.h"
 #include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
 #include "rendezvous/run/timer.h"
@@ -310,17 +312,8 @@ class Run : public std::enable_shared_from_this<Run> {
   void ArmLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnLivenessTimer();
   static void RunAll(Deferred& later);
-  // PERMISSION_DENIED unless `node_id` is known with credential `session`.
-  absl::Status CheckSessionLocked(const std::string& node_id, const std::string& session) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // True when `node_id` is pending, a member, or a member being re-formed.
   bool IsParticipantLocked(const std::string& node_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Re-allocates the per-node map (known_: credentials, last heartbeats) in
-  // one go. Their keys were allocated as nodes connected and joined, scattered
-  // among those connections' gRPC buffers, and each pinned a heap page that
-  // could not go back to the system once the buffers were freed (10,000
-  // agents kept ~150 MiB after they left). O(nodes), once per round.
-  void CompactNodeMapsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string run_id_;
   DeadlineTimer* const timer_;
@@ -373,47 +366,25 @@ class Run : public std::enable_shared_from_this<Run> {
   void ForgetNonMemberLocked(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the oldest non-member stream; false when there is none.
   bool EvictOldestNonMemberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The budget's charge for known_ (kNodeCost per node): a new node is
-  // charged before it is added (ChargeNewNodeLocked, refusable); removed
-  // ones are given back by SyncNodeChargeLocked.
-  absl::Status ChargeNewNodeLocked(Claimant who, const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SyncNodeChargeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  MemoryBudget* const budget_;
-  HeldCharge run_charge_;
-  int64_t charged_nodes_ ABSL_GUARDED_BY(mu_) = 0;
+  HeldCharge run_charge_;  // The run's own charge (kRun), given back when it goes.
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int last_progress_joined_ ABSL_GUARDED_BY(mu_) = -1;
   bool progress_armed_ ABSL_GUARDED_BY(mu_) = false;
   bool liveness_armed_ ABSL_GUARDED_BY(mu_) = false;
-  // Nodes declared lost: their later requests are refused as stale.
-  absl::flat_hash_set<std::string> lost_ ABSL_GUARDED_BY(mu_);
   // Runs once when the run ends (SetOnEnded).
   absl::AnyInvocable<void()> on_ended_ ABSL_GUARDED_BY(mu_);
-  // Every known node: its current session credential and its last sign of
-  // life (join or heartbeat; InfinitePast before its first join).
-  struct Known {
-    std::string session;
-    // The connection that made the node known (see Join).
-    std::string peer;
-    absl::Time last_seen = absl::InfinitePast();
-  };
-  // The credentials that the last round close replaced, by node, accepted
-  // for heartbeats until `previous_sessions_until_` (Heartbeat). Dropped
-  // whole (its memory too) once past that time or when the run ends.
-  absl::flat_hash_map<std::string, std::string> previous_sessions_ ABSL_GUARDED_BY(mu_);
-  absl::Time previous_sessions_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // True when `session` is `node_id`'s credential of the round before and
-  // its grace has not passed; drops the previous credentials once it has.
+  // Every known node (credential, last sign of life), the credentials the
+  // last round close replaced, and the nodes declared lost (membership.h).
+  Membership membership_ ABSL_GUARDED_BY(mu_);
+  // True when `session` is `node_id`'s credential of the round before, its
+  // grace not passed, and the node still takes part (Heartbeat, Watch).
   bool PreviousSessionLocked(const std::string& node_id, const std::string& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropPreviousSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::flat_hash_map<std::string, Known> known_ ABSL_GUARDED_BY(mu_);
 
   // Once the run has ended and no event stream of it is open (its nodes
   // have left), the members, credentials, lost nodes' ids and node index are
-  // freed, and what Status shows of the nodes is kept in two exactly sized
-  // blocks: about 90 bytes per node instead of about 600 (a 10,000-node run
-  // kept ~6 MiB for ended_run_ttl). The root cause, the configuration and
+  // freed, and what Status shows of the nodes is kept as a RunSummary
+  // (run_summary.h: about 90 bytes per node instead of about 600). The root cause, the configuration and
   // the store stay. A node's later calls are answered from the run's end
   // without a credential check (status_only_ in Join, Heartbeat, Watch,
   // ReportFailure and ReportFinished): what they learn is what Status shows.
@@ -425,16 +396,6 @@ class Run : public std::enable_shared_from_this<Run> {
   // The answer to a call in a status-only run's name that needs a member:
   // FAILED_PRECONDITION naming the run's end.
   absl::Status EndedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  struct EndedNode {
-    uint32_t text_begin = 0;  // node_id, hostname and addr, back to back in ended_text_.
-    uint32_t id_size = 0;
-    uint32_t hostname_size = 0;
-    uint32_t addr_size = 0;
-    int node_rank = -1;
-    int nproc = 0;
-    bool finished = false;
-    absl::Time last_seen = absl::InfinitePast();
-  };
   bool status_only_ ABSL_GUARDED_BY(mu_) = false;
   // Whether a node was ever admitted (not a store-only run), and the last
   // activity's time (Unix ns): IdleStoreOnly.
@@ -442,9 +403,7 @@ class Run : public std::enable_shared_from_this<Run> {
   std::atomic<bool> agents_left_{false};  // status_only_, readable without mu_.
   std::atomic<bool> made_for_join_{false};
   std::atomic<int64_t> last_activity_{0};
-  int ended_lost_nodes_ ABSL_GUARDED_BY(mu_) = 0;  // lost_.size() when it was freed.
-  std::vector<EndedNode> ended_nodes_ ABSL_GUARDED_BY(mu_);  // By node rank.
-  std::string ended_text_ ABSL_GUARDED_BY(mu_);
+  RunSummary summary_ ABSL_GUARDED_BY(mu_);  // Once status_only_.
 };
 
 const char* StateName(Run::State state);

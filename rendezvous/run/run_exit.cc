@@ -23,13 +23,13 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
     if (status_only_) {
       // Over, its nodes gone: the answer is how it ended (no credential left).
       if (state_ == State::kFinished && round == round_) {
-        now.node_count = now.finished_nodes = static_cast<int>(ended_nodes_.size());
+        now.node_count = now.finished_nodes = static_cast<int>(summary_.size());
         now.all_finished = true;
         later.push_back([cb = std::move(done), now]() mutable { cb(now); });
       } else {
         refused = EndedLocked();
       }
-    } else if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok()) {
+    } else if (absl::Status s = membership_.Check(node_id, session); !s.ok()) {
       refused = s;
     } else if (!member) {
       refused = absl::PermissionDeniedError(absl::StrCat("node '", node_id.substr(0, 64), "' is not a member of run '",

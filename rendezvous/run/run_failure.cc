@@ -60,7 +60,7 @@ absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const s
       if (!restarts_.has_root_cause() || failure.round > round_) return EndedLocked();
       return VerdictLocked(/*is_root=*/false);
     }
-    if (absl::Status s = CheckSessionLocked(failure.node_id, session); !s.ok()) return s;
+    if (absl::Status s = membership_.Check(failure.node_id, session); !s.ok()) return s;
     if (!IsParticipantLocked(failure.node_id)) {
       return absl::PermissionDeniedError(absl::StrCat("node '", failure.node_id.substr(0, 64),
                                                       "' is not a member of run '", run_id_.substr(0, 64),

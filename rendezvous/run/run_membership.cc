@@ -24,13 +24,13 @@ void Run::OnLivenessTimer() {
   {
     absl::MutexLock lock(&mu_);
     liveness_armed_ = false;
-    if (!previous_sessions_.empty() && absl::Now() >= previous_sessions_until_) DropPreviousSessionsLocked();
+    membership_.DropPreviousIfPast(absl::Now());
     if (state_ == State::kFinished || state_ == State::kFailed) return;
     const absl::Time now = absl::Now();
     if (gate_ != nullptr && !gate_->serving()) {
       // Not serving (paused): heartbeats are refused, so silence proves
       // nothing; count from now, and look again later.
-      for (const auto& m : members_) known_[m.node.node_id].last_seen = now;
+      for (const auto& m : members_) membership_.Touch(m.node.node_id, now);
       ArmLivenessLocked();
       return;
     }
@@ -38,13 +38,13 @@ void Run::OnLivenessTimer() {
     std::vector<std::string> silent;
     for (const auto& m : members_) {
       if (m.finished) continue;
-      auto seen = known_.find(m.node.node_id);
-      if (seen != known_.end() && seen->second.last_seen != absl::InfinitePast() && now - seen->second.last_seen > limit) {
+      const absl::Time seen = membership_.LastSeen(m.node.node_id);
+      if (seen != absl::InfinitePast() && now - seen > limit) {
         silent.push_back(m.node.node_id);
       }
     }
     for (const auto& id : silent) {
-      LoseNodeLocked(id, absl::StrCat("no keep-alive for ", absl::FormatDuration(now - known_[id].last_seen), " (limit ",
+      LoseNodeLocked(id, absl::StrCat("no keep-alive for ", absl::FormatDuration(now - membership_.LastSeen(id)), " (limit ",
                                       absl::FormatDuration(limit), ")"),
                      later);
     }
@@ -64,7 +64,7 @@ void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Def
     return;
   }
   if (m->finished) --finished_count_;
-  lost_.insert(node_id);
+  membership_.MarkLost(node_id);
   WorkerFailure cause;
   cause.node_id = node_id;
   cause.hostname = m->node.hostname;
@@ -105,7 +105,7 @@ bool Run::FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& late
 void Run::LoseReformingLocked(const std::string& node_id, const std::string& why, Deferred& later) {
   std::optional<Member> r = reforming_.erase(node_id);
   if (!r) return;
-  lost_.insert(r->node.node_id);
+  membership_.MarkLost(r->node.node_id);
   WorkerFailure cause;
   cause.node_id = r->node.node_id;
   cause.hostname = r->node.hostname;

@@ -4,12 +4,12 @@
 #include "rendezvous/run/run.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/run/advertised_address.h"
-#include "rendezvous/run/credential.h"
-#include "rendezvous/run/node_order.h"
+#include "rendezvous/run/round_forming.h"
 
 namespace meshrun::rendezvous {
 
@@ -55,15 +55,12 @@ void Run::CloseRoundLocked(Deferred& later) {
   std::vector<NodeDesc> descs;
   descs.reserve(joining.size());
   for (const auto& j : joining) descs.push_back(j.node);
-  int64_t world64 = 0;
-  for (const auto& d : descs) world64 += d.nproc;  // Each nproc <= max_nproc: no overflow.
-  absl::Status shape = world64 > limits_.max_world_size
-                           ? absl::InvalidArgumentError(absl::StrCat(
-                                 "round ", round_, " of run '", run_id_.substr(0, 64), "' would have world size ",
-                                 world64, ": allowed: 1..", limits_.max_world_size, " (max_world_size)"))
-                           : DecideAddresses(descs);
-  if (absl::Status s = shape; !s.ok()) {
-    // No usable address for some node: nobody can run this round.
+  absl::StatusOr<FormedRound> formed =
+      FormRound(descs, round_, restarts_.spent(), config_.max_restarts, limits_.max_world_size, run_id_);
+  if (!formed.ok()) {
+    // No usable address for some node, or too many processes: nobody can
+    // run this round.
+    const absl::Status s = formed.status();
     Logger("rdzv")->error("run '{}' round {}: {}", run_id_, round_, std::string(s.message()));
     for (auto& j : joining) {
       // Refused: a node known only from this join (its event stream not
@@ -72,63 +69,37 @@ void Run::CloseRoundLocked(Deferred& later) {
       // rather than being refused for a credential it never received; its
       // agent then reports this answer, the cause.
       const std::string& id = j.node.node_id;
-      if (!watchers_.contains(id) && !members_.contains(id) && !reforming_.contains(id)) known_.erase(id);
+      if (!watchers_.contains(id) && !members_.contains(id) && !reforming_.contains(id)) membership_.Forget(id);
       later.push_back([cb = std::move(j.done), s]() mutable { cb(s); });
     }
-    SyncNodeChargeLocked();
     return;
   }
-  for (size_t i = 0; i < joining.size(); ++i) joining[i].node.addr = descs[i].addr;
-  NodeOrder order = OrderNodes(descs);
-  if (!order.warning.empty()) Logger("rdzv")->warn("run '{}': {}", run_id_, order.warning);
-
-  int world = 0;
-  absl::flat_hash_map<std::string, int> role_size;
-  for (const auto& d : descs) {
-    world += d.nproc;
-    role_size[d.role] += d.nproc;
-  }
-  const NodeDesc& first = descs[order.order[0]];
+  if (!formed->warning.empty()) Logger("rdzv")->warn("run '{}': {}", run_id_, formed->warning);
   members_.clear();
   reforming_.clear();
   finished_count_ = 0;
-  int base = 0;
-  absl::flat_hash_map<std::string, int> role_base;
-  // The credentials replaced below, still good for heartbeats in flight.
-  absl::flat_hash_map<std::string, std::string> previous;
-  previous.reserve(order.order.size());
-  for (int r = 0; r < static_cast<int>(order.order.size()); ++r) {
-    Joiner& j = joining[order.order[r]];
-    Assignment a;
-    a.round = round_;
-    a.node_rank = r;
-    a.node_count = static_cast<int>(joining.size());
-    a.rank_base = base;
-    a.world_size = world;
-    a.master_addr = first.addr;
-    a.node_addr = j.node.addr;
-    a.master_port = first.master_port;
-    a.restart_count = restarts_.spent();
-    a.max_restarts = config_.max_restarts;
-    a.role_rank_base = role_base[j.node.role];
-    a.role_world_size = role_size[j.node.role];
-    role_base[j.node.role] += j.node.nproc;
-    base += j.node.nproc;
-    // The member keeps no copy of its credential (known_ has it).
+  std::vector<std::string> ids;
+  ids.reserve(formed->order.size());
+  for (int index : formed->order) ids.push_back(descs[index].node_id);
+  // New credentials; the replaced ones stay good for heartbeats in flight.
+  std::vector<std::string> sessions =
+      membership_.RenewCredentials(ids, absl::Now() + 2 * config_.keep_alive_interval);
+  for (size_t r = 0; r < formed->order.size(); ++r) {
+    Joiner& j = joining[formed->order[r]];
+    j.node.addr = descs[formed->order[r]].addr;
+    Assignment& a = formed->assignments[r];
+    // The member keeps no copy of its credential (the membership has it).
     members_.push_back(Member{j.node, a});
-    Known& k = known_[j.node.node_id];
-    previous[j.node.node_id] = std::move(k.session);
-    a.session = k.session = NewCredential();
-    later.push_back([cb = std::move(j.done), a]() mutable { cb(a); });
+    a.session = std::move(sessions[r]);
+    later.push_back([cb = std::move(j.done), a = std::move(a)]() mutable { cb(std::move(a)); });
   }
-  previous_sessions_ = std::move(previous);
-  previous_sessions_until_ = absl::Now() + 2 * config_.keep_alive_interval;
+  const int world = formed->world_size;
   state_ = State::kRunning;
   reform_target_ = 0;
   last_progress_joined_ = -1;
   const absl::Time now = absl::Now();
-  for (const auto& m : members_) known_[m.node.node_id].last_seen = now;
-  CompactNodeMapsLocked();
+  for (const auto& m : members_) membership_.Touch(m.node.node_id, now);
+  membership_.Compact();
   ArmLivenessLocked();
   kv_->DropRoundsBelow(round_);
   PushLocked(RoundClosedLocked());

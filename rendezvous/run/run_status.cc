@@ -19,28 +19,17 @@ RunStatus Run::Status() const {
     s.max_restarts = config_.max_restarts;
     s.min_nodes = config_.min_nodes;
     s.max_nodes = config_.max_nodes;
-    s.lost_nodes = status_only_ ? ended_lost_nodes_ : static_cast<int>(lost_.size());
+    s.lost_nodes = membership_.lost_count();
     const absl::Time now = absl::Now();
     auto age = [&](absl::Time last_seen) {
       return last_seen == absl::InfinitePast() ? absl::Seconds(-1) : now - last_seen;
     };
     if (status_only_) {
-      s.nodes = static_cast<int>(ended_nodes_.size());
-      s.node_list.reserve(ended_nodes_.size());
-      for (const EndedNode& e : ended_nodes_) {
-        auto text = [&](uint32_t begin, uint32_t size) { return ended_text_.substr(begin, size); };
-        s.world_size += e.nproc;
-        s.node_list.push_back(NodeStatus{text(e.text_begin, e.id_size),
-                                         text(e.text_begin + e.id_size, e.hostname_size),
-                                         text(e.text_begin + e.id_size + e.hostname_size, e.addr_size), e.node_rank,
-                                         e.nproc, e.finished ? "finished" : StateName(state_), age(e.last_seen)});
-      }
+      s.nodes = static_cast<int>(summary_.size());
+      summary_.AppendTo(s, StateName(state_), now);
     } else {
       s.nodes = static_cast<int>(state_ == State::kJoining ? pending_.size() : members_.size());
-      auto last_seen = [&](const std::string& id) {
-        auto it = known_.find(id);
-        return it == known_.end() ? absl::InfinitePast() : it->second.last_seen;
-      };
+      auto last_seen = [&](const std::string& id) { return membership_.LastSeen(id); };
       for (const auto& m : members_) {
         s.world_size += m.node.nproc;
         NodeStatus n{m.node.node_id, m.node.hostname, m.node.addr, m.assignment.node_rank, m.node.nproc, "",
@@ -87,39 +76,23 @@ void Run::KeepOnlyStatusLocked() {
   // and no round being re-formed that Status shows.
   size_t text_size = 0;
   for (const auto& m : members_) text_size += m.node.node_id.size() + m.node.hostname.size() + m.node.addr.size();
-  if (text_size > UINT32_MAX) return;  // The offsets are 32-bit: kept whole.
+  if (!summary_.Reserve(members_.size(), text_size)) return;  // Past 4 GiB: kept whole.
   status_only_ = true;
   agents_left_.store(true);
-  ended_text_.reserve(text_size);
-  ended_nodes_.reserve(members_.size());
   for (const auto& m : members_) {
-    EndedNode e;
-    e.text_begin = static_cast<uint32_t>(ended_text_.size());
-    e.id_size = static_cast<uint32_t>(m.node.node_id.size());
-    e.hostname_size = static_cast<uint32_t>(m.node.hostname.size());
-    e.addr_size = static_cast<uint32_t>(m.node.addr.size());
-    ended_text_.append(m.node.node_id).append(m.node.hostname).append(m.node.addr);
-    e.node_rank = m.assignment.node_rank;
-    e.nproc = m.node.nproc;
-    e.finished = m.finished;
-    if (auto it = known_.find(m.node.node_id); it != known_.end()) e.last_seen = it->second.last_seen;
-    ended_nodes_.push_back(e);
+    summary_.Add(m.node, m.assignment.node_rank, m.finished, membership_.LastSeen(m.node.node_id));
   }
-  std::sort(ended_nodes_.begin(), ended_nodes_.end(),
-            [](const EndedNode& a, const EndedNode& b) { return a.node_rank < b.node_rank; });
+  summary_.Seal();
   // Freed, not only emptied: swapped with empty ones.
   members_ = NodeList<Member>();
   reforming_ = NodeList<Member>();
   pending_ = NodeList<Joiner>();
-  absl::flat_hash_map<std::string, Known>().swap(known_);
-  SyncNodeChargeLocked();
+  membership_.Release();
   absl::flat_hash_map<std::string, std::shared_ptr<EventSink>>().swap(watchers_);
   absl::flat_hash_map<std::string, uint64_t>().swap(nonmember_seq_);
   std::deque<std::pair<uint64_t, std::string>>().swap(nonmember_order_);
   barrier_waiters_.Release();
   absl::flat_hash_map<std::string, absl::StatusOr<Assignment>>().swap(unsent_answers_);
-  ended_lost_nodes_ = static_cast<int>(lost_.size());
-  absl::flat_hash_set<std::string>().swap(lost_);
 }
 
 }  // namespace meshrun::rendezvous

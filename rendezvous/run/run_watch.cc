@@ -45,8 +45,7 @@ bool Run::EvictOldestNonMemberLocked() {
         "') was ended to make room; join, then re-open it"));
     // Its Unwatch (when gRPC is done with it) finds the sink gone.
     watchers_.erase(w);
-    if (!IsParticipantLocked(id) && !lost_.contains(id)) known_.erase(id);
-    SyncNodeChargeLocked();
+    if (!IsParticipantLocked(id) && !membership_.IsLost(id)) membership_.Forget(id);
     return true;
   }
   return false;
@@ -78,14 +77,14 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   if (status_only_) {
     // Over, its nodes gone and their credentials with them: any stream
     // learns how it ended (below), as Status would tell it.
-  } else if (auto k = known_.find(node_id); k != known_.end() && session.empty() && !peer.empty() &&
-                                             k->second.peer == peer &&
-                                             (IsParticipantLocked(node_id) || k->second.last_seen == absl::InfinitePast())) {
+  } else if (const Membership::Node* k = membership_.Find(node_id);
+             k != nullptr && session.empty() && !peer.empty() && k->peer == peer &&
+             (IsParticipantLocked(node_id) || k->last_seen == absl::InfinitePast())) {
     hand_out = true;
-  } else if (known_.contains(node_id) || !session.empty()) {
+  } else if (k != nullptr || !session.empty()) {
     // A participant's credential of the round before is accepted too, as for
     // heartbeats: a stream re-opened while its join was being answered.
-    if (absl::Status s = CheckSessionLocked(node_id, session); !s.ok() && !PreviousSessionLocked(node_id, session)) {
+    if (absl::Status s = membership_.Check(node_id, session); !s.ok() && !PreviousSessionLocked(node_id, session)) {
       return s;
     }
   } else {
@@ -95,7 +94,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
     if (absl::Status s = admit(member ? Claimant::kMember : Claimant::kOther); !s.ok()) return s;
   }
   if (new_node) {
-    if (absl::Status s = ChargeNewNodeLocked(Claimant::kOther, node_id); !s.ok()) return s;
+    if (absl::Status s = membership_.Admit(node_id, peer, Claimant::kOther); !s.ok()) return s;
   }
   if (!member && !nonmember_seq_.contains(node_id)) {
     // Room among non-members: the oldest one's stream goes.
@@ -107,12 +106,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
     RunEvent hello;
     hello.kind = RunEvent::Kind::kSession;
     hello.round = round_;
-    Known& k = known_[node_id];
-    if (new_node) {
-      k.session = NewCredential();
-      k.peer = peer;
-    }
-    hello.session = k.session;
+    hello.session = membership_.Find(node_id)->session;
     sink->Push(hello);
   }
   if (auto u = unsent_answers_.find(node_id); u != unsent_answers_.end()) {
@@ -215,8 +209,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
       LoseNodeLocked(node_id, "its agent disconnected", later);
     }
     // A node that watched and left without taking part is forgotten.
-    if (!IsParticipantLocked(node_id) && !lost_.contains(node_id)) known_.erase(node_id);
-    SyncNodeChargeLocked();
+    if (!IsParticipantLocked(node_id) && !membership_.IsLost(node_id)) membership_.Forget(node_id);
     MaybeKeepOnlyStatusLocked();
   }
   RunAll(later);

@@ -49,7 +49,7 @@ state::RunRecord Run::RecordLocked() const {
     state::MemberRecord mr;
     mr.node = m.node;
     mr.assignment = m.assignment;
-    if (auto it = known_.find(m.node.node_id); it != known_.end()) mr.assignment.session = it->second.session;
+    if (const Membership::Node* n = membership_.Find(m.node.node_id)) mr.assignment.session = n->session;
     mr.finished = m.finished;
     r.members.push_back(std::move(mr));
   }
@@ -138,9 +138,9 @@ void Run::Restore(const state::RunRecord& r) {
   reforming_.clear();
   finished_count_ = 0;
   for (const state::MemberRecord& m : r.members) {
-    known_[m.node.node_id] = Known{m.assignment.session, std::string(), now};
+    membership_.Restore(m.node.node_id, m.assignment.session, now);
     Member member{m.node, m.assignment, m.finished};
-    member.assignment.session.clear();  // known_ holds it.
+    member.assignment.session.clear();  // The membership holds it.
     if (r.state == "joining") {
       member.finished = false;
       reforming_.push_back(std::move(member));
