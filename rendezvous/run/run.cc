@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/run/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -156,8 +155,7 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
       // A node joining: its stream (opened before) is a member's from now
       // on, before any event below reaches it (this join may close the
       // round: its ROUND_CLOSED must not be charged as a non-member's).
-      ForgetNonMemberLocked(node.node_id);
-      if (auto w = watchers_.find(node.node_id); w != watchers_.end()) w->second->PromoteToMember();
+      streams_.PromoteToMember(node.node_id);
       if (state_ == State::kRunning) {
         RunEvent ev;
         ev.kind = RunEvent::Kind::kNodeWaiting;
@@ -190,8 +188,8 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
 
 void Run::AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> result) {
   absl::MutexLock lock(&mu_);
-  auto w = watchers_.find(node_id);
-  if (w == watchers_.end()) {
+  EventSink* w = streams_.Find(node_id);
+  if (w == nullptr) {
     // Its stream is not open yet (the agent opens it right after its join):
     // the answer waits for it (Watch). Bounded: one per node of a round.
     if (static_cast<int64_t>(unsent_answers_.size()) < std::max(config_.max_nodes, 1)) {
@@ -199,7 +197,7 @@ void Run::AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> 
     }
     return;
   }
-  w->second->Push(JoinAnsweredLocked(std::move(result)));
+  w->Push(JoinAnsweredLocked(std::move(result)));
 }
 
 RunEvent Run::RoundClosedLocked() const {
@@ -242,7 +240,7 @@ void Run::ProgressLocked() {
     ev.max_nodes = config_.max_nodes;
     // Only the nodes waiting in this round hear it (a refused node does not).
     for (const auto& j : pending_) {
-      if (auto w = watchers_.find(j.node.node_id); w != watchers_.end()) w->second->Push(ev);
+      if (EventSink* w = streams_.Find(j.node.node_id)) w->Push(ev);
     }
     last_progress_ = now;
     last_progress_joined_ = joined;
@@ -329,10 +327,7 @@ void Run::Close(const std::string& why, absl::StatusCode code) {
     last_call_armed_ = false;
     // Watchers learn why (no re-form is announced: their streams end with
     // the reason, and their later Unwatch finds nothing to lose).
-    for (auto& [id, sink] : watchers_) sink->CloseRun(why);
-    watchers_.clear();
-    nonmember_seq_.clear();
-    nonmember_order_.clear();
+    streams_.EndAll(why);
   }
   RunAll(later);
   kv_->Close(why);

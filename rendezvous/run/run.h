@@ -20,6 +20,7 @@
 #include "rendezvous/store/kv_store.h"
 #include "rendezvous/server/limits.h"
 #include "rendezvous/server/memory_budget.h"
+#include "rendezvous/run/event_streams.h"
 #include "rendezvous/run/exit_barrier.h"
 #include "rendezvous/run/membership.h"
 #include "rendezvous/run/node_list.h"
@@ -354,18 +355,8 @@ class Run : public std::enable_shared_from_this<Run> {
   // Restarts spent and the root cause of the last incident (and the round
   // it happened in): the restart policy (restart_policy.h).
   RestartPolicy restarts_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::shared_ptr<EventSink>> watchers_ ABSL_GUARDED_BY(mu_);
-  // The nodes of watchers_ whose stream is a non-member's (see Watch), by
-  // opening order: (sequence, node id); an entry whose sequence is no
-  // longer the node's in nonmember_seq_ is stale and skipped.
-  absl::flat_hash_map<std::string, uint64_t> nonmember_seq_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::pair<uint64_t, std::string>> nonmember_order_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_nonmember_seq_ ABSL_GUARDED_BY(mu_) = 1;
-  // Drops `node_id` from the non-member streams (it joined, or its stream
-  // ended).
-  void ForgetNonMemberLocked(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the oldest non-member stream; false when there is none.
-  bool EvictOldestNonMemberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The run's open event streams, members' and non-members' (event_streams.h).
+  EventStreams streams_ ABSL_GUARDED_BY(mu_);
   HeldCharge run_charge_;  // The run's own charge (kRun), given back when it goes.
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int last_progress_joined_ ABSL_GUARDED_BY(mu_) = -1;

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/run/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/run/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 
@@ -84,11 +83,7 @@ void Run::AnnounceLostLocked(const WorkerFailure& cause) {
   lost.node_id = cause.node_id;
   lost.root_cause = cause;
   PushLocked(lost);
-  if (auto w = watchers_.find(cause.node_id); w != watchers_.end()) {
-    w->second->CloseStale(cause.message);
-    watchers_.erase(w);
-    ShrinkIfSparse(watchers_);
-  }
+  streams_.EndStale(cause.node_id, cause.message);
 }
 
 bool Run::FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& later) {

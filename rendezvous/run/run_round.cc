@@ -69,7 +69,7 @@ void Run::CloseRoundLocked(Deferred& later) {
       // rather than being refused for a credential it never received; its
       // agent then reports this answer, the cause.
       const std::string& id = j.node.node_id;
-      if (!watchers_.contains(id) && !members_.contains(id) && !reforming_.contains(id)) membership_.Forget(id);
+      if (!streams_.Has(id) && !members_.contains(id) && !reforming_.contains(id)) membership_.Forget(id);
       later.push_back([cb = std::move(j.done), s]() mutable { cb(s); });
     }
     return;

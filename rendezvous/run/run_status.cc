@@ -62,7 +62,7 @@ RunStatus Run::Status() const {
 }
 
 void Run::MaybeKeepOnlyStatusLocked() {
-  if ((state_ == State::kFinished || state_ == State::kFailed) && watchers_.empty()) KeepOnlyStatusLocked();
+  if ((state_ == State::kFinished || state_ == State::kFailed) && streams_.empty()) KeepOnlyStatusLocked();
 }
 
 absl::Status Run::EndedLocked() const {
@@ -88,9 +88,7 @@ void Run::KeepOnlyStatusLocked() {
   reforming_ = NodeList<Member>();
   pending_ = NodeList<Joiner>();
   membership_.Release();
-  absl::flat_hash_map<std::string, std::shared_ptr<EventSink>>().swap(watchers_);
-  absl::flat_hash_map<std::string, uint64_t>().swap(nonmember_seq_);
-  std::deque<std::pair<uint64_t, std::string>>().swap(nonmember_order_);
+  streams_.Release();
   barrier_waiters_.Release();
   absl::flat_hash_map<std::string, absl::StatusOr<Assignment>>().swap(unsent_answers_);
 }

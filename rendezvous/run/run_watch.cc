@@ -5,56 +5,12 @@
 #include "rendezvous/run/run.h"
 
 #include "absl/strings/str_cat.h"
-#include "rendezvous/run/credential.h"
-#include "rendezvous/run/sparse_maps.h"
 
 namespace meshrun::rendezvous {
 
-void Run::ForgetNonMemberLocked(const std::string& node_id) {
-  if (nonmember_seq_.erase(node_id) == 0) return;
-  // The order keeps stale entries until they reach its front; it never
-  // holds more than twice the live ones.
-  while (!nonmember_order_.empty()) {
-    auto it = nonmember_seq_.find(nonmember_order_.front().second);
-    if (it != nonmember_seq_.end() && it->second == nonmember_order_.front().first) break;
-    nonmember_order_.pop_front();
-  }
-  if (nonmember_order_.size() > 2 * nonmember_seq_.size() + 64) {
-    std::deque<std::pair<uint64_t, std::string>> live;
-    for (auto& e : nonmember_order_) {
-      auto it = nonmember_seq_.find(e.second);
-      if (it != nonmember_seq_.end() && it->second == e.first) live.push_back(std::move(e));
-    }
-    nonmember_order_.swap(live);
-  }
-}
-
-bool Run::EvictOldestNonMemberLocked() {
-  while (!nonmember_order_.empty()) {
-    auto [seq, id] = std::move(nonmember_order_.front());
-    nonmember_order_.pop_front();
-    auto it = nonmember_seq_.find(id);
-    if (it == nonmember_seq_.end() || it->second != seq) continue;
-    nonmember_seq_.erase(it);
-    auto w = watchers_.find(id);
-    if (w == watchers_.end()) continue;
-    w->second->CloseEvicted(absl::StrCat(
-        "run '", run_id_.substr(0, 64), "' has ", nonmember_seq_.size() + 1,
-        " event streams of nodes that have not joined: max_nonmember_watchers_per_run=",
-        limits_.max_nonmember_watchers_per_run, "; the oldest (node '", id.substr(0, 64),
-        "') was ended to make room; join, then re-open it"));
-    // Its Unwatch (when gRPC is done with it) finds the sink gone.
-    watchers_.erase(w);
-    if (!IsParticipantLocked(id) && !membership_.IsLost(id)) membership_.Forget(id);
-    return true;
-  }
-  return false;
-}
-
 std::pair<int64_t, int64_t> Run::watcher_counts() const {
   absl::MutexLock lock(&mu_);
-  const int64_t others = static_cast<int64_t>(nonmember_seq_.size());
-  return {static_cast<int64_t>(watchers_.size()) - others, others};
+  return {streams_.members(), streams_.nonmembers()};
 }
 
 
@@ -63,9 +19,9 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
                         const std::string& peer) {
   absl::MutexLock lock(&mu_);
   const bool member = !status_only_ && IsParticipantLocked(node_id);
-  const bool replacing = watchers_.contains(node_id);
+  const bool replacing = streams_.Has(node_id);
   if (member) {
-    const int64_t members_open = static_cast<int64_t>(watchers_.size() - nonmember_seq_.size());
+    const int64_t members_open = streams_.members();
     if (!replacing && members_open >= limits_.max_watchers_per_run) {
       return absl::ResourceExhaustedError(absl::StrCat("run '", run_id_.substr(0, 64), "' has ", members_open,
                                                        " event streams of members open: max_watchers_per_run=",
@@ -96,10 +52,20 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   if (new_node) {
     if (absl::Status s = membership_.Admit(node_id, peer, Claimant::kOther); !s.ok()) return s;
   }
-  if (!member && !nonmember_seq_.contains(node_id)) {
-    // Room among non-members: the oldest one's stream goes.
-    while (static_cast<int64_t>(nonmember_seq_.size()) >= limits_.max_nonmember_watchers_per_run &&
-           EvictOldestNonMemberLocked()) {
+  if (!member && !streams_.IsNonMember(node_id)) {
+    // Room among non-members: the oldest one's stream goes (bounded: each
+    // round ends one stream or stops).
+    auto why = [this](const std::string& id, int64_t open) {
+      return absl::StrCat("run '", run_id_.substr(0, 64), "' has ", open,
+                          " event streams of nodes that have not joined: max_nonmember_watchers_per_run=",
+                          limits_.max_nonmember_watchers_per_run, "; the oldest (node '", id.substr(0, 64),
+                          "') was ended to make room; join, then re-open it");
+    };
+    while (streams_.nonmembers() >= limits_.max_nonmember_watchers_per_run) {
+      std::optional<std::string> evicted = streams_.EvictOldestNonMember(why);
+      if (!evicted) break;
+      // A node that had not joined is forgotten with its stream.
+      if (!IsParticipantLocked(*evicted) && !membership_.IsLost(*evicted)) membership_.Forget(*evicted);
     }
   }
   if (new_node || hand_out) {
@@ -161,17 +127,7 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
   // One stream per node: an older one still open ends here. (An agent
   // re-opens only after its stream ended; left open, a replaced stream would
   // be counted by nobody, past max_watchers_per_run, and outlive the run.)
-  std::shared_ptr<EventSink>& slot = watchers_[node_id];
-  if (slot && slot != sink) slot->CloseRun(absl::StrCat("replaced by a newer event stream of node '",
-                                                        node_id.substr(0, 64), "'"));
-  slot = std::move(sink);
-  if (!member) {
-    const uint64_t seq = next_nonmember_seq_++;
-    nonmember_seq_[node_id] = seq;
-    nonmember_order_.emplace_back(seq, node_id);
-  } else {
-    ForgetNonMemberLocked(node_id);
-  }
+  streams_.Open(node_id, std::move(sink), member);
   had_node_.store(true);  // A node's stream: no longer a store-only run.
   return absl::OkStatus();
 }
@@ -180,16 +136,12 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
   Deferred later;
   {
     absl::MutexLock lock(&mu_);
-    auto it = watchers_.find(node_id);
-    if (it == watchers_.end() || it->second.get() != sink) {
+    if (!streams_.Drop(node_id, sink)) {
       // (A stream ended as stale was erased when its node was lost; that
       // loss may have ended the run with no stream left.)
       MaybeKeepOnlyStatusLocked();
       return;
     }
-    watchers_.erase(it);
-    ShrinkIfSparse(watchers_);
-    ForgetNonMemberLocked(node_id);
     // A replica that does not serve now (paused: its etcd lease unconfirmed)
     // holds its runs still: the agent left to look for a serving leader, it
     // did not die. Nobody is lost; the agent comes back when this replica
@@ -215,8 +167,6 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
   RunAll(later);
 }
 
-void Run::PushLocked(const RunEvent& event) {
-  for (auto& [node, sink] : watchers_) sink->Push(event);
-}
+void Run::PushLocked(const RunEvent& event) { streams_.PushAll(event); }
 
 }  // namespace meshrun::rendezvous
