@@ -20,6 +20,7 @@
 #include "launcher/hosting.h"
 #include "rendezvous/server.h"
 #include "rendezvous/state/etcd/etcd_options.h"
+#include "rendezvous/state/etcd/leader_apart.h"
 #include "rendezvous/state/etcd/replica.h"
 #include "rendezvous/state/serving_gate.h"
 
@@ -67,6 +68,7 @@ int ServerMain(int argc, char** argv) {
   double state_timeout = 0;
   int64_t state_lease_ttl = 2;
   std::string advertise;
+  std::string state_local_member = "auto";
   app.add_option("--state", state_flags.url,
                  "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcds:// for TLS): keep the state in etcd v3 and run as "
                  "one of several replicas sharing it; one leads, the others stand by (docs/etcd.md). Default: in "
@@ -84,6 +86,11 @@ int ServerMain(int argc, char** argv) {
                  "Seconds of the leader's etcd lease: a dead leader is replaced within about this + 0.5 s (etcd "
                  "raises it to its floor: 2 s with its default timing)")
       ->default_str("2");
+  app.add_option("--state_local_member,--state-local-member", state_local_member,
+                 "The etcd member on this replica's host (auto: the first --state member whose host is this "
+                 "machine's; none; or HOST:PORT): while this replica leads, etcd's own leader is moved off it, so "
+                 "that one host's loss never costs both elections (docs/etcd.md)")
+      ->default_str("auto");
   app.add_option("--advertise_addr,--advertise-addr", advertise,
                  "HOST:PORT agents reach this replica on, named by standbys (default: --host when it is one "
                  "address, else this host's name, and the bound port)");
@@ -154,7 +161,14 @@ int ServerMain(int argc, char** argv) {
       std::fprintf(stderr, "meshrun server: error: %s\n", std::string(conn.status().message()).c_str());
       return 2;
     }
+    if (absl::StatusOr<std::optional<Endpoint>> local =
+            rendezvous::state::etcd::LocalMember(state_local_member, conn->client.members);
+        !local.ok()) {
+      std::fprintf(stderr, "meshrun server: error: %s\n", std::string(local.status().message()).c_str());
+      return 2;
+    }
     rendezvous::state::etcd::ReplicaOptions ro;
+    ro.local_member = state_local_member;
     ro.connection = std::move(*conn);
     ro.id = absl::StrCat(Hostname(), ":", getpid());
     ro.lease_ttl_s = state_lease_ttl;

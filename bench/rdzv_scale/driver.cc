@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "bench/rdzv_scale/child.h"
+#include "bench/rdzv_scale/kvset_latency.h"
 #include "bench/rdzv_scale/server_process.h"
 #include "bench/rdzv_scale/servers.h"
 
@@ -280,6 +281,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   so.log_prefix = absl::StrCat(o.work_dir, "/server-", tag);
   so.etcd = o.etcd;
   so.state_lease_ttl_s = o.state_lease_ttl_s;
+  so.state_local_member = o.state_local_member;
   so.etcd_member_script = o.etcd_member_script;
   so.state_prefix = absl::StrCat("/rdzv-scale-", tag, "-", getpid());
   auto started = Servers::Start(so);
@@ -450,6 +452,20 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
       // The job runs: every agent connected, heartbeating, its stream open.
       absl::SleepFor(o.steady_wait);
       if (auto s = srv.Sample(false); s.ok()) res.rss_steady_kib = s->rss_kib;
+      if (o.kvset_count > 0) {
+        absl::StatusOr<KvSetLatency> k =
+            MeasureKvSet(srv.endpoint(), absl::StrCat("rdzv-scale-kvset-", tag, "-", getpid()), o.kvset_count);
+        if (!k.ok()) {
+          res.failure = absl::StrCat("kvset: ", k.status().message());
+          failed = true;
+          break;
+        }
+        res.kvset_count = k->count;
+        res.kvset_p50_ms = k->p50_ms;
+        res.kvset_p99_ms = k->p99_ms;
+        // Its connection and requests belong to no phase.
+        counters_before = ReadCounters(srv);
+      }
     }
   }
   stop_sampler.Notify();

@@ -34,6 +34,9 @@ struct DriverOptions {
   // before reading the server's steady memory (its memory_release_delay
   // gives the joins' transient memory back meanwhile).
   absl::Duration steady_wait = absl::Seconds(3);
+  // Then, every agent still connected: this many KvSets of one store
+  // client, one at a time, timed (kvset_latency.h); 0: none.
+  int kvset_count = 200;
   // Diagnostic: connect and leave only (no join, no exit barrier), to see
   // what the server holds per connection alone.
   bool connect_only = false;
@@ -45,6 +48,7 @@ struct DriverOptions {
   // leader; the exit barrier then runs on that leader.
   bool etcd = false;
   int state_lease_ttl_s = 2;        // --state_lease_ttl of the replicas (the server's default).
+  std::string state_local_member = "auto";  // --state_local_member of the replicas (the server's default).
   std::string etcd_member_script;   // tests/etcd/etcd_member.sh
 };
 
@@ -94,6 +98,11 @@ struct RunResult {
   int64_t streams_lost = 0;
   std::string first_heartbeat_error;
   double load_avg_1m = 0;      // /proc/loadavg at the start of the run.
+  // KvSet latency after the round closed (DriverOptions::kvset_count; 0:
+  // not measured), milliseconds.
+  int kvset_count = 0;
+  double kvset_p50_ms = 0;
+  double kvset_p99_ms = 0;
 };
 
 // Runs one measured run of `n` agents. Never throws; a failure is in the

@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--phase_timeout", phase_timeout, "Seconds one phase may take before the run counts as failed")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--kvset", o.kvset_count,
+                 "KvSets timed one at a time from one store client after the round closed (p50/p99 in the table; "
+                 "0: none)")
+      ->default_str("200")
+      ->check(CLI::Range(0, 1000000));
   double steady_wait = 3;
   app.add_option("--steady_wait", steady_wait,
                  "Seconds after the round closed before the server's steady memory is read (agents still connected)")
@@ -114,6 +119,10 @@ int main(int argc, char** argv) {
                  "Comma-separated: memory (one in-memory server), etcd (3 replicas sharing a 3-member etcd, "
                  "with a failover phase: the leader's replica and etcd member SIGKILLed after the round closed)")
       ->capture_default_str();
+  app.add_option("--state_local_member", o.state_local_member,
+                 "The replicas' --state_local_member (etcd runs): auto (the default: replica i's etcd member is i, "
+                 "listed first, so etcd's leader is kept off the leading replica's member) or none")
+      ->default_str("auto");
   app.add_option("--state_lease_ttl", o.state_lease_ttl_s, "Seconds: the replicas' --state_lease_ttl (etcd runs)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -202,6 +211,7 @@ int main(int argc, char** argv) {
         for (const std::string& p : mb::PhaseNames()) {
           if (r.phases.count(p)) std::fprintf(stderr, " %s=%.3fs", p.c_str(), r.phases.at(p).seconds);
         }
+        if (r.kvset_count > 0) std::fprintf(stderr, " kvset_p50=%.3fms kvset_p99=%.3fms", r.kvset_p50_ms, r.kvset_p99_ms);
         std::fprintf(stderr, " rss_idle=%.1fMiB joined=%.1fMiB steady=%.1fMiB peak=%.1fMiB after=%.1fMiB hb_failed=%lld%s%s lost=%lld%s%s\n",
                      r.rss_idle_kib / 1024.0, r.rss_joined_kib / 1024.0, r.rss_steady_kib / 1024.0, r.rss_peak_kib / 1024.0,
                      r.rss_after_kib / 1024.0, static_cast<long long>(r.heartbeats_failed),

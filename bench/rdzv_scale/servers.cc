@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<Servers>> Servers::Start(const ServersOptions& o)
     std::vector<std::string> args = o.server_args;
     if (o.etcd) {
       args.insert(args.end(), {"--state", s->etcd_->Url(i, o.state_prefix), "--state_lease_ttl",
-                               absl::StrCat(o.state_lease_ttl_s)});
+                               absl::StrCat(o.state_lease_ttl_s), "--state_local_member", o.state_local_member});
     }
     auto server = ServerProcess::Start(o.meshrun_binary, args,
                                        absl::StrCat(o.log_prefix, o.etcd ? absl::StrCat("-r", i) : "", ".log"),

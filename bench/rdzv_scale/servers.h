@@ -24,6 +24,7 @@ struct ServersOptions {
   std::string log_prefix;                // Logs: <prefix>.log, or <prefix>-r<i>.log and <prefix>-etcd/.
   bool etcd = false;
   int state_lease_ttl_s = 2;
+  std::string state_local_member = "auto";
   std::string etcd_member_script;        // tests/etcd/etcd_member.sh
   std::string state_prefix;              // The etcd key prefix of this run ("/rdzv-scale-...").
 };

@@ -12,7 +12,9 @@
 #   2. A 2-node job of waiting workers (`--rdzv_endpoint` listing the 3 replicas) starts and
 #      its workers run. Node rank 0's worker is released first: that node waits at the exit
 #      barrier (meshrun status shows it "finished") when the leader dies.
-#   3. kill -9 of the leader's replica AND its etcd member, together.
+#   3. Once etcd's own leader is another host's member (the leading replica moves it off its
+#      host's member: leader_apart.h), kill -9 of the leader's replica AND its etcd member,
+#      together.
 #   4. Both agents follow the new leader (measured: from the kill to the last agent's
 #      "following the rendezvous leader" line, printed as "failover: N ms"); a replica that
 #      stood by leads, with the run restored from etcd.
@@ -425,6 +427,16 @@ if ((partition)); then
   [[ $led == *" 0 "* && $led == *" 1 "* && $led == *" 2 "* ]] || fail "not every replica led (led: $led)"
 fi
 if ((!rolling && !quorum && !forming && !partition)); then
+# etcd's own leader is kept off the leading replica's host (rendezvous/state/etcd/leader_apart.h),
+# so that this kill costs one election, not two: wait for it (bounded), as a state.
+etcd_leader_apart() {
+  local s member lead
+  s=$(etcdctl_on "$leader" endpoint status -w json 2>/dev/null) || return 1
+  member=$(grep -o '"member_id":[0-9]*' <<<"$s" | head -n 1 | cut -d: -f2)
+  lead=$(grep -o '"leader":[0-9]*' <<<"$s" | head -n 1 | cut -d: -f2)
+  [[ -n $member && -n $lead && $lead != 0 && $lead != "$member" ]]
+}
+wait_for 10 etcd_leader_apart || fail "etcd's leader is still the leading replica's host's member 10 s after it led"
 t_kill=$(now_ms)
 if [[ $mode == hosts ]]; then
   host_kill "$leader" || fail "host $leader outlived host_kill"

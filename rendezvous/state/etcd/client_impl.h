@@ -72,6 +72,8 @@ struct Client::Impl {
   // of the member that answered.
   absl::Status Call(const CallSpec& spec, const Invoke& invoke, int* member_out = nullptr);
 
+  // The index of `member` among members; -1 when it is not one of them.
+  int IndexOf(const Endpoint& member) const;
   // Waits until member `i`'s channel is connected, at most until `deadline`.
   // In `round` 0 a member whose last connection attempt failed is skipped at
   // once; later it is tried again when it accepts TCP.

@@ -74,10 +74,11 @@
 // for expired leases every 500 ms and deletes their keys; the next candidate's
 // watch sees the delete and checks. So about TTL + 0.5 s at most. When etcd's
 // own leader died with it, etcd first elects a new one and extends every
-// lease by the TTL plus an election timeout from then (bench/etcd_bench.cc,
-// docs/etcd.md for measured figures). Losing one etcd member otherwise
-// changes nothing: the candidates' clients move to another member within
-// their dial timeout.
+// lease by the TTL plus an election timeout from then (bench/rdzv_scale and
+// docs/etcd.md for measured figures); so the leading replica keeps etcd's
+// leader off its own host's member (leader_apart.h). Losing one etcd member
+// otherwise changes nothing: the candidates' clients move to another member
+// within their dial timeout.
 //
 // Thread-safety: every method may be called from any thread. Callbacks run on
 // the thread that noticed (on_elected: the campaign's; on_deposed: the lease

@@ -573,13 +573,40 @@ absl::StatusOr<int64_t> Client::LeaseTimeToLive(int64_t id) {
   return resp.ttl();
 }
 
-absl::StatusOr<MemberStatus> Client::StatusOf(const Endpoint& member) {
-  int index = -1;
-  for (size_t i = 0; i < impl_->members.size(); ++i) {
-    if (impl_->members[i]->endpoint.host == member.host && impl_->members[i]->endpoint.port == member.port) {
-      index = static_cast<int>(i);
+int Client::Impl::IndexOf(const Endpoint& member) const {
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i]->endpoint.host == member.host && members[i]->endpoint.port == member.port) {
+      return static_cast<int>(i);
     }
   }
+  return -1;
+}
+
+absl::Status Client::MoveLeader(const Endpoint& via, uint64_t transferee_id) {
+  const int index = impl_->IndexOf(via);
+  if (index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("etcd member ", via.ToString(), " is not one of this client's"));
+  }
+  Member& m = *impl_->members[index];
+  const absl::Time deadline = absl::Now() + impl_->options.call_timeout;
+  grpc::Status auth_failure;
+  absl::StatusOr<std::string> token = impl_->Token(m, deadline, &auth_failure);
+  if (!token.ok()) return token.status();
+  pb::MoveLeaderRequest req;
+  req.set_targetid(transferee_id);
+  pb::MoveLeaderResponse resp;
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx, deadline, *token);
+  grpc::Status s = m.maintenance->MoveLeader(&ctx, req, &resp);
+  if (s.ok()) return absl::OkStatus();
+  if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) impl_->DropToken(*token);
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat("etcd ", m.name, ": MoveLeader to member ", absl::Hex(transferee_id), ": ",
+                                   s.error_message()));
+}
+
+absl::StatusOr<MemberStatus> Client::StatusOf(const Endpoint& member) {
+  const int index = impl_->IndexOf(member);
   if (index < 0) {
     return absl::InvalidArgumentError(absl::StrCat("etcd member ", member.ToString(), " is not one of this client's"));
   }

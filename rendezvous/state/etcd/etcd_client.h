@@ -280,6 +280,14 @@ class Client {
 
   // One member's status (no fail-over), within call_timeout.
   absl::StatusOr<MemberStatus> StatusOf(const Endpoint& member);
+  // Asks etcd's leader, `via` (one of this client's members; it must be
+  // etcd's leader now), to hand its leadership to member `transferee_id`
+  // (Maintenance.MoveLeader, as `etcdctl move-leader`). etcd waits for the
+  // transferee to catch up, within call_timeout. Needs etcd's root role when
+  // etcd's auth is on (PERMISSION_DENIED otherwise). Errors name the member
+  // and etcd's answer: FAILED_PRECONDITION-like codes as etcd gives them
+  // ("etcdserver: not leader" when `via` no longer leads), UNAVAILABLE.
+  absl::Status MoveLeader(const Endpoint& via, uint64_t transferee_id);
   // The cluster's members as etcd lists them.
   absl::StatusOr<std::vector<MemberInfo>> MemberList();
 

@@ -1,5 +1,6 @@
 #include "rendezvous/state/etcd/replica.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "rendezvous/state/etcd/election.h"
 #include "rendezvous/state/etcd/etcd_client.h"
 #include "rendezvous/state/etcd/etcd_journal.h"
+#include "rendezvous/state/etcd/leader_apart.h"
 
 namespace meshrun::rendezvous::state::etcd {
 struct Replica::Impl {
@@ -21,6 +23,7 @@ struct Replica::Impl {
   std::unique_ptr<Election> election;
   std::unique_ptr<RunJournal> journal;
   std::unique_ptr<LeaderObserver> observer;
+  std::unique_ptr<LeaderApart> apart;  // Keeps etcd's leader off this host while leading.
   std::string election_prefix;
 
   enum class Kind { kElected, kDeposed };
@@ -76,14 +79,24 @@ struct Replica::Impl {
   void Loop() {
     for (;;) {
       Event e;
+      bool idle = true;  // No event: time to look at etcd's leader.
       {
         absl::MutexLock lock(&mu);
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stopping || !events.empty(); };
-        mu.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+        mu.AwaitWithTimeout(absl::Condition(&ready),
+                            std::min(absl::Seconds(1), options.leader_apart_interval));
         if (stopping) return;
-        if (events.empty()) continue;
-        e = std::move(events.front());
-        events.pop_front();
+        if (events.empty()) {
+          if (!loaded) continue;
+        } else {
+          e = std::move(events.front());
+          events.pop_front();
+          idle = false;
+        }
+      }
+      if (idle) {
+        if (election->IsLeader()) apart->Check();
+        continue;
       }
       if (e.kind == Kind::kElected) {
         const absl::Time t0 = absl::Now();
@@ -114,6 +127,7 @@ struct Replica::Impl {
                              absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Microseconds(100))));
         std::printf("meshrun server: leading (%s); %zu run(s) restored\n", options.advertise.c_str(), records->size());
         std::fflush(stdout);
+        apart->Check(/*force=*/true);
       } else {
         gate->SetServing(false);
         Logger("rdzv")->warn("this replica stopped leading: {}; standing by", e.why);
@@ -147,7 +161,11 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, 
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options.connection.client);
   if (!client.ok()) return client.status();
   impl->client = std::move(*client);
+  absl::StatusOr<std::optional<Endpoint>> local =
+      LocalMember(options.local_member, options.connection.client.members);
+  if (!local.ok()) return local.status();
   if (absl::Status s = impl->client->Connect(); !s.ok()) return s;
+  impl->apart = std::make_unique<LeaderApart>(impl->client.get(), *local, options.leader_apart_interval);
   ElectionOptions eo;
   eo.prefix = prefix + "/election/";
   eo.lease_ttl_s = options.lease_ttl_s;

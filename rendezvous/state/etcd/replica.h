@@ -44,6 +44,11 @@ struct ReplicaOptions {
   // The election lease's TTL, seconds: a dead leader is replaced within
   // about TTL + 0.5 s (election.h). etcd raises it to its floor.
   int64_t lease_ttl_s = 2;
+  // The etcd member on this replica's host (leader_apart.h LocalMember:
+  // "auto", "none" or host:port): while this replica leads, etcd's own
+  // leader is moved off it, checked every `leader_apart_interval`.
+  std::string local_member = "auto";
+  absl::Duration leader_apart_interval = absl::Seconds(1);
 };
 
 struct ReplicaHooks {
@@ -64,7 +69,8 @@ struct ReplicaInfo {
 class Replica {
  public:
   // Connects to etcd (Client::Connect: a bad --state fails here with one
-  // line, within the client's call_timeout). The gate stays closed. `gate`
+  // line, within the client's call_timeout; so does a local_member that is
+  // not one of --state's members). The gate stays closed. `gate`
   // must outlive the replica.
   static absl::StatusOr<std::unique_ptr<Replica>> Start(ReplicaOptions options, ServingGate* gate,
                                                         ReplicaHooks hooks);
