@@ -81,7 +81,8 @@ std::string FormatStatusJson(const client::ServerStatus& status, const std::stri
                           {"round", r.round},           {"restarts", r.restart_count},
                           {"max_restarts", r.max_restarts}, {"world_size", r.world_size},
                           {"min_nodes", r.min_nodes},   {"max_nodes", r.max_nodes},
-                          {"lost_nodes", r.lost_nodes}, {"kv_keys", r.kv_keys}};
+                          {"lost_nodes", r.lost_nodes}, {"kv_keys", r.kv_keys},
+                          {"kv_bytes", r.kv_bytes},     {"kv_waiters", r.kv_waiters}};
     run["nodes"] = nlohmann::json::array();
     for (const auto& n : r.node_list) {
       nlohmann::json node = {{"node_rank", n.node_rank}, {"hostname", n.hostname}, {"addr", n.addr},

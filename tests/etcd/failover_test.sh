@@ -50,6 +50,16 @@
 # on the next leader after the failover, and the read answers it: the proxy sent the read
 # again to the next leader with what was left of its wait.
 #
+# With --mesh MESH_PROBE (loopback), the leader dies during a libmesh 2-D mesh init whose
+# reads are parked (issue 24, "Must work" 2): each node runs 2 workers of
+# `MESH_PROBE parked FILE` (tests/libmesh/mesh_probe.cc), a (2, 2) mesh over Gloo whose rank 0
+# starts building it only once FILE exists. Ranks 1-3 build theirs at once, and their reads of
+# rank 0's keys wait on the leader (meshrun status --json: kv_waiters). The leader's replica and
+# etcd member are killed; once both agents follow the next leader, FILE is made: rank 0 writes
+# its keys there, the parked reads (sent again by the agents' store proxies) get them, the mesh
+# completes, one allreduce per dimension is checked, and the job finishes with exit 0 on both
+# nodes, no worker restarted.
+#
 # With --dns (namespace hosts, as --hosts), the agents and meshrun status are given one name,
 # --rdzv_endpoint=meshrun-replicas:29411, which the nodes' hosts resolve to the 3 replicas'
 # addresses (as a Kubernetes headless Service does; each replica on port 29411 of its host):
@@ -65,7 +75,7 @@
 # it leads, serves the same run (running, round 0, no restart, 2 nodes) and the same store
 # key: the state agrees on every replica. The job then finishes as above.
 #
-# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --dns | --partition | --rolling | --quorum | --grace | --forming | --parked]
+# usage: failover_test.sh MESHRUN_BINARY STORE_KEYS [--hosts | --dns | --partition | --rolling | --quorum | --grace | --forming | --parked | --mesh MESH_PROBE]
 #        (0 pass, 1 fail, 77 skip: no etcd/etcdctl; with --hosts also not root or no netns)
 # Every wait is bounded; everything started here is killed on exit, failure included.
 set -uo pipefail
@@ -87,6 +97,11 @@ forming=0
 [[ ${3:-} == --forming ]] && forming=1
 parked=0
 [[ ${3:-} == --parked ]] && parked=1
+mesh=0 mesh_probe=
+if [[ ${3:-} == --mesh ]]; then
+  mesh=1
+  mesh_probe=$(readlink -f "${4:?usage: failover_test.sh MESHRUN_BINARY STORE_KEYS --mesh MESH_PROBE}")
+fi
 ((grace)) && leader_grace=6
 partition=0
 [[ ${3:-} == --partition ]] && partition=1
@@ -197,9 +212,18 @@ for i in $(seq 1200); do [ -e "$OUT/release$RANK" ] && break; sleep 0.05; done
 [ -e "$OUT/release$RANK" ] || exit 3
 if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" || exit 5; fi
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
+nproc=1
+if ((mesh)); then
+  # 2'. Each worker records its start, then builds its part of the (2, 2) mesh (rank 0 once
+  # $OUT/release_mesh exists), then checks one allreduce per dimension.
+  nproc=2
+  worker='echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
+"$MESH_PROBE" parked "$OUT/release_mesh" || exit $?
+echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
+fi
 # start_agent N: node N's agent (on host 3 + N with --hosts).
 start_agent() {
-  OUT=$work STORE_KEYS=$store_keys PARKED=$parked spawn_on $((3 + $1)) "$meshrun" --nnodes=2 --nproc_per_node=1 --rdzv_endpoint="$agent_endpoint" --rdzv_id=failover \
+  OUT=$work STORE_KEYS=$store_keys PARKED=$parked MESH_PROBE=$mesh_probe spawn_on $((3 + $1)) "$meshrun" --nnodes=2 --nproc_per_node=$nproc --rdzv_endpoint="$agent_endpoint" --rdzv_id=failover \
     --max_restarts=3 --rdzv_conf=leader_grace=$leader_grace --no_python sh -c "$worker" >"$work/agent$1.log" 2>&1
   agent_pid[$1]=$!
 }
@@ -221,10 +245,20 @@ else
   start_agent 0
   start_agent 1
 fi
-running() { [[ -s $work/rank0.start && -s $work/rank1.start ]]; }
+running() { [[ -s $work/rank0.start && -s $work/rank1.start ]] && { ((!mesh)) || [[ -s $work/rank2.start && -s $work/rank3.start ]]; }; }
 wait_for 30 running || fail "the job's workers did not start within 30 s"
 echo "job running: $(cat "$work/rank0.start") / $(cat "$work/rank1.start") (restart count, round)"
 
+if ((mesh)); then
+  # Ranks 1-3 build the mesh; their reads of rank 0's keys wait on the leader.
+  parked_reads() {
+    local j
+    j=$(run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --rdzv_id=failover --json --timeout 2 2>/dev/null) || return 1
+    [[ $(grep -o '"kv_waiters":[0-9]*' <<<"$j" | head -n 1 | cut -d: -f2) -ge 1 ]]
+  }
+  wait_for 30 parked_reads || fail "no mesh read was parked on the leader within 30 s of the workers' start"
+  echo "mesh init: ranks 1-3 wait on the leader for rank 0's keys ($(run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --rdzv_id=failover --json --timeout 2 2>/dev/null | grep -o '"kv_waiters":[0-9]*' | head -n 1))"
+else
 # Node rank 0 finishes first and waits at the exit barrier.
 touch "$work/release0"
 at_barrier() {
@@ -233,6 +267,7 @@ at_barrier() {
 }
 wait_for 30 at_barrier || fail "node rank 0 did not reach the exit barrier within 30 s"
 echo "node rank 0 waits at the exit barrier"
+fi
 
 # The replica that leads now, from meshrun status: its index (0..2).
 leader_now() {
@@ -325,7 +360,7 @@ fi
 
 # A store-only run (no node joins it: a launcher that uses only the store) on the leader.
 plain=0
-[[ $mode == loopback ]] && ((!rolling && !quorum && !forming && !partition && !parked)) && plain=1
+[[ $mode == loopback ]] && ((!rolling && !quorum && !forming && !partition && !parked && !mesh)) && plain=1
 if ((plain)); then
   out=$("$store_keys" "@127.0.0.1:$(cat "$work/port$leader")" kv-only 0 set addr 10.0.0.9:4242) ||
     fail "cannot set a key of the store-only run kv-only on the leader: $out"
@@ -467,6 +502,27 @@ if ((dns)); then
   done
   echo "both agents looked for the leader among the 3 addresses of meshrun-replicas:$dns_port"
 fi
+fi
+if ((mesh)); then
+  # Rank 0 builds its part on the next leader: the parked reads get its keys.
+  touch "$work/release_mesh"
+  for n in 0 1; do
+    agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
+    wait_for 90 agent_done "$n" || fail "agent $n did not finish within 90 s of the release"
+    wait "${agent_pid[n]}"
+    rc=$?
+    agent_pid[n]=
+    ((rc == 0)) || fail "agent $n exited $rc (expected 0)"
+  done
+  for r in 0 1 2 3; do
+    [[ $(wc -l <"$work/rank$r.start") == 1 ]] || fail "worker rank $r was started $(wc -l <"$work/rank$r.start") times"
+    [[ $(cat "$work/rank$r.start") == "0 0" ]] || fail "worker rank $r started with restart count and round '$(cat "$work/rank$r.start")' (expected '0 0')"
+    [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish its mesh with restart count 0"
+  done
+  ok=$(cat "$work"/agent0.log "$work"/agent1.log | grep -c "parked OK")
+  ((ok == 4)) || fail "$ok of 4 ranks built the (2, 2) mesh and checked its allreduces"
+  echo "PASS: the (2, 2) mesh, its reads parked on the leader when it died, completed on the next leader; both nodes exited 0; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0"
+  exit 0
 fi
 if ((parked)); then
   idx=$(leader_now) || fail "meshrun status names no leader after the failover"

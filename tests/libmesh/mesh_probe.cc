@@ -4,12 +4,21 @@
 //   subset       : a (2, 2) mesh over ranks {7, 5, 3, 1}; others are not members
 //   ncclids      : the NCCL unique-id exchange for a (2, 4) mesh, checked over
 //                  Gloo rows, with the server's request counters
+//   parked FILE  : a (2, 2) mesh over Gloo whose rank 0 starts building it
+//                  only once FILE exists (at most 120 s), so the others'
+//                  reads of its keys stay parked on the server meanwhile (a
+//                  failover test kills the server then); then one allreduce
+//                  per dimension, checked
 // Exit 0 when the mode's expectation holds; messages on stderr/stdout.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "meshrun/device_mesh.h"
@@ -170,6 +179,32 @@ int main(int argc, char** argv) {
     std::printf("rank=%d coordinate=(%d,%d) subset OK\n", rank, (*mesh->coordinate())[0], (*mesh->coordinate())[1]);
     return 0;
   }
+  if (mode == "parked" && argc > 2) {
+    const std::string release = argv[2];
+    if (rank == 0) {
+      bool released = false;
+      for (int i = 0; i < 2400 && !released; ++i) {  // 120 s at most.
+        released = access(release.c_str(), F_OK) == 0;
+        if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (!released) return Fail(rank, absl::StrCat(release, " did not appear within 120 s"));
+    }
+    MeshOptions o;
+    o.timeout = absl::Seconds(180);
+    auto mesh = InitDeviceMesh("cpu", {2, 2}, {"replicate", "shard"}, o);
+    if (!mesh.ok()) return Fail(rank, mesh.status().ToString());
+    for (int d = 0; d < 2; ++d) {
+      ProcessGroup* g = *mesh->GetGroup(d);
+      std::vector<int64_t> v = {rank + 1};
+      if (absl::Status s = g->AllReduce(v.data(), 1); !s.ok()) return Fail(rank, s.ToString());
+      int64_t want = 0;
+      for (int r : g->ranks()) want += r + 1;
+      if (v[0] != want) return Fail(rank, absl::StrCat("dimension ", d, ": allreduce gave ", v[0], ", not ", want));
+    }
+    std::printf("rank=%d coordinate=(%d,%d) parked OK\n", rank, (*mesh->coordinate())[0], (*mesh->coordinate())[1]);
+    std::fflush(stdout);
+    return 0;
+  }
 #ifdef MESHRUN_WITH_NCCL
   if (mode == "ncclids") return NcclIds(*world);
 #else
@@ -178,5 +213,5 @@ int main(int argc, char** argv) {
     return 77;
   }
 #endif
-  return Fail(rank, "usage: mesh_probe mismatch R | absent R T | subset | ncclids");
+  return Fail(rank, "usage: mesh_probe mismatch R | absent R T | subset | ncclids | parked FILE");
 }
