@@ -292,7 +292,14 @@ absl::Status Election::Campaign(const std::string& candidate_id, const std::stri
   create.compare.push_back(Compare::Absent(key));
   create.success.push_back(Op::Put(key, EncodeCandidate(candidate_id, value), lease.id));
   create.failure.push_back(Op::Get(key));
+  // Repeated while its outcome is unknown (a member that lost etcd's leader
+  // mid-call, as when etcd's leadership moves: leader_apart.h), at most
+  // max_write_attempts tries: a try after one that applied finds the key.
   absl::StatusOr<TxnResult> r = impl->client->Transact(create);
+  for (int attempt = 1; !r.ok() && OutcomeUnknown(r.status()) && attempt < impl->options.max_write_attempts;
+       ++attempt) {
+    r = impl->client->Transact(create);
+  }
   int64_t created = 0;
   if (r.ok()) {
     if (r->succeeded) {

@@ -1,5 +1,6 @@
 #include "rendezvous/state/etcd/leader_apart.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,25 +29,37 @@ absl::StatusOr<std::optional<Endpoint>> LocalMember(const std::string& flag, con
 }
 
 LeaderApart::LeaderApart(Client* client, std::optional<Endpoint> local, absl::Duration interval)
-    : client_(client), local_(std::move(local)), interval_(interval) {}
+    : client_(client), local_(std::move(local)), interval_(std::max(interval, absl::Milliseconds(100))) {}
 
 LeaderApart::Outcome LeaderApart::Check(bool force) {
   if (!local_ || refused_) return Outcome::kIdle;
   const absl::Time now = absl::Now();
-  if (!force && now - last_check_ < interval_) return Outcome::kIdle;
+  const absl::Duration wait = std::min(interval_ * (1 << std::min(failures_, 10)), std::max(interval_, absl::Minutes(1)));
+  if (!force && now - last_check_ < wait) return Outcome::kIdle;
   last_check_ = now;
+  Outcome out = CheckNow();
+  failures_ = out == Outcome::kFailed ? failures_ + 1 : 0;
+  return out;
+}
+
+LeaderApart::Outcome LeaderApart::CheckNow() {
   absl::StatusOr<MemberStatus> mine = client_->StatusOf(*local_);
   if (!mine.ok()) return Failed(mine.status());
   if (mine->leader == 0 || mine->leader != mine->member_id) return Outcome::kApart;
   absl::StatusOr<std::vector<MemberInfo>> members = client_->MemberList();
   if (!members.ok()) return Failed(members.status());
   // A transferee: a voting member that answers (through this client) and
-  // follows the same leader; when none of the others is one of this
-  // client's members (they advertise other names), the first voting one.
+  // follows the same leader; when none does and another is not one of this
+  // client's members (it advertises other names), the first such one none
+  // of whose addresses failed (never a member seen dead).
   uint64_t unchecked = 0;
   std::string unchecked_name;
+  bool others = false;
   for (const MemberInfo& m : *members) {
     if (m.id == mine->member_id || m.is_learner) continue;
+    others = true;
+    bool failed = false;   // One of its addresses is this client's and did not do.
+    bool unknown = false;  // One of its addresses is not this client's.
     for (const std::string& url : m.client_urls) {
       std::string hostport = url;
       if (size_t scheme = hostport.find("://"); scheme != std::string::npos) hostport = hostport.substr(scheme + 3);
@@ -54,16 +67,21 @@ LeaderApart::Outcome LeaderApart::Check(bool force) {
       if (!ep.ok()) continue;
       absl::StatusOr<MemberStatus> other = client_->StatusOf(*ep);
       if (!other.ok()) {
-        if (other.status().code() == absl::StatusCode::kInvalidArgument && unchecked == 0) {
-          unchecked = m.id;  // Not one of this client's members.
-          unchecked_name = m.name;
-        }
+        (other.status().code() == absl::StatusCode::kInvalidArgument ? unknown : failed) = true;
         continue;
       }
-      if (!other->errors.empty() || other->leader != mine->member_id) continue;
+      if (!other->errors.empty() || other->leader != mine->member_id) {
+        failed = true;
+        continue;
+      }
       return Move(m.id, m.name);
     }
+    if (unknown && !failed && unchecked == 0) {
+      unchecked = m.id;
+      unchecked_name = m.name;
+    }
   }
+  if (!others) return Outcome::kAlone;
   if (unchecked != 0) return Move(unchecked, unchecked_name);
   return Failed(absl::UnavailableError("no other etcd member to hand etcd's leadership to answers"));
 }

@@ -42,22 +42,27 @@ absl::StatusOr<std::optional<Endpoint>> LocalMember(const std::string& flag, con
 class LeaderApart {
  public:
   // `client` must outlive this. `local`: this host's member (nullopt:
-  // Check does nothing). Checks at most once per `interval`.
+  // Check does nothing). Checks at most once per `interval` (at least
+  // 100 ms); after a failure, at most once per twice as long as the time
+  // before, up to a minute, until one works.
   LeaderApart(Client* client, std::optional<Endpoint> local, absl::Duration interval);
 
-  enum class Outcome { kIdle, kApart, kMoved, kFailed };
+  enum class Outcome { kIdle, kApart, kAlone, kMoved, kFailed };
   // At most once per interval (else kIdle, nothing asked): asks the local
   // member whether it is etcd's leader (Maintenance.Status); kApart when it
-  // is not; when it is, hands etcd's leadership to the first other voting
-  // member that answers its Status with no error and sees the same leader:
-  // kMoved, logged once per move. kFailed when etcd refused or did not
+  // is not; kAlone when it is and no other voting member exists (a
+  // one-member etcd: nothing to do); when it is, hands etcd's leadership to
+  // the first other voting member that answers its Status with no error and
+  // sees the same leader (or, when no other member is one of this client's,
+  // to the first one none of whose addresses failed): kMoved, logged once
+  // per move. kFailed when etcd refused or did not
   // answer (logged, at most once a minute; tried again next interval); a
   // refusal for want of etcd's root role (PERMISSION_DENIED) is logged once
-  // and never tried again. `force` checks now, whatever the interval (a
-  // replica that was just elected).
+  // and never tried again. `force` checks now, whatever the interval.
   Outcome Check(bool force = false);
 
  private:
+  Outcome CheckNow();
   Outcome Move(uint64_t transferee, const std::string& name);
   Outcome Failed(const absl::Status& s);
 
@@ -65,6 +70,7 @@ class LeaderApart {
   const std::optional<Endpoint> local_;
   const absl::Duration interval_;
   absl::Time last_check_ = absl::InfinitePast();
+  int failures_ = 0;  // Checks that failed in a row (their back-off).
   absl::Time last_failure_log_ = absl::InfinitePast();
   bool refused_ = false;  // etcd's auth refused MoveLeader: never asked again.
 };

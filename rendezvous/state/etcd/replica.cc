@@ -35,7 +35,26 @@ struct Replica::Impl {
   std::deque<Event> events ABSL_GUARDED_BY(mu);
   bool stopping ABSL_GUARDED_BY(mu) = false;
   bool loaded ABSL_GUARDED_BY(mu) = false;  // Leading, with the state restored.
+  absl::Time loaded_at ABSL_GUARDED_BY(mu);  // When `loaded` last turned true.
   std::thread thread;
+  // Keeps etcd's leader off this replica's host while it leads (its own
+  // thread: its etcd calls may take the client's timeouts, and the Loop's
+  // events must not wait for them).
+  std::thread apart_thread;
+
+  void ApartLoop() {
+    for (;;) {
+      bool look = false;
+      {
+        absl::MutexLock lock(&mu);
+        auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stopping; };
+        mu.AwaitWithTimeout(absl::Condition(&stop), options.leader_apart_interval);
+        if (stopping) return;
+        look = loaded && absl::Now() - loaded_at >= options.leader_apart_interval;
+      }
+      if (look && election->IsLeader()) apart->Check();
+    }
+  }
 
   void Push(Event e) {
     absl::MutexLock lock(&mu);
@@ -79,24 +98,14 @@ struct Replica::Impl {
   void Loop() {
     for (;;) {
       Event e;
-      bool idle = true;  // No event: time to look at etcd's leader.
       {
         absl::MutexLock lock(&mu);
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stopping || !events.empty(); };
-        mu.AwaitWithTimeout(absl::Condition(&ready),
-                            std::min(absl::Seconds(1), options.leader_apart_interval));
+        mu.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
         if (stopping) return;
-        if (events.empty()) {
-          if (!loaded) continue;
-        } else {
-          e = std::move(events.front());
-          events.pop_front();
-          idle = false;
-        }
-      }
-      if (idle) {
-        if (election->IsLeader()) apart->Check();
-        continue;
+        if (events.empty()) continue;
+        e = std::move(events.front());
+        events.pop_front();
       }
       if (e.kind == Kind::kElected) {
         const absl::Time t0 = absl::Now();
@@ -119,6 +128,7 @@ struct Replica::Impl {
         {
           absl::MutexLock lock(&mu);
           loaded = true;
+          loaded_at = absl::Now();
         }
         gate->SetLeader(options.advertise);
         if (election->IsLeader()) gate->SetServing(true);
@@ -127,7 +137,10 @@ struct Replica::Impl {
                              absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Microseconds(100))));
         std::printf("meshrun server: leading (%s); %zu run(s) restored\n", options.advertise.c_str(), records->size());
         std::fflush(stdout);
-        apart->Check(/*force=*/true);
+        // etcd's leader is looked at one leader_apart_interval from now
+        // (ApartLoop), not at once: moving it stalls etcd's writes for a
+        // moment, and now is when the other replicas campaign (at start) and
+        // the agents report to this new leader (a failover).
       } else {
         gate->SetServing(false);
         Logger("rdzv")->warn("this replica stopped leading: {}; standing by", e.why);
@@ -165,6 +178,7 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, 
       LocalMember(options.local_member, options.connection.client.members);
   if (!local.ok()) return local.status();
   if (absl::Status s = impl->client->Connect(); !s.ok()) return s;
+  options.leader_apart_interval = std::max(options.leader_apart_interval, absl::Milliseconds(100));
   impl->apart = std::make_unique<LeaderApart>(impl->client.get(), *local, options.leader_apart_interval);
   ElectionOptions eo;
   eo.prefix = prefix + "/election/";
@@ -194,6 +208,7 @@ absl::Status Replica::Campaign(const std::string& advertise) {
     return out;
   });
   raw->thread = std::thread([raw] { raw->Loop(); });
+  raw->apart_thread = std::thread([raw] { raw->ApartLoop(); });
   return raw->Campaign();
 }
 
@@ -209,6 +224,9 @@ Replica::~Replica() {
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->observer.reset();
   (void)impl_->election->Resign();
+  // After the resignation (a check in flight ends within the client's
+  // timeouts; the next replica need not wait for it).
+  if (impl_->apart_thread.joinable()) impl_->apart_thread.join();
 }
 
 RunJournal* Replica::journal() { return impl_->journal.get(); }

@@ -46,7 +46,8 @@ struct ReplicaOptions {
   int64_t lease_ttl_s = 2;
   // The etcd member on this replica's host (leader_apart.h LocalMember:
   // "auto", "none" or host:port): while this replica leads, etcd's own
-  // leader is moved off it, checked every `leader_apart_interval`.
+  // leader is moved off it, checked every `leader_apart_interval` (at least
+  // 100 ms) from one interval after it starts to lead.
   std::string local_member = "auto";
   absl::Duration leader_apart_interval = absl::Seconds(1);
 };

@@ -78,8 +78,23 @@ TEST_CASE("etcd leader apart: etcd's leader on this host's member is moved to an
   CHECK(apart.Check(true) == etcd::LeaderApart::Outcome::kMoved);
   REQUIRE(WaitFor([&] { return cluster.LeaderIndex(1) > 0; }, 10));
 
-  // This host's member dead: the check fails (and is tried again later);
-  // nothing hangs past the client's timeouts.
+  // This host's member dead: the check fails (and is tried again later,
+  // backing off: not within twice the interval); nothing hangs past the
+  // client's timeouts.
   cluster.Kill(0);
   CHECK(apart.Check(true) == etcd::LeaderApart::Outcome::kFailed);
+  CHECK(apart.Check() == etcd::LeaderApart::Outcome::kIdle);
+}
+
+TEST_CASE("etcd leader apart: a one-member etcd has nowhere to move its leader", "[etcd][etcd_leader_apart]") {
+  MESHRUN_REQUIRE_ETCD();
+  meshrun::testing::EtcdClusterOptions o;
+  o.members = 1;
+  EtcdCluster cluster(o);
+  REQUIRE_MSG(cluster.Start(), cluster.error());
+  auto client = TestClient(TestClientOptions(cluster));
+  REQUIRE(client != nullptr);
+  etcd::LeaderApart apart(client.get(), TestClientOptions(cluster).members.at(0), absl::Seconds(1));
+  CHECK(apart.Check(true) == etcd::LeaderApart::Outcome::kAlone);
+  CHECK(cluster.LeaderIndex() == 0);
 }
