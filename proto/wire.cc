@@ -217,6 +217,7 @@ void ToProto(const RunStatus& r, v1::RunStatus* out) {
   out->set_max_nodes(r.max_nodes);
   out->set_lost_nodes(r.lost_nodes);
   out->set_kv_waiters(r.kv_waiters);
+  out->set_kv_bytes(r.kv_bytes);
   for (const NodeStatus& n : r.node_list) {
     v1::NodeStatus* p = out->add_node_list();
     p->set_node_id(n.node_id);
@@ -243,6 +244,7 @@ RunStatus FromProto(const v1::RunStatus& r) {
   out.max_nodes = r.max_nodes();
   out.lost_nodes = r.lost_nodes();
   out.kv_waiters = r.kv_waiters();
+  out.kv_bytes = r.kv_bytes();
   for (const auto& p : r.node_list()) {
     NodeStatus n{p.node_id(), p.hostname(), p.addr(), p.node_rank(), p.nproc(), p.state(),
                  p.keepalive_age_ms() < 0 ? absl::Seconds(-1) : absl::Milliseconds(p.keepalive_age_ms())};

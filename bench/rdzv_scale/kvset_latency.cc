@@ -10,6 +10,7 @@
 namespace meshrun::bench {
 
 absl::StatusOr<KvSetLatency> MeasureKvSet(const std::string& endpoint, const std::string& run_id, int count) {
+  if (count < 1) return absl::InvalidArgumentError(absl::StrCat("KvSet count ", count, ": must be at least 1"));
   client::GrpcStoreOptions options;
   options.endpoint = endpoint;
   options.run_id = run_id;

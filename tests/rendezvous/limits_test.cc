@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "rendezvous/store/kv_store.h"
 #include "rendezvous/server/limits.h"
+#include "rendezvous/server/memory_budget.h"
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/run_registry.h"
 
@@ -279,6 +280,25 @@ TEST_CASE("members' streams are bounded per run, non-members' make room by evict
   absl::Status s = run->Watch("j2", std::make_shared<Sink>(), -1, "", nullptr, "conn-3");
   CHECK(absl::IsResourceExhausted(s));
   CHECK_THAT(Msg(s), Contains("max_watchers_per_run=1"));
+}
+
+TEST_CASE("the memory budget holds one node charge per node a run knows, streams evicted or not", "[limits]") {
+  DeadlineTimer timer;
+  ServerLimits l;
+  l.max_nonmember_watchers_per_run = 1;
+  MemoryBudget budget(/*limit=*/int64_t{1} << 30, /*member_reserve=*/0);
+  {
+    auto run = std::make_shared<Run>("job", &timer, l, nullptr, &budget);
+    REQUIRE(run->Watch("a", std::make_shared<Sink>(), -1, "").ok());
+    CHECK(budget.held(HeldKind::kNode) == kNodeCost);
+    // b's stream evicts a's, and a (never joined) is forgotten: one node known, one charged.
+    for (const char* id : {"b", "c", "d"}) {
+      REQUIRE(run->Watch(id, std::make_shared<Sink>(), -1, "").ok());
+      CHECK(budget.held(HeldKind::kNode) == kNodeCost);
+    }
+    CHECK(run->watcher_counts() == std::make_pair<int64_t, int64_t>(0, 1));
+  }
+  CHECK(budget.held(HeldKind::kNode) == 0);
 }
 
 TEST_CASE("a join that reaches the server after its node's stream takes the stream's credential", "[limits]") {

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "proto/wire.h"
 #include "rendezvous/run/run.h"
 #include "tests/rendezvous/run_test_support.h"
 
@@ -111,4 +112,27 @@ TEST_CASE("a run that its liveness check ends with no stream left keeps only its
   CHECK(run->Heartbeat("nobody", "").ok());  // The summary only.
   run->Unwatch("a", sink.get());             // Finds nothing: already removed.
   CHECK(run->Status().lost_nodes == 1);
+}
+
+TEST_CASE("a run's status crosses the wire whole: store keys, bytes and parked reads", "[status]") {
+  RunStatus s;
+  s.run_id = "job";
+  s.round = 3;
+  s.state = "running";
+  s.kv_keys = 5;
+  s.kv_bytes = 1234;
+  s.kv_waiters = 2;
+  s.lost_nodes = 1;
+  s.node_list.push_back(NodeStatus{"n0", "h0", "10.0.0.1", 0, 8, "running", absl::Seconds(1)});
+  meshrun::v1::RunStatus pb;
+  meshrun::rendezvous::wire::ToProto(s, &pb);
+  const RunStatus back = meshrun::rendezvous::wire::FromProto(pb);
+  CHECK(back.run_id == "job");
+  CHECK(back.round == 3);
+  CHECK(back.kv_keys == 5);
+  CHECK(back.kv_bytes == 1234);
+  CHECK(back.kv_waiters == 2);
+  CHECK(back.lost_nodes == 1);
+  REQUIRE(back.node_list.size() == 1);
+  CHECK(back.node_list[0].addr == "10.0.0.1");
 }
