@@ -293,6 +293,28 @@ leader_now() {
   return 1
 }
 follows() { grep -h "following the rendezvous leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l; }
+agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
+# agents_exit_0 S: both agents finish within S s, each with exit 0.
+agents_exit_0() {
+  local n rc
+  for n in 0 1; do
+    wait_for "$1" agent_done "$n" || fail "agent $n did not finish within $1 s of the release"
+    wait "${agent_pid[n]}"
+    rc=$?
+    agent_pid[n]=
+    ((rc == 0)) || fail "agent $n exited $rc (expected 0)"
+  done
+}
+# started_once R...: each worker rank R started once, at restart count 0 and round 0, and
+# ended with restart count 0.
+started_once() {
+  local r
+  for r in "$@"; do
+    [[ $(wc -l <"$work/rank$r.start") == 1 ]] || fail "worker rank $r was started $(wc -l <"$work/rank$r.start") times"
+    [[ $(cat "$work/rank$r.start") == "0 0" ]] || fail "worker rank $r started with restart count and round '$(cat "$work/rank$r.start")' (expected '0 0')"
+    [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish with restart count 0"
+  done
+}
 # leader_soon: leader_now, asked again for up to 10 s (status may find etcd holding an
 # election for a moment, or answer slowly on a loaded machine).
 leader_soon() {
@@ -370,7 +392,6 @@ if ((quorum)); then
   if ((grace)); then
     # Quorum never returns: past leader_grace the agents stop, naming every replica.
     for n in 0 1; do
-      agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
       wait_for $((leader_grace + 20)) agent_done "$n" ||
         fail "agent $n still ran $((leader_grace + 20)) s after etcd lost its quorum (leader_grace=$leader_grace)"
       wait "${agent_pid[n]}"
@@ -548,19 +569,8 @@ fi
 if ((mesh)); then
   # Rank 0 builds its part on the next leader: the parked reads get its keys.
   touch "$work/release_mesh"
-  for n in 0 1; do
-    agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
-    wait_for 90 agent_done "$n" || fail "agent $n did not finish within 90 s of the release"
-    wait "${agent_pid[n]}"
-    rc=$?
-    agent_pid[n]=
-    ((rc == 0)) || fail "agent $n exited $rc (expected 0)"
-  done
-  for r in 0 1 2 3; do
-    [[ $(wc -l <"$work/rank$r.start") == 1 ]] || fail "worker rank $r was started $(wc -l <"$work/rank$r.start") times"
-    [[ $(cat "$work/rank$r.start") == "0 0" ]] || fail "worker rank $r started with restart count and round '$(cat "$work/rank$r.start")' (expected '0 0')"
-    [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish its mesh with restart count 0"
-  done
+  agents_exit_0 90
+  started_once 0 1 2 3
   ok=$(cat "$work"/agent0.log "$work"/agent1.log | grep -c "parked OK")
   ((ok == 4)) || fail "$ok of 4 ranks built the (2, 2) mesh and checked its allreduces"
   echo "PASS: the (2, 2) mesh, its reads parked on the leader when it died, completed on the next leader; both nodes exited 0; no worker restarted; TORCHELASTIC_RESTART_COUNT 0, round 0"
@@ -596,19 +606,8 @@ fi
 
 # 5. The job finishes untouched.
 touch "$work/release1"
-for n in 0 1; do
-  agent_done() { ! kill -0 "${agent_pid[$1]}" 2>/dev/null; }
-  wait_for 60 agent_done "$n" || fail "agent $n did not finish within 60 s of the release"
-  wait "${agent_pid[n]}"
-  rc=$?
-  agent_pid[n]=
-  ((rc == 0)) || fail "agent $n exited $rc (expected 0)"
-done
-for r in 0 1; do
-  [[ $(wc -l <"$work/rank$r.start") == 1 ]] || fail "worker rank $r was started $(wc -l <"$work/rank$r.start") times"
-  [[ $(cat "$work/rank$r.start") == "0 0" ]] || fail "worker rank $r started with restart count and round '$(cat "$work/rank$r.start")' (expected '0 0')"
-  [[ $(cat "$work/rank$r.end" 2>/dev/null) == 0 ]] || fail "worker rank $r did not finish with restart count 0"
-done
+agents_exit_0 60
+started_once 0 1
 [[ $(cat "$work/rank1.key") == nccl-id-0 ]] || fail "worker rank 1 read '$(cat "$work/rank1.key")' through its store proxy (expected nccl-id-0)"
 if ((plain)); then
   # The ended run is removed ended_run_ttl (2 s) after its end, from etcd too: its record and
