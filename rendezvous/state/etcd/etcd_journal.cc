@@ -2,6 +2,7 @@
 #include "rendezvous/state/etcd/etcd_journal.h"
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -135,70 +136,46 @@ class EtcdJournal : public RunJournal {
   absl::StatusOr<std::vector<RunRecord>> Load() override {
     std::vector<RunRecord> out;
     std::map<std::string, int64_t> seqs;
-    std::string from = prefix_;
-    const std::string end = PrefixEnd(prefix_);
-    // Paged: 256 runs per read (each value up to etcd's request limit).
-    for (int page = 0; page < 1 << 20; ++page) {
-      RangeOptions o;
-      o.range_end = end;
-      o.limit = 256;
-      o.sort = RangeOptions::Sort::kAscend;
-      o.sort_target = RangeOptions::SortTarget::kKey;
-      absl::StatusOr<RangeResult> r = client_->Get(from, o);
-      if (!r.ok()) return r.status();
-      for (const KeyValue& kv : r->kvs) {
-        absl::StatusOr<RunRecord> rec = DecodeRunRecord(kv.value);
-        if (!rec.ok()) {
-          Logger("rdzv")->error("etcd key {}: {}; run left out", kv.key, std::string(rec.status().message()));
-          continue;
-        }
-        seqs[rec->run_id] = rec->seq;
-        out.push_back(std::move(*rec));
+    // 256 runs per read (each value up to etcd's request limit).
+    absl::Status read = ForEachKey(prefix_, 256, [&](const KeyValue& kv) {
+      absl::StatusOr<RunRecord> rec = DecodeRunRecord(kv.value);
+      if (!rec.ok()) {
+        Logger("rdzv")->error("etcd key {}: {}; run left out", kv.key, std::string(rec.status().message()));
+        return;
       }
-      if (!r->more || r->kvs.empty()) break;
-      from = r->kvs.back().key + std::string(1, '\0');
-    }
+      seqs[rec->run_id] = rec->seq;
+      out.push_back(std::move(*rec));
+    });
+    if (!read.ok()) return read;
     // The store's keys, attached to their runs' incarnations; keys of no
     // record (a removal that did not happen) are dropped.
     std::map<std::string, size_t> by_hex;  // Hex run id -> index in out.
     for (size_t i = 0; i < out.size(); ++i) by_hex[absl::BytesToHexString(out[i].run_id)] = i;
     std::set<std::pair<std::string, int64_t>> stale;  // (hex, incarnation) of no record.
-    from = kv_;
-    const std::string kv_end = PrefixEnd(kv_);
-    for (int page = 0; page < 1 << 20; ++page) {
-      RangeOptions o;
-      o.range_end = kv_end;
-      o.limit = 1024;
-      o.sort = RangeOptions::Sort::kAscend;
-      o.sort_target = RangeOptions::SortTarget::kKey;
-      absl::StatusOr<RangeResult> r = client_->Get(from, o);
-      if (!r.ok()) return r.status();
-      for (const KeyValue& kv : r->kvs) {
-        // <kv><hex>/<incarnation16>/<round20>/<key>
-        absl::string_view rest = absl::string_view(kv.key).substr(kv_.size());
-        const size_t slash = rest.find('/');
-        if (slash == absl::string_view::npos || rest.size() < slash + 39 || rest[slash + 17] != '/' ||
-            rest[slash + 38] != '/') {
-          continue;
-        }
-        const std::string hex(rest.substr(0, slash));
-        uint64_t inc = 0;
-        int64_t round = 0;
-        if (!absl::SimpleHexAtoi(rest.substr(slash + 1, 16), &inc) ||
-            !absl::SimpleAtoi(rest.substr(slash + 18, 20), &round)) {
-          continue;
-        }
-        const int64_t incarnation = static_cast<int64_t>(inc);
-        auto run = by_hex.find(hex);
-        if (run == by_hex.end() || out[run->second].incarnation != incarnation) {
-          stale.insert({hex, incarnation});
-          continue;
-        }
-        out[run->second].keys.push_back({round, std::string(rest.substr(slash + 39)), kv.value});
+    read = ForEachKey(kv_, 1024, [&](const KeyValue& kv) {
+      // <kv><hex>/<incarnation16>/<round20>/<key>
+      absl::string_view rest = absl::string_view(kv.key).substr(kv_.size());
+      const size_t slash = rest.find('/');
+      if (slash == absl::string_view::npos || rest.size() < slash + 39 || rest[slash + 17] != '/' ||
+          rest[slash + 38] != '/') {
+        return;
       }
-      if (!r->more || r->kvs.empty()) break;
-      from = r->kvs.back().key + std::string(1, '\0');
-    }
+      const std::string hex(rest.substr(0, slash));
+      uint64_t inc = 0;
+      int64_t round = 0;
+      if (!absl::SimpleHexAtoi(rest.substr(slash + 1, 16), &inc) ||
+          !absl::SimpleAtoi(rest.substr(slash + 18, 20), &round)) {
+        return;
+      }
+      const int64_t incarnation = static_cast<int64_t>(inc);
+      auto run = by_hex.find(hex);
+      if (run == by_hex.end() || out[run->second].incarnation != incarnation) {
+        stale.insert({hex, incarnation});
+        return;
+      }
+      out[run->second].keys.push_back({round, std::string(rest.substr(slash + 39)), kv.value});
+    });
+    if (!read.ok()) return read;
     // Best effort, a leader's fenced writes.
     for (const auto& [hex, inc] : stale) {
       Txn txn;
@@ -217,6 +194,25 @@ class EtcdJournal : public RunJournal {
 
  private:
   static constexpr size_t kMaxQueuedDrops = 65536;
+
+  // Calls `fn` for every key under `prefix`, in key order, `page` keys per
+  // read (bounded: 2^20 reads).
+  absl::Status ForEachKey(const std::string& prefix, int64_t page, const std::function<void(const KeyValue&)>& fn) {
+    RangeOptions o;
+    o.range_end = PrefixEnd(prefix);
+    o.limit = page;
+    o.sort = RangeOptions::Sort::kAscend;
+    o.sort_target = RangeOptions::SortTarget::kKey;
+    std::string from = prefix;
+    for (int reads = 0; reads < 1 << 20; ++reads) {
+      absl::StatusOr<RangeResult> r = client_->Get(from, o);
+      if (!r.ok()) return r.status();
+      for (const KeyValue& kv : r->kvs) fn(kv);
+      if (!r->more || r->kvs.empty()) return absl::OkStatus();
+      from = r->kvs.back().key + std::string(1, '\0');
+    }
+    return absl::OkStatus();
+  }
 
   static std::string Incarnation16(int64_t incarnation) {
     return absl::StrFormat("%016x", static_cast<uint64_t>(incarnation));
