@@ -380,7 +380,7 @@ class Run : public std::enable_shared_from_this<Run> {
   // without a credential check (status_only_ in Join, Heartbeat, Watch,
   // ReportFailure and ReportFinished): what they learn is what Status shows.
   // Skipped (the run stays whole) when the nodes' text passes 4 GiB.
-  // Call at the end of an operation (it frees pending_, barriers_ and the
+  // Call at the end of an operation (it frees pending_, barrier_waiters_ and the
   // members that the operation may still use). Idempotent.
   void MaybeKeepOnlyStatusLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KeepOnlyStatusLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
