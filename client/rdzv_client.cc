@@ -266,8 +266,9 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
         // first withdraws the join at the server: it is sent again (on the
         // re-opened stream, or to the next leader).
         absl::MutexLock lock(&mu_);
+        join_taken_ = true;
         auto answered = [this, ends]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stream_answer_.has_value() || watch_ends_ != ends || stopping_ || join_cancelled_;
+          return stream_answer_.has_value() || watch_ends_ != ends || watch_ended_ || stopping_ || join_cancelled_;
         };
         mu_.AwaitWithDeadline(absl::Condition(&answered), deadline);
         if (stream_answer_) {
@@ -279,12 +280,12 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
           s = grpc::Status(grpc::StatusCode::CANCELLED, "join cancelled");
           break;
         }
-        if (watch_ends_ == ends) {
-          s = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
-          break;
-        }
         if (watch_ended_) {
           s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the event stream ended while this node was joining");
+          break;
+        }
+        if (watch_ends_ == ends) {
+          s = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
           break;
         }
         s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the event stream ended too often while this node joined");
@@ -314,6 +315,7 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
         absl::MutexLock lock(&mu_);
         session_ = resp->assignment().session();
         has_assignment_ = true;
+        join_taken_ = true;
         known_round_ = std::max(known_round_, resp->assignment().round());
       }
       done(FromProto(resp->assignment()));

@@ -222,6 +222,9 @@ class RendezvousClient {
   // Looks for the leader among endpoints_ until `deadline` (or a stop);
   // switches every later call to it. OK once switched.
   absl::Status FailOver(const std::string& why, absl::Time deadline);
+  // Waits up to `d` (for the join to be taken, with `until_join_taken`);
+  // false at once when the client stops (StopWatch).
+  bool PauseUnlessStopping(absl::Duration d, bool until_join_taken);
   // Runs a blocking call on a thread of its own, joined at destruction.
   void StartCall(std::function<void()> call);
   // Counts a heartbeat's outcome; ends the event stream when the server has
@@ -262,6 +265,9 @@ class RendezvousClient {
   // credential; a first join carries none (the server matches it with this
   // connection's event stream).
   bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
+  // The server took a join of this node (to answer on the stream, or
+  // answered it): it counts the node's streams as a member's from then on.
+  bool join_taken_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> join_ctx_ ABSL_GUARDED_BY(mu_);
   // Joins answered on the event stream (JoinAsync): asked for; the stream
   // ended for good, and how many times it ended (each end withdraws a join

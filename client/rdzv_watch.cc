@@ -19,6 +19,43 @@ using rendezvous::RunEvent;
 using rendezvous::wire::FromGrpc;
 using rendezvous::wire::FromProto;
 
+namespace {
+
+// What the end of the event stream on the server at `endpoint` (no
+// failover) tells the agent: OK for a stream this client cancelled; the
+// server's refusal with its own code and words (a stale node's keeps its
+// mark, common/stale.h; a refused credential or token is UNAUTHENTICATED);
+// UNAVAILABLE for a lost server (`server_lost`: why the heartbeats gave it
+// up, when they did). Pure.
+absl::Status EndOfStream(const grpc::Status& s, const std::string& endpoint, const std::string& server_lost) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::OK:
+      return absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint, " closed the event stream"));
+    case grpc::StatusCode::CANCELLED:
+      if (server_lost.empty()) return absl::OkStatus();
+      return absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint, ": ", server_lost));
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      if (IsStaleDetail(s.error_details())) return StaleStatus(s.error_message());
+      return absl::FailedPreconditionError(s.error_message());
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return absl::UnauthenticatedError(
+          absl::StrCat("the rendezvous server at ", endpoint, " refused this node: ", s.error_message()));
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          absl::StrCat("the rendezvous server at ", endpoint, " refused this node's event stream: ",
+                                       s.error_message()));
+    default:
+      return absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint, ": ", DescribeLoss(s)));
+  }
+}
+
+}  // namespace
+
 void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_round,
                                   std::function<void(const RunEvent&)> on_event,
                                   std::function<void(const absl::Status&)> on_closed) {
@@ -48,15 +85,21 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
     for (int reopens = 0;; ++reopens) {
       auto ctx = std::make_shared<grpc::ClientContext>();
       pb::WatchRequest req;
+      bool stopped = false;
+      // The server held this node's join (or assignment) before the stream
+      // opened: it judges the stream as a member's, and a refusal is final.
+      bool member = false;
       {
         absl::MutexLock lock(&mu_);
-        if (stopping_) {
-          on_closed(absl::OkStatus());
-          return;
-        }
+        stopped = stopping_;
+        member = join_taken_;
         watch_ctx_ = ctx;
         req.set_known_round(known_round_);
         req.set_session(session_);
+      }
+      if (stopped) {
+        on_closed(absl::OkStatus());  // Without mu_: on_closed takes it.
+        return;
       }
       req.mutable_run()->set_run_id(run_id_);
       req.mutable_run()->set_token(token_);
@@ -88,6 +131,7 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
           } else {
             session_ = ev.assignment().session();
             has_assignment_ = true;
+            join_taken_ = true;
             known_round_ = std::max(known_round_, ev.assignment().round());
             stream_answer_ = FromProto(ev.assignment());
           }
@@ -120,13 +164,25 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         watch_opening_ = session_.empty();
         continue;
       }
-      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && reopens < kMaxReopens) {
+      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && !admitted && !member && reopens < kMaxReopens) {
+        // Refused at open before the server had this node's join: a
+        // non-member's stream may be refused room (the members' reserve,
+        // memory_budget.h) that a joining member's gets. Re-opened once the
+        // join is taken (at most 0.1 s, 0.2 s, ... later); a refusal of the
+        // member's stream is final.
+        Logger("agent")->debug("the rendezvous server refused this node's event stream before its join ({}); "
+                               "re-opening it once the join is taken", s.error_message());
+        if (PauseUnlessStopping(absl::Milliseconds(100 * (reopens + 1)), /*until_join_taken=*/true)) continue;
+        on_closed(absl::OkStatus());
+        return;
+      }
+      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && admitted && reopens < kMaxReopens) {
         Logger("agent")->warn("the rendezvous server cut off this node's event stream ({}); re-opening it",
                               s.error_message());
-        // Paced (0.1 s, 0.2 s, ...: 1.5 s in all): a stream refused for room
-        // before this node's join arrived is a member's once it has.
-        absl::SleepFor(absl::Milliseconds(100 * (reopens + 1)));
-        continue;
+        // Paced (0.1 s, 0.2 s, ...: 1.5 s in all), and ended by a stop.
+        if (PauseUnlessStopping(absl::Milliseconds(100 * (reopens + 1)), /*until_join_taken=*/false)) continue;
+        on_closed(absl::OkStatus());
+        return;
       }
       std::string server_lost, endpoint, wanted_why;
       absl::Duration failover_timeout;
@@ -170,27 +226,7 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         }
         return;
       }
-      const std::string& endpoint_ = endpoint;  // The server this stream was on.
-      if (s.error_code() == grpc::StatusCode::CANCELLED && !server_lost.empty()) {
-        on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_, ": ", server_lost)));
-      } else if (s.error_code() == grpc::StatusCode::CANCELLED) {
-        on_closed(absl::OkStatus());
-      } else if (s.ok()) {
-        on_closed(absl::UnavailableError(absl::StrCat("the rendezvous server at ", endpoint_,
-                                                      " closed the event stream")));
-      } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        // (A stale node's stream keeps the mark the agent goes by: common/stale.h.)
-        absl::Status closed = absl::FailedPreconditionError(s.error_message());
-        if (IsStaleDetail(s.error_details())) closed = StaleStatus(s.error_message());
-        on_closed(closed);
-      } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-                 s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-        on_closed(absl::UnauthenticatedError(absl::StrCat("the rendezvous server at ", endpoint_,
-                                                          " refused this node: ", s.error_message())));
-      } else {
-        on_closed(absl::UnavailableError(absl::StrCat("lost the rendezvous server at ", endpoint_,
-                                                      ": ", DescribeLoss(s))));
-      }
+      on_closed(EndOfStream(s, endpoint, server_lost));
       return;
     }
   });
@@ -203,6 +239,15 @@ void RendezvousClient::StopWatch() {
     if (watch_ctx_) watch_ctx_->TryCancel();
   }
   if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+bool RendezvousClient::PauseUnlessStopping(absl::Duration d, bool until_join_taken) {
+  absl::MutexLock lock(&mu_);
+  auto over = [this, until_join_taken]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || (until_join_taken && join_taken_);
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&over), d);
+  return !stopping_;
 }
 
 }  // namespace meshrun::client
