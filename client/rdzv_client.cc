@@ -280,6 +280,10 @@ void RendezvousClient::JoinAsync(const rendezvous::NodeDesc& node, const rendezv
           s = grpc::Status(grpc::StatusCode::CANCELLED, "join cancelled");
           break;
         }
+        if (watch_ended_ && !watch_end_.ok()) {
+          answer = watch_end_;  // Why the stream ended (a refusal, a lost server) is why the join did.
+          break;
+        }
         if (watch_ended_) {
           s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the event stream ended while this node was joining");
           break;

@@ -95,7 +95,8 @@ class RendezvousClient {
   // (with 10,000 nodes those open calls cost the server memory and CPU;
   // torchrun's c10d rendezvous polls its store instead). Should the stream
   // end or move to another replica before the answer, the join is sent
-  // again; UNAVAILABLE when the stream ended for good. A server that does
+  // again; what the stream ended with (its refusal, or UNAVAILABLE) when it
+  // ended for good. A server that does
   // not answer on streams holds the call until the round closes, as
   // without the setting.
   void JoinAsync(const rendezvous::NodeDesc& node, const rendezvous::RunConfig& config,
@@ -274,6 +275,7 @@ class RendezvousClient {
   // waiting on it); the answer of the join in flight; CancelJoin was called.
   bool join_on_stream_ ABSL_GUARDED_BY(mu_) = false;
   bool watch_ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status watch_end_ ABSL_GUARDED_BY(mu_);  // What the stream ended with (on_closed's status).
   int64_t watch_ends_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<absl::StatusOr<rendezvous::Assignment>> stream_answer_ ABSL_GUARDED_BY(mu_);
   bool join_cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -68,7 +68,8 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
   on_closed = [this, closed = std::move(on_closed)](const absl::Status& s) {
     {
       absl::MutexLock lock(&mu_);
-      watch_ended_ = true;  // A join waiting for its answer here stops waiting.
+      watch_ended_ = true;  // A join waiting for its answer here stops waiting, with `s`.
+      watch_end_ = s;
     }
     closed(s);
   };
