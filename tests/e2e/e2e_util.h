@@ -134,6 +134,16 @@ inline void WaitBoth(NodeProc& a, NodeProc& b, double timeout_s = 60) {
   b.code = WaitCommand(b.pid, timeout_s);
 }
 
+// An agent's flags for a `meshrun server` daemon on 127.0.0.1:`port`, run
+// `run_id` (a client only: is_host=0), then `extra`.
+inline std::vector<std::string> DaemonClientFlags(int port, const std::string& run_id,
+                                                  const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> f = {"--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=" + run_id,
+                                "--rdzv_conf=is_host=0"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
 // A `meshrun server` daemon on 127.0.0.1 and a port of its choosing,
 // stopped (SIGTERM, then waited for) when it goes out of scope.
 struct Daemon {
