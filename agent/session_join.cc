@@ -85,6 +85,7 @@ absl::Status Session::NewMembership() {
 
 void Session::EndMembership() {
   if (hb_stop_) hb_stop_->Notify();
+  if (client_) client_->Stop();  // A heartbeat in flight ends now, not at its deadline.
   if (hb_thread_.joinable()) hb_thread_.join();
   client_.reset();
 }

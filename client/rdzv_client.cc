@@ -104,13 +104,19 @@ std::shared_ptr<RendezvousClient::Stubs> RendezvousClient::stubs() const {
   return stubs_;
 }
 
-RendezvousClient::~RendezvousClient() {
+void RendezvousClient::Stop() {
   CancelJoin();
   {
     absl::MutexLock lock(&mu_);
+    stopping_ = true;  // Before the cancels: no call starts after them.
     if (finish_ctx_) finish_ctx_->TryCancel();
+    for (grpc::ClientContext* hb : heartbeats_) hb->TryCancel();
   }
   StopWatch();
+}
+
+RendezvousClient::~RendezvousClient() {
+  Stop();
   // Every call was cancelled above; their threads return promptly.
   std::vector<std::thread> calls;
   {
@@ -357,12 +363,18 @@ absl::StatusOr<int64_t> RendezvousClient::Heartbeat(const std::string& node_id, 
     // No longer than the server may stay silent: a frozen server is noticed
     // when this heartbeat's wait ends (NoteHeartbeat).
     absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::CancelledError("heartbeat: the client is stopping");
     if (silence_limit_ > absl::ZeroDuration() && last_answer_ != absl::InfinitePast()) {
       timeout = std::min(timeout, std::max(kMinHeartbeatWait, last_answer_ + silence_limit_ - absl::Now()));
     }
+    heartbeats_.insert(&ctx);  // Stop cancels it.
   }
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::Status s = replicated() ? HeartbeatAmongReplicas(&ctx, req, &resp) : stubs()->stub->Heartbeat(&ctx, req, &resp);
+  {
+    absl::MutexLock lock(&mu_);
+    heartbeats_.erase(&ctx);
+  }
   NoteHeartbeat(s);
   if (std::string leader; endpoints_.size() > 1 && ParseStandbyDetail(s.error_details(), &leader)) {
     RequestFailover(leader);

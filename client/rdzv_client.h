@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -130,9 +131,15 @@ class RendezvousClient {
   // its thread; a no-op when none is open. Thread-safe; not from on_event.
   void StopWatch();
 
+  // Cancels every call in flight (the join, heartbeats, the exit barrier)
+  // and ends the event stream (StopWatch); a heartbeat asked for afterwards
+  // ends CANCELLED at once. Thread-safe; not from on_event. The destructor
+  // calls it.
+  void Stop();
+
   // Records this node's heartbeat; returns the run's current round, or
   // FAILED_PRECONDITION when the node was declared lost (stale). Blocking,
-  // for at most `timeout`. Heartbeats also watch the server: once the run's
+  // for at most `timeout`; ended by Stop. Heartbeats also watch the server: once the run's
   // config is known (the first JoinAsync), a server that answered nothing
   // (no heartbeat, not even with a refusal, and no event on the stream) for
   // ServerSilenceLimit is lost: each heartbeat waits no longer than that
@@ -281,6 +288,8 @@ class RendezvousClient {
   bool join_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> watch_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> finish_ctx_ ABSL_GUARDED_BY(mu_);
+  // Heartbeats in flight (their callers' contexts), for Stop to cancel.
+  absl::flat_hash_set<grpc::ClientContext*> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> calls_ ABSL_GUARDED_BY(mu_);
   // Server liveness, from the heartbeats: the run's keep-alive limit (zero
   // until the first JoinAsync), the last answer, the misses since, and why

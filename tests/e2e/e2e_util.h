@@ -153,6 +153,7 @@ struct Daemon {
   ~Daemon() {
     if (pid > 0) {
       kill(pid, SIGTERM);
+      kill(pid, SIGCONT);  // A daemon a test froze (SIGSTOP) too.
       WaitCommand(pid, 10);
     }
   }
