@@ -8,6 +8,7 @@
 
 #include <signal.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,14 +40,15 @@ struct Refusal {
   std::vector<std::string> says;
 };
 
-// Starts the refused agent and waits for its end: its exit code (-1: hung
-// past kHungAfterS, then killed), its standard error, and the time from its
-// start to its end.
+// How a refused agent ended: its exit code (-1: hung past kHungAfterS,
+// then killed), its standard error, and the time from its start to its end.
 struct Ended {
   int code = -2;
   std::string err;
   absl::Duration took;
 };
+
+// Starts the refused agent of `r` against the daemon on `port` and waits for its end.
 Ended RunRefused(const std::string& dir, const std::string& name, int port, const Refusal& r) {
   std::vector<std::string> args = DaemonClientFlags(port, r.run_id, r.agent_flags);
   args.push_back("/bin/true");
