@@ -48,15 +48,19 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
     for (int reopens = 0;; ++reopens) {
       auto ctx = std::make_shared<grpc::ClientContext>();
       pb::WatchRequest req;
+      bool stopping = false;
       {
         absl::MutexLock lock(&mu_);
-        if (stopping_) {
-          on_closed(absl::OkStatus());
-          return;
+        stopping = stopping_;
+        if (!stopping) {
+          watch_ctx_ = ctx;
+          req.set_known_round(known_round_);
+          req.set_session(session_);
         }
-        watch_ctx_ = ctx;
-        req.set_known_round(known_round_);
-        req.set_session(session_);
+      }
+      if (stopping) {
+        on_closed(absl::OkStatus());  // Without mu_: on_closed takes it.
+        return;
       }
       req.mutable_run()->set_run_id(run_id_);
       req.mutable_run()->set_token(token_);
