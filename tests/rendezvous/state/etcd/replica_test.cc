@@ -1,15 +1,18 @@
-// A replica's terms, on a real 3-member etcd (tests/support/etcd_cluster.h):
-// a term that ended while its state loaded never opens the gate later
-// (issue 30, 3).
+// A replica's terms and its view of who leads, on a real 3-member etcd
+// (tests/support/etcd_cluster.h): a term that ended while its state loaded
+// never opens the gate later (issue 30, 3), and the leader observer outlives
+// a compaction of etcd's history (issue 30, 4).
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "common/logging.h"
+#include "rendezvous/state/etcd/election.h"
 #include "rendezvous/state/etcd/etcd_options.h"
 #include "rendezvous/state/etcd/replica.h"
 #include "rendezvous/state/serving_gate.h"
@@ -117,4 +120,51 @@ TEST_CASE("etcd replica: a term deposed while its state loads never counts as lo
   CHECK_FALSE(WaitFor([&] { return gate.serving(); }, 1.0));
   released = 2;
   CHECK(WaitFor([&] { return gate.serving(); }, 10));
+}
+
+TEST_CASE("etcd leader observer: a watch ended by a compaction of etcd's history is started again", "[etcd][replica]") {
+  MESHRUN_REQUIRE_ETCD();
+  EtcdCluster cluster;
+  REQUIRE_MSG(cluster.Start(), cluster.error());
+  CapturedLog log;
+  auto observing = TestClient(TestClientOptions(cluster, {0, 1, 2}));  // Its watch on member 0.
+  auto admin = TestClient(TestClientOptions(cluster, {1, 2, 0}));
+  auto candidates = TestClient(TestClientOptions(cluster, {2, 1, 0}));
+  REQUIRE((observing && admin && candidates));
+  state::etcd::ElectionOptions eo;
+  eo.prefix = "/observer-test/election/";
+  eo.lease_ttl_s = 1;
+  state::etcd::Election observed(observing.get(), eo);
+  std::mutex seen_mu;
+  std::vector<std::string> seen;  // Each leader reported, "" for none.
+  auto leader_seen = [&](const std::string& v) {
+    std::lock_guard<std::mutex> lock(seen_mu);
+    return !seen.empty() && seen.back() == v;
+  };
+  std::unique_ptr<state::etcd::LeaderObserver> observer =
+      observed.Observe([&](const std::optional<state::etcd::LeaderInfo>& l) {
+        std::lock_guard<std::mutex> lock(seen_mu);
+        seen.push_back(l ? l->value : "");
+      });
+  state::etcd::Election a(candidates.get(), eo);
+  REQUIRE(a.Campaign("A", "a", {}).ok());
+  REQUIRE(WaitFor([&] { return leader_seen("a"); }, 10));
+
+  // History compacted past the watch's revision (other keys written since),
+  // then its stream broken: it can only be re-established from a revision
+  // etcd no longer has, and etcd ends it for good.
+  absl::StatusOr<state::etcd::PutResult> put;
+  for (int i = 0; i < 3; ++i) put = admin->Put("/observer-test/other", std::to_string(i));
+  REQUIRE(put.ok());
+  REQUIRE(admin->Compact(put->revision).ok());
+  cluster.Kill(0);
+  REQUIRE(WaitFor([&] { return log.lines->Count("etcd compacted its history") >= 1; }, 20));
+
+  // Leaders change after the compaction: each is still reported.
+  REQUIRE(a.Resign().ok());
+  REQUIRE(WaitFor([&] { return leader_seen(""); }, 10));
+  state::etcd::Election b(candidates.get(), eo);
+  REQUIRE(b.Campaign("B", "b", {}).ok());
+  CHECK(WaitFor([&] { return leader_seen("b"); }, 10));
+  observer.reset();
 }
