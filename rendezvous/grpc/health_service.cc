@@ -159,15 +159,16 @@ void HealthService::FollowGate(const state::ServingGate* gate) {
   {
     absl::MutexLock lock(&mu_);
     gate_ = gate;
-    UpdateServerLocked();
   }
   // Outside mu_: a change being told holds the observers' lock, then mu_.
   const int observer = gate->AddObserver([this] {
     absl::MutexLock lock(&mu_);
     UpdateServerLocked();
   });
+  // After the observer is in: no change falls between this read and it.
   absl::MutexLock lock(&mu_);
   gate_observer_ = observer;
+  UpdateServerLocked();
 }
 
 void HealthService::SetAllNotServing() {

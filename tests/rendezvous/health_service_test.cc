@@ -135,7 +135,7 @@ HealthCheckResponse::ServingStatus CheckOf(Health::Stub& stub, const std::string
 // replica is up: it answers Status and stands ready to lead), and each
 // service answers for itself. A replica's gate refuses Rendezvous and Store
 // calls while it stands by or is paused, so those two follow it.
-TEST_CASE("health answers for Rendezvous, Store and Admin; Rendezvous and Store follow a replica's gate",
+TEST_CASE("health answers for Rendezvous, Store and Admin, and Rendezvous and Store follow a replica's gate",
           "[server][health]") {
   meshrun::rendezvous::state::ServingGate gate;  // Closed: a standby.
   meshrun::rendezvous::ServerOptions o;

@@ -353,7 +353,7 @@ TEST_CASE("a store-only run is removed once idle for store_only_run_ttl unless a
 
 // Joins of two-node rounds that are withdrawn before their round closes
 // (issue 30: 1,024 cancelled joins locked every new job out at max_runs).
-TEST_CASE("a run its nodes left is removed once it had no node and no call for nodeless_run_ttl; it frees max_runs",
+TEST_CASE("a run its nodes left is removed once it had no node and no call for nodeless_run_ttl, freeing max_runs",
           "[registry]") {
   DeadlineTimer timer;
   std::atomic<int64_t> ahead_s{0};
