@@ -39,4 +39,8 @@ HealthPort::~HealthPort() {
 
 void HealthPort::SetServing(const std::string& service, bool serving) { health_->SetServing(service, serving); }
 
+void HealthPort::SetServerServing(bool up) { health_->SetServerServing(up); }
+
+void HealthPort::FollowGate(const rendezvous::state::ServingGate* gate) { health_->FollowGate(gate); }
+
 }  // namespace meshrun::launcher

@@ -18,7 +18,10 @@ class Server;
 }
 namespace meshrun::rendezvous {
 class HealthService;
+namespace state {
+class ServingGate;
 }
+}  // namespace meshrun::rendezvous
 
 namespace meshrun::launcher {
 
@@ -38,6 +41,11 @@ class HealthPort {
   // Sets `service`'s status ("" is the whole process; the rendezvous
   // service is rendezvous::kHealthServiceName). Thread-safe.
   void SetServing(const std::string& service, bool serving);
+  // The rendezvous server's services (HealthService::SetServerServing and
+  // FollowGate: Rendezvous, Store and Admin; the first two follow `gate`).
+  // `gate` must outlive the port. Thread-safe.
+  void SetServerServing(bool up);
+  void FollowGate(const rendezvous::state::ServingGate* gate);
   int port() const { return port_; }
 
  private:

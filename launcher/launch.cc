@@ -93,7 +93,7 @@ int Launch(LaunchConfig config) {
       }
       server = std::move(*started);
       host_claim = std::move(claim);
-      if (health) health->SetServing(rendezvous::kHealthServiceName, true);
+      if (health) health->SetServerServing(true);
       a.endpoint = config.standalone ? server->endpoint()
                                      : Endpoint{config.endpoint_host, server->port()}.ToString();
       Logger("launcher")->info("hosting the rendezvous server on port {}", server->port());
@@ -133,7 +133,7 @@ int Launch(LaunchConfig config) {
 
   if (server) {
     a.on_stop_signal = [&server, &health](int signo) {
-      if (health) health->SetServing(rendezvous::kHealthServiceName, false);
+      if (health) health->SetServerServing(false);
       server->Shutdown(absl::Seconds(1), absl::StrCat("the rendezvous server is shutting down: its meshrun on ",
                                                        Hostname(), " received ", agent::SignalName(signo)));
     };
@@ -149,7 +149,7 @@ int Launch(LaunchConfig config) {
       Logger("launcher")->warn("other agents still connected after {}; shutting the server down",
                                absl::FormatDuration(a.exit_barrier_timeout));
     }
-    if (health) health->SetServing(rendezvous::kHealthServiceName, false);
+    if (health) health->SetServerServing(false);
     server->Shutdown(absl::Seconds(1));
   }
   return code;

@@ -221,7 +221,8 @@ int ServerMain(int argc, char** argv) {
       return 1;
     }
     health = std::move(*h);
-    health->SetServing(rendezvous::kHealthServiceName, true);
+    if (so.gate != nullptr) health->FollowGate(so.gate);
+    health->SetServerServing(true);
   }
   // An agent started on this host for this port finds the daemon through
   // the claim and joins it quietly (launcher/hosting.h); best effort.
@@ -265,7 +266,7 @@ int ServerMain(int argc, char** argv) {
   std::fprintf(stderr, "meshrun server: received %s; shutting down\n", agent::SignalName(sig).c_str());
   if (health) {
     health->SetServing("", false);
-    health->SetServing(rendezvous::kHealthServiceName, false);
+    health->SetServerServing(false);
   }
   // A leader resigns first: the next replica leads at once.
   replica.reset();

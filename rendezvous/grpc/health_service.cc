@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/security.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
 
 namespace meshrun::rendezvous {
 
@@ -104,6 +105,14 @@ void HealthService::EndExpired() {
 }
 
 HealthService::~HealthService() {
+  const state::ServingGate* gate = nullptr;
+  int observer = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    gate = gate_;
+    observer = gate_observer_;
+  }
+  if (gate != nullptr) gate->RemoveObserver(observer);  // Not under mu_: the observer takes it.
   EndWatches("the server is shutting down");
   // Each stream's OnDone removes it; wait for them (bounded by gRPC, which
   // runs OnDone once the server has sent the end).
@@ -120,6 +129,10 @@ HealthService::Status HealthService::StatusOfLocked(const std::string& service) 
 
 void HealthService::SetServing(const std::string& service, bool serving) {
   absl::MutexLock lock(&mu_);
+  SetServingLocked(service, serving);
+}
+
+void HealthService::SetServingLocked(const std::string& service, bool serving) {
   serving_[service] = serving;
   const Status status = StatusOfLocked(service);
   for (Watcher* w : watchers_) {
@@ -127,8 +140,40 @@ void HealthService::SetServing(const std::string& service, bool serving) {
   }
 }
 
+void HealthService::UpdateServerLocked() {
+  if (!server_known_) return;
+  const bool open = server_up_ && (gate_ == nullptr || gate_->serving());
+  SetServingLocked(meshrun::v1::Rendezvous::service_full_name(), open);
+  SetServingLocked(meshrun::v1::Store::service_full_name(), open);
+  SetServingLocked(meshrun::v1::Admin::service_full_name(), server_up_);
+}
+
+void HealthService::SetServerServing(bool up) {
+  absl::MutexLock lock(&mu_);
+  server_known_ = true;
+  server_up_ = up;
+  UpdateServerLocked();
+}
+
+void HealthService::FollowGate(const state::ServingGate* gate) {
+  {
+    absl::MutexLock lock(&mu_);
+    gate_ = gate;
+  }
+  // Outside mu_: a change being told holds the observers' lock, then mu_.
+  const int observer = gate->AddObserver([this] {
+    absl::MutexLock lock(&mu_);
+    UpdateServerLocked();
+  });
+  // After the observer is in: no change falls between this read and it.
+  absl::MutexLock lock(&mu_);
+  gate_observer_ = observer;
+  UpdateServerLocked();
+}
+
 void HealthService::SetAllNotServing() {
   absl::MutexLock lock(&mu_);
+  server_up_ = false;
   for (auto& [name, serving] : serving_) serving = false;
   for (Watcher* w : watchers_) w->Update(StatusOfLocked(w->service()));
 }

@@ -18,6 +18,7 @@
 #include "meshrun/proto/health.grpc.pb.h"
 #include "rendezvous/server/memory_budget.h"
 #include "rendezvous/run/timer.h"
+#include "rendezvous/state/serving_gate.h"
 
 namespace meshrun::rendezvous {
 
@@ -41,8 +42,20 @@ class HealthService : public grpc::health::v1::Health::CallbackService {
   // Sets `service`'s status ("" is the whole server); Watch streams of it
   // see the change. Thread-safe.
   void SetServing(const std::string& service, bool serving);
-  // Every known service NOT_SERVING (the server is shutting down).
-  // Thread-safe.
+  // The rendezvous server's own services: meshrun.v1.Rendezvous and
+  // meshrun.v1.Store (the calls a replica's gate refuses while it stands by
+  // or is paused) and meshrun.v1.Admin (Status, which every replica
+  // answers). All three are SERVING while `up`, except that Rendezvous and
+  // Store are NOT_SERVING while a followed gate is closed (FollowGate);
+  // NOT_SERVING when not `up`. Thread-safe.
+  void SetServerServing(bool up);
+  // Rendezvous and Store follow `gate` from now on: Check answers its
+  // current state, and Watch streams see each change. `gate` must outlive
+  // the service, which stops following it when destroyed. Call once, before
+  // serving.
+  void FollowGate(const state::ServingGate* gate);
+  // Every known service NOT_SERVING (the server is shutting down), the
+  // server's own ones for good (SetServerServing(false)). Thread-safe.
   void SetAllNotServing();
   // Ends every Watch stream, UNAVAILABLE with `why`; new ones are refused
   // from now on. Thread-safe.
@@ -62,6 +75,10 @@ class HealthService : public grpc::health::v1::Health::CallbackService {
   using Status = grpc::health::v1::HealthCheckResponse::ServingStatus;
   Status StatusOfLocked(const std::string& service) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Remove(Watcher* w);
+  // Sets `service` and tells its Watch streams.
+  void SetServingLocked(const std::string& service, bool serving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The server's own services from server_up_ and the gate.
+  void UpdateServerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every unauthenticated stream open for open_stream_limit_.
   void EndExpired();
 
@@ -71,6 +88,10 @@ class HealthService : public grpc::health::v1::Health::CallbackService {
   absl::flat_hash_map<std::string, bool> serving_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool server_up_ ABSL_GUARDED_BY(mu_) = false;
+  bool server_known_ ABSL_GUARDED_BY(mu_) = false;  // SetServerServing was called.
+  const state::ServingGate* gate_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int gate_observer_ ABSL_GUARDED_BY(mu_) = 0;
   MemoryBudget* const budget_;
   const absl::Duration open_stream_limit_;
   // Last: stopped first, so that no EndExpired runs once members go.

@@ -265,6 +265,7 @@ void Run::CancelJoin(const std::string& node_id) {
     absl::MutexLock lock(&mu_);
     std::optional<Joiner> j = pending_.erase(node_id);
     if (!j) return;
+    NoteActivity(absl::Now());  // Idle (IdleNodeless) from its last node's leaving.
     cb = std::move(j->done);
     // A member of the round being re-formed is again one that has not
     // re-joined yet: still waited for, and named when its stream ends (its

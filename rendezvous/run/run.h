@@ -175,8 +175,9 @@ class Run : public std::enable_shared_from_this<Run> {
   bool terminal() const;
 
   // A call reached the run at `now`: a store call, or a join before the
-  // run has seen it (RunRegistry notes both under its lock). Thread-safe,
-  // O(1).
+  // run has seen it (RunRegistry notes both under its lock); the run notes
+  // it too when a node leaves (a join withdrawn, a stream ended), so that
+  // IdleNodeless counts from the last node's leaving. Thread-safe, O(1).
   void NoteActivity(absl::Time now) { last_activity_.store(absl::ToUnixNanos(now), std::memory_order_relaxed); }
   // True for a store-only run (no node was ever admitted by Join or opened
   // an event stream in it) with no read parked and no activity since
@@ -184,6 +185,12 @@ class Run : public std::enable_shared_from_this<Run> {
   // Thread-safe, O(1). Takes only its store's lock, and only when the rest
   // says idle (the registry calls it under its own lock).
   bool IdleStoreOnly(absl::Time cutoff) const;
+  // True for a run that had a node and has none now (no join in progress,
+  // no member, none being re-formed, no event stream open), has not ended,
+  // has no read parked and no activity since `cutoff`: what RunRegistry
+  // removes after nodeless_run_ttl. Thread-safe; takes the run's lock (and
+  // then its store's) only when the activity time says idle.
+  bool IdleNodeless(absl::Time cutoff) const;
   // True while no node was ever admitted (a store-only run), and the time
   // of its last activity (Unix ns). Thread-safe, O(1).
   bool store_only() const { return !had_node_.load(); }

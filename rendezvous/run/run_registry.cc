@@ -50,8 +50,10 @@ void RunRegistry::ArmSweep() {
   sweep_id_ = timer_->Schedule(absl::Now() + period, [this] {
     SweepEnded();
     if (const absl::Time now = clock_(); now >= next_idle_sweep_) {
-      next_idle_sweep_ = now + std::clamp(limits_.store_only_run_ttl / 10, absl::Seconds(1), absl::Minutes(1));
+      const absl::Duration shortest = std::min(limits_.store_only_run_ttl, limits_.nodeless_run_ttl);
+      next_idle_sweep_ = now + std::clamp(shortest / 10, absl::Seconds(1), absl::Minutes(1));
       SweepIdleStoreOnly();
+      SweepNodeless();
     }
     ArmSweep();
   });
@@ -388,6 +390,26 @@ int RunRegistry::SweepIdleStoreOnly() {
                          absl::FormatDuration(limits_.store_only_run_ttl));
   }
   return CloseRemoved(std::move(removed), "was a store-only run, idle, and was removed");
+}
+
+int RunRegistry::SweepNodeless() {
+  const absl::Time cutoff = clock_() - limits_.nodeless_run_ttl;
+  std::vector<std::shared_ptr<Run>> removed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = runs_.begin(); it != runs_.end();) {
+      if (it->second->IdleNodeless(cutoff)) {
+        removed.push_back(EraseLocked(it++));
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& run : removed) {
+    Logger("rdzv")->info("run '{}' had no node and no call for {}: removed", run->run_id(),
+                         absl::FormatDuration(limits_.nodeless_run_ttl));
+  }
+  return CloseRemoved(std::move(removed), "had no node, was idle, and was removed");
 }
 
 void RunRegistry::CloseAll(const std::string& why) {

@@ -31,7 +31,10 @@ namespace meshrun::rendezvous {
 // is removed, its parked calls answered ABORTED, and its store freed. A
 // store-only run (FindOrCreate, no node ever joined) never ends; it is
 // removed once no store call has reached it for limits.store_only_run_ttl
-// and no read is parked in it.
+// and no read is parked in it. A run whose nodes have all left (joins
+// cancelled or withdrawn before their round closed, streams ended; not
+// ended) is removed the same way once it has had no node and no call for
+// limits.nodeless_run_ttl.
 class RunRegistry {
  public:
   // The registry's idea of now. Run end times and the sweep both read it;
@@ -93,9 +96,13 @@ class RunRegistry {
   int SweepEnded();
   // Removes every store-only run idle for store_only_run_ttl (by the clock;
   // Run::IdleStoreOnly) and returns how many. O(runs held): the periodic
-  // sweep calls it every store_only_run_ttl / 10 (1 s to 1 min); tests may
-  // too.
+  // sweep calls it, and SweepNodeless, every min(store_only_run_ttl,
+  // nodeless_run_ttl) / 10 (1 s to 1 min); tests may too.
   int SweepIdleStoreOnly();
+  // Removes every run its nodes left that had no node and no call for
+  // nodeless_run_ttl (by the clock; Run::IdleNodeless) and returns how many.
+  // O(runs held), a run's lock taken only for one idle that long.
+  int SweepNodeless();
 
   // Closes every run (server shutdown).
   void CloseAll(const std::string& why);

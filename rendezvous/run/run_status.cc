@@ -1,5 +1,5 @@
-// Run: what Status reports, and the summary an ended run keeps for it once
-// its nodes have left.
+// Run: what Status reports, the summary an ended run keeps for it once its
+// nodes have left, and whether a run left by its nodes is idle.
 #include <algorithm>
 #include <cstdint>
 
@@ -7,6 +7,19 @@
 #include "rendezvous/run/run.h"
 
 namespace meshrun::rendezvous {
+
+bool Run::IdleNodeless(absl::Time cutoff) const {
+  // The atomics first: a run in use is passed over without its lock.
+  if (!had_node_.load() || last_activity_.load(std::memory_order_relaxed) >= absl::ToUnixNanos(cutoff)) {
+    return false;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == State::kFinished || state_ == State::kFailed) return false;  // ended_run_ttl's.
+    if (!pending_.empty() || !members_.empty() || !reforming_.empty() || !streams_.empty()) return false;
+  }
+  return kv_->waiters() == 0;
+}
 
 RunStatus Run::Status() const {
   RunStatus s;

@@ -142,6 +142,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
       MaybeKeepOnlyStatusLocked();
       return;
     }
+    NoteActivity(absl::Now());  // Idle (IdleNodeless) from its last node's leaving.
     // A replica that does not serve now (paused: its etcd lease unconfirmed)
     // holds its runs still: the agent left to look for a serving leader, it
     // did not die. Nobody is lost; the agent comes back when this replica

@@ -59,6 +59,7 @@ constexpr DurationLimit kDurationLimits[] = {
     {"ended_run_ttl", &ServerLimits::ended_run_ttl},
     {"ended_run_room_grace", &ServerLimits::ended_run_room_grace},
     {"store_only_run_ttl", &ServerLimits::store_only_run_ttl},
+    {"nodeless_run_ttl", &ServerLimits::nodeless_run_ttl},
     {"listener_check_interval", &ServerLimits::listener_check_interval},
     {"memory_release_delay", &ServerLimits::memory_release_delay},
 };

@@ -110,6 +110,12 @@ struct ServerLimits {
   // At max_runs, a job's Join removes the least recently used store-only
   // run rather than being refused.
   absl::Duration store_only_run_ttl = absl::Minutes(5);
+  // A run that had a node but has none now (no join in progress, no
+  // member, no member being re-formed, no event stream open; not ended) is
+  // removed once it has had no node and no call (join, stream, store call)
+  // for this long and no read is parked in it: joins cancelled before their
+  // round closed would else hold their runs, and fill max_runs, for good.
+  absl::Duration nodeless_run_ttl = absl::Minutes(1);
   // How often the server checks that its listener still accepts
   // connections (after running out of file descriptors gRPC's listener
   // stops; the server then rebuilds it once descriptors are free).

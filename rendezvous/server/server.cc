@@ -309,13 +309,16 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
 
   const std::string& host = options.host;
   // gRPC's standard health service (grpc.health.v1.Health) on the same
-  // port: Check outside the token, Watch with it (health_service.h); "" and
-  // "meshrun.v1.Rendezvous" answer SERVING while the server runs,
+  // port: Check outside the token, Watch with it (health_service.h). ""
+  // (the whole server) and meshrun.v1.Admin answer SERVING while the server
+  // runs; meshrun.v1.Rendezvous and meshrun.v1.Store too, but NOT_SERVING
+  // while a replica's gate is closed (standing by, or paused); all
   // NOT_SERVING once it shuts down.
   impl->health = std::make_unique<HealthService>(options.token, options.limits.max_health_watchers,
                                                  impl->budget.get(), options.limits.connection_idle_timeout);
   impl->health->SetServing("", true);
-  impl->health->SetServing(kHealthServiceName, true);
+  if (options.gate != nullptr) impl->health->FollowGate(options.gate);
+  impl->health->SetServerServing(true);
   absl::StatusOr<Impl::Generation> first = impl->Build(options.port, &impl->port);
   if (!first.ok()) return first.status();
   impl->addr = HostPort(host, impl->port);

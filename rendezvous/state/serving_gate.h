@@ -1,13 +1,15 @@
 // Whether this replica of the rendezvous server serves now, and who leads
 // when it does not (docs/design.md section 4d). The service checks it at the
 // door of every rendezvous and store call (RendezvousService::Admit); the
-// replica (rendezvous/state/replica.h) opens and closes it. Pure: no gRPC.
+// replica (rendezvous/state/replica.h) opens and closes it; the health
+// service follows it (observers). Pure: no gRPC.
 // Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -30,9 +32,28 @@ class ServingGate {
   // restored the state.
   ServingGate() = default;
 
-  // Opens (this replica leads and its state is loaded) or closes it.
-  void SetServing(bool serving) { serving_.store(serving, std::memory_order_release); }
+  // Opens (this replica leads and its state is loaded) or closes it; each
+  // change is told to the observers.
+  void SetServing(bool serving) {
+    if (serving_.exchange(serving, std::memory_order_acq_rel) != serving) NotifyObservers();
+  }
   bool serving() const { return serving_.load(std::memory_order_acquire); }
+  // `fn` is called after each change of serving() (it reads serving()
+  // itself: the last call always sees the last change), on the thread that
+  // made the change, under the observers' lock: it must be quick and must
+  // not add or remove observers. Returns an id for RemoveObserver.
+  // Observing changes nothing of the gate, hence const. Thread-safe.
+  int AddObserver(std::function<void()> fn) const {
+    absl::MutexLock lock(&observers_mu_);
+    observers_.emplace_back(++last_observer_, std::move(fn));
+    return last_observer_;
+  }
+  // Once it returns, `id`'s observer is not running and is never called
+  // again. Thread-safe.
+  void RemoveObserver(int id) const {
+    absl::MutexLock lock(&observers_mu_);
+    std::erase_if(observers_, [id](const auto& o) { return o.first == id; });
+  }
   // The leader's "host:port" as agents reach it ("" when none is known).
   void SetLeader(std::string leader) {
     absl::MutexLock lock(&mu_);
@@ -90,7 +111,15 @@ class ServingGate {
   }
 
  private:
+  void NotifyObservers() const {
+    absl::MutexLock lock(&observers_mu_);
+    for (const auto& [id, fn] : observers_) fn();
+  }
+
   std::atomic<bool> serving_{false};
+  mutable absl::Mutex observers_mu_;
+  mutable std::vector<std::pair<int, std::function<void()>>> observers_ ABSL_GUARDED_BY(observers_mu_);
+  mutable int last_observer_ ABSL_GUARDED_BY(observers_mu_) = 0;
   mutable absl::Mutex mu_;
   std::string leader_ ABSL_GUARDED_BY(mu_);
   std::string self_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,9 @@
 #      replicas sharing `--state etcd://...`, replica i listing etcd member i first ("its
 #      host's" member), with 1 s leases (etcd's floor with the fast timing the members use;
 #      FAILOVER_LEASE_TTL=N for another). One leads; the other two answer with who leads.
+#      gRPC health (loopback): the leader SERVING for meshrun.v1.Rendezvous and
+#      meshrun.v1.Store, the standbys NOT_SERVING (with --quorum, the paused leader too);
+#      "" and meshrun.v1.Admin SERVING on every replica.
 #   2. A 2-node job of waiting workers (`--rdzv_endpoint` listing the 3 replicas) starts and
 #      its workers run. Node rank 0's worker is released first: that node waits at the exit
 #      barrier (meshrun status shows it "finished") when the leader dies.
@@ -85,6 +88,8 @@ set -uo pipefail
 
 meshrun=$(readlink -f "${1:?usage: failover_test.sh MESHRUN_BINARY STORE_KEYS}")
 store_keys=$(readlink -f "${2:?usage: failover_test.sh MESHRUN_BINARY STORE_KEYS}")
+# The gRPC health probe (tests/support/health_probe.cc): HEALTH_PROBE, else next to STORE_KEYS.
+health_probe=${HEALTH_PROBE:-$(dirname "$store_keys")/health_probe}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/etcd/etcd_cluster.sh
 source "$here/etcd_cluster.sh"
@@ -214,6 +219,31 @@ all_candidates() {
   for i in 0 1 2; do [[ $line == *"$(addr_of "$i"):$(cat "$work/port$i")"* ]] || return 1; done
 }
 wait_for 20 all_candidates || fail "not every replica entered the election within 20 s"
+
+# gRPC health (the user guide's Health): "" and meshrun.v1.Admin SERVING on every replica;
+# meshrun.v1.Rendezvous and meshrun.v1.Store SERVING on the leader only, NOT_SERVING on a
+# standby (and on a paused leader, below), as its refusals say.
+# health_is I SERVICE WANT: replica I answers WANT (SERVING, NOT_SERVING) for SERVICE.
+health_is() {
+  local got
+  got=$(run_on $client_host "$health_probe" "$(addr_of "$1"):$(cat "$work/port$1")" "$2" 2>&1)
+  [[ $got == "$3" ]] || { health_got="replica $1, '$2': $got (expected $3)"; return 1; }
+}
+# replica_health I SERVICE_STATE: SERVICE_STATE is SERVING (leads) or NOT_SERVING.
+replica_health() {
+  health_is "$1" "" SERVING && health_is "$1" meshrun.v1.Admin SERVING &&
+    health_is "$1" meshrun.v1.Rendezvous "$2" && health_is "$1" meshrun.v1.Store "$2"
+}
+if [[ $mode == loopback ]]; then
+  [[ -x $health_probe ]] || fail "no health probe at $health_probe (HEALTH_PROBE)"
+  for i in 0 1 2; do
+    want=NOT_SERVING
+    ((i == leader)) && want=SERVING
+    # A state, not a snapshot: the leader opens its gate once its state is restored.
+    wait_for 10 replica_health "$i" "$want" || fail "health: $health_got"
+  done
+  echo "health: replica $leader (leader) SERVING for meshrun.v1.Rendezvous and meshrun.v1.Store; the standbys NOT_SERVING; \"\" and meshrun.v1.Admin SERVING on all three"
+fi
 
 # 2. A 2-node job; each worker records its start and waits for the release file (bounded).
 worker='if [ "$RANK" = 0 ]; then "$STORE_KEYS" set mesh/probe/row0 nccl-id-0 || exit 4; fi
@@ -385,6 +415,8 @@ if ((quorum)); then
   for i in 0 1 2; do ((i != leader)) && etcd_kill "$i"; done
   paused() { grep -q "stopped serving until it is" "$work/server$leader.log"; }
   wait_for 10 paused || fail "the leader did not stop serving within 10 s of losing etcd's quorum"
+  wait_for 10 replica_health "$leader" NOT_SERVING || fail "health of the paused leader: $health_got"
+  echo "health: the paused leader answers NOT_SERVING for meshrun.v1.Rendezvous and meshrun.v1.Store, SERVING for \"\""
   echo "leader, $(($(now_ms) - t_q)) ms after quorum was lost: $(grep -h "stopped serving until it is" "$work/server$leader.log" | tail -n 1 | sed 's/.*\] //' | cut -c1-160)..."
   looking() { [[ $(grep -l "looking for the leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l) == 2 ]]; }
   wait_for 20 looking || fail "the agents did not both notice within 20 s that no replica serves"

@@ -350,3 +350,89 @@ TEST_CASE("a store-only run is removed once idle for store_only_run_ttl unless a
   CHECK(again != idle);
   CHECK_FALSE(again->kv().Check(0, {"k"}));
 }
+
+// Joins of two-node rounds that are withdrawn before their round closes
+// (issue 30: 1,024 cancelled joins locked every new job out at max_runs).
+TEST_CASE("a run its nodes left is removed once it had no node and no call for nodeless_run_ttl, freeing max_runs",
+          "[registry]") {
+  DeadlineTimer timer;
+  std::atomic<int64_t> ahead_s{0};
+  ServerLimits limits;
+  limits.max_runs = 3;
+  limits.nodeless_run_ttl = absl::Seconds(100);
+  limits.store_only_run_ttl = absl::Hours(1);
+  limits.ended_run_ttl = absl::Hours(1);
+  std::atomic<int> cancelled{0};  // Before the registry: its end answers the pending join.
+  RunRegistry registry(&timer, limits, [&] { return absl::Now() + absl::Seconds(ahead_s.load()); });
+  RunConfig two = Config();
+  two.min_nodes = two.max_nodes = 2;
+  auto join = [&](const std::string& id) {
+    auto run = *registry.ForJoin(id, -1);
+    run->Join(Node("n1"), two, -1, "",
+              [&](absl::StatusOr<Assignment> a) { cancelled += absl::IsCancelled(a.status()) ? 1 : 0; });
+    return run;
+  };
+  // An ended run is ended_run_ttl's, however long its nodes are gone.
+  auto ended = *registry.ForJoin("ended", -1);
+  Finish(*ended, "e1", JoinOne(*ended, "e1"));
+  REQUIRE(ended->terminal());
+  ahead_s = 200;
+  registry.SweepNodeless();
+  CHECK(registry.Find("ended") == ended);
+  ahead_s = 3700;
+  registry.SweepEnded();
+  REQUIRE(registry.Find("ended") == nullptr);
+  ahead_s = 0;
+
+  // Idle from the last node's leaving, not from its join: a join that waited
+  // 200 s (the registry saw it 200 s ago) and was withdrawn now is kept. A
+  // store-only run is store_only_run_ttl's.
+  ahead_s = -200;
+  auto late = join("late");
+  auto store = *registry.FindOrCreate("store");
+  ahead_s = 0;
+  late->CancelJoin("n1");
+  registry.SweepNodeless();
+  CHECK(registry.Find("late") == late);
+  ahead_s = 101;
+  registry.SweepNodeless();
+  CHECK(registry.Find("late") == nullptr);
+  CHECK(registry.Find("store") == store);
+  ahead_s = 3700;
+  registry.SweepIdleStoreOnly();
+  REQUIRE(registry.Find("store") == nullptr);
+  ahead_s = 0;
+
+  auto left = join("left");
+  left->CancelJoin("n1");
+  auto waiting = join("waiting");  // Its join still pending.
+  auto watched = *registry.ForJoin("watched", -1);
+  auto sink = std::make_shared<Sink>();
+  REQUIRE(watched->Watch("w1", sink, -1, "").ok());  // A stream open.
+  CHECK(cancelled == 2);
+  // Full: a new job is refused while the runs are held.
+  CHECK(absl::IsResourceExhausted(registry.ForJoin("new", -1).status()));
+
+  // (The periodic sweep may run at any point below too: what is checked is
+  // which runs are left, not which call removed them.)
+  ahead_s = 99;
+  registry.SweepNodeless();
+  CHECK(registry.Find("left") == left);
+  ahead_s = 101;
+  registry.SweepNodeless();
+  CHECK(registry.Find("left") == nullptr);
+  CHECK(registry.Find("waiting") == waiting);
+  CHECK(registry.Find("watched") == watched);
+  // Its room is free for a new job.
+  REQUIRE(registry.ForJoin("new", -1).ok());
+
+  // A stream's end is a node leaving too.
+  ahead_s = 0;
+  watched->Unwatch("w1", sink.get());
+  registry.SweepNodeless();
+  CHECK(registry.Find("watched") == watched);
+  ahead_s = 101;
+  registry.SweepNodeless();
+  CHECK(registry.Find("watched") == nullptr);
+  CHECK(registry.Find("waiting") == waiting);
+}

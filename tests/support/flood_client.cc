@@ -9,7 +9,12 @@
 //   health   grpc.health.v1 Watch streams;
 //   lockout  Watch streams with made-up node ids on one run (--run_id: the
 //            victim job's id);
-//   runs     KvSet to distinct run ids, again and again (store-only runs).
+//   runs     KvSet to distinct run ids, again and again (store-only runs);
+//   joins    one Join of a two-node round to each of --count distinct run
+//            ids (--run_id-0, ...), each cancelled by its deadline after
+//            --join_ms (default 1000) unless answered first; the client
+//            exits once every join has ended ("flood: joins ended N
+//            cancelled C refused R").
 // Calls go over --connections channels. It prints "flood: held N refused M"
 // once a second, and "flood: saturated" once --count objects are held or
 // the server refuses (RESOURCE_EXHAUSTED) what it asks for. Exit 0 after a
@@ -49,6 +54,7 @@ struct Flags {
   int connections = 8;
   int runs = 5;
   double seconds = 600;
+  int64_t join_ms = 1000;
 };
 
 std::atomic<int64_t> g_held{0}, g_refused{0}, g_other{0};
@@ -271,6 +277,69 @@ void WriteFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>
   for (auto& th : threads) th.join();
 }
 
+// joins: every join at once, asynchronously; each ends by its deadline (the
+// client cancels it), or by the server's answer or refusal. Returns when
+// every join has ended (bounded: the deadline plus 20 s).
+void JoinFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>>& channels) {
+  struct JoinCall {
+    grpc::ClientContext ctx;
+    pb::JoinResponse resp;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<pb::JoinResponse>> reader;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<pb::Rendezvous::Stub>> stubs;
+  for (const auto& ch : channels) stubs.push_back(pb::Rendezvous::NewStub(ch));
+  std::vector<std::unique_ptr<JoinCall>> calls;
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(f.join_ms);
+  for (int64_t i = 0; i < f.count; ++i) {
+    auto c = std::make_unique<JoinCall>();
+    c->ctx.set_deadline(deadline);
+    pb::JoinRequest req;
+    req.mutable_run()->set_run_id(absl::StrCat(f.run_id, "-", i));
+    req.mutable_run()->set_token(f.token);
+    req.mutable_node()->set_node_id(absl::StrCat("flood-node-", i));
+    req.mutable_node()->set_hostname("flood");
+    req.mutable_node()->set_addr("127.0.0.1");
+    req.mutable_node()->set_pid(1);
+    req.mutable_node()->set_nproc(1);
+    req.mutable_node()->set_node_rank_hint(-1);
+    req.mutable_node()->set_master_port(29500);
+    req.mutable_config()->set_min_nodes(2);  // Never closes with one node.
+    req.mutable_config()->set_max_nodes(2);
+    req.set_last_round(-1);
+    c->reader = stubs[static_cast<size_t>(i) % stubs.size()]->AsyncJoin(&c->ctx, req, &cq);
+    c->reader->Finish(&c->resp, &c->status, c.get());
+    calls.push_back(std::move(c));
+  }
+  int64_t ended = 0, cancelled = 0, refused = 0;
+  const absl::Time end = absl::Now() + absl::Milliseconds(f.join_ms) + absl::Seconds(20);
+  while (ended < f.count && absl::Now() < end) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::milliseconds(100)) !=
+        grpc::CompletionQueue::GOT_EVENT) {
+      continue;
+    }
+    const grpc::StatusCode code = static_cast<JoinCall*>(tag)->status.error_code();
+    ++ended;
+    cancelled += code == grpc::StatusCode::DEADLINE_EXCEEDED || code == grpc::StatusCode::CANCELLED;
+    refused += code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }
+  std::printf("flood: joins ended %lld cancelled %lld refused %lld\n", static_cast<long long>(ended),
+              static_cast<long long>(cancelled), static_cast<long long>(refused));
+  std::fflush(stdout);
+  for (auto& c : calls) c->ctx.TryCancel();
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  g_held.store(cancelled);
+  g_refused.store(refused);
+  g_other.store(ended - cancelled - refused);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -289,12 +358,13 @@ int main(int argc, char** argv) {
     else if (const char* v = value("connections")) f.connections = std::atoi(v);
     else if (const char* v = value("runs")) f.runs = std::atoi(v);
     else if (const char* v = value("seconds")) f.seconds = std::atof(v);
+    else if (const char* v = value("join_ms")) f.join_ms = std::atoll(v);
     else {
       std::fprintf(stderr, "flood_client: unknown argument '%s'\n", argv[i]);
       return 2;
     }
   }
-  const std::string modes = " keys streams waits health lockout runs ";
+  const std::string modes = " keys streams waits health lockout runs joins ";
   if (f.endpoint.empty() || modes.find(" " + f.mode + " ") == std::string::npos || f.count <= 0 ||
       f.connections <= 0 || f.runs <= 0) {
     std::fprintf(stderr, "flood_client: need --endpoint=HOST:PORT and --mode=one of%s(count, connections, runs > 0)\n",
@@ -310,7 +380,9 @@ int main(int argc, char** argv) {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     channels.push_back(grpc::CreateCustomChannel(f.endpoint, grpc::InsecureChannelCredentials(), args));
   }
-  if (f.mode == "keys" || f.mode == "runs") {
+  if (f.mode == "joins") {
+    JoinFlood(f, channels);
+  } else if (f.mode == "keys" || f.mode == "runs") {
     WriteFlood(f, channels);
   } else {
     AsyncFlood(f, channels);

@@ -171,6 +171,15 @@ absl::StatusOr<DeleteResult> Client::DeletePrefix(const std::string& prefix) {
   return Delete(prefix, PrefixEnd(prefix));
 }
 
+absl::Status Client::Compact(int64_t revision) {
+  pb::CompactionRequest req;
+  req.set_revision(revision);
+  req.set_physical(true);
+  pb::CompactionResponse resp;
+  const CallSpec spec{absl::StrCat("Compact ", revision), true, absl::ZeroDuration(), 0, 0};
+  return impl_->Call(spec, [&](Member& m, grpc::ClientContext* ctx) { return m.kv->Compact(ctx, req, &resp); });
+}
+
 absl::StatusOr<TxnResult> Client::Transact(const Txn& txn) {
   pb::TxnRequest req;
   wire::ToPb(txn, &req);

@@ -254,6 +254,12 @@ class Client {
                                       bool prev_kv = false);
   absl::StatusOr<DeleteResult> DeletePrefix(const std::string& prefix);
   absl::StatusOr<TxnResult> Transact(const Txn& txn);
+  // Compacts etcd's history up to `revision` (etcdctl compaction
+  // --physical): revisions before it can no longer be read or watched from
+  // (a watch from one ends OUT_OF_RANGE; see WatchCallbacks). Returns once
+  // the compaction is applied. etcd's refusal (named in one line) when
+  // `revision` was compacted already or is in the future.
+  absl::Status Compact(int64_t revision);
 
   // Leases (TTL in seconds; etcd may raise it, Lease::ttl_s says to what).
   absl::StatusOr<Lease> LeaseGrant(int64_t ttl_s);

@@ -30,11 +30,18 @@ struct Replica::Impl {
   struct Event {
     Kind kind;
     std::string why;
+    uint64_t term = 0;  // kElected: the term it starts.
   };
   absl::Mutex mu;
   std::deque<Event> events ABSL_GUARDED_BY(mu);
   bool stopping ABSL_GUARDED_BY(mu) = false;
-  bool loaded ABSL_GUARDED_BY(mu) = false;  // Leading, with the state restored.
+  // A term is one leadership: it starts at on_elected and ends at
+  // on_deposed (each bumps it). `loaded` is per term: true only once the
+  // current term's state is restored, false from the term's end on, so a
+  // load that finishes after its term ended never counts (nor opens the gate
+  // at a later pause's end).
+  uint64_t term ABSL_GUARDED_BY(mu) = 0;
+  bool loaded ABSL_GUARDED_BY(mu) = false;  // Leading, with this term's state restored.
   absl::Time loaded_at ABSL_GUARDED_BY(mu);  // When `loaded` last turned true.
   std::thread thread;
   // Keeps etcd's leader off this replica's host while it leads (its own
@@ -63,7 +70,11 @@ struct Replica::Impl {
 
   ElectionCallbacks Callbacks() {
     ElectionCallbacks cb;
-    cb.on_elected = [this](const LeaderInfo&) { Push({Kind::kElected, ""}); };
+    cb.on_elected = [this](const LeaderInfo&) {
+      absl::MutexLock lock(&mu);
+      loaded = false;
+      events.push_back({Kind::kElected, "", ++term});
+    };
     cb.on_paused = [this](const absl::Status& why) {
       // Before another replica can be elected: stop serving now.
       gate->SetServing(false);
@@ -85,6 +96,7 @@ struct Replica::Impl {
       {
         absl::MutexLock lock(&mu);
         loaded = false;
+        ++term;
       }
       Push({Kind::kDeposed, std::string(why.message())});
     };
@@ -127,6 +139,11 @@ struct Replica::Impl {
         if (hooks.on_lead) hooks.on_lead(*records);
         {
           absl::MutexLock lock(&mu);
+          if (term != e.term) {
+            // Deposed while loading: its kDeposed event follows.
+            Logger("rdzv")->warn("this replica's term ended while it loaded the state; not serving it");
+            continue;
+          }
           loaded = true;
           loaded_at = absl::Now();
         }
