@@ -91,6 +91,13 @@ _hosts_kill_namespaces() {
   fi
   if ((${#pids[@]} > 0)); then
     killed=${#pids[@]}
+    # A host dies at once: stop every process first, so none sees another
+    # die (an agent reaping its SIGKILLed worker would report a failure no
+    # real host loss lets it send), then kill them all.
+    for p in 1 2 3; do
+      kill -STOP "${pids[@]}" 2>/dev/null
+      _hosts_collect "$@"
+    done
     deadline=$((${EPOCHREALTIME/./} + 5000000))
     while ((${#pids[@]} > 0)); do
       kill -KILL "${pids[@]}" 2>/dev/null
