@@ -190,6 +190,9 @@ int ServerMain(int argc, char** argv) {
     replica = std::move(*r);
     so.journal = replica->journal();
     so.gate = &gate;
+    // A save that failed: stop serving at once, and serve again only from
+    // what a fresh load finds in etcd.
+    so.on_durability_lost = [r = replica.get()](const absl::Status& why) { r->Reload(std::string(why.message())); };
     Logger("rdzv")->info("state in etcd at {}", members);
   }
   auto server = rendezvous::RendezvousServer::Start(so);

@@ -1,6 +1,7 @@
 // The rendezvous server: gRPC callback service over the run registry.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,11 @@ struct ServerOptions {
   // server with its state in memory only, always serving.
   state::RunJournal* journal = nullptr;
   const state::ServingGate* gate = nullptr;
+  // Called (any thread, no lock of the server held) when a save to
+  // `journal` failed or its outcome is unknown: the runs in memory may be
+  // ahead of the journal, and their callers were answered UNAVAILABLE. A
+  // replica closes its gate and reloads its state (Replica::Reload).
+  std::function<void(const absl::Status&)> on_durability_lost;
 };
 
 // The service name the standard health service reports for the rendezvous

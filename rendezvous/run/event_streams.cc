@@ -58,13 +58,26 @@ bool EventStreams::Drop(const std::string& node_id, const EventSink* sink) {
   return true;
 }
 
-void EventStreams::EndStale(const std::string& node_id, const std::string& why) {
+std::shared_ptr<EventSink> EventStreams::FindShared(const std::string& node_id) const {
   auto it = sinks_.find(node_id);
-  if (it == sinks_.end()) return;
-  it->second->CloseStale(why);
+  return it == sinks_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<EventSink> EventStreams::Remove(const std::string& node_id) {
+  auto it = sinks_.find(node_id);
+  if (it == sinks_.end()) return nullptr;
+  std::shared_ptr<EventSink> sink = std::move(it->second);
   sinks_.erase(it);
   ShrinkIfSparse(sinks_);
   ForgetNonMember(node_id);
+  return sink;
+}
+
+std::vector<std::shared_ptr<EventSink>> EventStreams::All() const {
+  std::vector<std::shared_ptr<EventSink>> out;
+  out.reserve(sinks_.size());
+  for (const auto& [node, sink] : sinks_) out.push_back(sink);
+  return out;
 }
 
 void EventStreams::PushAll(const RunEvent& event) {

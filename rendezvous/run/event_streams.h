@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "proto/types.h"
@@ -54,9 +55,14 @@ class EventStreams {
   // and returns true; false, and nothing changes, when the node has another
   // stream or none.
   bool Drop(const std::string& node_id, const EventSink* sink);
-  // Ends `node_id`'s stream as stale (CloseStale: its node was declared
-  // lost) and drops it. No-op without one.
-  void EndStale(const std::string& node_id, const std::string& why);
+  // `node_id`'s stream (shared), or nullptr.
+  std::shared_ptr<EventSink> FindShared(const std::string& node_id) const;
+  // Drops `node_id`'s stream and returns it (nullptr without one): its
+  // node was declared lost, and the caller ends it as stale
+  // (EventOutbox::CloseStale) once the loss may be announced.
+  std::shared_ptr<EventSink> Remove(const std::string& node_id);
+  // Every stream open now.
+  std::vector<std::shared_ptr<EventSink>> All() const;
   // Pushes `event` to every stream.
   void PushAll(const RunEvent& event);
   // Ends every stream (CloseRun) and drops them all.

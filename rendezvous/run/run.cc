@@ -50,11 +50,6 @@ bool Run::IsParticipantLocked(const std::string& node_id) const {
   return members_.contains(node_id) || reforming_.contains(node_id) || pending_.contains(node_id);
 }
 
-void Run::RunAll(Deferred& later) {
-  for (auto& fn : later) fn();
-  later.clear();
-}
-
 absl::Status Run::CheckConfigLocked(const RunConfig& config) const {
   if (config.min_nodes != config_.min_nodes || config.max_nodes != config_.max_nodes) {
     return SettingStatus(absl::StatusCode::kFailedPrecondition,
@@ -182,14 +177,13 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     done(refused);
     return false;
   }
-  RunAll(later);
+  (void)RunAll(later);  // Its calls are told how the save went.
   return on_stream;
 }
 
 void Run::AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> result) {
   absl::MutexLock lock(&mu_);
-  EventSink* w = streams_.Find(node_id);
-  if (w == nullptr) {
+  if (!streams_.Has(node_id)) {
     // Its stream is not open yet (the agent opens it right after its join):
     // the answer waits for it (Watch). Bounded: one per node of a round.
     if (static_cast<int64_t>(unsent_answers_.size()) < std::max(config_.max_nodes, 1)) {
@@ -197,7 +191,7 @@ void Run::AnswerOnStream(const std::string& node_id, absl::StatusOr<Assignment> 
     }
     return;
   }
-  w->Push(JoinAnsweredLocked(std::move(result)));
+  PushToLocked(node_id, JoinAnsweredLocked(std::move(result)));
 }
 
 RunEvent Run::RoundClosedLocked() const {
@@ -240,7 +234,7 @@ void Run::ProgressLocked() {
     ev.max_nodes = config_.max_nodes;
     // Only the nodes waiting in this round hear it (a refused node does not).
     for (const auto& j : pending_) {
-      if (EventSink* w = streams_.Find(j.node.node_id)) w->Push(ev);
+      PushToLocked(j.node.node_id, ev);
     }
     last_progress_ = now;
     last_progress_joined_ = joined;
@@ -302,8 +296,8 @@ bool Run::PreviousSessionLocked(const std::string& node_id, const std::string& s
 void Run::EndLocked(State state, Deferred& later) {
   state_ = state;
   membership_.DropPrevious();
-  if (on_ended_) later.push_back(std::exchange(on_ended_, nullptr));
   JournalLocked(later);
+  if (on_ended_) later.IfSaved(std::exchange(on_ended_, nullptr));
 }
 
 bool Run::terminal() const {
@@ -318,11 +312,11 @@ void Run::Close(const std::string& why, absl::StatusCode code) {
     absl::MutexLock lock(&mu_);
     const absl::Status answer(code, why);
     for (auto& j : pending_) {
-      later.push_back([cb = std::move(j.done), answer]() mutable { cb(answer); });
+      later.Answer(std::move(j.done), answer);
     }
     pending_.clear();
     for (BarrierCallback& cb : barrier_waiters_.TakeAll()) {
-      later.push_back([cb = std::move(cb), answer]() mutable { cb(answer); });
+      later.Answer(std::move(cb), answer);
     }
     if (last_call_armed_) timer_->Cancel(last_call_timer_);
     last_call_armed_ = false;
@@ -330,7 +324,7 @@ void Run::Close(const std::string& why, absl::StatusCode code) {
     // the reason, and their later Unwatch finds nothing to lose).
     streams_.EndAll(why);
   }
-  RunAll(later);
+  (void)RunAll(later);  // Its calls are told how the save went.
   kv_->Close(why);
 }
 

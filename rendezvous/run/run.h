@@ -20,6 +20,7 @@
 #include "rendezvous/store/kv_store.h"
 #include "rendezvous/server/limits.h"
 #include "rendezvous/server/memory_budget.h"
+#include "rendezvous/run/event_outbox.h"
 #include "rendezvous/run/event_streams.h"
 #include "rendezvous/run/exit_barrier.h"
 #include "rendezvous/run/membership.h"
@@ -217,12 +218,23 @@ class Run : public std::enable_shared_from_this<Run> {
   // blocks the run's other calls). `seq` numbers the records of the whole
   // server (shared by every run): a record is saved with a seq above any
   // earlier one. Set both before the run is shared; nullptr (the default):
-  // nothing is saved, at no cost. A failed save is logged: the replica
-  // whose journal refuses writes is no longer the leader and stops serving
-  // (rendezvous/state/replica.h).
+  // nothing is saved, at no cost.
   // `incarnation` tells this Run from others under its id (state.h); the
   // journal is told nothing more once the run is closed (Close).
-  void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq, int64_t incarnation);
+  //
+  // Every answer is durable, or it is not an answer: the events a durable
+  // change makes (ROUND_CLOSED, RESTART, NODE_LOST, RUN_FINISHED,
+  // RUN_FAILED, a lost node's stream end) and the answers it gives (joins,
+  // the exit barrier, failure verdicts) go out only once its record is
+  // saved; events made meanwhile queue behind them (event_outbox.h). When
+  // a save (or a store write's) fails or its outcome is unknown, no event
+  // of it goes out, its callers get UNAVAILABLE (agents go on with the
+  // next leader), every later answer of the run is UNAVAILABLE too, and
+  // `on_durability_lost` is called once per failure with that status, on
+  // the caller's thread and outside the run's lock (a replica closes its
+  // gate there and reloads its state: etcd decides what is true).
+  void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq, int64_t incarnation,
+                  std::function<void(const absl::Status&)> on_durability_lost = nullptr);
   int64_t incarnation() const { return incarnation_; }
   // A replica's gate (rendezvous/state/serving_gate.h): while it is closed
   // (the replica paused or stands by) no node is declared lost - not for a
@@ -261,10 +273,52 @@ class Run : public std::enable_shared_from_this<Run> {
     // it vanish before the round closes, it is named as lost.
     std::optional<Member> was_member;
   };
-  using Deferred = std::vector<absl::AnyInvocable<void()>>;
-  // With a journal: the run's record, saved first among `later`'s calls
-  // (before the answers they make).
+  // What an operation does once the run's lock is released (RunAll): the
+  // save of the run's record, when the operation changed its durable state
+  // (JournalLocked), then its calls, each told how the save went: OK (no
+  // save, or saved), or the UNAVAILABLE its callers get instead of their
+  // answers (the save failed or its outcome is unknown).
+  struct Deferred {
+    std::optional<state::RunRecord> record;
+    // Set instead of `record` when the run's durability is already lost.
+    absl::Status lost;
+    std::vector<absl::AnyInvocable<void(const absl::Status& saved)>> calls;
+    // `cb(answer)` once saved; `cb(saved)` when the save failed.
+    template <typename Callback, typename Result>
+    void Answer(Callback cb, Result answer) {
+      calls.push_back([cb = std::move(cb), answer = std::move(answer)](const absl::Status& saved) mutable {
+        if (saved.ok()) {
+          cb(std::move(answer));
+        } else {
+          cb(saved);
+        }
+      });
+    }
+    // `fn()` once saved; nothing when the save failed.
+    void IfSaved(absl::AnyInvocable<void()> fn) {
+      calls.push_back([fn = std::move(fn)](const absl::Status& saved) mutable {
+        if (saved.ok()) fn();
+      });
+    }
+  };
+  // With a journal: the run's record now, saved by RunAll before `later`'s
+  // calls; every event made from here on waits for that save (outbox_).
+  // Call it before pushing the events the change makes.
   void JournalLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves `later`'s record (if any), then makes its calls. Returns how the
+  // save went (OK without a record). Outside the run's lock.
+  absl::Status RunAll(Deferred& later) ABSL_LOCKS_EXCLUDED(mu_);
+  // A save of the run's state failed, or its outcome is unknown: the run's
+  // state in memory may be ahead of the journal. Every held event is
+  // dropped, every later answer is UNAVAILABLE, and on_durability_lost_ is
+  // told (the replica stops serving until a fresh load). Returns the
+  // UNAVAILABLE its callers get.
+  absl::Status LoseDurability(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // True once the run's durability is lost (the outbox then drops every
+  // delivery).
+  bool DurabilityLostLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes `event` to `node_id`'s stream alone, through the outbox.
+  void PushToLocked(const std::string& node_id, const RunEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With a journal: the run's record, saved soon (kSaveSoonDelay) on the
   // timer's thread, once for every change made meanwhile. For changes that
   // nothing answered waits on (an exit-barrier arrival that is not the
@@ -319,7 +373,6 @@ class Run : public std::enable_shared_from_this<Run> {
   // Checks every member's last heartbeat once per keep-alive interval.
   void ArmLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnLivenessTimer();
-  static void RunAll(Deferred& later);
   // True when `node_id` is pending, a member, or a member being re-formed.
   bool IsParticipantLocked(const std::string& node_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -334,9 +387,14 @@ class Run : public std::enable_shared_from_this<Run> {
   // Set by Close: nothing more goes to the journal (the registry drops the
   // run's record and keys when it removes it).
   const std::shared_ptr<std::atomic<bool>> journal_closed_ = std::make_shared<std::atomic<bool>>(false);
+  // Set when a save failed (LoseDurability; the store's writes set it too).
+  const std::shared_ptr<std::atomic<bool>> durability_lost_ = std::make_shared<std::atomic<bool>>(false);
+  std::function<void(const absl::Status&)> on_durability_lost_;  // Set before sharing (SetJournal).
 
   mutable absl::Mutex mu_;
   bool save_soon_ ABSL_GUARDED_BY(mu_) = false;  // A SaveSoon is scheduled.
+  // Events waiting for the save of the state they announce.
+  EventOutbox outbox_ ABSL_GUARDED_BY(mu_);
   State state_ ABSL_GUARDED_BY(mu_) = State::kJoining;
   bool configured_ ABSL_GUARDED_BY(mu_) = false;
   RunConfig config_ ABSL_GUARDED_BY(mu_);

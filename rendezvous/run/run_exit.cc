@@ -24,7 +24,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
       if (state_ == State::kFinished && round == round_) {
         now.node_count = now.finished_nodes = static_cast<int>(summary_.size());
         now.all_finished = true;
-        later.push_back([cb = std::move(done), now]() mutable { cb(now); });
+        later.Answer(std::move(done), now);
       } else {
         refused = EndedLocked();
       }
@@ -36,7 +36,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
     } else if (state_ == State::kFinished && round == round_) {
       now.all_finished = true;
       now.finished_nodes = now.node_count;
-      later.push_back([cb = std::move(done), now]() mutable { cb(now); });
+      later.Answer(std::move(done), now);
     } else if (state_ != State::kRunning || round != round_) {
       refused = absl::FailedPreconditionError(absl::StrCat(
           "finish reported for round ", round, " but run '", run_id_, "' is ", StateName(state_),
@@ -57,14 +57,12 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
         now.all_finished = true;
         now.finished_nodes = now.node_count;
         for (BarrierCallback& cb : barrier_waiters_.TakeAll()) {
-          later.push_back([cb = std::move(cb), now]() mutable { cb(now); });
+          later.Answer(std::move(cb), now);
         }
-        later.push_back([cb = std::move(done), now]() mutable { cb(now); });
+        later.Answer(std::move(done), now);
         // Nodes standing by are not needed any more.
         for (auto& j : pending_) {
-          later.push_back([cb = std::move(j.done)]() mutable {
-            cb(absl::AbortedError("finished: the job completed without this node"));
-          });
+          later.Answer(std::move(j.done), absl::AbortedError("finished: the job completed without this node"));
         }
         pending_.clear();
         RunEvent ev;
@@ -85,7 +83,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
     done(refused);
     return 0;
   }
-  RunAll(later);
+  (void)RunAll(later);  // Its calls are told how the save went.
   return id;
 }
 

@@ -40,9 +40,9 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
     ev.kind = RunEvent::Kind::kRestart;
     ev.round = round_;
     ev.restart_count = restarts_.spent();
+    JournalLocked(later);  // The restart spent, before RESTART goes out (EndLocked saves a failed run).
     PushLocked(ev);
     MaybeCloseLocked(later);
-    JournalLocked(later);  // The restart spent (EndLocked saves a failed run).
   } else {
     FailRunLocked(later);
   }
@@ -87,7 +87,8 @@ absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const s
     }
     MaybeKeepOnlyStatusLocked();
   }
-  RunAll(later);
+  // The verdict only once the restart (or the run's failure) is saved.
+  if (absl::Status saved = RunAll(later); !saved.ok()) return saved;
   return verdict;
 }
 

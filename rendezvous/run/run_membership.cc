@@ -52,7 +52,7 @@ void Run::OnLivenessTimer() {
     // run may have ended here with no stream left.
     MaybeKeepOnlyStatusLocked();
   }
-  RunAll(later);
+  (void)RunAll(later);  // Its calls are told how the save went.
 }
 
 void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later) {
@@ -71,6 +71,7 @@ void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Def
   cause.round = round_;
   cause.message = absl::StrCat("node ", m->node.hostname, " (node rank ", cause.node_rank, ") was lost: ", why);
   Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
+  JournalLocked(later);  // Without the lost member, before NODE_LOST goes out.
   AnnounceLostLocked(cause);
   if (FailIfTooFewLocked(cause, static_cast<int>(members_.size() + pending_.size()), later)) return;
   ReformLocked(std::move(cause), later);
@@ -83,7 +84,7 @@ void Run::AnnounceLostLocked(const WorkerFailure& cause) {
   lost.node_id = cause.node_id;
   lost.root_cause = cause;
   PushLocked(lost);
-  streams_.EndStale(cause.node_id, cause.message);
+  if (!DurabilityLostLocked()) outbox_.CloseStale(streams_.Remove(cause.node_id), cause.message);
 }
 
 bool Run::FailIfTooFewLocked(WorkerFailure cause, int can_rejoin, Deferred& later) {
@@ -109,6 +110,7 @@ void Run::LoseReformingLocked(const std::string& node_id, const std::string& why
   cause.message = absl::StrCat("node ", r->node.hostname, " (node rank ", cause.node_rank, " of round ",
                                r->assignment.round, ") was lost too: ", why);
   Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
+  JournalLocked(later);  // Without the lost member, before NODE_LOST goes out.
   AnnounceLostLocked(cause);
   // The re-form no longer waits for it.
   reform_target_ = std::max(1, reform_target_ - 1);
@@ -126,10 +128,10 @@ void Run::FailRunLocked(Deferred& later) {
   PushLocked(ev);
   // Nobody will finish: release the exit barrier and any node standing by.
   for (BarrierCallback& cb : barrier_waiters_.TakeAll()) {
-    later.push_back([cb = std::move(cb)]() mutable { cb(absl::AbortedError("the run failed on another node")); });
+    later.Answer(std::move(cb), absl::AbortedError("the run failed on another node"));
   }
   for (auto& j : pending_) {
-    later.push_back([cb = std::move(j.done)]() mutable { cb(absl::AbortedError("the run failed")); });
+    later.Answer(std::move(j.done), absl::AbortedError("the run failed"));
   }
   pending_.clear();
 }
@@ -149,9 +151,9 @@ void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
   ev.restart_count = restarts_.spent();
   ev.membership_change = true;
   ev.root_cause = std::move(cause);
+  JournalLocked(later);  // The re-form, before RESTART goes out.
   PushLocked(ev);
   MaybeCloseLocked(later);
-  JournalLocked(later);
 }
 
 }  // namespace meshrun::rendezvous

@@ -115,7 +115,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string
   } else {
     incarnation = NextIncarnationLocked();
   }
-  if (journal_ != nullptr) run->SetJournal(journal_, journal_seq_, incarnation);
+  if (journal_ != nullptr) run->SetJournal(journal_, journal_seq_, incarnation, on_durability_lost_);
   if (gate_ != nullptr) run->SetGate(gate_);
   runs_[run_id] = run;
   return run;

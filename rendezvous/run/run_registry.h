@@ -111,7 +111,13 @@ class RunRegistry {
   // saves its record in `journal` (Run::SetJournal), which must outlive the
   // registry; a run removed for good (ended_run_ttl, idle, room made,
   // replaced; not Clear) is dropped from it. nullptr (the default): none. Set it before serving.
-  void SetJournal(state::RunJournal* journal) { journal_ = journal; }
+  // `on_durability_lost` is called when a run's save fails or its outcome
+  // is unknown (Run::SetJournal): a replica stops serving and reloads.
+  void SetJournal(state::RunJournal* journal,
+                  std::function<void(const absl::Status&)> on_durability_lost = nullptr) {
+    journal_ = journal;
+    on_durability_lost_ = std::move(on_durability_lost);
+  }
   // A replica's gate (Run::SetGate) for every run made from now on; must
   // outlive the registry. Set it before serving.
   void SetGate(const state::ServingGate* gate) { gate_ = gate; }
@@ -185,6 +191,7 @@ class RunRegistry {
   const ServerLimits limits_;
   std::function<void(const std::string&)> on_removed_;
   state::RunJournal* journal_ = nullptr;
+  std::function<void(const absl::Status&)> on_durability_lost_;  // Set before serving.
   const state::ServingGate* gate_ = nullptr;
   // The seq of the records runs save (Run::SetJournal): one counter for the server.
   const std::shared_ptr<std::atomic<int64_t>> journal_seq_ = std::make_shared<std::atomic<int64_t>>(0);

@@ -41,7 +41,7 @@ void Run::OnLastCall(int64_t round) {
       CloseRoundLocked(later);
     }
   }
-  RunAll(later);
+  (void)RunAll(later);  // Its calls are told how the save went.
 }
 
 void Run::CloseRoundLocked(Deferred& later) {
@@ -70,7 +70,7 @@ void Run::CloseRoundLocked(Deferred& later) {
       // agent then reports this answer, the cause.
       const std::string& id = j.node.node_id;
       if (!streams_.Has(id) && !members_.contains(id) && !reforming_.contains(id)) membership_.Forget(id);
-      later.push_back([cb = std::move(j.done), s]() mutable { cb(s); });
+      later.Answer(std::move(j.done), s);
     }
     return;
   }
@@ -91,7 +91,7 @@ void Run::CloseRoundLocked(Deferred& later) {
     // The member keeps no copy of its credential (the membership has it).
     members_.push_back(Member{j.node, a});
     a.session = std::move(sessions[r]);
-    later.push_back([cb = std::move(j.done), a = std::move(a)]() mutable { cb(std::move(a)); });
+    later.Answer(std::move(j.done), std::move(a));
   }
   const int world = formed->world_size;
   state_ = State::kRunning;
@@ -102,11 +102,12 @@ void Run::CloseRoundLocked(Deferred& later) {
   membership_.Compact();
   ArmLivenessLocked();
   kv_->DropRoundsBelow(round_);
+  // One durable write per closed round, before any join is answered and
+  // before its ROUND_CLOSED goes out.
+  JournalLocked(later);
   PushLocked(RoundClosedLocked());
   Logger("rdzv")->info("run '{}' round {} closed: {} nodes, world size {}", run_id_, round_,
                        members_.size(), world);
-  // One durable write per closed round, before any join is answered.
-  JournalLocked(later);
 }
 
 }  // namespace meshrun::rendezvous

@@ -68,12 +68,15 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
       if (!IsParticipantLocked(*evicted) && !membership_.IsLost(*evicted)) membership_.Forget(*evicted);
     }
   }
+  // What the new stream learns first goes through the outbox: after the
+  // events of a save in flight, and only once the state it tells is durable.
+  auto push = [this, &sink](const RunEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { outbox_.Push({sink}, e); };
   if (new_node || hand_out) {
     RunEvent hello;
     hello.kind = RunEvent::Kind::kSession;
     hello.round = round_;
     hello.session = membership_.Find(node_id)->session;
-    sink->Push(hello);
+    push(hello);
   }
   if (auto u = unsent_answers_.find(node_id); u != unsent_answers_.end()) {
     // Its join, taken to be answered on its stream, was answered before
@@ -82,11 +85,11 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
     // moved past that round meanwhile (a failure elsewhere restarted it),
     // the catch-up below says so.
     const int64_t answered = u->second.ok() ? u->second->round : -1;
-    sink->Push(JoinAnsweredLocked(std::move(u->second)));
+    push(JoinAnsweredLocked(std::move(u->second)));
     unsent_answers_.erase(u);
     if (answered >= 0 && known_round < answered) {
       if (state_ == State::kRunning && round_ == answered && members_.contains(node_id)) {
-        sink->Push(RoundClosedLocked());
+        push(RoundClosedLocked());
       }
       known_round = answered;
     }
@@ -108,21 +111,21 @@ absl::Status Run::Watch(const std::string& node_id, std::shared_ptr<EventSink> s
       progress.joined = static_cast<int>(pending_.size());
       progress.min_nodes = config_.min_nodes;
       progress.max_nodes = config_.max_nodes;
-      sink->Push(progress);
+      push(progress);
     } else if (state_ == State::kRunning && members_.contains(node_id)) {
       // Its join was answered before its stream opened (the agent opens it
       // right after sending the join): the round's close, as the others saw it.
-      sink->Push(RoundClosedLocked());
+      push(RoundClosedLocked());
     }
   } else if (state_ == State::kFailed) {
     catch_up.kind = RunEvent::Kind::kRunFailed;
-    sink->Push(catch_up);
+    push(catch_up);
   } else if (state_ == State::kFinished) {
     catch_up.kind = RunEvent::Kind::kRunFinished;
-    sink->Push(catch_up);
+    push(catch_up);
   } else if (round_ > known_round) {
     catch_up.kind = RunEvent::Kind::kRestart;
-    sink->Push(catch_up);
+    push(catch_up);
   }
   // One stream per node: an older one still open ends here. (An agent
   // re-opens only after its stream ended; left open, a replaced stream would
@@ -150,9 +153,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     if (gate_ != nullptr && !gate_->serving()) return;
     // A pending joiner whose agent is gone leaves the round.
     if (std::optional<Joiner> p = pending_.erase(node_id)) {
-      later.push_back([cb = std::move(p->done)]() mutable {
-        cb(absl::CancelledError("the joining agent disconnected"));
-      });
+      later.Answer(std::move(p->done), absl::CancelledError("the joining agent disconnected"));
       // A member that had re-joined the round being re-formed is lost from
       // it, and named (below), as one that had not re-joined yet.
       if (p->was_member && state_ == State::kJoining) reforming_.push_back(std::move(*p->was_member));
@@ -165,9 +166,20 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     if (!IsParticipantLocked(node_id) && !membership_.IsLost(node_id)) membership_.Forget(node_id);
     MaybeKeepOnlyStatusLocked();
   }
-  RunAll(later);
+  (void)RunAll(later);  // Its calls are told how the save went.
 }
 
-void Run::PushLocked(const RunEvent& event) { streams_.PushAll(event); }
+void Run::PushLocked(const RunEvent& event) {
+  if (DurabilityLostLocked()) return;
+  if (outbox_.holding()) {
+    outbox_.Push(streams_.All(), event);
+  } else {
+    streams_.PushAll(event);
+  }
+}
+
+void Run::PushToLocked(const std::string& node_id, const RunEvent& event) {
+  if (std::shared_ptr<EventSink> s = streams_.FindShared(node_id)) outbox_.Push({std::move(s)}, event);
+}
 
 }  // namespace meshrun::rendezvous

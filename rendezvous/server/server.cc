@@ -291,7 +291,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     Logger("rdzv")->debug("memory budget: {}", impl->budget->Describe());
   }
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits, nullptr, impl->budget.get());
-  impl->registry->SetJournal(options.journal);
+  impl->registry->SetJournal(options.journal, options.on_durability_lost);
   impl->registry->SetGate(options.gate);
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
   impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });

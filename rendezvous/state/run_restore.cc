@@ -7,20 +7,38 @@
 
 namespace meshrun::rendezvous {
 
-void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq, int64_t incarnation) {
+void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq, int64_t incarnation,
+                     std::function<void(const absl::Status&)> on_durability_lost) {
   journal_ = journal;
   journal_seq_ = std::move(seq);
   incarnation_ = incarnation;
+  on_durability_lost_ = std::move(on_durability_lost);
   if (journal == nullptr) return;
-  // The store's writes go to the journal before they are applied.
+  // The store's writes go to the journal before they are applied. A write
+  // that fails (or whose outcome is unknown) loses the run's durability as
+  // a failed save does; the store's lock is held here, so the run's own
+  // lock is not taken (the outbox learns it from durability_lost_).
   kv_->SetDurability(
-      [journal, id = run_id_, incarnation, closed = journal_closed_](
-          int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
-          const std::vector<std::string>& erase) {
+      [journal, id = run_id_, incarnation, closed = journal_closed_, lost = durability_lost_,
+       on_lost = on_durability_lost_](int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
+                                      const std::vector<std::string>& erase) {
         if (closed->load()) {
           return absl::UnavailableError(absl::StrCat("run '", id.substr(0, 64), "' was removed: the write is refused"));
         }
-        return journal->SaveKeys(id, incarnation, round, set, erase);
+        if (lost->load()) {
+          return absl::UnavailableError(absl::StrCat("run '", id.substr(0, 64),
+                                                     "': this server replica lost its state's durability and "
+                                                     "stops serving it until the state is loaded again"));
+        }
+        absl::Status s = journal->SaveKeys(id, incarnation, round, set, erase);
+        if (s.ok()) return s;
+        lost->store(true);
+        const absl::Status unavailable = absl::UnavailableError(
+            absl::StrCat("run '", id.substr(0, 64), "': a store write could not be saved (", s.message(),
+                         "); this server replica stops serving until its state is loaded again"));
+        Logger("rdzv")->error("{}", std::string(unavailable.message()));
+        if (on_lost) on_lost(unavailable);
+        return unavailable;
       },
       [journal, id = run_id_, incarnation, closed = journal_closed_](int64_t round) {
         if (closed->load()) return;
@@ -63,15 +81,65 @@ state::RunRecord Run::Record() const {
 
 void Run::JournalLocked(Deferred& later) {
   if (journal_ == nullptr || status_only_ || journal_closed_->load()) return;
+  if (DurabilityLostLocked()) {
+    // The state in memory may be ahead of the journal: no change of it is
+    // acknowledged any more (the replica reloads).
+    later.record.reset();
+    later.lost = absl::UnavailableError(absl::StrCat(
+        "run '", run_id_.substr(0, 64), "': this server replica lost its state's durability and stops serving it "
+        "until the state is loaded again; go on with the next leader"));
+    return;
+  }
   state::RunRecord r = RecordLocked();
   r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
-  // First among the deferred calls: saved before the answers they make.
-  later.insert(later.begin(), [journal = journal_, r = std::move(r)]() {
-    if (absl::Status s = journal->Save(r); !s.ok()) {
-      Logger("rdzv")->error("run '{}' round {}: could not save its state: {}", r.run_id, r.round,
-                            std::string(s.message()));
+  // Every event from here on waits for this save (or a later one).
+  outbox_.Await(r.seq);
+  // A second change in the same operation replaces the first one's record:
+  // the later record holds both.
+  later.record = std::move(r);
+}
+
+namespace {
+constexpr char kDurabilityLost[] =
+    "this rendezvous server replica lost its state's durability (a save to etcd failed or its outcome is unknown) "
+    "and stops serving until its state is loaded again";
+}  // namespace
+
+bool Run::DurabilityLostLocked() {
+  if (durability_lost_->load() && !outbox_.failed()) outbox_.Fail(kDurabilityLost);
+  return outbox_.failed();
+}
+
+absl::Status Run::RunAll(Deferred& later) {
+  absl::Status saved = later.lost;
+  if (saved.ok() && later.record) {
+    if (absl::Status s = journal_->Save(*later.record); !s.ok()) {
+      saved = LoseDurability(absl::Status(s.code(), absl::StrCat("run '", run_id_.substr(0, 64), "' round ",
+                                                                 later.record->round, ": ", s.message())));
+    } else {
+      absl::MutexLock lock(&mu_);
+      if (!DurabilityLostLocked()) outbox_.Saved(later.record->seq);
     }
-  });
+  }
+  for (auto& fn : later.calls) fn(saved);
+  later.calls.clear();
+  later.record.reset();
+  return saved;
+}
+
+absl::Status Run::LoseDurability(const absl::Status& why) {
+  const absl::Status lost = absl::UnavailableError(
+      absl::StrCat("the run's state could not be saved (", why.message(),
+                   "); this server replica stops serving until its state is loaded again; "
+                   "go on with the next leader"));
+  Logger("rdzv")->error("{}", std::string(lost.message()));
+  durability_lost_->store(true);
+  {
+    absl::MutexLock lock(&mu_);
+    outbox_.Fail(kDurabilityLost);
+  }
+  if (on_durability_lost_) on_durability_lost_(lost);
+  return lost;
 }
 
 namespace {
@@ -96,7 +164,7 @@ void Run::SaveSoon() {
   state::RunRecord r;
   {
     absl::MutexLock lock(&mu_);
-    if (journal_ == nullptr || status_only_ || journal_closed_->load()) {
+    if (journal_ == nullptr || status_only_ || journal_closed_->load() || DurabilityLostLocked()) {
       save_soon_ = false;
       return;
     }
@@ -114,11 +182,16 @@ void Run::SaveSoon() {
     r = RecordLocked();
     r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
   }
-  // On the timer's thread: bounded by the journal's own timeouts.
+  // On the timer's thread: bounded by the journal's own timeouts. Nothing
+  // waits on this save, but its outcome may be unknown: the state in
+  // memory may be ahead of the journal's.
   if (absl::Status s = journal_->Save(r); !s.ok()) {
-    Logger("rdzv")->error("run '{}' round {}: could not save its state: {}", r.run_id, r.round,
-                          std::string(s.message()));
+    (void)LoseDurability(absl::Status(s.code(), absl::StrCat("run '", r.run_id.substr(0, 64), "' round ", r.round,
+                                                             ": ", s.message())));
+    return;
   }
+  absl::MutexLock lock(&mu_);
+  if (!DurabilityLostLocked()) outbox_.Saved(r.seq);
 }
 
 void Run::Restore(const state::RunRecord& r) {

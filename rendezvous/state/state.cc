@@ -188,26 +188,35 @@ absl::StatusOr<RunRecord> DecodeRunRecord(const std::string& text) {
   return r;
 }
 
+void MemoryJournal::FailWrites(absl::Status why, bool applied) {
+  absl::MutexLock lock(&mu_);
+  fail_ = std::move(why);
+  fail_applied_ = applied;
+}
+
 absl::Status MemoryJournal::Save(const RunRecord& record) {
   absl::MutexLock lock(&mu_);
+  if (!fail_.ok() && !fail_applied_) return fail_;
   auto it = runs_.find(record.run_id);
-  if (it != runs_.end() && it->second.seq >= record.seq) return absl::OkStatus();
+  if (it != runs_.end() && it->second.seq >= record.seq) return fail_;
   runs_[record.run_id] = record;
   ++writes_;
-  return absl::OkStatus();
+  return fail_;
 }
 
 absl::Status MemoryJournal::Drop(const std::string& run_id, int64_t incarnation) {
   absl::MutexLock lock(&mu_);
+  if (!fail_.ok() && !fail_applied_) return fail_;
   if (auto it = runs_.find(run_id); it != runs_.end() && it->second.incarnation == incarnation) runs_.erase(it);
   keys_.erase({run_id, incarnation});
-  return absl::OkStatus();
+  return fail_;
 }
 
 absl::Status MemoryJournal::SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                                      const std::vector<std::pair<std::string, std::string>>& set,
                                      const std::vector<std::string>& erase) {
   absl::MutexLock lock(&mu_);
+  if (!fail_.ok() && !fail_applied_) return fail_;
   // A run with no record yet (a store-only run's first write) gets one.
   if (auto it = runs_.find(run_id); it == runs_.end() || it->second.incarnation != incarnation) {
     RunRecord r;
@@ -219,14 +228,15 @@ absl::Status MemoryJournal::SaveKeys(const std::string& run_id, int64_t incarnat
   KeyMap& keys = keys_[{run_id, incarnation}];
   for (const auto& [k, v] : set) keys[{round, k}] = v;
   for (const auto& k : erase) keys.erase({round, k});
-  return absl::OkStatus();
+  return fail_;
 }
 
 absl::Status MemoryJournal::DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) {
   absl::MutexLock lock(&mu_);
+  if (!fail_.ok() && !fail_applied_) return fail_;
   auto it = keys_.find({run_id, incarnation});
   if (it != keys_.end()) it->second.erase(it->second.begin(), it->second.lower_bound({round, std::string()}));
-  return absl::OkStatus();
+  return fail_;
 }
 
 absl::StatusOr<std::vector<RunRecord>> MemoryJournal::Load() {

@@ -140,6 +140,12 @@ class MemoryJournal : public RunJournal {
   absl::StatusOr<std::vector<RunRecord>> Load() override;
   // Saves that wrote (not skipped as older).
   int64_t writes() const;
+  // Fails on command, for tests of what a failed save does: from now on
+  // every write (Save, SaveKeys, DropKeysBelow, Drop) answers `why`;
+  // with `applied`, each is applied first (a write whose outcome its caller
+  // cannot know, as etcd's when a Txn times out), else nothing is written.
+  // FailWrites(absl::OkStatus()) ends it.
+  void FailWrites(absl::Status why, bool applied = false);
   // Keys held, of every run and incarnation.
   int64_t keys() const;
 
@@ -150,6 +156,8 @@ class MemoryJournal : public RunJournal {
   // By (run id, incarnation).
   std::map<std::pair<std::string, int64_t>, KeyMap> keys_ ABSL_GUARDED_BY(mu_);
   int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status fail_ ABSL_GUARDED_BY(mu_);  // FailWrites.
+  bool fail_applied_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A record as JSON text (one object; durations in milliseconds, times in

@@ -59,10 +59,14 @@ TEST_CASE("event streams: one per node, members and non-members counted apart", 
   CHECK(s.Drop("a", a2.get()));
   CHECK_FALSE(s.Has("a"));
 
-  s.EndStale("b", "node b was lost");
-  CHECK(b->how == "stale");
+  // A lost node's stream leaves the set at once; its end is the caller's
+  // (Run ends it once the loss may be announced).
+  std::shared_ptr<EventSink> removed = s.Remove("b");
+  CHECK(removed.get() == b.get());
+  CHECK(b->how.empty());
   CHECK_FALSE(s.Has("b"));
-  s.EndStale("b", "again");  // No-op.
+  CHECK(s.Remove("b") == nullptr);  // Gone already.
+  CHECK(s.All().size() == static_cast<size_t>(s.size()));
 
   s.EndAll("server stopping");
   CHECK(c->how == "run");

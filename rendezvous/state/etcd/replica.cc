@@ -26,22 +26,23 @@ struct Replica::Impl {
   std::unique_ptr<LeaderApart> apart;  // Keeps etcd's leader off this host while leading.
   std::string election_prefix;
 
-  enum class Kind { kElected, kDeposed };
+  enum class Kind { kElected, kDeposed, kReload };
   struct Event {
     Kind kind;
     std::string why;
-    uint64_t term = 0;  // kElected: the term it starts.
+    uint64_t term = 0;  // kElected: the term it starts; kReload: the term it reloads in.
   };
   absl::Mutex mu;
   std::deque<Event> events ABSL_GUARDED_BY(mu);
   bool stopping ABSL_GUARDED_BY(mu) = false;
   // A term is one leadership: it starts at on_elected and ends at
   // on_deposed (each bumps it). `loaded` is per term: true only once the
-  // current term's state is restored, false from the term's end on, so a
-  // load that finishes after its term ended never counts (nor opens the gate
-  // at a later pause's end).
+  // current term's state is restored, false from the term's end on (and
+  // while a reload runs), so a load that finishes after its term ended never
+  // counts (nor opens the gate at a later pause's end).
   uint64_t term ABSL_GUARDED_BY(mu) = 0;
   bool loaded ABSL_GUARDED_BY(mu) = false;  // Leading, with this term's state restored.
+  bool reload_queued ABSL_GUARDED_BY(mu) = false;  // A kReload is in `events`.
   absl::Time loaded_at ABSL_GUARDED_BY(mu);  // When `loaded` last turned true.
   std::thread thread;
   // Keeps etcd's leader off this replica's host while it leads (its own
@@ -107,6 +108,50 @@ struct Replica::Impl {
     return election->Campaign(options.id, options.advertise, Callbacks());
   }
 
+  // Loads the state from etcd, restores it (on_lead) and opens the gate
+  // while this replica leads and `for_term` is still its term; resigns when
+  // it cannot load.
+  void Lead(uint64_t for_term) {
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<std::vector<RunRecord>> records = journal->Load();
+    // Bounded: a few tries while etcd answers slowly, as long as this replica leads.
+    for (int i = 0; !records.ok() && i < 20 && election->Self().has_value(); ++i) {
+      Logger("rdzv")->warn("leading, but cannot load the state from etcd yet: {}",
+                           std::string(records.status().message()));
+      absl::SleepFor(absl::Milliseconds(250));
+      records = journal->Load();
+    }
+    if (!records.ok()) {
+      Logger("rdzv")->error("cannot load the state from etcd: {}; resigning",
+                            std::string(records.status().message()));
+      (void)election->Resign();
+      Push({Kind::kDeposed, "could not load the state"});
+      return;
+    }
+    if (hooks.on_lead) hooks.on_lead(*records);
+    {
+      absl::MutexLock lock(&mu);
+      if (term != for_term) {
+        // Deposed while loading: its kDeposed event follows.
+        Logger("rdzv")->warn("this replica's term ended while it loaded the state; not serving it");
+        return;
+      }
+      loaded = true;
+      loaded_at = absl::Now();
+    }
+    gate->SetLeader(options.advertise);
+    if (election->IsLeader()) gate->SetServing(true);
+    Logger("rdzv")->info("this replica ({}) leads: {} run(s) restored from etcd in {}; serving",
+                         options.advertise, records->size(),
+                         absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Microseconds(100))));
+    std::printf("meshrun server: leading (%s); %zu run(s) restored\n", options.advertise.c_str(), records->size());
+    std::fflush(stdout);
+    // etcd's leader is looked at one leader_apart_interval from now
+    // (ApartLoop), not at once: moving it stalls etcd's writes for a
+    // moment, and now is when the other replicas campaign (at start) and
+    // the agents report to this new leader (a failover).
+  }
+
   void Loop() {
     for (;;) {
       Event e;
@@ -120,44 +165,17 @@ struct Replica::Impl {
         events.pop_front();
       }
       if (e.kind == Kind::kElected) {
-        const absl::Time t0 = absl::Now();
-        absl::StatusOr<std::vector<RunRecord>> records = journal->Load();
-        // Bounded: a few tries while etcd answers slowly, as long as this replica leads.
-        for (int i = 0; !records.ok() && i < 20 && election->Self().has_value(); ++i) {
-          Logger("rdzv")->warn("leading, but cannot load the state from etcd yet: {}",
-                               std::string(records.status().message()));
-          absl::SleepFor(absl::Milliseconds(250));
-          records = journal->Load();
-        }
-        if (!records.ok()) {
-          Logger("rdzv")->error("cannot load the state from etcd: {}; resigning",
-                                std::string(records.status().message()));
-          (void)election->Resign();
-          Push({Kind::kDeposed, "could not load the state"});
-          continue;
-        }
-        if (hooks.on_lead) hooks.on_lead(*records);
+        Lead(e.term);
+      } else if (e.kind == Kind::kReload) {
         {
           absl::MutexLock lock(&mu);
-          if (term != e.term) {
-            // Deposed while loading: its kDeposed event follows.
-            Logger("rdzv")->warn("this replica's term ended while it loaded the state; not serving it");
-            continue;
-          }
-          loaded = true;
-          loaded_at = absl::Now();
+          reload_queued = false;
         }
-        gate->SetLeader(options.advertise);
-        if (election->IsLeader()) gate->SetServing(true);
-        Logger("rdzv")->info("this replica ({}) leads: {} run(s) restored from etcd in {}; serving",
-                             options.advertise, records->size(),
-                             absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Microseconds(100))));
-        std::printf("meshrun server: leading (%s); %zu run(s) restored\n", options.advertise.c_str(), records->size());
-        std::fflush(stdout);
-        // etcd's leader is looked at one leader_apart_interval from now
-        // (ApartLoop), not at once: moving it stalls etcd's writes for a
-        // moment, and now is when the other replicas campaign (at start) and
-        // the agents report to this new leader (a failover).
+        Logger("rdzv")->warn("this replica reloads its state from etcd: {}", e.why);
+        if (hooks.on_stand_by) hooks.on_stand_by(absl::StrCat("the rendezvous server replica ", options.advertise,
+                                                              " reloads its state: ", e.why));
+        // Deposed meanwhile: the deposition's event follows, nothing to load.
+        if (election->Self().has_value()) Lead(e.term);
       } else {
         gate->SetServing(false);
         Logger("rdzv")->warn("this replica stopped leading: {}; standing by", e.why);
@@ -249,6 +267,17 @@ Replica::~Replica() {
 RunJournal* Replica::journal() { return impl_->journal.get(); }
 
 bool Replica::leading() const { return impl_->gate->serving(); }
+
+void Replica::Reload(const std::string& why) {
+  Impl* impl = impl_.get();
+  absl::MutexLock lock(&impl->mu);
+  if (!impl->loaded) return;  // Not serving: nothing was answered from these runs.
+  impl->gate->SetServing(false);
+  impl->loaded = false;
+  if (impl->reload_queued || impl->stopping) return;
+  impl->reload_queued = true;
+  impl->events.push_back({Impl::Kind::kReload, why, impl->term});
+}
 
 absl::StatusOr<std::vector<ReplicaInfo>> Replica::Replicas() {
   RangeOptions o;

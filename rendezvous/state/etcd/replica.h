@@ -91,6 +91,15 @@ class Replica {
   absl::StatusOr<std::vector<ReplicaInfo>> Replicas();
   // True while this replica leads and serves.
   bool leading() const;
+  // A save of this replica's journal failed, or its outcome is unknown:
+  // the runs in memory may be ahead of etcd. While this replica serves, the
+  // gate closes at once, the runs are dropped (on_stand_by: their callers
+  // get UNAVAILABLE and go on with the next leader, which may be this
+  // replica again), and, while it still leads, the state is loaded from
+  // etcd again and the gate reopens, as after an election: etcd decides
+  // what is true. A replica that does not serve ignores it. Any thread;
+  // returns at once; the reloads asked for before one starts are one.
+  void Reload(const std::string& why);
 
   struct Impl;
 

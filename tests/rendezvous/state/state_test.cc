@@ -215,27 +215,6 @@ TEST_CASE("store keys go to the journal before they are applied and come back on
   CHECK((*parked)[0] == "here");
 }
 
-namespace {
-// A journal whose store writes fail (this replica no longer leads).
-struct RefusingJournal : MemoryJournal {
-  absl::Status SaveKeys(const std::string&, int64_t, int64_t, const std::vector<std::pair<std::string, std::string>>&,
-                        const std::vector<std::string>&) override {
-    return absl::FailedPreconditionError("not the leader");
-  }
-};
-}  // namespace
-
-TEST_CASE("a store write the journal refuses is refused and changes nothing", "[state]") {
-  DeadlineTimer timer;
-  RefusingJournal journal;
-  RunRegistry registry(&timer);
-  registry.SetJournal(&journal);
-  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
-  absl::Status s = run->kv().Set(0, "k", "v");
-  CHECK(absl::IsFailedPrecondition(s));
-  CHECK_FALSE(run->kv().Check(0, {"k"}));
-}
-
 TEST_CASE("a replica standing by never names itself as the leader", "[state]") {
   meshrun::rendezvous::state::ServingGate gate;
   gate.SetSelf("10.0.0.1:29400");

@@ -1,0 +1,189 @@
+// Every answer is durable, or it is not an answer (docs/design.md, 4d):
+// what a run's agents hear of a durable change (a closed round, a restart,
+// a store write) comes only after the journal saved it; a failed save, or
+// one whose outcome is unknown, answers UNAVAILABLE, sends no event of it
+// and tells the replica (which reloads). Checked from outside the run: the
+// answers its callers get and the events its streams receive.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "rendezvous/run/run.h"
+#include "rendezvous/run/run_registry.h"
+#include "rendezvous/state/state.h"
+#include "tests/rendezvous/run_test_support.h"
+
+using namespace meshrun::rendezvous;
+using namespace meshrun::rendezvous::testing;
+using meshrun::rendezvous::state::MemoryJournal;
+using meshrun::rendezvous::state::RunRecord;
+
+namespace {
+
+bool Has(const Recorder& r, RunEvent::Kind kind) {
+  for (const RunEvent& e : r.events) {
+    if (e.kind == kind) return true;
+  }
+  return false;
+}
+
+// Counts the replica's calls (Replica::Reload in the server).
+struct LostHook {
+  std::atomic<int> calls{0};
+  std::string last;
+  std::function<void(const absl::Status&)> Fn() {
+    return [this](const absl::Status& s) {
+      last = std::string(s.message());
+      ++calls;
+    };
+  }
+};
+
+// A journal whose next run save blocks until released.
+struct BlockingJournal : MemoryJournal {
+  absl::Notification entered, release;
+  std::atomic<bool> block{false};
+  absl::Status Save(const RunRecord& r) override {
+    if (block.exchange(false)) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+    return MemoryJournal::Save(r);
+  }
+};
+
+// Opens `id`'s event stream, then joins it with the credential the stream
+// handed out (the agent's order).
+void JoinWithStream(Run& run, const std::string& id, const std::shared_ptr<Recorder>& sink, const RunConfig& c,
+                    std::function<void(absl::StatusOr<Assignment>)> done) {
+  REQUIRE(run.Watch(id, sink, -1, "").ok());
+  REQUIRE(sink->events.at(0).kind == RunEvent::Kind::kSession);
+  run.Join(Node(id, 1, id), c, -1, sink->events[0].session, std::move(done));
+}
+
+// Two nodes' streams and their joins' answers.
+struct TwoNodes {
+  std::shared_ptr<Recorder> a = std::make_shared<Recorder>();
+  std::shared_ptr<Recorder> b = std::make_shared<Recorder>();
+  std::vector<absl::StatusOr<Assignment>> answers;
+};
+
+}  // namespace
+
+TEST_CASE("a round whose save fails is never answered: UNAVAILABLE, no ROUND_CLOSED, the replica told", "[durability]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  LostHook hook;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal, hook.Fn());
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  // Nothing written, or written with its outcome unknown to the server (as
+  // etcd's Txn that timed out): neither may be acknowledged.
+  const bool applied = GENERATE(false, true);
+  INFO("the failed write was applied: " << applied);
+  TwoNodes t;
+  JoinWithStream(*run, "a", t.a, Config(2, 2), [&](absl::StatusOr<Assignment> r) { t.answers.push_back(r); });
+  journal.FailWrites(absl::DeadlineExceededError("etcd: context deadline exceeded"), applied);
+  creds.Join(*run, Node("b", 1, "b"), Config(2, 2), -1, [&](absl::StatusOr<Assignment> r) { t.answers.push_back(r); });
+  REQUIRE(t.answers.size() == 2);
+  for (const auto& a : t.answers) {
+    CHECK(absl::IsUnavailable(a.status()));
+    CHECK_THAT(std::string(a.status().message()), Catch::Contains("context deadline exceeded"));
+    CHECK_THAT(std::string(a.status().message()), Catch::Contains("go on with the next leader"));
+  }
+  CHECK_FALSE(Has(*t.a, RunEvent::Kind::kRoundClosed));
+  CHECK(hook.calls == 1);
+  CHECK_THAT(hook.last, Catch::Contains("could not be saved"));
+  // The run answers nothing more from the state it could not save.
+  CHECK(absl::IsUnavailable(run->kv().Set(0, "k", "v")));
+}
+
+TEST_CASE("a restart whose save fails sends no RESTART and answers the failure UNAVAILABLE", "[durability]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  LostHook hook;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal, hook.Fn());
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  TwoNodes t;
+  for (const char* id : {"a", "b"}) {
+    creds.Join(*run, Node(id, 1, id), Config(2, 2, /*restarts=*/3), -1,
+               [&](absl::StatusOr<Assignment> r) { t.answers.push_back(r); });
+  }
+  REQUIRE(t.answers.size() == 2);
+  REQUIRE(t.answers[0].ok());
+  REQUIRE(creds.Watch(*run, "b", t.b, 0).ok());
+  t.b->events.clear();
+  journal.FailWrites(absl::UnavailableError("etcd: no quorum"), false);
+  WorkerFailure f;
+  f.node_id = "a";
+  f.rank = 0;
+  f.exit_code = 1;
+  f.round = 0;
+  absl::StatusOr<FailureVerdict> v = creds.ReportFailure(*run, f);
+  CHECK(absl::IsUnavailable(v.status()));
+  CHECK_FALSE(Has(*t.b, RunEvent::Kind::kRestart));
+  CHECK(hook.calls == 1);
+  // What etcd holds is the round that ran: the next leader restores it.
+  absl::StatusOr<std::vector<RunRecord>> saved = journal.Load();
+  REQUIRE(saved.ok());
+  REQUIRE(saved->size() == 1);
+  CHECK((*saved)[0].round == 0);
+  CHECK((*saved)[0].restart_count == 0);
+}
+
+TEST_CASE("events and answers of a change wait for its save, and the run's lock is free meanwhile", "[durability]") {
+  DeadlineTimer timer;
+  BlockingJournal journal;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal);
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  auto a = std::make_shared<Recorder>();
+  std::atomic<int> answered{0};
+  JoinWithStream(*run, "a", a, Config(2, 2), [&](absl::StatusOr<Assignment> r) {
+    if (r.ok()) ++answered;
+  });
+  journal.block = true;
+  std::thread closer([&] {
+    creds.Join(*run, Node("b", 1, "b"), Config(2, 2), -1, [&](absl::StatusOr<Assignment> r) {
+      if (r.ok()) ++answered;
+    });
+  });
+  REQUIRE(journal.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // The save is in flight: nobody has heard of the round yet...
+  CHECK(answered == 0);
+  CHECK_FALSE(Has(*a, RunEvent::Kind::kRoundClosed));
+  // ...and the run still answers what needs no save (no etcd I/O under its lock).
+  CHECK(run->Status().state == "running");
+  journal.release.Notify();
+  closer.join();
+  CHECK(answered == 2);
+  CHECK(Has(*a, RunEvent::Kind::kRoundClosed));
+  CHECK(journal.Load()->at(0).state == "running");
+}
+
+TEST_CASE("a store write the journal refuses is answered UNAVAILABLE, changes nothing, and tells the replica",
+          "[durability]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  LostHook hook;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal, hook.Fn());
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  REQUIRE(run->kv().Set(0, "before", "1").ok());
+  journal.FailWrites(absl::FailedPreconditionError("not the leader"), false);
+  absl::Status s = run->kv().Set(0, "k", "v");
+  CHECK(absl::IsUnavailable(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("not the leader"));
+  CHECK_FALSE(run->kv().Check(0, {"k"}));
+  CHECK(hook.calls == 1);
+  // Every later write too, even once etcd answers again: the replica reloads first.
+  journal.FailWrites(absl::OkStatus(), false);
+  CHECK(absl::IsUnavailable(run->kv().Set(0, "k2", "v")));
+  CHECK(hook.calls == 1);
+}
