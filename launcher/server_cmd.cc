@@ -67,6 +67,7 @@ int ServerMain(int argc, char** argv) {
   rendezvous::state::etcd::ConnectionFlags state_flags;
   double state_timeout = 0;
   int64_t state_lease_ttl = 2;
+  double state_load_timeout = 120;
   std::string advertise;
   std::string state_local_member = "auto";
   app.add_option("--state", state_flags.url,
@@ -86,6 +87,10 @@ int ServerMain(int argc, char** argv) {
                  "Seconds of the leader's etcd lease: a dead leader is replaced within about this + 0.5 s (etcd "
                  "raises it to its floor: 2 s with its default timing)")
       ->default_str("2");
+  app.add_option("--state_load_timeout,--state-load-timeout", state_load_timeout,
+                 "Seconds one read of the state may take when a replica starts to lead (a page of a big store; "
+                 "waited for, never sent again while etcd may still work on it)")
+      ->default_str("120");
   app.add_option("--state_local_member,--state-local-member", state_local_member,
                  "The etcd member on this replica's host (auto: the first --state member whose host is this "
                  "machine's; none; or HOST:PORT): while this replica leads, etcd's own leader is moved off it, so "
@@ -155,6 +160,11 @@ int ServerMain(int argc, char** argv) {
       std::fprintf(stderr, "meshrun server: error: --state_timeout must be >= 0 and --state_lease_ttl >= 1\n");
       return 2;
     }
+    if (!(state_load_timeout > 0)) {
+      std::fprintf(stderr, "meshrun server: error: --state_load_timeout=%g: must be > 0 seconds\n",
+                   state_load_timeout);
+      return 2;
+    }
     state_flags.call_timeout = absl::Seconds(state_timeout);
     absl::StatusOr<rendezvous::state::etcd::Connection> conn = rendezvous::state::etcd::ResolveConnection(state_flags);
     if (!conn.ok()) {
@@ -172,6 +182,7 @@ int ServerMain(int argc, char** argv) {
     ro.connection = std::move(*conn);
     ro.id = absl::StrCat(Hostname(), ":", getpid());
     ro.lease_ttl_s = state_lease_ttl;
+    ro.journal.load_timeout = absl::Seconds(state_load_timeout);
     const std::string members = ro.connection.url.MembersString();
     rendezvous::state::etcd::ReplicaHooks hooks;
     hooks.on_lead = [&serving](const std::vector<rendezvous::state::RunRecord>& records) {

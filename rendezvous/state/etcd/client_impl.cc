@@ -267,6 +267,8 @@ absl::Status Client::Impl::Call(const CallSpec& spec, const Invoke& invoke, int*
   using Kind = MemberOutcome::Kind;
   const absl::Duration total = spec.timeout > absl::ZeroDuration() ? spec.timeout : options.call_timeout;
   const absl::Time deadline = absl::Now() + total;
+  const absl::Duration per_try =
+      spec.attempt_timeout > absl::ZeroDuration() ? spec.attempt_timeout : options.attempt_timeout;
   const int n = static_cast<int>(members.size());
   std::vector<MemberOutcome> outcomes(n);
   bool reauthenticated = false;
@@ -292,7 +294,7 @@ absl::Status Client::Impl::Call(const CallSpec& spec, const Invoke& invoke, int*
       }
       for (int attempt = 0; attempt < 2; ++attempt) {
         grpc::ClientContext ctx;
-        Prepare(&ctx, std::min(deadline, absl::Now() + options.attempt_timeout), *token, spec.require_leader);
+        Prepare(&ctx, std::min(deadline, absl::Now() + per_try), *token, spec.require_leader);
         grpc::Status s = invoke(m, &ctx);
         if (s.ok()) {
           SetCurrent(i);
@@ -311,7 +313,7 @@ absl::Status Client::Impl::Call(const CallSpec& spec, const Invoke& invoke, int*
           return wire::MapFinal(s, m.name, spec.what, spec.request_bytes, spec.txn_ops, options.user,
                                 options.names.user, options.names.password_file);
         }
-        outcomes[i] = MemberOutcome{Kind::kFailed, Describe(s, f, options.attempt_timeout)};
+        outcomes[i] = MemberOutcome{Kind::kFailed, Describe(s, f, per_try)};
         if (spec.write && f != wire::Failure::kNoLeader) {
           // Sent, and perhaps applied: not retried. Say why, and whether
           // etcd still has a quorum.

@@ -44,6 +44,8 @@ struct CallSpec {
   // more); false: the error names what the call itself saw, and the call
   // ends by its deadline (the lease keeper's renewals).
   bool diagnose = true;
+  // One try on one member; zero: options.attempt_timeout.
+  absl::Duration attempt_timeout = absl::ZeroDuration();
 };
 
 // How one member fared in a call, for the error message.

@@ -116,11 +116,12 @@ absl::Status Client::Connect() {
                      [&](Member& m, grpc::ClientContext* ctx) { return m.maintenance->Status(ctx, req, &resp); });
 }
 
-absl::StatusOr<RangeResult> Client::Get(const std::string& key, const RangeOptions& options) {
+absl::StatusOr<RangeResult> Client::Get(const std::string& key, const RangeOptions& options, absl::Duration timeout) {
   pb::RangeRequest req;
   wire::ToPb(key, options.range_end, options, &req);
   pb::RangeResponse resp;
-  CallSpec spec{absl::StrCat("Range ", wire::ShowKey(key)), false, absl::ZeroDuration(), req.ByteSizeLong(), 0};
+  CallSpec spec{absl::StrCat("Range ", wire::ShowKey(key)), false, timeout, req.ByteSizeLong(), 0};
+  spec.attempt_timeout = timeout;
   spec.require_leader = !options.serializable;
   absl::Status s = impl_->Call(spec, [&](Member& m, grpc::ClientContext* ctx) {
     resp.Clear();

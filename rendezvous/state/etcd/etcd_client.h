@@ -244,8 +244,13 @@ class Client {
 
   // KV. Get reads one key (its range when options.range_end is set);
   // GetPrefix every key starting with `prefix` (page with options.limit and
-  // a next call from the last key + '\0').
-  absl::StatusOr<RangeResult> Get(const std::string& key, const RangeOptions& options = {});
+  // a next call from the last key + '\0'). `timeout` (zero: the client's
+  // call_timeout and attempt_timeout) bounds the whole call and each try
+  // alike, for a read that may take long (a load of the state): it is
+  // waited for, never sent again to another member while etcd may still be
+  // working on it (etcd 3.4 does not stop a Range its caller gave up on).
+  absl::StatusOr<RangeResult> Get(const std::string& key, const RangeOptions& options = {},
+                                  absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<RangeResult> GetPrefix(const std::string& prefix, RangeOptions options = {});
   absl::StatusOr<PutResult> Put(const std::string& key, const std::string& value, int64_t lease = 0,
                                 bool prev_kv = false);

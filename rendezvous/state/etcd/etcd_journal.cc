@@ -1,6 +1,7 @@
 // The etcd journal (etcd_journal.h).
 #include "rendezvous/state/etcd/etcd_journal.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -25,8 +26,13 @@ std::string Round20(int64_t round) { return absl::StrFormat("%020d", std::max<in
 // The journal (etcd_journal.h).
 class EtcdJournal : public RunJournal {
  public:
-  EtcdJournal(Client* client, Election* election, std::string runs_prefix, std::string kv_prefix)
-      : client_(client), election_(election), prefix_(std::move(runs_prefix)), kv_(std::move(kv_prefix)) {
+  EtcdJournal(Client* client, Election* election, std::string runs_prefix, std::string kv_prefix,
+              JournalOptions options)
+      : client_(client),
+        election_(election),
+        prefix_(std::move(runs_prefix)),
+        kv_(std::move(kv_prefix)),
+        options_(options) {
     dropper_ = std::thread([this] { DropLoop(); });
   }
   ~EtcdJournal() override {
@@ -136,8 +142,9 @@ class EtcdJournal : public RunJournal {
   absl::StatusOr<std::vector<RunRecord>> Load() override {
     std::vector<RunRecord> out;
     std::map<std::string, int64_t> seqs;
-    // 256 runs per read (each value up to etcd's request limit).
-    absl::Status read = ForEachKey(prefix_, 256, [&](const KeyValue& kv) {
+    // Records and keys at one revision: the first read's.
+    int64_t revision = 0;
+    absl::Status read = ForEachKey(prefix_, &revision, [&](const KeyValue& kv) {
       absl::StatusOr<RunRecord> rec = DecodeRunRecord(kv.value);
       if (!rec.ok()) {
         Logger("rdzv")->error("etcd key {}: {}; run left out", kv.key, std::string(rec.status().message()));
@@ -152,7 +159,7 @@ class EtcdJournal : public RunJournal {
     std::map<std::string, size_t> by_hex;  // Hex run id -> index in out.
     for (size_t i = 0; i < out.size(); ++i) by_hex[absl::BytesToHexString(out[i].run_id)] = i;
     std::set<std::pair<std::string, int64_t>> stale;  // (hex, incarnation) of no record.
-    read = ForEachKey(kv_, 1024, [&](const KeyValue& kv) {
+    read = ForEachKey(kv_, &revision, [&](const KeyValue& kv) {
       // <kv><hex>/<incarnation16>/<round20>/<key>
       absl::string_view rest = absl::string_view(kv.key).substr(kv_.size());
       const size_t slash = rest.find('/');
@@ -194,22 +201,42 @@ class EtcdJournal : public RunJournal {
 
  private:
   static constexpr size_t kMaxQueuedDrops = 65536;
+  // Load's first page, in keys (its size per key is not known yet), and the
+  // most keys of any page.
+  static constexpr int64_t kFirstPage = 1024;
+  static constexpr int64_t kMaxPage = 1 << 18;
 
-  // Calls `fn` for every key under `prefix`, in key order, `page` keys per
-  // read (bounded: 2^20 reads).
-  absl::Status ForEachKey(const std::string& prefix, int64_t page, const std::function<void(const KeyValue&)>& fn) {
+  // Calls `fn` for every key under `prefix`, in key order, at `*revision`
+  // (0: the first read's, stored there), in pages of about page_bytes
+  // (JournalOptions). Bounded: 2^20 reads.
+  absl::Status ForEachKey(const std::string& prefix, int64_t* revision,
+                          const std::function<void(const KeyValue&)>& fn) {
     RangeOptions o;
     o.range_end = PrefixEnd(prefix);
-    o.limit = page;
     o.sort = RangeOptions::Sort::kAscend;
     o.sort_target = RangeOptions::SortTarget::kKey;
+    o.revision = *revision;
+    int64_t limit = kFirstPage;
     std::string from = prefix;
     for (int reads = 0; reads < 1 << 20; ++reads) {
-      absl::StatusOr<RangeResult> r = client_->Get(from, o);
+      o.limit = limit;
+      absl::StatusOr<RangeResult> r = client_->Get(from, o, options_.load_timeout);
+      if (absl::IsResourceExhausted(r.status()) && limit > 1) {
+        limit /= 2;  // Over max_receive_bytes: the same page in halves.
+        continue;
+      }
       if (!r.ok()) return r.status();
-      for (const KeyValue& kv : r->kvs) fn(kv);
+      if (o.revision == 0) o.revision = *revision = r->revision;
+      int64_t bytes = 0;
+      for (const KeyValue& kv : r->kvs) {
+        bytes += static_cast<int64_t>(kv.key.size() + kv.value.size());
+        fn(kv);
+      }
       if (!r->more || r->kvs.empty()) return absl::OkStatus();
       from = r->kvs.back().key + std::string(1, '\0');
+      // The next page: page_bytes at this page's mean size per key.
+      const int64_t per_key = std::max<int64_t>(1, bytes / static_cast<int64_t>(r->kvs.size()));
+      limit = std::clamp<int64_t>(options_.page_bytes / per_key, 1, kMaxPage);
     }
     return absl::OkStatus();
   }
@@ -281,6 +308,7 @@ class EtcdJournal : public RunJournal {
   Election* const election_;
   const std::string prefix_;
   const std::string kv_;
+  const JournalOptions options_;
   absl::Mutex mu_;  // One record write at a time (FencedTxn's are anyway), in seq order per run.
   std::map<std::string, int64_t> last_seq_ ABSL_GUARDED_BY(mu_);
   // (run id, incarnation) of the records in etcd as this replica knows them.
@@ -298,8 +326,8 @@ class EtcdJournal : public RunJournal {
 }  // namespace
 
 std::unique_ptr<RunJournal> MakeEtcdJournal(Client* client, Election* election, std::string runs_prefix,
-                                            std::string kv_prefix) {
-  return std::make_unique<EtcdJournal>(client, election, std::move(runs_prefix), std::move(kv_prefix));
+                                            std::string kv_prefix, JournalOptions options) {
+  return std::make_unique<EtcdJournal>(client, election, std::move(runs_prefix), std::move(kv_prefix), options);
 }
 
 }  // namespace meshrun::rendezvous::state::etcd

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/time/time.h"
 #include "rendezvous/state/etcd/election.h"
 #include "rendezvous/state/state.h"
 
@@ -21,9 +22,25 @@ namespace meshrun::rendezvous::state::etcd {
 
 class Client;
 
+// How Load reads the state. It reads every record and key at one revision
+// of etcd (the first read's: one consistent state), one read at a time, in
+// pages of about `page_bytes`: etcd 3.4 walks the whole rest of the range
+// for every page however small, so few large pages cost far less than many
+// small ones (docs/performance.md, "Loading the state"). A page etcd's
+// answer cannot carry (over the client's max_receive_bytes) is read again
+// in halves.
+struct JournalOptions {
+  // One read of a page, on one member: waited for, never sent again
+  // elsewhere while etcd may still be working on it.
+  absl::Duration load_timeout = absl::Seconds(120);
+  // The size a page of keys aims at, bytes (keys and values); half the
+  // client's default max_receive_bytes.
+  int64_t page_bytes = 32 << 20;
+};
+
 // `client` and `election` must outlive the journal; `runs_prefix` and
 // `kv_prefix` end with '/'. The journal's thread stops when it is destroyed.
 std::unique_ptr<RunJournal> MakeEtcdJournal(Client* client, Election* election, std::string runs_prefix,
-                                            std::string kv_prefix);
+                                            std::string kv_prefix, JournalOptions options = {});
 
 }  // namespace meshrun::rendezvous::state::etcd

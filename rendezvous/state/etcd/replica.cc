@@ -220,7 +220,8 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, 
   eo.lease_ttl_s = options.lease_ttl_s;
   impl->election_prefix = eo.prefix;
   impl->election = std::make_unique<Election>(impl->client.get(), eo);
-  impl->journal = MakeEtcdJournal(impl->client.get(), impl->election.get(), prefix + "/runs/", prefix + "/kv/");
+  impl->journal = MakeEtcdJournal(impl->client.get(), impl->election.get(), prefix + "/runs/", prefix + "/kv/",
+                                  options.journal);
   impl->options = std::move(options);
   gate->SetServing(false);
   return std::unique_ptr<Replica>(new Replica(std::move(impl)));

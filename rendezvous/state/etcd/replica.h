@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rendezvous/state/etcd/etcd_journal.h"
 #include "rendezvous/state/etcd/etcd_options.h"
 #include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
@@ -50,6 +51,9 @@ struct ReplicaOptions {
   // 100 ms) from one interval after it starts to lead.
   std::string local_member = "auto";
   absl::Duration leader_apart_interval = absl::Seconds(1);
+  // How a new leader reads the state (etcd_journal.h): load_timeout bounds
+  // each read of it.
+  JournalOptions journal;
 };
 
 struct ReplicaHooks {
