@@ -53,7 +53,12 @@ absl::Status Membership::Admit(const std::string& node_id, const std::string& pe
 }
 
 void Membership::Restore(const std::string& node_id, std::string session, absl::Time last_seen) {
-  nodes_[node_id] = Node{std::move(session), std::string(), last_seen};
+  auto [it, added] = nodes_.insert_or_assign(node_id, Node{std::move(session), std::string(), last_seen});
+  if (added && budget_ != nullptr) {
+    // What etcd holds is restored whatever the budget holds (charged, never refused).
+    budget_->ForceCharge(HeldKind::kNode, 1, kNodeCost);
+    ++charged_;
+  }
 }
 
 void Membership::Forget(const std::string& node_id) {

@@ -59,8 +59,8 @@ class Membership {
   // (RESOURCE_EXHAUSTED) is returned and nothing changes.
   absl::Status Admit(const std::string& node_id, const std::string& peer, Claimant who);
   // Makes `node_id` known with `session` and `last_seen` (a run restored
-  // from its durable record after a failover); not charged, as nothing
-  // else restored is.
+  // from its durable record after a failover); charged to the budget
+  // whatever it holds (never refused: etcd holds it).
   void Restore(const std::string& node_id, std::string session, absl::Time last_seen);
   // Forgets `node_id` (no-op when unknown) and gives its charge back. A
   // node declared lost is never forgotten while the run is whole (its later

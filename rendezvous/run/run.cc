@@ -135,7 +135,6 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     }
     if (refused.ok()) {
       had_node_.store(true);  // Admitted: no longer a store-only run.
-      kv_->MarkMemberRun();   // Its store serves members from now on.
       membership_.Touch(node.node_id, absl::Now());
       std::optional<Member> was_member = reforming_.erase(node.node_id);
       if (on_stream_answered) {

@@ -87,9 +87,11 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string
   }
   HeldCharge charge;
   if (budget_ != nullptr) {
-    if (absl::Status s = budget_->Charge(HeldKind::kRun, 1, kRunCost, who,
-                                         absl::StrCat("new run '", run_id.substr(0, 64), "'"));
-        !s.ok()) {
+    if (incarnation != 0) {
+      budget_->ForceCharge(HeldKind::kRun, 1, kRunCost);
+    } else if (absl::Status s = budget_->Charge(HeldKind::kRun, 1, kRunCost, who,
+                                                absl::StrCat("new run '", run_id.substr(0, 64), "'"));
+               !s.ok()) {
       return s;
     }
     charge = HeldCharge(budget_, HeldKind::kRun, 1, kRunCost);

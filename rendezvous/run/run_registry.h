@@ -158,7 +158,9 @@ class RunRegistry {
   std::shared_ptr<Run> TakeLeastRecentStoreOnlyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new run under `run_id`, whose end is queued in ended_; charged to the
   // budget as `who`'s and counted against `creator`.
-  // `incarnation`: the restored run's (0: a new one, NextIncarnationLocked).
+  // `incarnation`: the restored run's (0: a new one, NextIncarnationLocked);
+  // a restored run is charged whatever the budget holds, never refused
+  // (etcd holds it: it was acknowledged).
   absl::StatusOr<std::shared_ptr<Run>> NewRunLocked(const std::string& run_id, Claimant who,
                                                     const std::string& creator, int64_t incarnation = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -95,6 +95,10 @@ void Run::CloseRoundLocked(Deferred& later) {
   }
   const int world = formed->world_size;
   state_ = State::kRunning;
+  // Its store serves members from now on (the members' reserve): only once
+  // a round closed, never for a join that waits (anyone with the token can
+  // send one).
+  kv_->MarkMemberRun();
   reform_target_ = 0;
   last_progress_joined_ = -1;
   const absl::Time now = absl::Now();

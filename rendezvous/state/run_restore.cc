@@ -222,7 +222,10 @@ void Run::Restore(const state::RunRecord& r) {
       members_.push_back(std::move(member));
     }
   }
-  if (!r.members.empty()) had_node_ = true;
+  if (!r.members.empty()) {
+    had_node_ = true;
+    kv_->MarkMemberRun();  // A round of it closed: its store is a member's, as before the failover.
+  }
   // The store: keys of the current round (older ones are dropped anyway).
   for (const state::StoredKey& k : r.keys) {
     if (k.round >= r.round) kv_->Restore(k.round, k.key, k.value);

@@ -32,7 +32,15 @@ void KvStore::SyncKeyChargeLocked() {
   const int64_t keys = static_cast<int64_t>(data_.size());
   const int64_t bytes = keys * kStoreKeyCost + bytes_;
   if (keys == charged_keys_ && bytes == charged_key_bytes_) return;
-  budget_->Release(HeldKind::kStoreKey, charged_keys_ - keys, charged_key_bytes_ - bytes);
+  const int64_t more_keys = keys - charged_keys_;
+  const int64_t more_bytes = bytes - charged_key_bytes_;
+  // Up (restored keys: charged, never refused) or down (erased or shrunk).
+  if (more_keys > 0 || more_bytes > 0) {
+    budget_->ForceCharge(HeldKind::kStoreKey, std::max<int64_t>(more_keys, 0), std::max<int64_t>(more_bytes, 0));
+  }
+  if (more_keys < 0 || more_bytes < 0) {
+    budget_->Release(HeldKind::kStoreKey, std::max<int64_t>(-more_keys, 0), std::max<int64_t>(-more_bytes, 0));
+  }
   charged_keys_ = keys;
   charged_key_bytes_ = bytes;
 }
@@ -383,6 +391,7 @@ void KvStore::Restore(int64_t round, const std::string& key, std::string value) 
   {
     absl::MutexLock lock(&mu_);
     SetLocked(round, key, std::move(value), fire);
+    SyncKeyChargeLocked();
   }
   Run(fire);
 }

@@ -86,7 +86,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   void DropRoundsBelow(int64_t round);
 
   // From now on this store's charges are a member's (Claimant::kMember: a
-  // node joined its run), which the budget's member reserve serves.
+  // round of its run closed), which the budget's member reserve serves.
   // Thread-safe.
   void MarkMemberRun() { member_.store(true, std::memory_order_relaxed); }
   // Durable keys (a replicated server: rendezvous/state/state.h). `write`
@@ -103,7 +103,9 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
     drop_hook_ = std::move(drop);
   }
   // Puts a key back as it was (a replica restoring the store): no checks,
-  // no hook, no waiter (none is parked in a fresh store). Thread-safe.
+  // no hook, no waiter (none is parked in a fresh store); charged to the
+  // memory budget whatever it holds (never refused: etcd holds the key).
+  // Thread-safe.
   void Restore(int64_t round, const std::string& key, std::string value);
 
   int64_t size() const;

@@ -103,9 +103,15 @@ TEST_CASE("membership: every known node is charged to the memory budget, and giv
     CHECK(budget.held(HeldKind::kNode) == 3 * kNodeCost);
     m.Forget("a");
     CHECK(budget.held(HeldKind::kNode) == 2 * kNodeCost);
-    m.Restore("d", "secret", absl::InfinitePast());  // Restored: not charged.
-    CHECK(budget.held(HeldKind::kNode) == 2 * kNodeCost);
-    CHECK(m.Check("d", "secret").ok());
+    // Restored (etcd holds it): charged, even past the budget, once per node.
+    m.Restore("d", "secret", absl::InfinitePast());
+    m.Restore("e", "secret", absl::InfinitePast());
+    m.Restore("d", "secret2", absl::InfinitePast());
+    CHECK(budget.held(HeldKind::kNode) == 4 * kNodeCost);
+    CHECK(budget.held() > budget.limit());
+    CHECK(m.Check("d", "secret2").ok());
+    m.Forget("e");
+    CHECK(budget.held(HeldKind::kNode) == 3 * kNodeCost);
   }
   CHECK(budget.held(HeldKind::kNode) == 0);
   {
