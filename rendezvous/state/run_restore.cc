@@ -32,6 +32,9 @@ void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int
         }
         absl::Status s = journal->SaveKeys(id, incarnation, round, set, erase);
         if (s.ok()) return s;
+        // Refused for what it is (too big for etcd's limits): nothing was
+        // written and nothing changes; the caller hears why.
+        if (absl::IsInvalidArgument(s) || absl::IsResourceExhausted(s)) return s;
         lost->store(true);
         const absl::Status unavailable = absl::UnavailableError(
             absl::StrCat("run '", id.substr(0, 64), "': a store write could not be saved (", s.message(),

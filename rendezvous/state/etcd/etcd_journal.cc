@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <thread>
@@ -63,32 +64,19 @@ class EtcdJournal : public RunJournal {
         record_added = true;
       }
     }
-    // One fenced Txn per 127 writes (etcd's --max-txn-ops, one op kept for
-    // the fence): a MultiSet of more keys is written in several.
-    auto flush = [&]() -> absl::Status {
-      if (txn.success.empty()) return absl::OkStatus();
-      absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
-      txn.success.clear();
-      if (r.ok() && record_added) {
-        absl::MutexLock lock(&mu_);
-        recorded_.insert({run_id, incarnation});
-        record_added = false;
-      }
-      return r.status();
-    };
-    for (const auto& [k, v] : set) {
-      txn.success.push_back(Op::Put(base + k, v));
-      if (txn.success.size() == 127) {
-        if (absl::Status s = flush(); !s.ok()) return s;
-      }
+    // One fenced Txn, whatever the write's size (all applied at one
+    // revision, or none), up to etcd's request size (--max-request-bytes).
+    for (const auto& [k, v] : set) txn.success.push_back(Op::Put(base + k, v));
+    for (const auto& k : erase) txn.success.push_back(Op::Delete(base + k));
+    absl::StatusOr<std::vector<Op>> packed = Pack(std::move(txn.success), kFencedOps, 0);
+    if (!packed.ok()) return packed.status();
+    txn.success = std::move(*packed);
+    absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
+    if (r.ok() && record_added) {
+      absl::MutexLock lock(&mu_);
+      recorded_.insert({run_id, incarnation});
     }
-    for (const auto& k : erase) {
-      txn.success.push_back(Op::Delete(base + k));
-      if (txn.success.size() == 127) {
-        if (absl::Status s = flush(); !s.ok()) return s;
-      }
-    }
-    return flush();
+    return r.status();
   }
 
   absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) override {
@@ -201,6 +189,38 @@ class EtcdJournal : public RunJournal {
 
  private:
   static constexpr size_t kMaxQueuedDrops = 65536;
+  // etcd checks --max-txn-ops (128 by default) on each list of a Txn, and
+  // gives a nested Txn's lists what their parent's list leaves: a nested
+  // list may hold 128 less the longest list of every Txn above it.
+  // FencedTxn puts the caller's list in a Txn of its own, with 3 compares
+  // above it and its marker's write beside it: 124 operations are left.
+  static constexpr size_t kFencedOps = 124;
+  static constexpr size_t kFanOut = 8;
+
+  // `ops` as one Txn's list of at most `max` operations: as they are when
+  // they fit, else in kFanOut nested Txns, each packed the same way with
+  // what is left (max - kFanOut). Any count fits within a few levels
+  // (8 x 116 at one, 64 x 108 at two, ...); etcd's request size is the limit.
+  static absl::StatusOr<std::vector<Op>> Pack(std::vector<Op> ops, size_t max, int depth) {
+    if (ops.size() <= max) return ops;
+    if (max <= kFanOut || depth >= 6) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a store write of ", ops.size(), " keys is more than one etcd transaction carries"));
+    }
+    const size_t per = (ops.size() + kFanOut - 1) / kFanOut;
+    std::vector<Op> out;
+    for (size_t i = 0; i < ops.size(); i += per) {
+      const size_t end = std::min(ops.size(), i + per);
+      std::vector<Op> part(std::make_move_iterator(ops.begin() + static_cast<ptrdiff_t>(i)),
+                           std::make_move_iterator(ops.begin() + static_cast<ptrdiff_t>(end)));
+      absl::StatusOr<std::vector<Op>> packed = Pack(std::move(part), max - kFanOut, depth + 1);
+      if (!packed.ok()) return packed.status();
+      Txn nested;
+      nested.success = std::move(*packed);
+      out.push_back(Op::Nested(std::move(nested)));
+    }
+    return out;
+  }
   // Load's first page, in keys (its size per key is not known yet), and the
   // most keys of any page.
   static constexpr int64_t kFirstPage = 1024;

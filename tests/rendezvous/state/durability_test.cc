@@ -187,3 +187,21 @@ TEST_CASE("a store write the journal refuses is answered UNAVAILABLE, changes no
   CHECK(absl::IsUnavailable(run->kv().Set(0, "k2", "v")));
   CHECK(hook.calls == 1);
 }
+
+TEST_CASE("a store write etcd refuses for its size is refused as is, and the replica goes on serving",
+          "[durability]") {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  LostHook hook;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal, hook.Fn());
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  // Nothing was written (etcd's request size): no doubt about what it holds.
+  journal.FailWrites(absl::ResourceExhaustedError("etcd: request is too large"), false);
+  absl::Status s = run->kv().Set(0, "k", "v");
+  CHECK(absl::IsResourceExhausted(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("too large"));
+  CHECK(hook.calls == 0);
+  journal.FailWrites(absl::OkStatus(), false);
+  CHECK(run->kv().Set(0, "k", "v").ok());
+}

@@ -1,4 +1,4 @@
-// A new leader's load of the state (rendezvous/state/etcd/etcd_journal.h),
+// The journal in etcd (rendezvous/state/etcd/etcd_journal.h): a new leader's load,
 // on a real 3-member etcd: every key once, all at one revision while another
 // client keeps changing them, in pages that adapt to the keys' size, and a
 // page too big for the client read again in halves. The load at full scale
@@ -132,4 +132,51 @@ TEST_CASE("etcd journal: pages follow the keys' size, and a page too big for the
   size_t big = 0;
   for (const state::StoredKey& k : (*records)[0].keys) big += k.value.size() == (100 << 10) ? 1 : 0;
   CHECK(big == 12);
+}
+
+TEST_CASE("etcd journal: a store write of thousands of keys is one transaction; one too big writes nothing",
+          "[etcd][journal]") {
+  MESHRUN_REQUIRE_ETCD();
+  EtcdCluster cluster;
+  REQUIRE_MSG(cluster.Start(), cluster.error());
+  auto client = TestClient(TestClientOptions(cluster));
+  auto reader = TestClient(TestClientOptions(cluster, {2, 1, 0}));
+  REQUIRE((client && reader));
+  state::etcd::ElectionOptions eo;
+  eo.prefix = absl::StrCat(kPrefix, "/election/");
+  eo.lease_ttl_s = 2;
+  state::etcd::Election election(client.get(), eo);
+  REQUIRE(election.Campaign("me", "me", {}).ok());
+  REQUIRE(WaitFor([&] { return election.IsLeader(); }, 10));
+  auto journal = state::etcd::MakeEtcdJournal(client.get(), &election, absl::StrCat(kPrefix, "/runs/"),
+                                              absl::StrCat(kPrefix, "/kv/"));
+  // 5,000 keys (etcd allows 128 operations per list of a Txn).
+  std::vector<std::pair<std::string, std::string>> set;
+  for (int i = 0; i < 5000; ++i) set.emplace_back(absl::StrFormat("k%05d", i), "v");
+  absl::Status saved = journal->SaveKeys("job", 1, 0, set, {});
+  REQUIRE_MSG(saved.ok(), saved.message());
+  // From outside: every key there, all written at one revision, with the
+  // run's record (a store-only run's first write carries it).
+  etcd::RangeOptions o;
+  absl::StatusOr<etcd::RangeResult> keys = reader->GetPrefix(KeyBase(), o);
+  REQUIRE(keys.ok());
+  REQUIRE(keys->kvs.size() == 5000);
+  absl::StatusOr<etcd::RangeResult> record = reader->Get(absl::StrCat(kPrefix, "/runs/job"));
+  REQUIRE(record.ok());
+  REQUIRE(record->kvs.size() == 1);
+  size_t at_one_revision = 0;
+  for (const etcd::KeyValue& kv : keys->kvs) at_one_revision += kv.mod_revision == record->kvs[0].mod_revision;
+  CHECK(at_one_revision == 5000);
+
+  // Past etcd's request size (1.5 MiB by default): refused, nothing written.
+  std::vector<std::pair<std::string, std::string>> big;
+  for (int i = 0; i < 400; ++i) big.emplace_back(absl::StrFormat("big%03d", i), std::string(8 << 10, 'b'));
+  absl::Status s = journal->SaveKeys("job", 1, 0, big, {});
+  CHECK((absl::IsResourceExhausted(s) || absl::IsInvalidArgument(s)));
+  INFO(s.message());
+  absl::StatusOr<etcd::RangeResult> none = reader->GetPrefix(KeyBase() + "big", o);
+  REQUIRE(none.ok());
+  CHECK(none->kvs.empty());
+  // The fence still writes afterwards.
+  CHECK(journal->SaveKeys("job", 1, 0, {{"after", "1"}}, {}).ok());
 }
