@@ -134,7 +134,7 @@ TEST_CASE("etcd journal: pages follow the keys' size, and a page too big for the
   CHECK(big == 12);
 }
 
-TEST_CASE("etcd journal: a store write of thousands of keys is one transaction; one too big writes nothing",
+TEST_CASE("etcd journal: a store write of thousands of keys is one transaction, and one too big writes nothing",
           "[etcd][journal]") {
   MESHRUN_REQUIRE_ETCD();
   EtcdCluster cluster;
