@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 cd build
-ctest --output-on-failure -j2 --timeout 300
+# The tests labelled "scale" (minutes each, at full scale) run in CI apart:
+# scripts/scale-test.sh.
+ctest --output-on-failure -j2 --timeout 300 -LE scale

@@ -237,6 +237,10 @@ Failure Classify(const grpc::Status& s) {
     return Failure::kInvalidToken;
   }
   if (m == "etcdserver: no leader") return Failure::kNoLeader;
+  // Raft refused the proposal (etcd's leader changing, e.g. while it is
+  // moved off a host): it never entered the log, so nothing was applied and
+  // a write is tried again as without a leader.
+  if (absl::StrContains(m, "raft proposal dropped")) return Failure::kNoLeader;
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return Failure::kTimeout;
   if (m == "etcdserver: too many requests") return Failure::kEtcdTransient;
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {

@@ -34,7 +34,7 @@ size_t MaxTxnOps(const Txn& txn);
 // What a failed call means for the client's next step.
 enum class Failure {
   kInvalidToken,  // etcd's auth token expired or is unknown: authenticate again.
-  kNoLeader,      // "etcdserver: no leader": this member refused before proposing; another may serve.
+  kNoLeader,      // "etcdserver: no leader" or "raft proposal dropped": never proposed, nothing applied; retried.
   kConnection,    // gRPC's UNAVAILABLE (connection refused, reset, closed): may have been sent.
   kTimeout,       // The attempt's deadline passed: may have been applied.
   kEtcdTransient, // etcd's own UNAVAILABLE (request timed out, leader changed, too many requests, stopped).

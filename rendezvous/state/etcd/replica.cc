@@ -144,7 +144,8 @@ struct Replica::Impl {
     Logger("rdzv")->info("this replica ({}) leads: {} run(s) restored from etcd in {}; serving",
                          options.advertise, records->size(),
                          absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Microseconds(100))));
-    std::printf("meshrun server: leading (%s); %zu run(s) restored\n", options.advertise.c_str(), records->size());
+    std::printf("meshrun server: leading (%s); %zu run(s) restored in %s\n", options.advertise.c_str(),
+                records->size(), absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Milliseconds(1))).c_str());
     std::fflush(stdout);
     // etcd's leader is looked at one leader_apart_interval from now
     // (ApartLoop), not at once: moving it stalls etcd's writes for a
