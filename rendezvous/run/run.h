@@ -236,6 +236,11 @@ class Run : public std::enable_shared_from_this<Run> {
   void SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int64_t>> seq, int64_t incarnation,
                   std::function<void(const absl::Status&)> on_durability_lost = nullptr);
   int64_t incarnation() const { return incarnation_; }
+  // The timer whose thread makes the saves nothing answered waits on
+  // (JournalSoonLocked: exit-barrier arrivals), so that etcd's round trips
+  // never hold up the run timer's deadlines; must outlive the run. Unset:
+  // the run's timer. Set before the run is shared.
+  void SetSaveTimer(DeadlineTimer* save_timer) { save_timer_ = save_timer; }
   // A replica's gate (rendezvous/state/serving_gate.h): while it is closed
   // (the replica paused or stands by) no node is declared lost - not for a
   // closed event stream, not for missed heartbeats (agents are then looking
@@ -390,6 +395,7 @@ class Run : public std::enable_shared_from_this<Run> {
   // Set when a save failed (LoseDurability; the store's writes set it too).
   const std::shared_ptr<std::atomic<bool>> durability_lost_ = std::make_shared<std::atomic<bool>>(false);
   std::function<void(const absl::Status&)> on_durability_lost_;  // Set before sharing (SetJournal).
+  DeadlineTimer* save_timer_ = nullptr;                           // Set before sharing (SetSaveTimer).
 
   mutable absl::Mutex mu_;
   bool save_soon_ ABSL_GUARDED_BY(mu_) = false;  // A SaveSoon is scheduled.

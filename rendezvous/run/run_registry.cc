@@ -117,7 +117,10 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string
   } else {
     incarnation = NextIncarnationLocked();
   }
-  if (journal_ != nullptr) run->SetJournal(journal_, journal_seq_, incarnation, on_durability_lost_);
+  if (journal_ != nullptr) {
+    run->SetJournal(journal_, journal_seq_, incarnation, on_durability_lost_);
+    if (save_timer_ != nullptr) run->SetSaveTimer(save_timer_);
+  }
   if (gate_ != nullptr) run->SetGate(gate_);
   runs_[run_id] = run;
   return run;

@@ -113,10 +113,14 @@ class RunRegistry {
   // replaced; not Clear) is dropped from it. nullptr (the default): none. Set it before serving.
   // `on_durability_lost` is called when a run's save fails or its outcome
   // is unknown (Run::SetJournal): a replica stops serving and reloads.
+  // `save_timer` (must outlive every run; nullptr: the registry's timer)
+  // runs the saves nothing waits on (Run::SetSaveTimer).
   void SetJournal(state::RunJournal* journal,
-                  std::function<void(const absl::Status&)> on_durability_lost = nullptr) {
+                  std::function<void(const absl::Status&)> on_durability_lost = nullptr,
+                  DeadlineTimer* save_timer = nullptr) {
     journal_ = journal;
     on_durability_lost_ = std::move(on_durability_lost);
+    save_timer_ = save_timer;
   }
   // A replica's gate (Run::SetGate) for every run made from now on; must
   // outlive the registry. Set it before serving.
@@ -194,6 +198,7 @@ class RunRegistry {
   std::function<void(const std::string&)> on_removed_;
   state::RunJournal* journal_ = nullptr;
   std::function<void(const absl::Status&)> on_durability_lost_;  // Set before serving.
+  DeadlineTimer* save_timer_ = nullptr;                           // Set before serving.
   const state::ServingGate* gate_ = nullptr;
   // The seq of the records runs save (Run::SetJournal): one counter for the server.
   const std::shared_ptr<std::atomic<int64_t>> journal_seq_ = std::make_shared<std::atomic<int64_t>>(0);

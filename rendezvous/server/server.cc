@@ -86,6 +86,10 @@ struct RendezvousServer::Impl {
   ServerOptions options;
   std::string addr;  // host:port as bound.
   DeadlineTimer timer;
+  // The runs' saves that nothing answered waits on (exit-barrier arrivals):
+  // etcd's round trips on a thread of their own, never on `timer`'s, whose
+  // deadlines (liveness, last calls, parked reads) must not wait for etcd.
+  DeadlineTimer save_timer;
   // Before everything that charges it (the registry's runs give their
   // charges back when destroyed), and the releaser its hook calls.
   std::unique_ptr<MemoryBudget> budget;
@@ -291,7 +295,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     Logger("rdzv")->debug("memory budget: {}", impl->budget->Describe());
   }
   impl->registry = std::make_unique<RunRegistry>(&impl->timer, options.limits, nullptr, impl->budget.get());
-  impl->registry->SetJournal(options.journal, options.on_durability_lost);
+  impl->registry->SetJournal(options.journal, options.on_durability_lost, &impl->save_timer);
   impl->registry->SetGate(options.gate);
   impl->traffic = std::make_unique<TrafficCounters>(TrafficOptionsFor(options.limits));
   impl->registry->SetOnRemoved([traffic = impl->traffic.get()](const std::string& id) { traffic->ForgetRun(id); });

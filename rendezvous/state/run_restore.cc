@@ -158,7 +158,7 @@ void Run::JournalSoonLocked() {
   if (journal_ == nullptr || status_only_ || save_soon_ || journal_closed_->load()) return;
   save_soon_ = true;
   std::weak_ptr<Run> weak = weak_from_this();
-  timer_->Schedule(absl::Now() + kSaveSoonDelay, [weak] {
+  (save_timer_ != nullptr ? save_timer_ : timer_)->Schedule(absl::Now() + kSaveSoonDelay, [weak] {
     if (auto self = weak.lock()) self->SaveSoon();
   });
 }
@@ -176,7 +176,7 @@ void Run::SaveSoon() {
       // journal may be gone): nothing is written; tried again while the
       // run lives.
       std::weak_ptr<Run> weak = weak_from_this();
-      timer_->Schedule(absl::Now() + absl::Milliseconds(500), [weak] {
+      (save_timer_ != nullptr ? save_timer_ : timer_)->Schedule(absl::Now() + absl::Milliseconds(500), [weak] {
         if (auto self = weak.lock()) self->SaveSoon();
       });
       return;
@@ -185,7 +185,7 @@ void Run::SaveSoon() {
     r = RecordLocked();
     r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
   }
-  // On the timer's thread: bounded by the journal's own timeouts. Nothing
+  // On the save timer's thread: bounded by the journal's own timeouts. Nothing
   // waits on this save, but its outcome may be unknown: the state in
   // memory may be ahead of the journal's.
   if (absl::Status s = journal_->Save(r); !s.ok()) {

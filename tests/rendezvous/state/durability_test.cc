@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,6 +65,15 @@ void JoinWithStream(Run& run, const std::string& id, const std::shared_ptr<Recor
   REQUIRE(run.Watch(id, sink, -1, "").ok());
   REQUIRE(sink->events.at(0).kind == RunEvent::Kind::kSession);
   run.Join(Node(id, 1, id), c, -1, sink->events[0].session, std::move(done));
+}
+
+// Polls `cond` every 10 ms for up to 5 s; true once it held.
+bool WaitFor(const std::function<bool()>& cond) {
+  for (int i = 0; i < 500; ++i) {
+    if (cond()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return cond();
 }
 
 // Two nodes' streams and their joins' answers.
@@ -204,4 +214,31 @@ TEST_CASE("a store write etcd refuses for its size is refused as is, and the rep
   CHECK(hook.calls == 0);
   journal.FailWrites(absl::OkStatus(), false);
   CHECK(run->kv().Set(0, "k", "v").ok());
+}
+
+TEST_CASE("a save nothing waits on runs on the save timer: the run's timer keeps its deadlines while etcd is slow",
+          "[durability]") {
+  DeadlineTimer timer;
+  DeadlineTimer saver;
+  BlockingJournal journal;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal, nullptr, &saver);
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  for (const char* id : {"a", "b"}) {
+    creds.Join(*run, Node(id, 1, id), Config(2, 2), -1, [](absl::StatusOr<Assignment> r) { REQUIRE(r.ok()); });
+  }
+  // The first exit-barrier arrival is saved soon, on the save timer: it blocks there.
+  journal.block = true;
+  creds.ReportFinished(*run, "a", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  REQUIRE(journal.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  absl::Notification fired;
+  timer.Schedule(absl::Now(), [&] { fired.Notify(); });
+  CHECK(fired.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  journal.release.Notify();
+  CHECK(WaitFor([&] {
+    absl::StatusOr<std::vector<RunRecord>> saved = journal.Load();
+    int finished = 0;
+    for (const auto& m : saved->at(0).members) finished += m.finished ? 1 : 0;
+    return finished == 1;
+  }));
 }
