@@ -28,6 +28,9 @@ using rendezvous::WorkerFailure;
 std::string DescribeLoss(const grpc::Status& s) {
   const std::string& m = s.error_message();
   auto has = [&](const char* what) { return m.find(what) != std::string::npos; };
+  // The server's own words (a replica that stops serving says why; they may
+  // quote etcd's connection errors, which are not this connection's).
+  if (has("server replica")) return m;
   if (has("Socket closed") || has("Connection reset") || has("Broken pipe") || has("End of TCP stream")) {
     return "the connection closed (the server's process or its host went away)";
   }

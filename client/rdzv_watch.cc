@@ -217,6 +217,15 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
         absl::Status f = FailOver(why, absl::Now() + failover_timeout);
         if (f.ok()) {
           reopens = 0;
+          {
+            // A join taken but not answered yet is not in etcd (a round
+            // that has not closed is never saved): the next leader, or this
+            // one after a reload, does not have it. It is sent again
+            // (JoinAsync), even when the stream that ended had received
+            // nothing (its first event held back by a save that failed).
+            absl::MutexLock lock(&mu_);
+            ++watch_ends_;
+          }
           continue;
         }
         if (absl::IsCancelled(f)) {
