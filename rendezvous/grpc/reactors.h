@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "rendezvous/server/memory_budget.h"
 
 namespace meshrun::rendezvous {
 
@@ -33,6 +34,11 @@ class ParkedReactor : public grpc::ServerUnaryReactor {
   void Complete(const grpc::Status& s) {
     if (Claim()) Finish(s);
   }
+  // Keeps `charge` (what the parked call holds) until the call is done.
+  void Hold(HeldCharge charge) {
+    absl::MutexLock lock(&mu_);
+    held_ = std::move(charge);
+  }
   void SetOnCancel(absl::AnyInvocable<void()> fn) {
     absl::MutexLock lock(&mu_);
     on_cancel_ = std::move(fn);
@@ -49,10 +55,12 @@ class ParkedReactor : public grpc::ServerUnaryReactor {
   }
   void OnDone() override {
     std::shared_ptr<ParkedReactor> self;
+    HeldCharge held;
     {
       absl::MutexLock lock(&mu_);
       self = std::move(self_);
       on_cancel_ = nullptr;
+      held = std::move(held_);
     }
     // Freed here unless a domain callback still holds it.
   }
@@ -62,6 +70,7 @@ class ParkedReactor : public grpc::ServerUnaryReactor {
   std::atomic<bool> finished_{false};
   absl::Mutex mu_;
   absl::AnyInvocable<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
+  HeldCharge held_ ABSL_GUARDED_BY(mu_);  // Given back at OnDone.
   std::shared_ptr<ParkedReactor> self_;  // gRPC's share, until OnDone.
 };
 

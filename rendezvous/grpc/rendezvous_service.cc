@@ -25,7 +25,18 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   absl::StatusOr<std::shared_ptr<Run>> run = core_->registry()->ForJoin(req->run().run_id(), req->last_round(), ctx->peer());
   if (!run.ok()) return core_->Reply(M::kJoin, ctx, ToGrpc(run.status()));
   core_->CheckOpenFiles(args->config.max_nodes);
+  // A join not answered on its node's stream may park its call until the
+  // round closes: charged as one (anyone's: agents join on their streams).
+  HeldCharge parked;
+  if (MemoryBudget* budget = core_->memory_budget(); budget != nullptr && !req->answer_on_stream()) {
+    absl::Status s = budget->Charge(HeldKind::kParkedJoin, 1, kParkedJoinCost, Claimant::kOther,
+                                    absl::StrCat("a join of node '", args->node.node_id.substr(0, 64), "' to run '",
+                                                 req->run().run_id().substr(0, 64), "' that would wait for its round"));
+    if (!s.ok()) return core_->Reply(M::kJoin, ctx, ToGrpc(s));
+    parked = HeldCharge(budget, HeldKind::kParkedJoin, 1, kParkedJoinCost);
+  }
   std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  reactor->Hold(std::move(parked));
   // A join answered on the node's stream is over for this call: its
   // cancellation (after the answer) withdraws nothing.
   auto on_stream = std::make_shared<std::atomic<bool>>(false);

@@ -45,6 +45,7 @@ absl::string_view HeldKindName(HeldKind kind) {
     case HeldKind::kQueuedEvent: return "queued events";
     case HeldKind::kParkedWait: return "parked store reads";
     case HeldKind::kHealthStream: return "health Watch streams";
+    case HeldKind::kParkedJoin: return "parked joins";
     case HeldKind::kCount: break;
   }
   return "?";

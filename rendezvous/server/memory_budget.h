@@ -28,6 +28,7 @@ enum class HeldKind {
   kQueuedEvent,   // An event queued to a stream not read yet (its bytes).
   kParkedWait,    // A parked store read (KvGet/Wait): the gRPC call and its waiter.
   kHealthStream,  // A grpc.health.v1 Watch stream.
+  kParkedJoin,    // A Join call waiting for its round (not answered on a stream): the gRPC call.
   kCount
 };
 
@@ -51,6 +52,14 @@ inline constexpr int64_t kNodeCost = 640;
 inline constexpr int64_t kEventStreamCost = 18 << 10;
 inline constexpr int64_t kParkedWaitCost = 22 << 10;
 inline constexpr int64_t kHealthStreamCost = 24 << 10;
+// A parked Join holds its gRPC call as a parked read does (issue 30 saw
+// 96,000 over 96 connections take 1,762 MiB when each was charged as a node
+// alone). Its steady cost here is ~11 KiB (RSS growth / joins held under
+// flood 7, tests/e2e/flood_test.cc); it is charged 32 KiB because the
+// refused joins re-sent at once over 96 connections hold call arenas too:
+// charged 22 KiB (a parked read's), the peak was 325 MiB for a 256 MiB
+// budget (1.27x); at 32 KiB 252-278 MiB (docs/performance.md).
+inline constexpr int64_t kParkedJoinCost = 32 << 10;
 
 // Who an allocation is for. kMember: a joined member of a run, or a node
 // whose join is in progress, or a run with such nodes (its store keys and

@@ -159,6 +159,16 @@ TEST_CASE("flood 4: health Watch streams stay within the memory budget, and a jo
   RunFlood(f);
 }
 
+// 4b. Joins that wait for their round (not answered on a stream: agents
+// join on theirs), each holding its gRPC call: 96,000 over 96 connections
+// into 96 runs whose round never closes (issue 30 saw 1,762 MiB under a
+// 256 MiB budget when each was charged as a node alone, 640 B).
+TEST_CASE("flood 7: parked joins stay within the memory budget, and a job still runs", "[e2e][flood]") {
+  Flood f{"parked", {"--connections=96", "--runs=96", "--count=96000"}, {}};
+  f.budget_refuses = true;
+  RunFlood(f);
+}
+
 // 5. Made-up nodes' event streams on the victim job's run id.
 TEST_CASE("flood 5: made-up nodes' streams on a job's run id do not lock the job out", "[e2e][flood]") {
   RunFlood({"lockout", {"--run_id=victim", "--connections=8", "--count=16384"}, {}});

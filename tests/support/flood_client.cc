@@ -10,6 +10,9 @@
 //   lockout  Watch streams with made-up node ids on one run (--run_id: the
 //            victim job's id);
 //   runs     KvSet to distinct run ids, again and again (store-only runs);
+//   parked   Joins that wait (never answered on a stream): distinct node
+//            ids into --runs runs whose round needs 2^20 nodes, held until
+//            SIGTERM (or --seconds);
 //   joins    one Join of a two-node round to each of --count distinct run
 //            ids (--run_id-0, ...), each cancelled by its deadline after
 //            --join_ms (default 1000) unless answered first; the client
@@ -67,9 +70,11 @@ struct Call {
   pb::RunEvent event;
   HealthCheckResponse health;
   pb::KvGetResponse get;
+  pb::JoinResponse join_resp;
   std::unique_ptr<grpc::ClientAsyncReader<pb::RunEvent>> watch;
   std::unique_ptr<grpc::ClientAsyncReader<HealthCheckResponse>> health_watch;
   std::unique_ptr<grpc::ClientAsyncResponseReader<pb::KvGetResponse>> kv_get;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<pb::JoinResponse>> join;
   bool started = false;
   bool finishing = false;
   bool done = false;
@@ -113,6 +118,24 @@ void AsyncFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>
     } else if (f.mode == "health") {
       HealthCheckRequest req;
       call->health_watch = health_stubs[ch]->AsyncWatch(&call->ctx, req, &cq, call);
+    } else if (f.mode == "parked") {
+      pb::JoinRequest req;
+      req.mutable_run()->set_run_id(absl::StrCat(f.run_id, "-", i % f.runs));
+      req.mutable_run()->set_token(f.token);
+      req.mutable_node()->set_node_id(absl::StrCat("parked-node-", i));
+      req.mutable_node()->set_hostname("flood");
+      req.mutable_node()->set_addr("127.0.0.1");
+      req.mutable_node()->set_pid(1);
+      req.mutable_node()->set_nproc(1);
+      req.mutable_node()->set_node_rank_hint(-1);
+      req.mutable_node()->set_master_port(29500);
+      req.mutable_config()->set_min_nodes(1 << 20);  // Never closes.
+      req.mutable_config()->set_max_nodes(1 << 20);
+      req.set_last_round(-1);
+      call->join = stubs[ch]->AsyncJoin(&call->ctx, req, &cq);
+      call->join->Finish(&call->join_resp, &call->status, call);
+      call->started = true;
+      call->finishing = true;
     } else {  // waits
       pb::KvGetRequest req;
       req.mutable_run()->set_run_id(f.run_id);
@@ -178,8 +201,9 @@ void AsyncFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>
       if (saturated) std::printf("flood: saturated\n");
       std::fflush(stdout);
     }
-    // Waits (unary) count as held while parked: started and not finished.
-    if (f.mode == "waits") g_held.store(open);
+    // Waits and parked joins (unary) count as held while parked: started
+    // and not finished.
+    if (f.mode == "waits" || f.mode == "parked") g_held.store(open);
   }
   for (auto& c : calls) {
     if (!c->done) c->ctx.TryCancel();
@@ -364,7 +388,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string modes = " keys streams waits health lockout runs joins ";
+  const std::string modes = " keys streams waits health lockout runs joins parked ";
   if (f.endpoint.empty() || modes.find(" " + f.mode + " ") == std::string::npos || f.count <= 0 ||
       f.connections <= 0 || f.runs <= 0) {
     std::fprintf(stderr, "flood_client: need --endpoint=HOST:PORT and --mode=one of%s(count, connections, runs > 0)\n",
