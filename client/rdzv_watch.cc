@@ -221,10 +221,12 @@ void RendezvousClient::StartWatch(const std::string& node_id, int64_t known_roun
             // A join taken but not answered yet is not in etcd (a round
             // that has not closed is never saved): the next leader, or this
             // one after a reload, does not have it. It is sent again
-            // (JoinAsync), even when the stream that ended had received
-            // nothing (its first event held back by a save that failed).
+            // (JoinAsync) when the stream's end did not count already: the
+            // stream had received nothing (its first event held back by a
+            // save that failed). Counted once: a second count would send
+            // the join again while the first re-sent one waits.
             absl::MutexLock lock(&mu_);
-            ++watch_ends_;
+            if (!admitted) ++watch_ends_;
           }
           continue;
         }
