@@ -93,11 +93,27 @@ _hosts_kill_namespaces() {
     killed=${#pids[@]}
     # A host dies at once: stop every process first, so none sees another
     # die (an agent reaping its SIGKILLed worker would report a failure no
-    # real host loss lets it send), then kill them all.
+    # real host loss lets it send), then kill them deepest first: a parent
+    # that died before its stopped children would orphan their process
+    # group, and the kernel then wakes them with SIGHUP and SIGCONT (a
+    # meshrun would shut down gracefully, as no dying host lets it).
     for p in 1 2 3; do
       kill -STOP "${pids[@]}" 2>/dev/null
       _hosts_collect "$@"
     done
+    local depth q n stat ordered
+    ordered=$(for p in "${pids[@]}"; do
+      depth=0 q=$p
+      for n in $(seq 64); do
+        stat=$(cat "/proc/$q/stat" 2>/dev/null) || break
+        stat=${stat##*) }
+        q=$(cut -d' ' -f2 <<<"$stat")
+        [[ -z $q || $q -le 1 ]] && break
+        depth=$((depth + 1))
+      done
+      echo "$depth $p"
+    done | sort -rn | cut -d' ' -f2)
+    for p in $ordered; do kill -KILL "$p" 2>/dev/null; done
     deadline=$((${EPOCHREALTIME/./} + 5000000))
     while ((${#pids[@]} > 0)); do
       kill -KILL "${pids[@]}" 2>/dev/null
