@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -46,9 +45,7 @@ absl::Status Write(etcd::Client& client, const std::string& prefix, int64_t keys
       !p.ok()) {
     return p.status();
   }
-  const std::string base =
-      absl::StrCat(prefix, "/kv/", absl::BytesToHexString(r.run_id), "/", absl::StrFormat("%016x", 1), "/",
-                   absl::StrFormat("%020d", 0), "/");
+  const std::string base = etcd::StoreKeyPrefix(prefix + "/kv/", r.run_id, r.incarnation, 0);
   const std::string value(value_bytes, 'v');
   for (int64_t i = 0; i < keys;) {
     etcd::Txn txn;

@@ -62,6 +62,25 @@ struct Flags {
 
 std::atomic<int64_t> g_held{0}, g_refused{0}, g_other{0};
 
+// A Join of made-up node `node_id` to run `run_id`, whose round closes
+// with `nodes` nodes (1 << 20: never).
+pb::JoinRequest FloodJoin(const Flags& f, const std::string& run_id, const std::string& node_id, int nodes) {
+  pb::JoinRequest req;
+  req.mutable_run()->set_run_id(run_id);
+  req.mutable_run()->set_token(f.token);
+  req.mutable_node()->set_node_id(node_id);
+  req.mutable_node()->set_hostname("flood");
+  req.mutable_node()->set_addr("127.0.0.1");
+  req.mutable_node()->set_pid(1);
+  req.mutable_node()->set_nproc(1);
+  req.mutable_node()->set_node_rank_hint(-1);
+  req.mutable_node()->set_master_port(29500);
+  req.mutable_config()->set_min_nodes(nodes);
+  req.mutable_config()->set_max_nodes(nodes);
+  req.set_last_round(-1);
+  return req;
+}
+
 // One outstanding async call: a stream (Watch, health Watch) or a unary
 // read (KvGet), each with its own context so that it can be cancelled.
 struct Call {
@@ -119,19 +138,8 @@ void AsyncFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>
       HealthCheckRequest req;
       call->health_watch = health_stubs[ch]->AsyncWatch(&call->ctx, req, &cq, call);
     } else if (f.mode == "parked") {
-      pb::JoinRequest req;
-      req.mutable_run()->set_run_id(absl::StrCat(f.run_id, "-", i % f.runs));
-      req.mutable_run()->set_token(f.token);
-      req.mutable_node()->set_node_id(absl::StrCat("parked-node-", i));
-      req.mutable_node()->set_hostname("flood");
-      req.mutable_node()->set_addr("127.0.0.1");
-      req.mutable_node()->set_pid(1);
-      req.mutable_node()->set_nproc(1);
-      req.mutable_node()->set_node_rank_hint(-1);
-      req.mutable_node()->set_master_port(29500);
-      req.mutable_config()->set_min_nodes(1 << 20);  // Never closes.
-      req.mutable_config()->set_max_nodes(1 << 20);
-      req.set_last_round(-1);
+      const pb::JoinRequest req =
+          FloodJoin(f, absl::StrCat(f.run_id, "-", i % f.runs), absl::StrCat("parked-node-", i), 1 << 20);
       call->join = stubs[ch]->AsyncJoin(&call->ctx, req, &cq);
       call->join->Finish(&call->join_resp, &call->status, call);
       call->started = true;
@@ -319,19 +327,8 @@ void JoinFlood(const Flags& f, const std::vector<std::shared_ptr<grpc::Channel>>
   for (int64_t i = 0; i < f.count; ++i) {
     auto c = std::make_unique<JoinCall>();
     c->ctx.set_deadline(deadline);
-    pb::JoinRequest req;
-    req.mutable_run()->set_run_id(absl::StrCat(f.run_id, "-", i));
-    req.mutable_run()->set_token(f.token);
-    req.mutable_node()->set_node_id(absl::StrCat("flood-node-", i));
-    req.mutable_node()->set_hostname("flood");
-    req.mutable_node()->set_addr("127.0.0.1");
-    req.mutable_node()->set_pid(1);
-    req.mutable_node()->set_nproc(1);
-    req.mutable_node()->set_node_rank_hint(-1);
-    req.mutable_node()->set_master_port(29500);
-    req.mutable_config()->set_min_nodes(2);  // Never closes with one node.
-    req.mutable_config()->set_max_nodes(2);
-    req.set_last_round(-1);
+    // A two-node round: never closes with one node.
+    const pb::JoinRequest req = FloodJoin(f, absl::StrCat(f.run_id, "-", i), absl::StrCat("flood-node-", i), 2);
     c->reader = stubs[static_cast<size_t>(i) % stubs.size()]->AsyncJoin(&c->ctx, req, &cq);
     c->reader->Finish(&c->resp, &c->status, c.get());
     calls.push_back(std::move(c));

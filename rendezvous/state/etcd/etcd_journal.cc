@@ -47,7 +47,7 @@ class EtcdJournal : public RunJournal {
   absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                         const std::vector<std::pair<std::string, std::string>>& set,
                         const std::vector<std::string>& erase) override {
-    const std::string base = absl::StrCat(KvRun(run_id, incarnation), Round20(round), "/");
+    const std::string base = StoreKeyPrefix(kv_, run_id, incarnation, round);
     // A run with no record yet (a store-only run's first write): its record
     // goes with its first keys, so that every key in etcd belongs to a
     // record (Load drops those that do not).
@@ -344,6 +344,12 @@ class EtcdJournal : public RunJournal {
 };
 
 }  // namespace
+
+std::string StoreKeyPrefix(const std::string& kv_prefix, const std::string& run_id, int64_t incarnation,
+                           int64_t round) {
+  return absl::StrCat(kv_prefix, absl::BytesToHexString(run_id), "/",
+                      absl::StrFormat("%016x", static_cast<uint64_t>(incarnation)), "/", Round20(round), "/");
+}
 
 std::unique_ptr<RunJournal> MakeEtcdJournal(Client* client, Election* election, std::string runs_prefix,
                                             std::string kv_prefix, JournalOptions options) {

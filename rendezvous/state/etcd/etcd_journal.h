@@ -38,6 +38,13 @@ struct JournalOptions {
   int64_t page_bytes = 32 << 20;
 };
 
+// Where the journal keeps the store keys of run `run_id`'s `incarnation` at
+// `round`: "<kv_prefix><run id in hex>/<incarnation, 16 hex digits>/<round,
+// 20 digits>/", each key's name after it. For tools and tests that lay keys
+// out as the journal does (bench/state_load).
+std::string StoreKeyPrefix(const std::string& kv_prefix, const std::string& run_id, int64_t incarnation,
+                           int64_t round);
+
 // `client` and `election` must outlive the journal; `runs_prefix` and
 // `kv_prefix` end with '/'. The journal's thread stops when it is destroyed.
 std::unique_ptr<RunJournal> MakeEtcdJournal(Client* client, Election* election, std::string runs_prefix,

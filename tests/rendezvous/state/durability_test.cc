@@ -58,6 +58,20 @@ struct BlockingJournal : MemoryJournal {
   }
 };
 
+// A replica's registry over a MemoryJournal that tells `hook` when its
+// durability is lost, with run "job" made by a join.
+struct Journaled {
+  DeadlineTimer timer;
+  MemoryJournal journal;
+  LostHook hook;
+  RunRegistry registry{&timer};
+  std::shared_ptr<Run> run;
+  Journaled() {
+    registry.SetJournal(&journal, hook.Fn());
+    run = *registry.ForJoin("job", -1);
+  }
+};
+
 // Opens `id`'s event stream, then joins it with the credential the stream
 // handed out (the agent's order).
 void JoinWithStream(Run& run, const std::string& id, const std::shared_ptr<Recorder>& sink, const RunConfig& c,
@@ -86,12 +100,10 @@ struct TwoNodes {
 }  // namespace
 
 TEST_CASE("a round whose save fails is never answered: UNAVAILABLE, no ROUND_CLOSED, the replica told", "[durability]") {
-  DeadlineTimer timer;
-  MemoryJournal journal;
-  LostHook hook;
-  RunRegistry registry(&timer);
-  registry.SetJournal(&journal, hook.Fn());
-  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  Journaled j;
+  MemoryJournal& journal = j.journal;
+  LostHook& hook = j.hook;
+  std::shared_ptr<Run> run = j.run;
   // Nothing written, or written with its outcome unknown to the server (as
   // etcd's Txn that timed out): neither may be acknowledged.
   const bool applied = GENERATE(false, true);
@@ -114,12 +126,10 @@ TEST_CASE("a round whose save fails is never answered: UNAVAILABLE, no ROUND_CLO
 }
 
 TEST_CASE("a restart whose save fails sends no RESTART and answers the failure UNAVAILABLE", "[durability]") {
-  DeadlineTimer timer;
-  MemoryJournal journal;
-  LostHook hook;
-  RunRegistry registry(&timer);
-  registry.SetJournal(&journal, hook.Fn());
-  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  Journaled j;
+  MemoryJournal& journal = j.journal;
+  LostHook& hook = j.hook;
+  std::shared_ptr<Run> run = j.run;
   TwoNodes t;
   for (const char* id : {"a", "b"}) {
     creds.Join(*run, Node(id, 1, id), Config(2, 2, /*restarts=*/3), -1,
@@ -179,12 +189,10 @@ TEST_CASE("events and answers of a change wait for its save, and the run's lock 
 
 TEST_CASE("a store write the journal refuses is answered UNAVAILABLE, changes nothing, and tells the replica",
           "[durability]") {
-  DeadlineTimer timer;
-  MemoryJournal journal;
-  LostHook hook;
-  RunRegistry registry(&timer);
-  registry.SetJournal(&journal, hook.Fn());
-  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  Journaled j;
+  MemoryJournal& journal = j.journal;
+  LostHook& hook = j.hook;
+  std::shared_ptr<Run> run = j.run;
   REQUIRE(run->kv().Set(0, "before", "1").ok());
   journal.FailWrites(absl::FailedPreconditionError("not the leader"), false);
   absl::Status s = run->kv().Set(0, "k", "v");
@@ -200,12 +208,10 @@ TEST_CASE("a store write the journal refuses is answered UNAVAILABLE, changes no
 
 TEST_CASE("a store write etcd refuses for its size is refused as is, and the replica goes on serving",
           "[durability]") {
-  DeadlineTimer timer;
-  MemoryJournal journal;
-  LostHook hook;
-  RunRegistry registry(&timer);
-  registry.SetJournal(&journal, hook.Fn());
-  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  Journaled j;
+  MemoryJournal& journal = j.journal;
+  LostHook& hook = j.hook;
+  std::shared_ptr<Run> run = j.run;
   // Nothing was written (etcd's request size): no doubt about what it holds.
   journal.FailWrites(absl::ResourceExhaustedError("etcd: request is too large"), false);
   absl::Status s = run->kv().Set(0, "k", "v");

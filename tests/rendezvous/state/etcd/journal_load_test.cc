@@ -11,7 +11,6 @@
 
 #include <catch2/catch.hpp>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rendezvous/state/etcd/election.h"
@@ -27,10 +26,7 @@ namespace {
 constexpr char kPrefix[] = "/load-test";
 
 // The key prefix of run "job", incarnation 1, round 0, as the journal lays it out.
-std::string KeyBase() {
-  return absl::StrCat(kPrefix, "/kv/", absl::BytesToHexString("job"), "/", absl::StrFormat("%016x", 1), "/",
-                      absl::StrFormat("%020d", 0), "/");
-}
+std::string KeyBase() { return state::etcd::StoreKeyPrefix(absl::StrCat(kPrefix, "/kv/"), "job", 1, 0); }
 
 // Writes run "job"'s record and `n` keys "a/<i>" with `value`, 128 per Txn.
 void WriteRun(etcd::Client& c, int n, const std::string& value) {
