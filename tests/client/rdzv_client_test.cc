@@ -1,5 +1,6 @@
 // The agent's rendezvous client against a real `meshrun server` process.
 #include "client/rdzv_client.h"
+#include "client/rdzv_client_internal.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -133,4 +134,16 @@ TEST_CASE("the server silence limit: the run's rule or server_silence_timeout, a
   CHECK(meshrun::client::ServerSilenceLimit(Seconds(1), 3, Seconds(8)) == Seconds(3));   // The run's own 1 s x 3.
   CHECK(meshrun::client::ServerSilenceLimit(Seconds(10), 3, Seconds(8)) == Seconds(12)); // A heartbeat every 10 s gets 2 s.
   CHECK(meshrun::client::ServerSilenceLimit(Seconds(5), 3, Seconds(60)) == Seconds(15));
+}
+
+TEST_CASE("a lost server is described from the connection's error, a replica's own words are kept", "[client]") {
+  using meshrun::client::DescribeLoss;
+  CHECK(DescribeLoss(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                  "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: "
+                                  "Failed to connect to remote host: Connection refused")) ==
+        "connection refused (the server is not running)");
+  // A replica that stops serving quotes etcd's errors: not this connection's.
+  const std::string own = "the run's state could not be saved (etcd 127.0.0.1:2379: Connection refused); this "
+                          "server replica stops serving until its state is loaded again";
+  CHECK(DescribeLoss(grpc::Status(grpc::StatusCode::UNAVAILABLE, own)) == own);
 }
