@@ -7,6 +7,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
 #include <functional>
 #include <string>
 #include <utility>
@@ -37,7 +40,28 @@ class ServingGate {
   void SetServing(bool serving) {
     if (serving_.exchange(serving, std::memory_order_acq_rel) != serving) NotifyObservers();
   }
-  bool serving() const { return serving_.load(std::memory_order_acquire); }
+  // Whether calls are served now: opened, and not past the moment given to
+  // SetValidUntil.
+  bool serving() const {
+    return serving_.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now().time_since_epoch().count() < valid_until_.load(std::memory_order_acquire);
+  }
+  // The moment (steady clock) until which this replica's etcd lease is sure
+  // to exist: serving() is false from then on, whatever SetServing said,
+  // until a later moment is set (an earlier one is ignored). A replica sets
+  // it at every confirmed renewal, so that no call is served in the moments
+  // between its lease running out and its keeper noticing - e.g. a process
+  // stopped (SIGSTOP, a long pause) past its lease, resumed while another
+  // replica leads. Observers are not told when the moment passes (the
+  // keeper pauses the replica then, which they are told). Never set: no
+  // limit (a single server).
+  void SetValidUntil(std::chrono::steady_clock::time_point t) {
+    const int64_t ns = t.time_since_epoch().count();
+    int64_t cur = valid_until_.load(std::memory_order_acquire);
+    while (cur == kNoLimit || ns > cur) {
+      if (valid_until_.compare_exchange_weak(cur, ns, std::memory_order_acq_rel)) return;
+    }
+  }
   // `fn` is called after each change of serving() (it reads serving()
   // itself: the last call always sees the last change), on the thread that
   // made the change, under the observers' lock: it must be quick and must
@@ -116,7 +140,9 @@ class ServingGate {
     for (const auto& [id, fn] : observers_) fn();
   }
 
+  static constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
   std::atomic<bool> serving_{false};
+  std::atomic<int64_t> valid_until_{kNoLimit};
   mutable absl::Mutex observers_mu_;
   mutable std::vector<std::pair<int, std::function<void()>>> observers_ ABSL_GUARDED_BY(observers_mu_);
   mutable int last_observer_ ABSL_GUARDED_BY(observers_mu_) = 0;

@@ -2,6 +2,8 @@
 
 #include "rendezvous/state/etcd/leader_read.h"
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -103,6 +105,23 @@ struct Election::Impl {
   };
   absl::Mutex fence_mu;
   Fence fence ABSL_GUARDED_BY(fence_mu);
+  // The keeper's last word on the lease (steady clock, ns since its epoch).
+  std::atomic<int64_t> lease_valid_until_ns{0};
+
+  // The keeper's word: the lease lives until `t`.
+  void ValidUntil(std::chrono::steady_clock::time_point t) {
+    lease_valid_until_ns.store(t.time_since_epoch().count(), std::memory_order_release);
+    std::function<void(std::chrono::steady_clock::time_point)> cb;
+    {
+      absl::MutexLock lock(&mu);
+      if (!state.campaigning || state.deposed) return;
+      cb = state.callbacks.on_lease_valid_until;
+    }
+    if (cb) {
+      CallbackScope scope;
+      cb(t);
+    }
+  }
 
   // Ends the candidacy for `why` (once) and tells on_deposed.
   void Deposed(const absl::Status& why) {
@@ -276,10 +295,12 @@ absl::Status Election::Campaign(const std::string& candidate_id, const std::stri
   impl_->Stop();
 
   Impl* impl = impl_.get();
+  impl->lease_valid_until_ns.store(0, std::memory_order_release);
   LeaseCallbacks lc;
   lc.on_lost = [impl](const absl::Status& why) { impl->Deposed(why); };
   lc.on_unconfirmed = [impl](const absl::Status& why) { impl->Unconfirmed(why); };
   lc.on_confirmed = [impl] { impl->Confirmed(); };
+  lc.on_valid_until = [impl](std::chrono::steady_clock::time_point t) { impl->ValidUntil(t); };
   absl::StatusOr<std::unique_ptr<LeaseKeeper>> keeper =
       impl->client->GrantAndKeepAlive(impl->options.lease_ttl_s, std::move(lc), impl->options.keepalive);
   if (!keeper.ok()) return keeper.status();
@@ -320,6 +341,10 @@ absl::Status Election::Campaign(const std::string& candidate_id, const std::stri
     impl->state.self = LeaderInfo{candidate_id, value, key, created, lease.id};
     impl->state.callbacks = std::move(callbacks);
     impl->state.keeper = std::move(*keeper);
+  }
+  // The grant's guarantee came before the callbacks were set.
+  if (const int64_t ns = impl->lease_valid_until_ns.load(std::memory_order_acquire); ns != 0) {
+    impl->ValidUntil(std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns)));
   }
   // Every change under the prefix after the create wakes the campaign
   // thread; the deletion of this candidate's own key ends the candidacy.

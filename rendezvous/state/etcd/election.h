@@ -89,6 +89,7 @@
 // thread (the server's own loop) that does.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -139,6 +140,11 @@ struct ElectionCallbacks {
   std::function<void(const absl::Status& why)> on_paused;
   // A renewal was confirmed after on_paused: it led throughout; serve again.
   std::function<void()> on_resumed;
+  // This candidate's lease is sure to exist until `valid_until` (steady
+  // clock): no other candidate can lead before then. Told at Campaign and
+  // after every confirmed renewal, whether it leads or not. A leader must
+  // not serve past it unless told a later one (ServingGate::SetValidUntil).
+  std::function<void(std::chrono::steady_clock::time_point valid_until)> on_lease_valid_until;
   // The candidacy ended without Resign: etcd says the lease expired or was
   // revoked (NOT_FOUND), the key was deleted (NOT_FOUND), or a FencedTxn was
   // refused (FAILED_PRECONDITION). Called once, whether it led or not. A

@@ -53,6 +53,7 @@
 // one at a time; the Client must outlive them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -189,6 +190,11 @@ struct LeaseCallbacks {
   // A renewal was confirmed after on_unconfirmed: the lease existed
   // throughout (an expired lease never comes back).
   std::function<void()> on_confirmed;
+  // The lease is sure to exist on etcd until `valid_until` (steady clock):
+  // told once the grant is confirmed (on GrantAndKeepAlive's thread) and
+  // after every confirmed renewal (before on_confirmed). Nobody else can
+  // take what the lease holds before then.
+  std::function<void(std::chrono::steady_clock::time_point valid_until)> on_valid_until;
 };
 
 // Keeps a lease alive in the background (Client::KeepAlive): renews it every

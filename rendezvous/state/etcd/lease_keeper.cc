@@ -101,6 +101,7 @@ struct LeaseKeeper::Impl {
           back = state.unconfirmed;
           state.unconfirmed = false;
         }
+        if (callbacks.on_valid_until) callbacks.on_valid_until(Plus(sent, absl::Seconds(*renewed) - margin));
         last_error = absl::OkStatus();
         next = Plus(sent, interval);
         if (back) {
@@ -168,6 +169,7 @@ std::unique_ptr<LeaseKeeper> StartKeeper(Client::Impl* client, const Lease& leas
   impl->state.valid_until = Plus(valid_from, ttl - impl->margin);
   impl->state.unconfirmed = !guaranteed;
   impl->first_renewal = guaranteed ? Plus(valid_from, impl->interval) : SteadyClock::now();
+  if (guaranteed && impl->callbacks.on_valid_until) impl->callbacks.on_valid_until(impl->state.valid_until);
   LeaseKeeper::Impl* raw = impl.get();
   auto keeper = std::make_unique<LeaseKeeper>(std::move(impl));
   raw->thread = std::thread([raw] { raw->Run(); });

@@ -83,6 +83,7 @@ struct Replica::Impl {
       Logger("rdzv")->warn("this replica's etcd lease is not confirmed in time ({}): stopped serving until it is",
                            std::string(why.message()));
     };
+    cb.on_lease_valid_until = [this](std::chrono::steady_clock::time_point t) { gate->SetValidUntil(t); };
     cb.on_resumed = [this] {
       gate->SetPaused("");
       absl::MutexLock lock(&mu);

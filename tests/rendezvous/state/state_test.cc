@@ -3,6 +3,7 @@
 // (a second registry), with no network.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <map>
 
 #include "rendezvous/run/run.h"
@@ -227,6 +228,27 @@ TEST_CASE("a replica standing by never names itself as the leader", "[state]") {
   CHECK_THAT(gate.Refusal(), Catch::Contains("no replica leads at the moment"));
   gate.SetLeader("");
   CHECK_THAT(gate.Refusal(), Catch::Contains("no replica leads at the moment"));
+}
+
+TEST_CASE("an open gate serves no call past its lease's guarantee, until a later one is told", "[state]") {
+  using Clock = std::chrono::steady_clock;
+  meshrun::rendezvous::state::ServingGate gate;
+  gate.SetServing(true);
+  CHECK(gate.serving());  // No guarantee told: a single server, no limit.
+  gate.SetValidUntil(Clock::now() + std::chrono::seconds(60));
+  CHECK(gate.serving());
+  // A replica stopped past its lease and resumed: the gate is still open,
+  // but the guarantee has run out.
+  gate.SetValidUntil(Clock::now() - std::chrono::milliseconds(1));  // Earlier: ignored.
+  CHECK(gate.serving());
+  meshrun::rendezvous::state::ServingGate resumed;
+  resumed.SetServing(true);
+  resumed.SetValidUntil(Clock::now() - std::chrono::milliseconds(1));
+  CHECK_FALSE(resumed.serving());
+  resumed.SetValidUntil(Clock::now() + std::chrono::seconds(60));  // A confirmed renewal.
+  CHECK(resumed.serving());
+  resumed.SetServing(false);
+  CHECK_FALSE(resumed.serving());
 }
 
 TEST_CASE("a store-only run's keys come back on the next replica, as a store-only run", "[state]") {
