@@ -26,7 +26,7 @@
 
 namespace meshrun::launcher {
 
-int ServerMain(int argc, char** argv) {
+int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
   CLI::App app{"meshrun server: the rendezvous server as a daemon", "meshrun server"};
   std::string host = "::";
   int port = 29400;
@@ -199,8 +199,8 @@ int ServerMain(int argc, char** argv) {
       return 2;
     }
     replica = std::move(*r);
-    so.journal = replica->journal();
-    so.gate = &gate;
+    so.journal = seams.journal ? seams.journal(replica->journal()) : replica->journal();
+    so.gate = seams.gate ? seams.gate(&gate) : &gate;
     // A save that failed: stop serving at once, and serve again only from
     // what a fresh load finds in etcd.
     so.on_durability_lost = [r = replica.get()](const absl::Status& why) { r->Reload(std::string(why.message())); };

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 cd build
-# The tests labelled "scale" (minutes each, at full scale) run in CI apart:
+# The tests labelled "scale" (minutes each, at full scale) and "lies" (the
+# Jepsen-style checker against replicas that lie on purpose) run in CI apart:
 # scripts/scale-test.sh.
-ctest --output-on-failure -j2 --timeout 300 -LE scale
+ctest --output-on-failure -j2 --timeout 300 -LE 'scale|lies'

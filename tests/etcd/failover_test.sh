@@ -76,7 +76,7 @@
 # host loses its link, its processes alive. Within its lease TTL plus a margin it stops
 # serving (its log says so), another replica leads, and both agents follow it. The link comes
 # back: the old leader stands by (its log says so; asked directly, it refuses and names the
-# new leader), and meshrun status shows one leader. Then every replica leads in turn (the
+# new leader), and meshrun status names the new one. Then every replica leads in turn (the
 # leader restarted with SIGTERM, resigning first, until each has led once), and each, while
 # it leads, serves the same run (running, round 0, no restart, 2 nodes) and the same store
 # key: the state agrees on every replica. The job then finishes as above.
@@ -521,17 +521,9 @@ if ((partition)); then
   stood_by() { grep -q "stopped leading: .*standing by" "$work/server$leader.log"; }
   wait_for 20 stood_by || fail "the old leader did not stand by within 20 s of its link returning: $(tail -n 3 "$work/server$leader.log")"
   echo "link back: the old leader stands by after $(($(now_ms) - t_up)) ms: $(grep -h "stopped leading" "$work/server$leader.log" | tail -n 1 | sed 's/.*\] //' | cut -c1-160)"
-  # No split brain: one leader in meshrun status, and the old one refuses, naming it.
-  # (etcd itself may hold an election as the member comes back: status may find it
-  # unreadable for a moment, never two leaders.)
-  one_leader() {
-    line=$(run_on $client_host "$meshrun" status --rdzv_endpoint="$endpoints" --timeout 5 2>/dev/null | grep -m1 "^replicas")
-    line=${line%%; asked*}
-    leaders=$(grep -o "(leader)" <<<"$line" | wc -l)
-    ((leaders <= 1)) || fail "meshrun status shows $leaders leaders after the link returned: $line"
-    ((leaders == 1))
-  }
-  wait_for 10 one_leader || fail "meshrun status shows no leader within 10 s of the link returning: $line"
+  # meshrun status names the new leader, and the old one refuses, naming it. (Whether two
+  # replicas ever serve at once is measured, from outside, by tests/jepsen/jepsen_test.sh:
+  # meshrun status marks one leader by construction.)
   idx=$(leader_soon) || fail "meshrun status names no leader after the partition"
   [[ $idx != "$leader" ]] || fail "the cut-off replica leads again although another took over"
   # Asked directly, it refuses every time, and names the new leader (at once, or once it has
