@@ -152,13 +152,17 @@ for ((h = 0; h < 8; h++)); do  # Kubernetes' DNS: every pod by <pod>.<service>, 
   for pod in "${!pod_host[@]}"; do echo "${HOSTS_V4[${pod_host[$pod]}]} $pod.${pod_svc[$pod]}" >>"$f"; done
   for pod in "${replicas[@]}"; do echo "${HOSTS_V4[${pod_host[$pod]}]} meshrun-replica" >>"$f"; done
 done
-# run_pod POD: its container's command, with the image's PATH (meshrun next to its shim).
+# run_pod POD: its container's command, with the image's PATH (meshrun next to its shim),
+# started again 1 s after it fails, as the kubelet does (restartPolicy Always; its back-off
+# starts at 10 s): a replica started before etcd answers exits with one line, and is
+# restarted.
 run_pod() {
   local pod=$1 h=${pod_host[$1]} argv env
   mapfile -d '' argv <"$work/$pod.argv"
   mapfile -d '' env <"$work/$pod.env"
   env=("${env[@]/#PATH=/PATH=$(dirname "$meshrun"):}")
-  ip netns exec "${HOSTS_NS[h]}" unshare --uts sh -c 'hostname "$0"; exec "$@"' "$pod" \
+  ip netns exec "${HOSTS_NS[h]}" unshare --uts sh -c 'hostname "$0"
+    for try in $(seq 60); do "$@"; rc=$?; [ "$rc" = 0 ] && exit 0; echo "(kubelet: exit $rc; restarted in 1 s)"; sleep 1; done' "$pod" \
     env -i "${env[@]}" "${argv[@]}" >"$work/$pod.log" 2>&1 &
   pids+=($!)
 }

@@ -7,6 +7,10 @@
 //   store_keys @ENDPOINT RUN_ID ROUND set KEY VALUE | get KEY   straight to a server
 //   store_keys ... bench N                          N sets of distinct keys, one at a
 //                                                 time: prints "kvset p50=.. p99=.. us"
+//   store_keys ... getbench KEY SECONDS              reads of KEY (no wait), one at a
+//                                                 time for SECONDS: prints "kvget n=..
+//                                                 ok=.. p50=.. p99=.. max=.. us" over
+//                                                 every answer, refusals included
 // `get` waits up to 10 s for the key and prints its value. Exit 0 when the call
 // worked, 1 when it failed (the status printed), 2 on bad arguments.
 #include <algorithm>
@@ -65,6 +69,24 @@ int main(int argc, char** argv) {
     }
     std::sort(us.begin(), us.end());
     std::printf("kvset n=%d p50=%.0f p99=%.0f us\n", n, us[us.size() / 2], us[us.size() * 99 / 100]);
+    return 0;
+  }
+  if (op == "getbench" && argc - i == 3) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(argv[i + 2], &seconds) || seconds <= 0 || seconds > 3600) return 2;
+    std::vector<double> us;
+    int64_t ok = 0;
+    const absl::Time end = absl::Now() + absl::Seconds(seconds);
+    while (absl::Now() < end) {
+      const absl::Time t0 = absl::Now();
+      auto v = (*store)->Get(key, absl::ZeroDuration());
+      us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+      if (v.ok()) ++ok;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("kvget n=%zu ok=%lld p50=%.0f p99=%.0f max=%.0f us\n", us.size(), static_cast<long long>(ok),
+                us[us.size() / 2], us[us.size() * 99 / 100], us.back());
     return 0;
   }
   if (op == "setget" && argc - i == 4) {

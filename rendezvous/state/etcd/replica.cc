@@ -1,4 +1,5 @@
 #include "rendezvous/state/etcd/replica.h"
+#include "rendezvous/state/etcd/replica_list.h"
 
 #include <algorithm>
 #include <deque>
@@ -24,6 +25,7 @@ struct Replica::Impl {
   std::unique_ptr<RunJournal> journal;
   std::unique_ptr<LeaderObserver> observer;
   std::unique_ptr<LeaderApart> apart;  // Keeps etcd's leader off this host while leading.
+  std::unique_ptr<ReplicaList> replica_list;  // What Status shows (Campaign on).
   std::string election_prefix;
 
   enum class Kind { kElected, kDeposed, kReload };
@@ -233,18 +235,19 @@ absl::Status Replica::Campaign(const std::string& advertise) {
   Impl* raw = impl_.get();
   raw->options.advertise = advertise;
   raw->gate->SetSelf(advertise);
+  raw->replica_list = std::make_unique<ReplicaList>([this](absl::Duration timeout)
+                                                        -> absl::StatusOr<std::vector<ReplicaView>> {
+    absl::StatusOr<std::vector<ReplicaInfo>> r = Replicas(timeout);
+    if (!r.ok()) return r.status();
+    std::vector<ReplicaView> out;
+    for (const ReplicaInfo& i : *r) out.push_back({i.id, i.address, i.leader});
+    return out;
+  });
   raw->observer = raw->election->Observe([raw](const std::optional<LeaderInfo>& l) {
     raw->gate->SetLeader(l ? l->value : "");
     if (l) Logger("rdzv")->info("the rendezvous server replicas' leader: {} ({})", l->value, l->candidate_id);
   });
-  raw->gate->SetReplicasSource([this] {
-    std::vector<ReplicaView> out;
-    absl::StatusOr<std::vector<ReplicaInfo>> r = Replicas();
-    if (r.ok()) {
-      for (const ReplicaInfo& i : *r) out.push_back({i.id, i.address, i.leader});
-    }
-    return out;
-  });
+  raw->gate->SetReplicasSource([raw] { return raw->replica_list->Get(); });
   raw->thread = std::thread([raw] { raw->Loop(); });
   raw->apart_thread = std::thread([raw] { raw->ApartLoop(); });
   return raw->Campaign();
@@ -261,6 +264,7 @@ Replica::~Replica() {
   }
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->observer.reset();
+  impl_->replica_list.reset();  // Its reads use this Replica.
   (void)impl_->election->Resign();
   // After the resignation (a check in flight ends within the client's
   // timeouts; the next replica need not wait for it).
@@ -282,11 +286,12 @@ void Replica::Reload(const std::string& why) {
   impl->events.push_back({Impl::Kind::kReload, why, impl->term});
 }
 
-absl::StatusOr<std::vector<ReplicaInfo>> Replica::Replicas() {
+absl::StatusOr<std::vector<ReplicaInfo>> Replica::Replicas(absl::Duration timeout) {
   RangeOptions o;
   o.sort = RangeOptions::Sort::kAscend;
   o.sort_target = RangeOptions::SortTarget::kCreate;
-  absl::StatusOr<RangeResult> r = impl_->client->GetPrefix(impl_->election_prefix, o);
+  o.range_end = PrefixEnd(impl_->election_prefix);
+  absl::StatusOr<RangeResult> r = impl_->client->Get(impl_->election_prefix, o, timeout);
   if (!r.ok()) return r.status();
   std::vector<ReplicaInfo> out;
   for (const KeyValue& kv : r->kvs) {

@@ -91,8 +91,10 @@ class Replica {
 
   // The journal the server's runs save their records in (fenced writes).
   RunJournal* journal();
-  // Every replica in the election, the leader first (a linearizable read).
-  absl::StatusOr<std::vector<ReplicaInfo>> Replicas();
+  // Every replica in the election, the leader first (a linearizable read),
+  // within `timeout` (zero: the client's timeouts, with fail-over between
+  // members; else one member, waited for that long).
+  absl::StatusOr<std::vector<ReplicaInfo>> Replicas(absl::Duration timeout = absl::ZeroDuration());
   // True while this replica leads and serves.
   bool leading() const;
   // A save of this replica's journal failed, or its outcome is unknown:
