@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "agent/node_agent.h"
-#include "rendezvous/server/limits.h"
+#include "rendezvous/policy/limits.h"
 
 namespace meshrun::launcher {
 
@@ -36,7 +36,7 @@ struct LaunchConfig {
   int endpoint_port = 29400;
   std::vector<std::string> notes;  // One-time notes (ignored flags).
   // Limits of the embedded server, when this node hosts it (rdzv_conf keys
-  // named as in rendezvous/server/limits.h).
+  // named as in rendezvous/policy/limits.h).
   rendezvous::ServerLimits server_limits;
   // rdzv_conf tls_cert / tls_key / tls_ca and token_file, before they are
   // read (ParseCommandLine then fills agent.auth).

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "launcher/cli.h"
-#include "rendezvous/server/limits.h"
+#include "rendezvous/policy/limits.h"
 
 namespace meshrun::launcher {
 namespace {

@@ -17,7 +17,7 @@ namespace meshrun::launcher {
 // Parses `text` ("k1=v1,k2=v2"; empty: nothing to do) into `config`, key by
 // key, in order. Timeouts are seconds (fractions allowed, 0..31536000);
 // tls_* and token_file are recorded as paths, not read; server limits
-// (rendezvous/server/limits.h names) go to config->server_limits. As torchrun,
+// (rendezvous/policy/limits.h names) go to config->server_limits. As torchrun,
 // `timeout` is a synonym of join_timeout, and close_timeout and
 // heartbeat_timeout are checked but have no effect. INVALID_ARGUMENT with
 // one line naming the key, the value and what is allowed; an unknown key's

@@ -19,7 +19,7 @@
 #include "launcher/health_port.h"
 #include "launcher/hosting.h"
 #include "rendezvous/server.h"
-#include "rendezvous/state/etcd/etcd_options.h"
+#include "rendezvous/state/etcd/client/etcd_options.h"
 #include "rendezvous/state/etcd/leader_apart.h"
 #include "rendezvous/state/etcd/replica.h"
 #include "rendezvous/state/serving_gate.h"

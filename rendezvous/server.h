@@ -6,9 +6,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "rendezvous/server/limits.h"
 #include "absl/time/time.h"
 #include "common/security.h"
+#include "rendezvous/policy/limits.h"
 #include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
 

@@ -31,10 +31,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_options.h"
 #include "rendezvous/state/etcd/election.h"
-#include "rendezvous/state/etcd/etcd_client.h"
 #include "rendezvous/state/etcd/etcd_journal.h"
-#include "rendezvous/state/etcd/etcd_options.h"
 #include "rendezvous/state/state.h"
 
 namespace etcd = meshrun::rendezvous::state::etcd;

@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "meshrun/proto/health.grpc.pb.h"
-#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/run/timer.h"
 #include "rendezvous/state/serving_gate.h"
 

@@ -10,7 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
-#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/policy/memory_budget.h"
 
 namespace meshrun::rendezvous {
 

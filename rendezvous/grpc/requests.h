@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "meshrun/proto/rendezvous.pb.h"
-#include "rendezvous/server/limits.h"
 #include "proto/types.h"
+#include "rendezvous/policy/limits.h"
 
 namespace meshrun::rendezvous::requests {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "meshrun/proto/rendezvous.grpc.pb.h"
-#include "rendezvous/server/limits.h"
+#include "rendezvous/policy/limits.h"
 #include "rendezvous/run/run.h"
 
 namespace meshrun::rendezvous {

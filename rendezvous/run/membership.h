@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/policy/memory_budget.h"
 
 namespace meshrun::rendezvous {
 

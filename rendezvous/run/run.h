@@ -17,9 +17,9 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "rendezvous/store/kv_store.h"
-#include "rendezvous/server/limits.h"
-#include "rendezvous/server/memory_budget.h"
+#include "proto/types.h"
+#include "rendezvous/policy/limits.h"
+#include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/run/event_outbox.h"
 #include "rendezvous/run/event_streams.h"
 #include "rendezvous/run/exit_barrier.h"
@@ -27,10 +27,10 @@
 #include "rendezvous/run/node_list.h"
 #include "rendezvous/run/restart_policy.h"
 #include "rendezvous/run/run_summary.h"
+#include "rendezvous/run/timer.h"
 #include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
-#include "rendezvous/run/timer.h"
-#include "proto/types.h"
+#include "rendezvous/store/kv_store.h"
 
 namespace meshrun::rendezvous {
 

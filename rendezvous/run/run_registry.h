@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/string_view.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "rendezvous/server/limits.h"
+#include "rendezvous/policy/limits.h"
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/timer.h"
 

@@ -15,17 +15,17 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/open_files.h"
+#include "rendezvous/grpc/admin_service.h"
 #include "rendezvous/grpc/call_interceptor.h"
 #include "rendezvous/grpc/health_service.h"
-#include "rendezvous/server/listen_socket.h"
-#include "rendezvous/server/listener_watch.h"
-#include "rendezvous/server/memory_budget.h"
-#include "rendezvous/server/memory_release.h"
-#include "rendezvous/server/metrics_exposer.h"
-#include "rendezvous/grpc/admin_service.h"
 #include "rendezvous/grpc/rendezvous_service.h"
 #include "rendezvous/grpc/service_core.h"
 #include "rendezvous/grpc/store_service.h"
+#include "rendezvous/policy/memory_budget.h"
+#include "rendezvous/server/listen_socket.h"
+#include "rendezvous/server/listener_watch.h"
+#include "rendezvous/server/memory_release.h"
+#include "rendezvous/server/metrics_exposer.h"
 
 namespace meshrun::rendezvous {
 namespace {

@@ -16,8 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "rendezvous/server/limits.h"
-#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/policy/limits.h"
+#include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/run/timer.h"
 
 namespace meshrun::rendezvous {

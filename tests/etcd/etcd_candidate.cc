@@ -17,8 +17,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "rendezvous/state/etcd/client/etcd_url.h"
 #include "rendezvous/state/etcd/election.h"
-#include "rendezvous/state/etcd/etcd_url.h"
 
 namespace etcd = meshrun::rendezvous::state::etcd;
 

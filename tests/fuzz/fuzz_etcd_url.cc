@@ -1,4 +1,4 @@
-// Fuzz target: ParseUrl (rendezvous/state/etcd/etcd_url.h), the replicated
+// Fuzz target: ParseUrl (rendezvous/state/etcd/client/etcd_url.h), the replicated
 // server's --state etcd://... parser. A parsed URL keeps its promises (1 to
 // 32 members with a host and a port in 1..65535, a prefix that starts with
 // '/' and does not end with one) and prints back to text that parses to the
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "rendezvous/state/etcd/etcd_url.h"
+#include "rendezvous/state/etcd/client/etcd_url.h"
 
 namespace etcd = meshrun::rendezvous::state::etcd;
 

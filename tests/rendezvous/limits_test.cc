@@ -1,4 +1,4 @@
-// Bounds on what a client may ask of the server (rendezvous/server/limits.h), and
+// Bounds on what a client may ask of the server (rendezvous/policy/limits.h), and
 // membership that is authenticated, not claimed (session credentials).
 #include <catch2/catch.hpp>
 
@@ -6,11 +6,11 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "rendezvous/store/kv_store.h"
-#include "rendezvous/server/limits.h"
-#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/policy/limits.h"
+#include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/run_registry.h"
+#include "rendezvous/store/kv_store.h"
 
 using namespace meshrun::rendezvous;
 using Catch::Contains;

@@ -2,8 +2,8 @@
 // credentials' grace, lost nodes, and the memory budget's charge.
 #include <catch2/catch.hpp>
 
+#include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/run/membership.h"
-#include "rendezvous/server/memory_budget.h"
 
 using namespace meshrun::rendezvous;
 

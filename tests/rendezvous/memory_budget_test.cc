@@ -1,13 +1,13 @@
-// The server's memory budget (rendezvous/server/memory_budget.h): charges, the
+// The server's memory budget (rendezvous/policy/memory_budget.h): charges, the
 // members' reserve, the message of a refusal, and what the store and the
 // registry charge to it.
 #include <catch2/catch.hpp>
 
 #include <memory>
 
-#include "rendezvous/store/kv_store.h"
-#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/run/run_registry.h"
+#include "rendezvous/store/kv_store.h"
 
 using namespace meshrun::rendezvous;
 using Catch::Contains;

@@ -99,8 +99,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "rendezvous/state/etcd/etcd_client.h"
-#include "rendezvous/state/etcd/etcd_types.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_types.h"
 
 namespace meshrun::rendezvous::state::etcd {
 

@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 
 namespace meshrun::rendezvous::state::etcd {
 namespace {

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/endpoint.h"
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 
 namespace meshrun::rendezvous::state::etcd {
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 #include "rendezvous/state/etcd/election.h"
-#include "rendezvous/state/etcd/etcd_client.h"
 
 namespace meshrun::rendezvous::state::etcd {
 

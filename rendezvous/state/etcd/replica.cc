@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 #include "rendezvous/state/etcd/election.h"
-#include "rendezvous/state/etcd/etcd_client.h"
 #include "rendezvous/state/etcd/etcd_journal.h"
 #include "rendezvous/state/etcd/leader_apart.h"
 

@@ -29,8 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rendezvous/state/etcd/client/etcd_options.h"
 #include "rendezvous/state/etcd/etcd_journal.h"
-#include "rendezvous/state/etcd/etcd_options.h"
 #include "rendezvous/state/serving_gate.h"
 #include "rendezvous/state/state.h"
 

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/run_registry.h"
-#include "rendezvous/server/memory_budget.h"
 #include "rendezvous/state/state.h"
 #include "tests/rendezvous/run_test_support.h"
 

@@ -1,4 +1,4 @@
-// The etcd client (rendezvous/state/etcd/etcd_client.h) against real etcd
+// The etcd client (rendezvous/state/etcd/client/etcd_client.h) against real etcd
 // clusters started by tests/support/etcd_cluster.h: KV and transactions,
 // etcd's limits, fail-over and watches across kill -9 of members, leases,
 // quorum loss, an unreachable --state, TLS mismatches and etcd's auth.
@@ -15,7 +15,7 @@
 
 #include "common/net.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 #include "tests/rendezvous/state/etcd/etcd_test_util.h"
 #include "tests/support/certs.h"
 #include "tests/support/etcd_cluster.h"

@@ -12,7 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/endpoint.h"
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/skip.h"
 

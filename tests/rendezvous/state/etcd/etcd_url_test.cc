@@ -6,10 +6,10 @@
 #include <fstream>
 #include <string>
 
+#include "rendezvous/state/etcd/client/etcd_options.h"
+#include "rendezvous/state/etcd/client/etcd_types.h"
+#include "rendezvous/state/etcd/client/etcd_url.h"
 #include "rendezvous/state/etcd/election.h"
-#include "rendezvous/state/etcd/etcd_options.h"
-#include "rendezvous/state/etcd/etcd_types.h"
-#include "rendezvous/state/etcd/etcd_url.h"
 #include "tests/support/certs.h"
 #include "tests/support/subprocess.h"
 

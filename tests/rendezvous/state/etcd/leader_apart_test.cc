@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/net.h"
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 #include "rendezvous/state/etcd/leader_apart.h"
 #include "tests/rendezvous/state/etcd/etcd_test_util.h"
 #include "tests/support/etcd_cluster.h"

@@ -12,8 +12,8 @@
 #include <catch2/catch.hpp>
 
 #include "common/logging.h"
+#include "rendezvous/state/etcd/client/etcd_options.h"
 #include "rendezvous/state/etcd/election.h"
-#include "rendezvous/state/etcd/etcd_options.h"
 #include "rendezvous/state/etcd/replica.h"
 #include "rendezvous/state/serving_gate.h"
 #include "spdlog/sinks/base_sink.h"

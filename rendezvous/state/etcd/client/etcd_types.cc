@@ -1,4 +1,4 @@
-#include "rendezvous/state/etcd/etcd_types.h"
+#include "rendezvous/state/etcd/client/etcd_types.h"
 
 namespace meshrun::rendezvous::state::etcd {
 

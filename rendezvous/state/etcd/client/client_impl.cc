@@ -1,9 +1,9 @@
 // Client::Impl (client_impl.h): picking a member and failing over between
 // them, etcd's auth token, naming why a call failed, and the one Call that
 // every request of etcd_client.cc goes through.
-#include "rendezvous/state/etcd/client_impl.h"
+#include "rendezvous/state/etcd/client/client_impl.h"
 
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -20,8 +20,8 @@
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include "rendezvous/state/etcd/client_impl.h"
-#include "rendezvous/state/etcd/etcd_wire.h"
+#include "rendezvous/state/etcd/client/client_impl.h"
+#include "rendezvous/state/etcd/client/etcd_wire.h"
 
 namespace meshrun::rendezvous::state::etcd {
 namespace pb = ::etcdserverpb;

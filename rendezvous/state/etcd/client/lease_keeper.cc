@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/state/etcd/client_impl.h"
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/client_impl.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 
 namespace meshrun::rendezvous::state::etcd {
 namespace {

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.pb.h"
-#include "rendezvous/state/etcd/etcd_types.h"
+#include "rendezvous/state/etcd/client/etcd_types.h"
 
 namespace meshrun::rendezvous::state::etcd::wire {
 

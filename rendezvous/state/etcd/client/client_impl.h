@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 
 namespace meshrun::rendezvous::state::etcd {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/server/limits.h"
+#include "rendezvous/policy/limits.h"
 
 #include <cmath>
 #include <utility>

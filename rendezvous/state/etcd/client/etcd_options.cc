@@ -1,4 +1,4 @@
-#include "rendezvous/state/etcd/etcd_options.h"
+#include "rendezvous/state/etcd/client/etcd_options.h"
 
 #include <utility>
 

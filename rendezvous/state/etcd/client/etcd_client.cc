@@ -1,7 +1,7 @@
 // The Client's requests (etcd_client.h): KV, transactions, leases and the
 // cluster's members, each one a CallSpec sent through Client::Impl::Call
 // (client_impl.cc: member choice, fail-over, auth, failure messages).
-#include "rendezvous/state/etcd/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_log.h"
 #include "common/grpc_tls.h"
-#include "rendezvous/state/etcd/client_impl.h"
-#include "rendezvous/state/etcd/etcd_wire.h"
+#include "rendezvous/state/etcd/client/client_impl.h"
+#include "rendezvous/state/etcd/client/etcd_wire.h"
 
 namespace meshrun::rendezvous::state::etcd {
 namespace pb = ::etcdserverpb;

@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/security.h"
-#include "rendezvous/state/etcd/etcd_client.h"
-#include "rendezvous/state/etcd/etcd_url.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_url.h"
 
 namespace meshrun::rendezvous::state::etcd {
 

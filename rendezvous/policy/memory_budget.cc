@@ -1,4 +1,4 @@
-#include "rendezvous/server/memory_budget.h"
+#include "rendezvous/policy/memory_budget.h"
 
 #include <unistd.h>
 

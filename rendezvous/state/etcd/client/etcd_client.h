@@ -65,7 +65,7 @@
 #include "absl/time/time.h"
 #include "common/endpoint.h"
 #include "common/security.h"
-#include "rendezvous/state/etcd/etcd_types.h"
+#include "rendezvous/state/etcd/client/etcd_types.h"
 
 namespace meshrun::rendezvous::state::etcd {
 

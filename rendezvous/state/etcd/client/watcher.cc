@@ -10,9 +10,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/state/etcd/client_impl.h"
-#include "rendezvous/state/etcd/etcd_client.h"
-#include "rendezvous/state/etcd/etcd_wire.h"
+#include "rendezvous/state/etcd/client/client_impl.h"
+#include "rendezvous/state/etcd/client/etcd_client.h"
+#include "rendezvous/state/etcd/client/etcd_wire.h"
 
 namespace meshrun::rendezvous::state::etcd {
 namespace pb = ::etcdserverpb;

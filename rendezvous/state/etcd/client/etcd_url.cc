@@ -1,4 +1,4 @@
-#include "rendezvous/state/etcd/etcd_url.h"
+#include "rendezvous/state/etcd/client/etcd_url.h"
 
 #include <set>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "rendezvous/state/etcd/etcd_wire.h"
+#include "rendezvous/state/etcd/client/etcd_wire.h"
 
 #include <algorithm>
 
