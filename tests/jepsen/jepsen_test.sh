@@ -24,7 +24,8 @@
 # add applied twice), and no two replicas proven to serve at the same time.
 #
 # With --lie=KIND LYING_SERVER the replicas are tests/jepsen/lying_server.cc, which lies on
-# purpose, and the test passes only when jepsen_check finds the lie:
+# purpose, and the test passes only when jepsen_check finds the lie (the job's own promises,
+# progress after each fault and exit 0, are then only noted: lying replicas may break them):
 #   ack_before_save    (faults quorum,kill) must give a history that is not linearizable
 #   open_while_paused  (fault partition) must show two replicas serving at once
 #
@@ -87,6 +88,12 @@ fail() {
     tail -n 10 "$f"
   done
   exit 1
+}
+
+# expect WHAT: a promise about the job; with --lie only noted (replicas that lie may break
+# the job too: the checker is what must notice, from what was recorded).
+expect() {
+  if [[ -n $lie ]]; then echo "note (the replicas lie): $*"; else fail "$*"; fi
 }
 
 trap cleanup EXIT
@@ -198,7 +205,7 @@ for f in "${fault_list[@]}"; do
   leads || fail "no replica leads before the fault '$f'"
   t0=$(now_ms) before=$(ok_ops)
   "fault_$f"
-  progress 60 100 || fail "the job did not complete 100 store operations within 60 s after the fault '$f'"
+  progress 60 100 || expect "the job did not complete 100 store operations within 60 s after the fault '$f'"
   echo "fault $f: replica $leader led; replica $new_leader leads $(($(now_ms) - t0)) ms later, the job goes on ($(($(ok_ops) - before)) ops meanwhile)"
 done
 
@@ -209,7 +216,7 @@ for n in 0 1; do
   wait "${agent_pid[n]}"
   rc=$?
   agent_pid[n]=
-  ((rc == 0)) || fail "agent $n exited $rc (expected 0: the job is never restarted)"
+  ((rc == 0)) || expect "agent $n exited $rc (expected 0: the job is never restarted)"
 done
 for i in 0 1 2; do
   probe_done() { ! kill -0 "${probe_pid[$1]}" 2>/dev/null; }
