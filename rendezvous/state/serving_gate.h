@@ -43,8 +43,9 @@ class ServingGate {
   // Whether calls are served now: opened, and not past the moment given to
   // SetValidUntil.
   bool serving() const {
-    return serving_.load(std::memory_order_acquire) &&
-           std::chrono::steady_clock::now().time_since_epoch().count() < valid_until_.load(std::memory_order_acquire);
+    if (!serving_.load(std::memory_order_acquire)) return false;
+    const int64_t until = valid_until_.load(std::memory_order_acquire);
+    return until == kNoLimit || std::chrono::steady_clock::now().time_since_epoch().count() < until;
   }
   // The moment (steady clock) until which this replica's etcd lease is sure
   // to exist: serving() is false from then on, whatever SetServing said,

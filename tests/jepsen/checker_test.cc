@@ -411,31 +411,46 @@ bool MakeStaleRead(std::vector<Operation>& ops) {
   return false;
 }
 
-TEST_CASE("performance: 20,000 ops on 8 keys by 6 processes, then one stale read") {
-  std::vector<Operation> history = GenerateHistory(/*seed=*/42, Workload{});
-  int info_ops = 0;
-  for (const Operation& op : history) info_ops += op.outcome == Outcome::kInfo;
-  CHECK(info_ops >= 20);
+int InfoOps(const std::vector<Operation>& history) {
+  int n = 0;
+  for (const Operation& op : history) n += op.outcome == Outcome::kInfo;
+  return n;
+}
+
+// Checks `history`; `*seconds` is how long it took.
+std::vector<KeyVerdict> TimedCheck(const std::vector<Operation>& history, double* seconds) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<KeyVerdict> verdicts = CheckLinearizability(history, CheckOptions{});
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return verdicts;
+}
+
+// Every key linearizable; returns the states searched in all.
+int64_t RequireAllLinearizable(const std::vector<KeyVerdict>& verdicts) {
   int64_t states = 0;
   for (const KeyVerdict& verdict : verdicts) {
     INFO(verdict.key << ": " << verdict.explanation);
     CHECK(verdict.verdict == Verdict::kLinearizable);
     states += verdict.states;
   }
+  return states;
+}
+
+TEST_CASE("performance: 20,000 ops on 8 keys by 6 processes, then one stale read") {
+  std::vector<Operation> history = GenerateHistory(/*seed=*/42, Workload{});
+  const int info_ops = InfoOps(history);
+  CHECK(info_ops >= 20);
+  double seconds = 0;
+  std::vector<KeyVerdict> verdicts = TimedCheck(history, &seconds);
+  const int64_t states = RequireAllLinearizable(verdicts);
   std::printf("jepsen checker: 20,000 ops (%d info), 8 keys: linearizable in %.3f s, %lld states\n",
               info_ops, seconds, static_cast<long long>(states));
   CHECK(verdicts.size() == 8);
   CHECK(seconds < 10.0);
 
   REQUIRE(MakeStaleRead(history));
-  const auto stale_start = std::chrono::steady_clock::now();
-  verdicts = CheckLinearizability(history, CheckOptions{});
-  const double stale_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - stale_start).count();
+  double stale_seconds = 0;
+  verdicts = TimedCheck(history, &stale_seconds);
   int violations = 0;
   for (const KeyVerdict& verdict : verdicts) {
     violations += verdict.verdict == Verdict::kNotLinearizable;
@@ -453,19 +468,10 @@ TEST_CASE("performance: 2 counters with 200 indeterminate adds of 1 among 20,000
   workload.info_rate = 0.02;
   workload.max_delta = 1;
   std::vector<Operation> history = GenerateHistory(/*seed=*/7, workload);
-  int info_ops = 0;
-  for (const Operation& op : history) info_ops += op.outcome == Outcome::kInfo;
+  const int info_ops = InfoOps(history);
   CHECK(info_ops >= 150);
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<KeyVerdict> verdicts = CheckLinearizability(history, CheckOptions{});
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int64_t states = 0;
-  for (const KeyVerdict& verdict : verdicts) {
-    INFO(verdict.key << ": " << verdict.explanation);
-    CHECK(verdict.verdict == Verdict::kLinearizable);
-    states += verdict.states;
-  }
+  double seconds = 0;
+  const int64_t states = RequireAllLinearizable(TimedCheck(history, &seconds));
   std::printf("jepsen checker: 20,000 ops (%d info) on 2 counters: linearizable in %.3f s, %lld states\n",
               info_ops, seconds, static_cast<long long>(states));
   CHECK(seconds < 10.0);

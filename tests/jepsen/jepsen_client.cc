@@ -112,47 +112,42 @@ int Worker(const std::string& out, const std::string& stop, double max_s, int pa
   std::map<std::string, std::string> seen;  // The last value this process saw, per register.
   const absl::Time deadline = absl::Now() + absl::Seconds(max_s);
   int64_t failures = 0;
-  std::string last_error;
   for (int64_t n = 0; !Stopped(stop, deadline); ++n) {
     const bool counter = rng() % 3 == 0;
     const std::string& key = counter ? kCounters[rng() % kCounters.size()] : kRegisters[rng() % kRegisters.size()];
     const int choice = static_cast<int>(rng() % 10);
     const std::string unique = absl::StrCat(process, ".", n);
     const int64_t t0 = absl::GetCurrentTimeNanos();
+    absl::Status error;  // Not OK: the operation failed (a read) or its outcome is unknown.
     std::string line;
     if (choice < 4) {
       absl::StatusOr<std::string> v = (*store)->Get(key, absl::ZeroDuration());
       const int64_t t1 = absl::GetCurrentTimeNanos();
-      if (v.ok() || absl::IsNotFound(v.status())) {
-        if (v.ok()) seen[key] = *v;
-        line = HistoryLine(process, "read", key, "", "", "ok", v.ok() ? *v : "", t0, t1);
-      } else {
-        last_error = v.status().ToString();
-        line = HistoryLine(process, "read", key, "", "", "fail", "", t0, t1);
-      }
+      if (v.ok()) seen[key] = *v;
+      if (!v.ok() && !absl::IsNotFound(v.status())) error = v.status();
+      line = HistoryLine(process, "read", key, "", "", error.ok() ? "ok" : "fail", v.ok() ? *v : "", t0, t1);
     } else if (counter) {
       absl::StatusOr<int64_t> v = (*store)->Add(key, 1);
       const int64_t t1 = absl::GetCurrentTimeNanos();
-      if (!v.ok()) last_error = v.status().ToString();
+      error = v.status();
       line = HistoryLine(process, "add", key, "1", "", v.ok() ? "ok" : "info", v.ok() ? absl::StrCat(*v) : "", t0, t1);
     } else if (choice < 7) {
-      absl::Status s = (*store)->Set(key, unique);
+      error = (*store)->Set(key, unique);
       const int64_t t1 = absl::GetCurrentTimeNanos();
-      if (!s.ok()) last_error = s.ToString();
-      line = HistoryLine(process, "write", key, unique, "", s.ok() ? "ok" : "info", "", t0, t1);
+      line = HistoryLine(process, "write", key, unique, "", error.ok() ? "ok" : "info", "", t0, t1);
     } else {
       const std::string expected = seen[key];
       absl::StatusOr<std::string> v = (*store)->CompareSet(key, expected, unique);
       const int64_t t1 = absl::GetCurrentTimeNanos();
       if (v.ok()) seen[key] = *v;
-      if (!v.ok()) last_error = v.status().ToString();
+      error = v.status();
       line = HistoryLine(process, "cas", key, expected, unique, v.ok() ? "ok" : "info", v.ok() ? *v : "", t0, t1);
     }
     history.Append(line);
     // After a failure (a failover in progress): a pause, so that the history
     // is not flooded with operations of unknown outcome.
-    const bool failed = line.find("\tok\t") == std::string::npos;
-    if (failed && ++failures % 20 == 1) std::fprintf(stderr, "jepsen_client %s: %s\n", process.c_str(), last_error.c_str());
+    const bool failed = !error.ok();
+    if (failed && ++failures % 20 == 1) std::fprintf(stderr, "jepsen_client %s: %s\n", process.c_str(), error.ToString().c_str());
     absl::SleepFor(absl::Milliseconds(failed ? 50 : pace_ms));
   }
   return 0;

@@ -47,8 +47,13 @@ struct CandidateLog {
   Clock::time_point elected_at;
   Clock::time_point deposed_at;
   Clock::time_point paused_at;
+  Clock::time_point valid_until;  // The lease's last guarantee told.
   etcd::ElectionCallbacks Callbacks() {
     etcd::ElectionCallbacks cb;
+    cb.on_lease_valid_until = [this](Clock::time_point t) {
+      std::lock_guard<std::mutex> lock(mu);
+      valid_until = t;
+    };
     cb.on_elected = [this](const etcd::LeaderInfo&) {
       std::lock_guard<std::mutex> lock(mu);
       ++elected;
@@ -75,6 +80,10 @@ struct CandidateLog {
   int Paused() {
     std::lock_guard<std::mutex> lock(mu);
     return paused;
+  }
+  Clock::time_point ValidUntil() {
+    std::lock_guard<std::mutex> lock(mu);
+    return valid_until;
   }
   int Resumed() {
     std::lock_guard<std::mutex> lock(mu);
@@ -315,6 +324,9 @@ TEST_CASE("etcd election: losing etcd's leader changes no leadership, losing quo
   CandidateLog la, lb;
   REQUIRE(a.Campaign("A", "a", la.Callbacks()).ok());
   REQUIRE(WaitFor([&] { return la.Elected() == 1; }, 5));
+  // The lease's guarantee (what the gate serves until): ahead, within the TTL.
+  CHECK(la.ValidUntil() > Clock::now());
+  CHECK(la.ValidUntil() <= Clock::now() + std::chrono::seconds(1));
   REQUIRE(b.Campaign("B", "b", lb.Callbacks()).ok());
 
   // kill -9 of member 0, the one A talks to, made etcd's own leader first
@@ -360,6 +372,7 @@ TEST_CASE("etcd election: losing etcd's leader changes no leadership, losing quo
   std::printf("etcd election: with quorum lost, the leader paused %.3f s after the kill (TTL 1 s)\n", paused_after);
   INFO(la.why.message());
   CHECK(Mentions(la.why, "could not be renewed within its TTL of 1 s"));
+  CHECK(la.ValidUntil() <= Clock::now());  // No guarantee left: a gate serves nothing more.
   if (meshrun::testing::kEtcdTimingBounds) CHECK(paused_after <= 2.0);
   CHECK_FALSE(a.IsLeader());
   etcd::Txn t;

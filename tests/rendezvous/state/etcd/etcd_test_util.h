@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,5 +89,28 @@ inline bool OneLine(const absl::Status& s) { return std::string(s.message()).fin
 inline bool Mentions(const absl::Status& s, const std::string& part) {
   return std::string(s.message()).find(part) != std::string::npos;
 }
+
+// Events and state changes a watch delivered, read from the test's thread.
+struct WatchLog {
+  std::mutex mu;
+  std::vector<etcd::WatchEvent> events;
+  std::vector<etcd::WatchStatus> statuses;
+  etcd::WatchCallbacks Callbacks() {
+    etcd::WatchCallbacks cb;
+    cb.on_event = [this](const etcd::WatchEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+    };
+    cb.on_status = [this](const etcd::WatchStatus& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      statuses.push_back(s);
+    };
+    return cb;
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu);
+    return events.size();
+  }
+};
 
 }  // namespace meshrun::testing
