@@ -80,8 +80,9 @@ grpc::ServerUnaryReactor* StoreService::KvCheck(grpc::CallbackServerContext* ctx
   absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), req->keys_size());
   if (!run.ok()) return core_->Reply(M::kKvCheck, ctx, ToGrpc(run.status()));
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  resp->set_all_present((*run)->kv().Check(req->round(), keys));
-  return core_->Reply(M::kKvCheck, ctx, grpc::Status::OK);
+  absl::StatusOr<bool> present = (*run)->kv().Check(req->round(), keys);
+  if (present.ok()) resp->set_all_present(*present);
+  return core_->Reply(M::kKvCheck, ctx, ToGrpc(present.status()));
 }
 
 grpc::ServerUnaryReactor* StoreService::KvDelete(grpc::CallbackServerContext* ctx,

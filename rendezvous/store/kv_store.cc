@@ -148,6 +148,7 @@ absl::Status KvStore::Set(int64_t round, const std::string& key, std::string val
   Fire fire;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = ClosedLocked(); !s.ok()) return s;
     if (absl::Status s = CheckWriteOnceLocked(round, key, &value, "set"); !s.ok()) return s;
     if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
     if (write_hook_) {
@@ -169,6 +170,7 @@ absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& ke
   Fire fire;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = ClosedLocked(); !s.ok()) return s;
     std::vector<std::pair<const std::string*, size_t>> writes;
     writes.reserve(keys.size());
     absl::flat_hash_map<absl::string_view, const std::string*> once;  // Write-once keys of this request.
@@ -201,6 +203,7 @@ absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int6
   int64_t result = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = ClosedLocked(); !s.ok()) return s;
     auto it = data_.find(Key{round, key});
     int64_t current = 0;
     if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
@@ -230,6 +233,7 @@ absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, 
   std::pair<std::string, bool> out;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = ClosedLocked(); !s.ok()) return s;
     auto it = data_.find(Key{round, key});
     bool match = (it == data_.end()) ? expected.empty() : it->second == expected;
     if (match) {
@@ -250,14 +254,16 @@ absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, 
   return out;
 }
 
-bool KvStore::Check(int64_t round, const std::vector<std::string>& keys) {
+absl::StatusOr<bool> KvStore::Check(int64_t round, const std::vector<std::string>& keys) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = ClosedLocked(); !s.ok()) return s;
   return std::all_of(keys.begin(), keys.end(),
                      [&](const std::string& k) { return data_.contains(Key{round, k}); });
 }
 
 absl::StatusOr<bool> KvStore::Delete(int64_t round, const std::string& key) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = ClosedLocked(); !s.ok()) return s;
   auto it = data_.find(Key{round, key});
   if (it == data_.end()) return false;
   if (absl::Status s = CheckWriteOnceLocked(round, key, nullptr, "delete"); !s.ok()) return s;
@@ -274,8 +280,9 @@ KvStore::WaiterId KvStore::Await(int64_t round, std::vector<std::string> keys, a
   absl::StatusOr<std::vector<std::string>> immediate;
   {
     absl::ReleasableMutexLock lock(&mu_);
-    absl::Status refused;
-    if (static_cast<int64_t>(keys.size()) > limits_.max_keys_per_run) {
+    absl::Status refused = ClosedLocked();
+    if (!refused.ok()) {
+    } else if (static_cast<int64_t>(keys.size()) > limits_.max_keys_per_run) {
       refused = absl::InvalidArgumentError(absl::StrCat("a read of ", keys.size(),
                                                         " keys exceeds max_keys_per_run=", limits_.max_keys_per_run));
     } else if (wait > limits_.max_wait) {
@@ -379,7 +386,17 @@ void KvStore::Cancel(WaiterId id) {
   cb(absl::CancelledError("store wait cancelled by the client"));
 }
 
-void KvStore::Close(const std::string& why) { AbortBelow(INT64_MAX, why); }
+void KvStore::Close(const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = why;
+  }
+  AbortBelow(INT64_MAX, why);
+}
+
+absl::Status KvStore::ClosedLocked() const {
+  return closed_.has_value() ? absl::UnavailableError(*closed_) : absl::OkStatus();
+}
 
 void KvStore::DropRoundsBelow(int64_t round) {
   AbortBelow(round, absl::StrCat("run '", label_, "' moved to round ", round));

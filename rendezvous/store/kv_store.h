@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,7 +61,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // Returns (stored value afterwards, swapped).
   absl::StatusOr<std::pair<std::string, bool>> CompareSet(int64_t round, const std::string& key,
                                                           const std::string& expected, std::string desired);
-  bool Check(int64_t round, const std::vector<std::string>& keys);
+  absl::StatusOr<bool> Check(int64_t round, const std::vector<std::string>& keys);
   // True when the key existed (and is now gone).
   absl::StatusOr<bool> Delete(int64_t round, const std::string& key);
 
@@ -80,6 +81,10 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   void Cancel(WaiterId id);
 
   // Answers every parked waiter with ABORTED(`why`) and drops all keys.
+  // Every call after it is refused UNAVAILABLE(`why`): a call that found
+  // the run before it was closed (a replica that stopped serving and cleared
+  // its state, a run removed) never acts on the emptied store, which would
+  // answer as if its keys had never been set.
   void Close(const std::string& why);
 
   // Drops keys and waiters (ABORTED) of rounds below `round`.
@@ -146,6 +151,8 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // than *value (any value, for a delete: `value` null); `op` names the call.
   absl::Status CheckWriteOnceLocked(int64_t round, const std::string& key, const std::string* value,
                                     absl::string_view op) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UNAVAILABLE(Close's reason) once closed.
+  absl::Status ClosedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(absl::flat_hash_map<Key, std::string>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> ValuesLocked(int64_t round, const std::vector<std::string>& keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -172,6 +179,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   WaiterId next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<std::string> closed_ ABSL_GUARDED_BY(mu_);  // Close's reason.
   MemoryBudget* const budget_;
   std::atomic<bool> member_{false};
   // What the budget holds for this store's keys (objects, bytes).

@@ -18,6 +18,8 @@
 #              --state_timeout), then started again; the leader pauses, no one else can lead
 #   kill       kill -9 of everything on the leader's host (replica, etcd member, probe); its
 #              etcd member and replica are then started again (a rebooted host)
+#   quorum_kill  quorum, and once the leader has paused, kill of its host; the other etcd
+#              members then start again and another replica leads (used by the lie below)
 # Then the workers stop, the job must finish (both agents exit 0: never restarted), and
 # jepsen_check (tests/jepsen/jepsen_check.cc) decides: every key's history linearizable
 # (registers with compare-set, counters: so no lost acknowledged write, no stale read, no
@@ -26,7 +28,7 @@
 # With --lie=KIND LYING_SERVER the replicas are tests/jepsen/lying_server.cc, which lies on
 # purpose, and the test passes only when jepsen_check finds the lie (the job's own promises,
 # progress after each fault and exit 0, are then only noted: lying replicas may break them):
-#   ack_before_save    (faults quorum,kill) must give a history that is not linearizable
+#   ack_before_save    (fault quorum_kill) must give a history that is not linearizable
 #   open_while_paused  (fault partition) must show two replicas serving at once
 #
 # usage: jepsen_test.sh MESHRUN JEPSEN_CLIENT JEPSEN_CHECK [--faults=LIST] [--lie=KIND LYING_SERVER]
@@ -39,7 +41,7 @@ meshrun=$(readlink -f "${1:?usage: jepsen_test.sh MESHRUN JEPSEN_CLIENT JEPSEN_C
 client=$(readlink -f "${2:?usage: jepsen_test.sh MESHRUN JEPSEN_CLIENT JEPSEN_CHECK ...}")
 check=$(readlink -f "${3:?usage: jepsen_test.sh MESHRUN JEPSEN_CLIENT JEPSEN_CHECK ...}")
 shift 3
-faults=stop,partition,quorum,kill lie= server_cmd=("$meshrun" server)
+faults=stop,partition,quorum,kill,quorum_kill lie= server_cmd=("$meshrun" server)
 while (($#)); do
   case $1 in
     --faults=*) faults=${1#--faults=} ;;
@@ -190,6 +192,11 @@ fault_quorum() {
 }
 fault_kill() {
   host_kill "$leader" || fail "cannot kill host $leader"
+  reboot_leader_host
+}
+# reboot_leader_host: after host_kill of $leader, another replica leads; then the host's etcd
+# member, replica and probe start again (a rebooted host).
+reboot_leader_host() {
   wait "${server_pid[leader]}" "${probe_pid[leader]}" 2>/dev/null
   ETCD_PID[leader]=
   wait_for 30 another_leads || fail "no other replica led within 30 s of killing host $leader"
@@ -198,10 +205,22 @@ fault_kill() {
   start_probe "$leader"
   etcd_wait_healthy 30 || fail "etcd member $leader did not rejoin within 30 s"
 }
-
+# quorum_kill: etcd loses its quorum as in quorum; once the leader has paused, its host is
+# killed; the other members then start again, so that another replica leads with what etcd
+# holds. A write acknowledged while etcd had no quorum and never saved is then lost for sure
+# (with quorum alone the same replica leads again, and the job's later writes may hide it).
+fault_quorum_kill() {
+  local i
+  for i in 0 1 2; do ((i != leader)) && etcd_kill "$i"; done
+  paused() { grep -q "stopped serving until it is" "$work/server$leader.log"; }
+  wait_for 15 paused || fail "replica $leader did not pause within 15 s of etcd losing its quorum"
+  host_kill "$leader" || fail "cannot kill host $leader"
+  for i in 0 1 2; do ((i != leader)) && etcd_start "$i"; done
+  reboot_leader_host
+}
 IFS=, read -r -a fault_list <<<"$faults"
 for f in "${fault_list[@]}"; do
-  declare -F "fault_$f" >/dev/null || fail "unknown fault '$f' (stop, partition, quorum, kill)"
+  declare -F "fault_$f" >/dev/null || fail "unknown fault '$f' (stop, partition, quorum, kill, quorum_kill)"
   leads || fail "no replica leads before the fault '$f'"
   t0=$(now_ms) before=$(ok_ops)
   "fault_$f"

@@ -52,6 +52,28 @@ TEST_CASE("waiters expire, cancel, and are aborted by a new round", "[kv]") {
   CHECK(kv->size() == 0);
 }
 
+TEST_CASE("a closed store refuses every call instead of answering from its emptied keys", "[kv]") {
+  // Found by tests/jepsen/: a compare-set that found its run just before a
+  // replica cleared its state ran on the emptied store, and answered "not
+  // swapped, the key holds the expected value" (c10d's answer for an absent
+  // key) although the key held that value durably.
+  DeadlineTimer timer;
+  auto kv = std::make_shared<KvStore>("run", &timer);
+  REQUIRE(kv->Set(0, "r", "v1").ok());
+  kv->Close("this server replica stopped serving");
+  absl::StatusOr<std::pair<std::string, bool>> cas = kv->CompareSet(0, "r", "v1", "v2");
+  CHECK(absl::IsUnavailable(cas.status()));
+  CHECK(absl::StrContains(cas.status().message(), "stopped serving"));
+  CHECK(absl::IsUnavailable(kv->Set(0, "r", "v3")));
+  CHECK(absl::IsUnavailable(kv->MultiSet(0, {"a"}, {"b"})));
+  CHECK(absl::IsUnavailable(kv->Add(0, "c", 1).status()));
+  CHECK(absl::IsUnavailable(kv->Delete(0, "r").status()));
+  CHECK(absl::IsUnavailable(kv->Check(0, {"r"}).status()));
+  absl::Status read;
+  kv->Await(0, {"r"}, absl::ZeroDuration(), [&](absl::StatusOr<std::vector<std::string>> v) { read = v.status(); });
+  CHECK(absl::IsUnavailable(read));
+}
+
 TEST_CASE("add and compare-set follow c10d", "[kv]") {
   DeadlineTimer timer;
   auto kv = std::make_shared<KvStore>("run", &timer);
@@ -77,7 +99,7 @@ TEST_CASE("write-once keys (mesh/...) never change once set in a round", "[kv]")
   CHECK(absl::IsFailedPrecondition(changed));
   CHECK(absl::StrContains(changed.message(), "'mesh/m0/verdict' is write-once"));
   CHECK(absl::IsFailedPrecondition(kv->MultiSet(0, {"mesh/new", "mesh/m0/verdict"}, {"a", "b"})));
-  CHECK_FALSE(kv->Check(0, {"mesh/new"}));  // All or nothing: mesh/new was not written.
+  CHECK_FALSE(*kv->Check(0, {"mesh/new"}));  // All or nothing: mesh/new was not written.
   CHECK(absl::IsFailedPrecondition(kv->MultiSet(0, {"mesh/dup", "mesh/dup"}, {"a", "b"})));
   CHECK(kv->MultiSet(0, {"mesh/dup", "mesh/dup"}, {"a", "a"}).ok());
   // Compare-set from empty: the first proposal stays; a swap away is refused.

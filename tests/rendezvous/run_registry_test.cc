@@ -348,7 +348,7 @@ TEST_CASE("a store-only run is removed once idle for store_only_run_ttl unless a
   // The id is free: a store call makes a fresh, empty run.
   auto again = *registry.FindOrCreate("idle");
   CHECK(again != idle);
-  CHECK_FALSE(again->kv().Check(0, {"k"}));
+  CHECK_FALSE(*again->kv().Check(0, {"k"}));
 }
 
 // Joins of two-node rounds that are withdrawn before their round closes

@@ -198,7 +198,7 @@ TEST_CASE("a store write the journal refuses is answered UNAVAILABLE, changes no
   absl::Status s = run->kv().Set(0, "k", "v");
   CHECK(absl::IsUnavailable(s));
   CHECK_THAT(std::string(s.message()), Catch::Contains("not the leader"));
-  CHECK_FALSE(run->kv().Check(0, {"k"}));
+  CHECK_FALSE(*run->kv().Check(0, {"k"}));
   CHECK(hook.calls == 1);
   // Every later write too, even once etcd answers again: the replica reloads first.
   journal.FailWrites(absl::OkStatus(), false);

@@ -205,7 +205,7 @@ TEST_CASE("store keys go to the journal before they are applied and come back on
                   [&](absl::StatusOr<std::vector<std::string>> v) { values = std::move(v); });
   REQUIRE(values.ok());
   CHECK(*values == std::vector<std::string>{"nccl-id", "1", "5"});
-  CHECK_FALSE(run->kv().Check(0, {"y"}));
+  CHECK_FALSE(*run->kv().Check(0, {"y"}));
   // A read parked on the new leader completes when the key is set there.
   absl::StatusOr<std::vector<std::string>> parked = absl::UnknownError("none");
   run->kv().Await(0, {"later"}, absl::Seconds(30),
