@@ -70,6 +70,8 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
   double state_load_timeout = 120;
   std::string advertise;
   std::string state_local_member = "auto";
+  int64_t state_max_write_bytes = 1400 << 10;
+  int64_t state_max_queued_writes = 100000;
   app.add_option("--state", state_flags.url,
                  "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcds:// for TLS): keep the state in etcd v3 and run as "
                  "one of several replicas sharing it; one leads, the others stand by (docs/etcd.md). Default: in "
@@ -91,6 +93,14 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
                  "Seconds one read of the state may take when a replica starts to lead (a page of a big store; "
                  "waited for, never sent again while etcd may still work on it)")
       ->default_str("120");
+  app.add_option("--state_max_write_bytes,--state-max-write-bytes", state_max_write_bytes,
+                 "The largest store write a replica takes, bytes (keys with their etcd prefix and values): a bigger "
+                 "one is refused, naming this limit. Keep it under etcd's --max-request-bytes (1.5 MiB by default)")
+      ->default_str("1433600");
+  app.add_option("--state_max_queued_writes,--state-max-queued-writes", state_max_queued_writes,
+                 "Store writes a replica holds queued for etcd (group commit; docs/etcd.md): one more is refused "
+                 "RESOURCE_EXHAUSTED, naming this limit")
+      ->default_str("100000");
   app.add_option("--state_local_member,--state-local-member", state_local_member,
                  "The etcd member on this replica's host (auto: the first --state member whose host is this "
                  "machine's; none; or HOST:PORT): while this replica leads, etcd's own leader is moved off it, so "
@@ -165,6 +175,16 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
                    state_load_timeout);
       return 2;
     }
+    if (state_max_write_bytes < 1024) {
+      std::fprintf(stderr, "meshrun server: error: --state_max_write_bytes=%lld: must be at least 1024 bytes\n",
+                   static_cast<long long>(state_max_write_bytes));
+      return 2;
+    }
+    if (state_max_queued_writes < 1) {
+      std::fprintf(stderr, "meshrun server: error: --state_max_queued_writes=%lld: must be at least 1\n",
+                   static_cast<long long>(state_max_queued_writes));
+      return 2;
+    }
     state_flags.call_timeout = absl::Seconds(state_timeout);
     absl::StatusOr<rendezvous::state::etcd::Connection> conn = rendezvous::state::etcd::ResolveConnection(state_flags);
     if (!conn.ok()) {
@@ -183,6 +203,8 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
     ro.id = absl::StrCat(Hostname(), ":", getpid());
     ro.lease_ttl_s = state_lease_ttl;
     ro.journal.load_timeout = absl::Seconds(state_load_timeout);
+    ro.journal.max_write_bytes = state_max_write_bytes;
+    ro.journal.writer.max_queued_writes = state_max_queued_writes;
     const std::string members = ro.connection.url.MembersString();
     rendezvous::state::etcd::ReplicaHooks hooks;
     hooks.on_lead = [&serving](const std::vector<rendezvous::state::RunRecord>& records) {

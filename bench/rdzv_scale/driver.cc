@@ -311,6 +311,18 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
         res.kvset_count = k->count;
         res.kvset_p50_ms = k->p50_ms;
         res.kvset_p99_ms = k->p99_ms;
+        if (o.kvset_concurrent > 0) {
+          absl::StatusOr<ConcurrentKvSets> c = MeasureConcurrentKvSets(
+              srv.endpoint(), absl::StrCat("rdzv-scale-kvset-", tag, "-", getpid()), o.kvset_concurrent, 16);
+          if (!c.ok()) {
+            res.failure = absl::StrCat("concurrent kvset: ", c.status().message());
+            failed = true;
+            break;
+          }
+          res.kvset_concurrent = c->count;
+          res.kvset_concurrent_all_ms = c->all_ms;
+          res.kvset_concurrent_p50_ms = c->p50_ms;
+        }
         // Its connection and requests belong to no phase.
         counters_before = ReadCounters(srv);
       }

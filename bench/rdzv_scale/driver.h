@@ -37,6 +37,9 @@ struct DriverOptions {
   // Then, every agent still connected: this many KvSets of one store
   // client, one at a time, timed (kvset_latency.h); 0: none.
   int kvset_count = 200;
+  // Then this many KvSets at once over 16 connections
+  // (MeasureConcurrentKvSets); 0: none.
+  int kvset_concurrent = 1000;
   // Diagnostic: connect and leave only (no join, no exit barrier), to see
   // what the server holds per connection alone.
   bool connect_only = false;
@@ -103,6 +106,10 @@ struct RunResult {
   int kvset_count = 0;
   double kvset_p50_ms = 0;
   double kvset_p99_ms = 0;
+  // The concurrent KvSets (DriverOptions::kvset_concurrent; 0: not measured).
+  int kvset_concurrent = 0;
+  double kvset_concurrent_all_ms = 0;
+  double kvset_concurrent_p50_ms = 0;
 };
 
 // Runs one measured run of `n` agents. Never throws; a failure is in the

@@ -103,6 +103,11 @@ int main(int argc, char** argv) {
                  "0: none)")
       ->default_str("200")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--kvset_concurrent", o.kvset_concurrent,
+                 "KvSets sent at once over 16 connections after the timed ones (all answered: first send to last "
+                 "answer; 0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   double steady_wait = 3;
   app.add_option("--steady_wait", steady_wait,
                  "Seconds after the round closed before the server's steady memory is read (agents still connected)")
@@ -212,6 +217,10 @@ int main(int argc, char** argv) {
           if (r.phases.count(p)) std::fprintf(stderr, " %s=%.3fs", p.c_str(), r.phases.at(p).seconds);
         }
         if (r.kvset_count > 0) std::fprintf(stderr, " kvset_p50=%.3fms kvset_p99=%.3fms", r.kvset_p50_ms, r.kvset_p99_ms);
+        if (r.kvset_concurrent > 0) {
+          std::fprintf(stderr, " kvset_concurrent=%d all=%.1fms p50=%.1fms", r.kvset_concurrent,
+                       r.kvset_concurrent_all_ms, r.kvset_concurrent_p50_ms);
+        }
         std::fprintf(stderr, " rss_idle=%.1fMiB joined=%.1fMiB steady=%.1fMiB peak=%.1fMiB after=%.1fMiB hb_failed=%lld%s%s lost=%lld%s%s\n",
                      r.rss_idle_kib / 1024.0, r.rss_joined_kib / 1024.0, r.rss_steady_kib / 1024.0, r.rss_peak_kib / 1024.0,
                      r.rss_after_kib / 1024.0, static_cast<long long>(r.heartbeats_failed),

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "rendezvous/grpc/reactors.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -41,10 +42,7 @@ class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
                               ? absl::InvalidArgumentError(absl::StrCat(
                                     "batch item ", i, ": ", item.set_keys_size(), " set keys but ",
                                     item.set_values_size(), " values"))
-                              : kv_->MultiSet(item.round(),
-                                              std::vector<std::string>(item.set_keys().begin(), item.set_keys().end()),
-                                              std::vector<std::string>(item.set_values().begin(),
-                                                                       item.set_values().end()));
+                              : ApplySets(item);
         if (!st.ok()) {
           Answer(i, st);
           continue;
@@ -107,6 +105,16 @@ class KvBatchReactor : public grpc::ServerWriteReactor<pb::KvBatchResponse> {
   }
 
  private:
+  // Applies the item's sets: a refusal at once; else OK, and the item's
+  // read after them is answered once they are saved (or fails with them).
+  absl::Status ApplySets(const pb::KvBatchItem& item) {
+    auto outcome = std::make_shared<WriteOutcome>();
+    kv_->MultiSet(item.round(), std::vector<std::string>(item.set_keys().begin(), item.set_keys().end()),
+                  std::vector<std::string>(item.set_values().begin(), item.set_values().end()),
+                  [outcome](absl::Status s) { outcome->Set(std::move(s)); });
+    return outcome->Get();
+  }
+
   void Answer(int index, absl::StatusOr<std::vector<std::string>> values) {
     pb::KvBatchAnswer r;
     r.set_index(index);

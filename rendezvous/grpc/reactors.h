@@ -9,10 +9,30 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "rendezvous/policy/memory_budget.h"
 
 namespace meshrun::rendezvous {
+
+// The outcome of a store write whose answer may come later, on another
+// thread (KvStore answers a write once it is saved). Read right after the
+// call, it tells a refusal at once (OK: applied, or answered OK).
+class WriteOutcome {
+ public:
+  void Set(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    status_ = std::move(s);
+  }
+  absl::Status Get() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
 
 // A unary reactor that the domain answers later, from any thread, exactly
 // once; on client cancellation it runs `on_cancel` (which should lead to an

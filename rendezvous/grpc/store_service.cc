@@ -12,11 +12,41 @@ namespace pb = ::meshrun::v1;
 using wire::ToGrpc;
 using M = ServiceCore::Method;
 
+namespace {
+
+// A store call answered when the store answers it (at once, or once the
+// writes it saw are saved): `fill` writes the result into the response
+// unless the call was cancelled meanwhile (its response is gone then).
+template <typename T, typename Fill>
+absl::AnyInvocable<void(absl::StatusOr<T>)> AnswerLater(ServiceCore* core, M method,
+                                                       std::shared_ptr<ParkedReactor> reactor, Fill fill) {
+  return [core, method, reactor = std::move(reactor), fill = std::move(fill)](absl::StatusOr<T> result) mutable {
+    const grpc::Status status = ToGrpc(result.status());
+    core->Count(method, status);
+    if (!reactor->Claim()) return;
+    if (result.ok()) fill(*result);
+    reactor->Finish(status);
+  };
+}
+
+absl::AnyInvocable<void(absl::Status)> StatusLater(ServiceCore* core, M method,
+                                                   std::shared_ptr<ParkedReactor> reactor) {
+  return [core, method, reactor = std::move(reactor)](absl::Status s) {
+    const grpc::Status status = ToGrpc(s);
+    core->Count(method, status);
+    reactor->Complete(status);
+  };
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* StoreService::KvSet(grpc::CallbackServerContext* ctx,
                                                    const pb::KvSetRequest* req, pb::KvSetResponse*) {
   absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), 0);
   if (!run.ok()) return core_->Reply(M::kKvSet, ctx, ToGrpc(run.status()));
-  return core_->Reply(M::kKvSet, ctx, ToGrpc((*run)->kv().Set(req->round(), req->key(), req->value())));
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  (*run)->kv().Set(req->round(), req->key(), req->value(), StatusLater(core_, M::kKvSet, reactor));
+  return reactor.get();
 }
 
 namespace {
@@ -56,9 +86,10 @@ grpc::ServerUnaryReactor* StoreService::KvAdd(grpc::CallbackServerContext* ctx,
                                                    const pb::KvAddRequest* req, pb::KvAddResponse* resp) {
   absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), 0);
   if (!run.ok()) return core_->Reply(M::kKvAdd, ctx, ToGrpc(run.status()));
-  absl::StatusOr<int64_t> v = (*run)->kv().Add(req->round(), req->key(), req->delta());
-  if (v.ok()) resp->set_value(*v);
-  return core_->Reply(M::kKvAdd, ctx, ToGrpc(v.status()));
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  (*run)->kv().Add(req->round(), req->key(), req->delta(),
+                   AnswerLater<int64_t>(core_, M::kKvAdd, reactor, [resp](int64_t v) { resp->set_value(v); }));
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* StoreService::KvCompareSet(grpc::CallbackServerContext* ctx,
@@ -66,13 +97,14 @@ grpc::ServerUnaryReactor* StoreService::KvCompareSet(grpc::CallbackServerContext
                                                           pb::KvCompareSetResponse* resp) {
   absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), 0);
   if (!run.ok()) return core_->Reply(M::kKvCompareSet, ctx, ToGrpc(run.status()));
-  absl::StatusOr<std::pair<std::string, bool>> r =
-      (*run)->kv().CompareSet(req->round(), req->key(), req->expected(), req->desired());
-  if (r.ok()) {
-    resp->set_value(std::move(r->first));
-    resp->set_swapped(r->second);
-  }
-  return core_->Reply(M::kKvCompareSet, ctx, ToGrpc(r.status()));
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  (*run)->kv().CompareSet(req->round(), req->key(), req->expected(), req->desired(),
+                          AnswerLater<std::pair<std::string, bool>>(
+                              core_, M::kKvCompareSet, reactor, [resp](std::pair<std::string, bool>& r) {
+                                resp->set_value(std::move(r.first));
+                                resp->set_swapped(r.second);
+                              }));
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* StoreService::KvCheck(grpc::CallbackServerContext* ctx,
@@ -80,9 +112,10 @@ grpc::ServerUnaryReactor* StoreService::KvCheck(grpc::CallbackServerContext* ctx
   absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), req->keys_size());
   if (!run.ok()) return core_->Reply(M::kKvCheck, ctx, ToGrpc(run.status()));
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  absl::StatusOr<bool> present = (*run)->kv().Check(req->round(), keys);
-  if (present.ok()) resp->set_all_present(*present);
-  return core_->Reply(M::kKvCheck, ctx, ToGrpc(present.status()));
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  (*run)->kv().Check(req->round(), keys,
+                     AnswerLater<bool>(core_, M::kKvCheck, reactor, [resp](bool all) { resp->set_all_present(all); }));
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* StoreService::KvDelete(grpc::CallbackServerContext* ctx,
@@ -90,9 +123,10 @@ grpc::ServerUnaryReactor* StoreService::KvDelete(grpc::CallbackServerContext* ct
                                                       pb::KvDeleteResponse* resp) {
   absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), 0);
   if (!run.ok()) return core_->Reply(M::kKvDelete, ctx, ToGrpc(run.status()));
-  absl::StatusOr<bool> deleted = (*run)->kv().Delete(req->round(), req->key());
-  if (deleted.ok()) resp->set_deleted(*deleted);
-  return core_->Reply(M::kKvDelete, ctx, ToGrpc(deleted.status()));
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  (*run)->kv().Delete(req->round(), req->key(),
+                      AnswerLater<bool>(core_, M::kKvDelete, reactor, [resp](bool d) { resp->set_deleted(d); }));
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* StoreService::KvMultiGet(grpc::CallbackServerContext* ctx,
@@ -101,10 +135,15 @@ grpc::ServerUnaryReactor* StoreService::KvMultiGet(grpc::CallbackServerContext* 
   absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), req->keys_size());
   if (!run.ok()) return core_->Reply(M::kKvMultiGet, ctx, ToGrpc(run.status()));
   if (!req->set_keys().empty()) {
-    absl::Status st = (*run)->kv().MultiSet(
-        req->round(), std::vector<std::string>(req->set_keys().begin(), req->set_keys().end()),
-        std::vector<std::string>(req->set_values().begin(), req->set_values().end()));
-    if (!st.ok()) return core_->Reply(M::kKvMultiGet, ctx, ToGrpc(st));
+    // Refused at once, or applied: the read below is answered only once
+    // these sets are saved (or fails with their error).
+    auto outcome = std::make_shared<WriteOutcome>();
+    (*run)->kv().MultiSet(req->round(), std::vector<std::string>(req->set_keys().begin(), req->set_keys().end()),
+                          std::vector<std::string>(req->set_values().begin(), req->set_values().end()),
+                          [outcome](absl::Status s) { outcome->Set(std::move(s)); });
+    if (absl::Status refused = outcome->Get(); !refused.ok()) {
+      return core_->Reply(M::kKvMultiGet, ctx, ToGrpc(refused));
+    }
   }
   return AwaitKeys(
       *run, req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()), req->wait_ms(),
@@ -119,10 +158,11 @@ grpc::ServerUnaryReactor* StoreService::KvMultiSet(grpc::CallbackServerContext* 
                                                         pb::KvMultiSetResponse*) {
   absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), 0);
   if (!run.ok()) return core_->Reply(M::kKvMultiSet, ctx, ToGrpc(run.status()));
-  absl::Status st = (*run)->kv().MultiSet(req->round(),
-                                          std::vector<std::string>(req->keys().begin(), req->keys().end()),
-                                          std::vector<std::string>(req->values().begin(), req->values().end()));
-  return core_->Reply(M::kKvMultiSet, ctx, ToGrpc(st));
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  (*run)->kv().MultiSet(req->round(), std::vector<std::string>(req->keys().begin(), req->keys().end()),
+                        std::vector<std::string>(req->values().begin(), req->values().end()),
+                        StatusLater(core_, M::kKvMultiSet, reactor));
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* StoreService::KvWait(grpc::CallbackServerContext* ctx,

@@ -14,14 +14,25 @@ void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int
   incarnation_ = incarnation;
   on_durability_lost_ = std::move(on_durability_lost);
   if (journal == nullptr) return;
-  // The store's writes go to the journal before they are applied. A write
+  // The store's writes are queued to the journal (group commit) as they
+  // are applied, and answered once saved (KvStore::SetDurability). A write
   // that fails (or whose outcome is unknown) loses the run's durability as
-  // a failed save does; the store's lock is held here, so the run's own
-  // lock is not taken (the outbox learns it from durability_lost_).
+  // a failed save does; the store's lock is held when the hook is called,
+  // so the run's own lock is not taken (the outbox learns it from
+  // durability_lost_).
+  auto lose = [id = run_id_, lost = durability_lost_, on_lost = on_durability_lost_](const absl::Status& s) {
+    lost->store(true);
+    const absl::Status unavailable = absl::UnavailableError(
+        absl::StrCat("run '", id.substr(0, 64), "': a store write could not be saved (", s.message(),
+                     "); this server replica stops serving until its state is loaded again"));
+    Logger("rdzv")->error("{}", std::string(unavailable.message()));
+    if (on_lost) on_lost(unavailable);
+    return unavailable;
+  };
   kv_->SetDurability(
-      [journal, id = run_id_, incarnation, closed = journal_closed_, lost = durability_lost_,
-       on_lost = on_durability_lost_](int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
-                                      const std::vector<std::string>& erase) {
+      [journal, id = run_id_, incarnation, closed = journal_closed_, lost = durability_lost_, lose](
+          int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
+          const std::vector<std::string>& erase, KvStore::SavedCallback saved) -> absl::StatusOr<bool> {
         if (closed->load()) {
           return absl::UnavailableError(absl::StrCat("run '", id.substr(0, 64), "' was removed: the write is refused"));
         }
@@ -30,18 +41,18 @@ void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int
                                                      "': this server replica lost its state's durability and "
                                                      "stops serving it until the state is loaded again"));
         }
-        absl::Status s = journal->SaveKeys(id, incarnation, round, set, erase);
-        if (s.ok()) return s;
-        // Refused for what it is (too big for etcd's limits): nothing was
-        // written and nothing changes; the caller hears why.
-        if (absl::IsInvalidArgument(s) || absl::IsResourceExhausted(s)) return s;
-        lost->store(true);
-        const absl::Status unavailable = absl::UnavailableError(
-            absl::StrCat("run '", id.substr(0, 64), "': a store write could not be saved (", s.message(),
-                         "); this server replica stops serving until its state is loaded again"));
-        Logger("rdzv")->error("{}", std::string(unavailable.message()));
-        if (on_lost) on_lost(unavailable);
-        return unavailable;
+        absl::StatusOr<bool> queued = journal->SaveKeysAsync(
+            id, incarnation, round, set, erase, [saved = std::move(saved), lose](absl::Status s) mutable {
+              saved(s.ok() ? s : lose(s));
+            });
+        if (queued.ok()) return queued;
+        // Refused for what it is (too big for etcd's limits, the writer's
+        // queue full): nothing was written and nothing changes; the caller
+        // hears why.
+        if (absl::IsInvalidArgument(queued.status()) || absl::IsResourceExhausted(queued.status())) {
+          return queued.status();
+        }
+        return lose(queued.status());
       },
       [journal, id = run_id_, incarnation, closed = journal_closed_](int64_t round) {
         if (closed->load()) return;

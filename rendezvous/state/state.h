@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -119,6 +120,20 @@ class RunJournal {
   virtual absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                                 const std::vector<std::pair<std::string, std::string>>& set,
                                 const std::vector<std::string>& erase) = 0;
+  // SaveKeys without waiting (group commit), called the same way. Returns
+  // true when the write is saved already (`saved` is not called); false
+  // when `saved` will be called, on another thread and never under a lock
+  // of the caller's, once the write is saved (OK) or failed (its outcome
+  // may be unknown); an error when refused (nothing written, `saved` never
+  // called). The default saves at once with SaveKeys.
+  using SavedCallback = absl::AnyInvocable<void(absl::Status)>;
+  virtual absl::StatusOr<bool> SaveKeysAsync(const std::string& run_id, int64_t incarnation, int64_t round,
+                                             const std::vector<std::pair<std::string, std::string>>& set,
+                                             const std::vector<std::string>& erase, SavedCallback saved) {
+    (void)saved;
+    if (absl::Status s = SaveKeys(run_id, incarnation, round, set, erase); !s.ok()) return s;
+    return true;
+  }
   // Drops the run's keys of rounds below `round` (a new round closed).
   virtual absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) = 0;
   // Every run's latest record, with its store's keys (those of the

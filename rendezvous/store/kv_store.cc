@@ -18,6 +18,15 @@ KvStore::KvStore(std::string label, DeadlineTimer* timer, const ServerLimits& li
       budget_(budget) {}
 
 KvStore::~KvStore() {
+  // Answers still held (writes not saved yet): nobody is left to answer
+  // from; the callers hear that the run is gone.
+  Ready ready;
+  for (auto& [seq, answer] : held_) {
+    ready.emplace_back(std::move(answer), absl::UnavailableError(absl::StrCat(
+                                              "run '", label_.substr(0, 64), "' was removed before its write was saved")));
+  }
+  held_.clear();
+  Deliver(ready);
   absl::MutexLock lock(&mu_);
   server_bytes_->fetch_sub(bytes_);
   if (budget_ != nullptr) {
@@ -144,135 +153,193 @@ void KvStore::SetLocked(int64_t round, const std::string& key, std::string value
   }
 }
 
-absl::Status KvStore::Set(int64_t round, const std::string& key, std::string value) {
-  Fire fire;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = ClosedLocked(); !s.ok()) return s;
-    if (absl::Status s = CheckWriteOnceLocked(round, key, &value, "set"); !s.ok()) return s;
-    if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
-    if (write_hook_) {
-      if (absl::Status s = DurableLocked(round, {{key, value}}, {}); !s.ok()) return s;
+template <typename T>
+KvStore::Answer KvStore::Give(ResultCallback<T> done, T result, Fire fire) {
+  return [done = std::move(done), result = std::move(result), fire = std::move(fire)](
+             const absl::Status& failure) mutable {
+    if (!failure.ok()) {
+      for (auto& f : fire) f.second = failure;
+      Run(fire);
+      done(failure);
+      return;
     }
-    SetLocked(round, key, std::move(value), fire);
-    SyncKeyChargeLocked();
-  }
-  Run(fire);
-  return absl::OkStatus();
+    Run(fire);
+    done(std::move(result));
+  };
 }
 
-absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& keys,
-                               std::vector<std::string> values) {
-  if (keys.size() != values.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("multi_set: ", keys.size(), " keys but ", values.size(), " values"));
-  }
-  Fire fire;
+KvStore::Answer KvStore::Give(StatusCallback done, Fire fire) {
+  return [done = std::move(done), fire = std::move(fire)](const absl::Status& failure) mutable {
+    if (!failure.ok()) {
+      for (auto& f : fire) f.second = failure;
+    }
+    Run(fire);
+    done(failure);
+  };
+}
+
+void KvStore::Set(int64_t round, const std::string& key, std::string value, StatusCallback done) {
+  Ready ready;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = ClosedLocked(); !s.ok()) return s;
+    refused = ClosedLocked();
+    if (refused.ok()) refused = CheckWriteOnceLocked(round, key, &value, "set");
+    if (refused.ok()) refused = CheckWritesLocked(round, {{&key, value.size()}});
+    if (refused.ok() && write_hook_) refused = SaveLocked(round, {{key, value}}, {});
+    if (refused.ok()) {
+      Fire fire;
+      SetLocked(round, key, std::move(value), fire);
+      AnswerLocked(Give(std::move(done), std::move(fire)), ready);
+    }
+    SyncKeyChargeLocked();
+  }
+  if (!refused.ok()) return done(refused);
+  Deliver(ready);
+}
+
+void KvStore::MultiSet(int64_t round, const std::vector<std::string>& keys, std::vector<std::string> values,
+                       StatusCallback done) {
+  if (keys.size() != values.size()) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("multi_set: ", keys.size(), " keys but ", values.size(), " values")));
+  }
+  Ready ready;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    refused = ClosedLocked();
     std::vector<std::pair<const std::string*, size_t>> writes;
     writes.reserve(keys.size());
     absl::flat_hash_map<absl::string_view, const std::string*> once;  // Write-once keys of this request.
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (absl::Status s = CheckWriteOnceLocked(round, keys[i], &values[i], "multi_set"); !s.ok()) return s;
-      if (IsWriteOnceKey(keys[i])) {
+    for (size_t i = 0; i < keys.size() && refused.ok(); ++i) {
+      refused = CheckWriteOnceLocked(round, keys[i], &values[i], "multi_set");
+      if (refused.ok() && IsWriteOnceKey(keys[i])) {
         auto [it, fresh] = once.emplace(keys[i], &values[i]);
         if (!fresh && *it->second != values[i]) {
-          return absl::FailedPreconditionError(absl::StrCat("multi_set: write-once key '", keys[i].substr(0, 128),
-                                                            "' is given two different values"));
+          refused = absl::FailedPreconditionError(absl::StrCat("multi_set: write-once key '", keys[i].substr(0, 128),
+                                                               "' is given two different values"));
         }
       }
       writes.emplace_back(&keys[i], values[i].size());
     }
-    if (absl::Status s = CheckWritesLocked(round, writes); !s.ok()) return s;
-    if (write_hook_) {
+    if (refused.ok()) refused = CheckWritesLocked(round, writes);
+    if (refused.ok() && write_hook_) {
       std::vector<std::pair<std::string, std::string>> set;
+      set.reserve(keys.size());
       for (size_t i = 0; i < keys.size(); ++i) set.emplace_back(keys[i], values[i]);
-      if (absl::Status s = DurableLocked(round, std::move(set), {}); !s.ok()) return s;
+      refused = SaveLocked(round, std::move(set), {});
     }
-    for (size_t i = 0; i < keys.size(); ++i) SetLocked(round, keys[i], std::move(values[i]), fire);
+    if (refused.ok()) {
+      Fire fire;
+      for (size_t i = 0; i < keys.size(); ++i) SetLocked(round, keys[i], std::move(values[i]), fire);
+      AnswerLocked(Give(std::move(done), std::move(fire)), ready);
+    }
     SyncKeyChargeLocked();
   }
-  Run(fire);
-  return absl::OkStatus();
+  if (!refused.ok()) return done(refused);
+  Deliver(ready);
 }
 
-absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int64_t delta) {
-  Fire fire;
-  int64_t result = 0;
+void KvStore::Add(int64_t round, const std::string& key, int64_t delta, ResultCallback<int64_t> done) {
+  Ready ready;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = ClosedLocked(); !s.ok()) return s;
-    auto it = data_.find(Key{round, key});
+    refused = ClosedLocked();
     int64_t current = 0;
-    if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "add: key '", key, "' holds a value that is not an integer"));
+    int64_t result = 0;
+    auto it = data_.find(Key{round, key});
+    if (refused.ok() && it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
+      refused = absl::FailedPreconditionError(
+          absl::StrCat("add: key '", key.substr(0, 64), "' holds a value that is not an integer"));
     }
-    if (__builtin_add_overflow(current, delta, &result)) {
-      return absl::InvalidArgumentError(absl::StrCat("add: key '", key.substr(0, 64), "' holds ", current,
-                                                     "; adding ", delta, " overflows a 64-bit integer"));
+    if (refused.ok() && __builtin_add_overflow(current, delta, &result)) {
+      refused = absl::InvalidArgumentError(absl::StrCat("add: key '", key.substr(0, 64), "' holds ", current,
+                                                        "; adding ", delta, " overflows a 64-bit integer"));
     }
     std::string text = absl::StrCat(result);
-    if (absl::Status s = CheckWriteOnceLocked(round, key, &text, "add"); !s.ok()) return s;
-    if (absl::Status s = CheckWritesLocked(round, {{&key, text.size()}}); !s.ok()) return s;
-    if (write_hook_) {
-      if (absl::Status s = DurableLocked(round, {{key, text}}, {}); !s.ok()) return s;
+    if (refused.ok()) refused = CheckWriteOnceLocked(round, key, &text, "add");
+    if (refused.ok()) refused = CheckWritesLocked(round, {{&key, text.size()}});
+    if (refused.ok() && write_hook_) refused = SaveLocked(round, {{key, text}}, {});
+    if (refused.ok()) {
+      Fire fire;
+      SetLocked(round, key, std::move(text), fire);
+      AnswerLocked(Give(std::move(done), result, std::move(fire)), ready);
     }
-    SetLocked(round, key, std::move(text), fire);
     SyncKeyChargeLocked();
   }
-  Run(fire);
-  return result;
+  if (!refused.ok()) return done(refused);
+  Deliver(ready);
 }
 
-absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, const std::string& key,
-                                                                 const std::string& expected, std::string desired) {
-  Fire fire;
-  std::pair<std::string, bool> out;
+void KvStore::CompareSet(int64_t round, const std::string& key, const std::string& expected, std::string desired,
+                         ResultCallback<std::pair<std::string, bool>> done) {
+  Ready ready;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = ClosedLocked(); !s.ok()) return s;
+    refused = ClosedLocked();
     auto it = data_.find(Key{round, key});
-    bool match = (it == data_.end()) ? expected.empty() : it->second == expected;
-    if (match) {
-      if (absl::Status s = CheckWriteOnceLocked(round, key, &desired, "compare_set"); !s.ok()) return s;
-      if (absl::Status s = CheckWritesLocked(round, {{&key, desired.size()}}); !s.ok()) return s;
-      if (write_hook_) {
-        if (absl::Status s = DurableLocked(round, {{key, desired}}, {}); !s.ok()) return s;
+    const bool match = (it == data_.end()) ? expected.empty() : it->second == expected;
+    if (refused.ok() && !match) {
+      // A read. c10d: an absent key with a non-empty expectation returns `expected`.
+      std::pair<std::string, bool> out{it == data_.end() ? expected : it->second, false};
+      AnswerLocked(Give(std::move(done), std::move(out)), ready);
+    } else if (refused.ok()) {
+      refused = CheckWriteOnceLocked(round, key, &desired, "compare_set");
+      if (refused.ok()) refused = CheckWritesLocked(round, {{&key, desired.size()}});
+      if (refused.ok() && write_hook_) refused = SaveLocked(round, {{key, desired}}, {});
+      if (refused.ok()) {
+        Fire fire;
+        std::pair<std::string, bool> out{desired, true};
+        SetLocked(round, key, std::move(desired), fire);
+        AnswerLocked(Give(std::move(done), std::move(out), std::move(fire)), ready);
       }
-      out = {desired, true};
-      SetLocked(round, key, std::move(desired), fire);
       SyncKeyChargeLocked();
-    } else {
-      // c10d: an absent key with a non-empty expectation returns `expected`.
-      out = {it == data_.end() ? expected : it->second, false};
     }
   }
-  Run(fire);
-  return out;
+  if (!refused.ok()) return done(refused);
+  Deliver(ready);
 }
 
-absl::StatusOr<bool> KvStore::Check(int64_t round, const std::vector<std::string>& keys) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = ClosedLocked(); !s.ok()) return s;
-  return std::all_of(keys.begin(), keys.end(),
-                     [&](const std::string& k) { return data_.contains(Key{round, k}); });
-}
-
-absl::StatusOr<bool> KvStore::Delete(int64_t round, const std::string& key) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = ClosedLocked(); !s.ok()) return s;
-  auto it = data_.find(Key{round, key});
-  if (it == data_.end()) return false;
-  if (absl::Status s = CheckWriteOnceLocked(round, key, nullptr, "delete"); !s.ok()) return s;
-  if (write_hook_) {
-    if (absl::Status s = DurableLocked(round, {}, {key}); !s.ok()) return s;
+void KvStore::Check(int64_t round, const std::vector<std::string>& keys, ResultCallback<bool> done) {
+  Ready ready;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    refused = ClosedLocked();
+    if (refused.ok()) {
+      const bool all = std::all_of(keys.begin(), keys.end(),
+                                   [&](const std::string& k) { return data_.contains(Key{round, k}); });
+      AnswerLocked(Give(std::move(done), all), ready);
+    }
   }
-  EraseLocked(it);
-  SyncKeyChargeLocked();
-  return true;
+  if (!refused.ok()) return done(refused);
+  Deliver(ready);
+}
+
+void KvStore::Delete(int64_t round, const std::string& key, ResultCallback<bool> done) {
+  Ready ready;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    refused = ClosedLocked();
+    auto it = data_.find(Key{round, key});
+    if (refused.ok() && it == data_.end()) {
+      AnswerLocked(Give(std::move(done), false), ready);  // A read: nothing to delete.
+    } else if (refused.ok()) {
+      refused = CheckWriteOnceLocked(round, key, nullptr, "delete");
+      if (refused.ok() && write_hook_) refused = SaveLocked(round, {}, {key});
+      if (refused.ok()) {
+        EraseLocked(it);
+        SyncKeyChargeLocked();
+        AnswerLocked(Give(std::move(done), true), ready);
+      }
+    }
+  }
+  if (!refused.ok()) return done(refused);
+  Deliver(ready);
 }
 
 KvStore::WaiterId KvStore::Await(int64_t round, std::vector<std::string> keys, absl::Duration wait,
@@ -310,10 +377,24 @@ KvStore::WaiterId KvStore::Await(int64_t round, std::vector<std::string> keys, a
         if (absent.size() < 8) absent.push_back(k);
       }
     }
-    if (missing == 0) {
-      immediate = ValuesLocked(round, keys);
-    } else if (wait <= absl::ZeroDuration()) {
-      immediate = absl::NotFoundError(absl::StrCat("key(s) not set: ", absl::StrJoin(absent, ", ")));
+    if (missing == 0 || wait <= absl::ZeroDuration()) {
+      // A read: answered once every write it may have seen is saved.
+      absl::StatusOr<std::vector<std::string>> values =
+          missing == 0 ? absl::StatusOr<std::vector<std::string>>(ValuesLocked(round, keys))
+                       : absl::NotFoundError(absl::StrCat("key(s) not set: ", absl::StrJoin(absent, ", ")));
+      Ready ready;
+      AnswerLocked(
+          [done = std::move(done), values = std::move(values)](const absl::Status& failure) mutable {
+            if (failure.ok()) {
+              done(std::move(values));
+            } else {
+              done(failure);
+            }
+          },
+          ready);
+      lock.Release();
+      Deliver(ready);
+      return 0;
     } else if (absl::Status s = budget_ == nullptr ? absl::OkStatus()
                                 : budget_->Charge(HeldKind::kParkedWait, 1, kParkedWaitCost, claimant(),
                                                   absl::StrCat("a parked store read in run '", label_.substr(0, 64), "'"));
@@ -387,10 +468,13 @@ void KvStore::Cancel(WaiterId id) {
 }
 
 void KvStore::Close(const std::string& why) {
+  Ready ready;
   {
     absl::MutexLock lock(&mu_);
     closed_ = why;
+    FailHeldLocked(absl::UnavailableError(why), ready);
   }
+  Deliver(ready);
   AbortBelow(INT64_MAX, why);
 }
 

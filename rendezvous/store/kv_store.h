@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -51,25 +52,42 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // in a round: a write of another value (Set, MultiSet, Add, a CompareSet
   // that would swap) and a Delete are refused FAILED_PRECONDITION naming
   // the key, and change nothing; a write of the same value succeeds.
+  //
+  // Each has two forms. The one with `done` never waits: it answers
+  // through `done`, once (on this thread when it can at once, else on the
+  // thread that saves the store's writes: see SetDurability). The one
+  // without waits for that answer and returns it.
+  using StatusCallback = absl::AnyInvocable<void(absl::Status)>;
+  template <typename T>
+  using ResultCallback = absl::AnyInvocable<void(absl::StatusOr<T>)>;
+
+  void Set(int64_t round, const std::string& key, std::string value, StatusCallback done);
   absl::Status Set(int64_t round, const std::string& key, std::string value);
   // All or nothing: every key is checked before any is written.
-  absl::Status MultiSet(int64_t round, const std::vector<std::string>& keys,
-                        std::vector<std::string> values);
+  void MultiSet(int64_t round, const std::vector<std::string>& keys, std::vector<std::string> values,
+                StatusCallback done);
+  absl::Status MultiSet(int64_t round, const std::vector<std::string>& keys, std::vector<std::string> values);
   // FAILED_PRECONDITION when the stored value is not a decimal integer;
   // INVALID_ARGUMENT when the sum does not fit in 64 bits.
+  void Add(int64_t round, const std::string& key, int64_t delta, ResultCallback<int64_t> done);
   absl::StatusOr<int64_t> Add(int64_t round, const std::string& key, int64_t delta);
-  // Returns (stored value afterwards, swapped).
+  // Answers (stored value afterwards, swapped).
+  void CompareSet(int64_t round, const std::string& key, const std::string& expected, std::string desired,
+                  ResultCallback<std::pair<std::string, bool>> done);
   absl::StatusOr<std::pair<std::string, bool>> CompareSet(int64_t round, const std::string& key,
                                                           const std::string& expected, std::string desired);
+  void Check(int64_t round, const std::vector<std::string>& keys, ResultCallback<bool> done);
   absl::StatusOr<bool> Check(int64_t round, const std::vector<std::string>& keys);
   // True when the key existed (and is now gone).
+  void Delete(int64_t round, const std::string& key, ResultCallback<bool> done);
   absl::StatusOr<bool> Delete(int64_t round, const std::string& key);
 
   // Answers `done` with the values of `keys` once all are set: at once (on
   // this thread) when they already are; NOT_FOUND at once when `wait` is zero
   // and a key is missing; else parks a waiter until they are set (on the
   // setter's thread) or `wait` passes (on the timer thread). Returns the
-  // waiter's id (0 when answered at once) for Cancel. Refused at once
+  // waiter's id (0 when answered at once, or once the writes it read are
+  // saved) for Cancel. Refused at once
   // (through `done`): a key longer than max_key_bytes or more keys than
   // max_keys_per_run (INVALID_ARGUMENT), `wait` beyond max_wait
   // (INVALID_ARGUMENT), max_waiters_per_run waiters parked already
@@ -97,12 +115,27 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // Durable keys (a replicated server: rendezvous/state/state.h). `write`
   // is called with every write that passed the checks - the keys set with
   // their values, the keys deleted - under the store's lock, before it is
-  // applied, answered or wakes a parked read; when it fails the write is
-  // refused with its error and nothing changes. `drop` is told the round
-  // below which keys were dropped (DropRoundsBelow). Set both before the
-  // store is shared; unset (the default): nothing is called.
-  using WriteHook = std::function<absl::Status(int64_t round, const std::vector<std::pair<std::string, std::string>>& set,
-                                               const std::vector<std::string>& erase)>;
+  // applied; it must not wait for I/O. It returns true when the write is
+  // saved already, false when it will call `saved` later (on another
+  // thread, with none of its locks held) once the write is saved or failed,
+  // or an error: the write is refused with it and nothing changes.
+  //
+  // A write that is not saved yet is applied at once, so that the writes
+  // after it (a compare-set, an add) see it, but nothing that saw it is
+  // answered before it is saved: its own answer, the parked reads it
+  // completes, and every read or write after it wait until every write
+  // before them is saved (saves complete in the order `write` was called).
+  // A write that fails closes the store (as Close) with UNAVAILABLE naming
+  // why: every call waiting on it or after it is answered so, since what
+  // the store holds is no longer what was saved.
+  //
+  // `drop` is told the round below which keys were dropped
+  // (DropRoundsBelow). Set both before the store is shared; unset (the
+  // default): every write is saved at once.
+  using SavedCallback = absl::AnyInvocable<void(absl::Status)>;
+  using WriteHook = std::function<absl::StatusOr<bool>(int64_t round,
+                                                       const std::vector<std::pair<std::string, std::string>>& set,
+                                                       const std::vector<std::string>& erase, SavedCallback saved)>;
   void SetDurability(WriteHook write, std::function<void(int64_t round)> drop) {
     write_hook_ = std::move(write);
     drop_hook_ = std::move(drop);
@@ -161,11 +194,27 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   void AbortBelow(int64_t round, const std::string& why);
   static void Run(Fire& fire);
 
-  // Calls write_hook_ (when set) for one write.
-  absl::Status DurableLocked(int64_t round, std::vector<std::pair<std::string, std::string>> set,
-                             std::vector<std::string> erase) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return write_hook_ ? write_hook_(round, set, erase) : absl::OkStatus();
-  }
+  // An answer held until the writes before it are saved: called with OK to
+  // give the caller its result, or with the error that replaces it.
+  using Answer = absl::AnyInvocable<void(const absl::Status&)>;
+  using Ready = std::vector<std::pair<Answer, absl::Status>>;
+  // Calls write_hook_ (when set) for one write about to be applied: OK
+  // when it may be applied (saved, or to be saved), else why it is refused.
+  absl::Status SaveLocked(int64_t round, std::vector<std::pair<std::string, std::string>> set,
+                          std::vector<std::string> erase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `answer` once every write applied so far is saved: into `ready` now,
+  // or held until then.
+  void AnswerLocked(Answer answer, Ready& ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The write_hook_'s word on the write numbered `seq`.
+  void Saved(uint64_t seq, const absl::Status& status);
+  // Fails every held answer with `why` (the store is closed).
+  void FailHeldLocked(const absl::Status& why, Ready& ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Deliver(Ready& ready);
+  // `done` given the result, or the error that replaces it.
+  template <typename T>
+  static Answer Give(ResultCallback<T> done, T result, Fire fire = {});
+  static Answer Give(StatusCallback done, Fire fire);
+
   WriteHook write_hook_;
   std::function<void(int64_t)> drop_hook_;
 
@@ -180,6 +229,11 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   WaiterId next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<std::string> closed_ ABSL_GUARDED_BY(mu_);  // Close's reason.
+  // Writes applied (numbered from 1) and saved: every write up to saved_ is.
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t saved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Answers held until applied_ as it was then (first) is saved, in order.
+  std::deque<std::pair<uint64_t, Answer>> held_ ABSL_GUARDED_BY(mu_);
   MemoryBudget* const budget_;
   std::atomic<bool> member_{false};
   // What the budget holds for this store's keys (objects, bytes).

@@ -3,7 +3,8 @@
 //
 //   lying_server --lie=ack_before_save [meshrun server flags...]
 //       A store write is acknowledged before its etcd transaction: the
-//       replica's journal answers SaveKeys at once and makes the real save
+//       replica's journal answers SaveKeys at once (and so SaveKeysAsync,
+//       whose default calls it: "saved already") and makes the real save
 //       later, on a thread of its own, ignoring its failure. Writes taken
 //       while etcd has no quorum are then lost at the next failover.
 //   lying_server --lie=open_while_paused [meshrun server flags...]

@@ -74,6 +74,124 @@ TEST_CASE("a closed store refuses every call instead of answering from its empti
   CHECK(absl::IsUnavailable(read));
 }
 
+namespace {
+
+// A durability hook that saves nothing until told: the saves it holds, in
+// order, and what it refuses at once.
+struct HeldSaves {
+  std::vector<KvStore::SavedCallback> saves;
+  std::vector<std::vector<std::pair<std::string, std::string>>> sets;
+  absl::Status refuse;
+  void Attach(KvStore& kv) {
+    kv.SetDurability(
+        [this](int64_t, const std::vector<std::pair<std::string, std::string>>& set, const std::vector<std::string>&,
+               KvStore::SavedCallback saved) -> absl::StatusOr<bool> {
+          if (!refuse.ok()) return refuse;
+          sets.push_back(set);
+          saves.push_back(std::move(saved));
+          return false;
+        },
+        [](int64_t) {});
+  }
+  // Tells the i-th save's outcome.
+  void Finish(size_t i, absl::Status s = absl::OkStatus()) { saves.at(i)(std::move(s)); }
+};
+
+}  // namespace
+
+TEST_CASE("a write not saved yet is seen by the writes after it, but nothing that saw it is answered before it is saved",
+          "[kv][durable]") {
+  DeadlineTimer timer;
+  auto kv = std::make_shared<KvStore>("run", &timer);
+  HeldSaves held;
+  held.Attach(*kv);
+  std::vector<std::string> answered;  // In the order given.
+  absl::Status set_status = absl::UnknownError("not answered");
+  kv->Set(0, "c", "5", [&](absl::Status s) {
+    set_status = s;
+    answered.push_back("set");
+  });
+  // A parked read of a key the next write sets.
+  kv->Await(0, {"k"}, absl::Seconds(30), [&](absl::StatusOr<std::vector<std::string>> v) {
+    REQUIRE(v.ok());
+    answered.push_back("parked read k=" + v->front());
+  });
+  // An add sees the unsaved 5; a compare-set that does not swap is a read.
+  kv->Add(0, "c", 2, [&](absl::StatusOr<int64_t> v) { answered.push_back("add " + std::to_string(*v)); });
+  kv->CompareSet(0, "c", "0", "9", [&](absl::StatusOr<std::pair<std::string, bool>> r) {
+    answered.push_back("cas " + r->first + (r->second ? " swapped" : " kept"));
+  });
+  kv->MultiSet(0, {"k"}, {"v"}, [&](absl::Status s) { answered.push_back(s.ok() ? "multiset" : "multiset failed"); });
+  kv->Await(0, {"c"}, absl::ZeroDuration(), [&](absl::StatusOr<std::vector<std::string>> v) {
+    answered.push_back("read c=" + v->front());
+  });
+  CHECK(answered.empty());
+  REQUIRE(held.saves.size() == 3);  // Set, Add, MultiSet: the reads wrote nothing.
+  CHECK(held.sets[1] == std::vector<std::pair<std::string, std::string>>{{"c", "7"}});
+
+  held.Finish(0);
+  CHECK(answered == std::vector<std::string>{"set"});
+  CHECK(set_status.ok());
+  held.Finish(1);
+  CHECK(answered == std::vector<std::string>{"set", "add 7", "cas 7 kept"});
+  held.Finish(2);
+  CHECK(answered ==
+        std::vector<std::string>{"set", "add 7", "cas 7 kept", "parked read k=v", "multiset", "read c=7"});
+  // Everything saved: answered at once again.
+  CHECK(*kv->Check(0, {"c", "k"}));
+}
+
+TEST_CASE("a save that fails answers UNAVAILABLE to every call that waited on it, and closes the store",
+          "[kv][durable]") {
+  DeadlineTimer timer;
+  auto kv = std::make_shared<KvStore>("run", &timer);
+  HeldSaves held;
+  held.Attach(*kv);
+  std::vector<absl::Status> answers;
+  kv->Set(0, "a", "1", [&](absl::Status s) { answers.push_back(s); });
+  kv->Set(0, "a", "2", [&](absl::Status s) { answers.push_back(s); });
+  absl::Status parked;
+  kv->Await(0, {"never"}, absl::Seconds(30), [&](absl::StatusOr<std::vector<std::string>> v) { parked = v.status(); });
+  absl::Status read;
+  kv->Await(0, {"a"}, absl::ZeroDuration(), [&](absl::StatusOr<std::vector<std::string>> v) { read = v.status(); });
+  held.Finish(0, absl::UnavailableError("etcd has no quorum"));
+  REQUIRE(answers.size() == 2);
+  for (const absl::Status& s : answers) {
+    CHECK(absl::IsUnavailable(s));
+    CHECK(absl::StrContains(s.message(), "etcd has no quorum"));
+  }
+  CHECK(absl::IsUnavailable(read));
+  CHECK_FALSE(parked.ok());
+  // What the store holds includes a write etcd may not have: nothing more
+  // is answered from it; the later save's word changes nothing.
+  held.Finish(1);
+  CHECK(absl::IsUnavailable(kv->Check(0, {"a"}).status()));
+  CHECK(absl::IsUnavailable(kv->Set(0, "b", "1")));
+  CHECK(answers.size() == 2);
+}
+
+TEST_CASE("a write the durability hook refuses changes nothing, and a store removed with unsaved writes answers them",
+          "[kv][durable]") {
+  DeadlineTimer timer;
+  auto kv = std::make_shared<KvStore>("run", &timer);
+  HeldSaves held;
+  held.Attach(*kv);
+  held.refuse = absl::ResourceExhaustedError("queue full");
+  absl::Status refused;
+  kv->Set(0, "a", "1", [&](absl::Status s) { refused = s; });
+  CHECK(absl::IsResourceExhausted(refused));
+  CHECK(kv->size() == 0);
+  CHECK(kv->bytes() == 0);
+  held.refuse = absl::OkStatus();
+  absl::Status late = absl::UnknownError("not answered");
+  kv->Set(0, "a", "1", [&](absl::Status s) { late = s; });
+  CHECK(absl::IsUnknown(late));
+  kv.reset();
+  CHECK(absl::IsUnavailable(late));
+  CHECK(absl::StrContains(late.message(), "removed"));
+  held.Finish(0);  // The store is gone: nothing to tell.
+}
+
 TEST_CASE("add and compare-set follow c10d", "[kv]") {
   DeadlineTimer timer;
   auto kv = std::make_shared<KvStore>("run", &timer);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "rendezvous/state/etcd/client/etcd_client.h"
 
@@ -33,7 +34,8 @@ class EtcdJournal : public RunJournal {
         election_(election),
         prefix_(std::move(runs_prefix)),
         kv_(std::move(kv_prefix)),
-        options_(options) {
+        options_(options),
+        writer_(election, options.writer) {
     dropper_ = std::thread([this] { DropLoop(); });
   }
   ~EtcdJournal() override {
@@ -44,48 +46,75 @@ class EtcdJournal : public RunJournal {
     dropper_.join();
   }
 
+  absl::StatusOr<bool> SaveKeysAsync(const std::string& run_id, int64_t incarnation, int64_t round,
+                                     const std::vector<std::pair<std::string, std::string>>& set,
+                                     const std::vector<std::string>& erase, SavedCallback saved) override {
+    const std::string base = StoreKeyPrefix(kv_, run_id, incarnation, round);
+    StoreWriter::Write w;
+    int64_t bytes = 0;
+    for (const auto& [k, v] : set) {
+      w.ops.push_back(Op::Put(base + k, v));
+      bytes += static_cast<int64_t>(base.size() + k.size() + v.size()) + kOpOverhead;
+    }
+    for (const auto& k : erase) {
+      w.ops.push_back(Op::Delete(base + k));
+      bytes += static_cast<int64_t>(base.size() + k.size()) + kOpOverhead;
+    }
+    if (bytes > options_.max_write_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a store write of ", bytes, " bytes (keys and values) is more than one etcd request carries: "
+          "max_write_bytes=", options_.max_write_bytes, " (meshrun server --state_max_write_bytes; keep it under "
+          "etcd's --max-request-bytes, 1.5 MiB by default)"));
+    }
+    // A run with no record yet (a store-only run's first write): its record
+    // goes with its first keys, so that every key in etcd belongs to a
+    // record (Load drops those that do not). Counted as recorded from now:
+    // a write that fails makes the replica load again, which recounts.
+    absl::MutexLock lock(&mu_);
+    const bool record = recorded_.count({run_id, incarnation}) == 0;
+    if (record) {
+      RunRecord r;
+      r.run_id = run_id;
+      r.incarnation = incarnation;
+      r.store_only = true;
+      w.ops.push_back(Op::Put(prefix_ + run_id, EncodeRunRecord(r)));
+    }
+    w.done = std::move(saved);
+    // Submitted under mu_: writes reach the writer in the order their
+    // stores applied them (each store calls this under its own lock).
+    if (absl::Status s = writer_.Submit(std::move(w)); !s.ok()) return s;
+    if (record) recorded_.insert({run_id, incarnation});
+    return false;
+  }
+
   absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
                         const std::vector<std::pair<std::string, std::string>>& set,
                         const std::vector<std::string>& erase) override {
-    const std::string base = StoreKeyPrefix(kv_, run_id, incarnation, round);
-    // A run with no record yet (a store-only run's first write): its record
-    // goes with its first keys, so that every key in etcd belongs to a
-    // record (Load drops those that do not).
-    Txn txn;
-    bool record_added = false;
-    {
-      absl::MutexLock lock(&mu_);
-      if (recorded_.count({run_id, incarnation}) == 0) {
-        RunRecord r;
-        r.run_id = run_id;
-        r.incarnation = incarnation;
-        r.store_only = true;
-        txn.success.push_back(Op::Put(prefix_ + run_id, EncodeRunRecord(r)));
-        record_added = true;
-      }
-    }
-    // One fenced Txn, whatever the write's size (all applied at one
-    // revision, or none), up to etcd's request size (--max-request-bytes).
-    for (const auto& [k, v] : set) txn.success.push_back(Op::Put(base + k, v));
-    for (const auto& k : erase) txn.success.push_back(Op::Delete(base + k));
-    absl::StatusOr<std::vector<Op>> packed = Pack(std::move(txn.success), kFencedOps, 0);
-    if (!packed.ok()) return packed.status();
-    txn.success = std::move(*packed);
-    absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
-    if (r.ok() && record_added) {
-      absl::MutexLock lock(&mu_);
-      recorded_.insert({run_id, incarnation});
-    }
-    return r.status();
+    absl::Notification done;
+    absl::Status outcome;
+    absl::StatusOr<bool> queued = SaveKeysAsync(run_id, incarnation, round, set, erase, [&](absl::Status s) {
+      outcome = std::move(s);
+      done.Notify();
+    });
+    if (!queued.ok()) return queued.status();
+    done.WaitForNotification();
+    return outcome;
   }
 
+  // Queued to the writer, behind the store writes before it.
   absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) override {
     const std::string base = KvRun(run_id, incarnation);
     Op del = Op::Delete(base);
     del.range_end = absl::StrCat(base, Round20(round));
-    Txn txn;
-    txn.success.push_back(std::move(del));
-    return election_->FencedTxn(txn).status();
+    StoreWriter::Write w;
+    w.ops.push_back(std::move(del));
+    w.done = [id = run_id.substr(0, 64), round](absl::Status s) {
+      if (!s.ok()) {
+        Logger("rdzv")->warn("run '{}': could not drop the store's keys below round {}: {}", id, round,
+                             std::string(s.message()));
+      }
+    };
+    return writer_.Submit(std::move(w));
   }
 
   absl::Status Save(const RunRecord& record) override {
@@ -128,6 +157,9 @@ class EtcdJournal : public RunJournal {
   }
 
   absl::StatusOr<std::vector<RunRecord>> Load() override {
+    // Nothing of this replica's is in flight while it reads: what it loads
+    // is what etcd keeps. Writes are taken again once loaded.
+    writer_.Stop(absl::UnavailableError("this replica is loading its state from etcd"));
     std::vector<RunRecord> out;
     std::map<std::string, int64_t> seqs;
     // Records and keys at one revision: the first read's.
@@ -184,43 +216,16 @@ class EtcdJournal : public RunJournal {
     last_seq_ = std::move(seqs);
     recorded_.clear();
     for (const RunRecord& r : out) recorded_.insert({r.run_id, r.incarnation});
+    writer_.Reset();
     return out;
   }
 
  private:
   static constexpr size_t kMaxQueuedDrops = 65536;
-  // etcd checks --max-txn-ops (128 by default) on each list of a Txn, and
-  // gives a nested Txn's lists what their parent's list leaves: a nested
-  // list may hold 128 less the longest list of every Txn above it.
-  // FencedTxn puts the caller's list in a Txn of its own, with 3 compares
-  // above it and its marker's write beside it: 124 operations are left.
-  static constexpr size_t kFencedOps = 124;
-  static constexpr size_t kFanOut = 8;
+  // What an operation costs in a request beyond its key and value, bytes
+  // (an estimate above protobuf's framing).
+  static constexpr int64_t kOpOverhead = 16;
 
-  // `ops` as one Txn's list of at most `max` operations: as they are when
-  // they fit, else in kFanOut nested Txns, each packed the same way with
-  // what is left (max - kFanOut). Any count fits within a few levels
-  // (8 x 116 at one, 64 x 108 at two, ...); etcd's request size is the limit.
-  static absl::StatusOr<std::vector<Op>> Pack(std::vector<Op> ops, size_t max, int depth) {
-    if (ops.size() <= max) return ops;
-    if (max <= kFanOut || depth >= 6) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a store write of ", ops.size(), " keys is more than one etcd transaction carries"));
-    }
-    const size_t per = (ops.size() + kFanOut - 1) / kFanOut;
-    std::vector<Op> out;
-    for (size_t i = 0; i < ops.size(); i += per) {
-      const size_t end = std::min(ops.size(), i + per);
-      std::vector<Op> part(std::make_move_iterator(ops.begin() + static_cast<ptrdiff_t>(i)),
-                           std::make_move_iterator(ops.begin() + static_cast<ptrdiff_t>(end)));
-      absl::StatusOr<std::vector<Op>> packed = Pack(std::move(part), max - kFanOut, depth + 1);
-      if (!packed.ok()) return packed.status();
-      Txn nested;
-      nested.success = std::move(*packed);
-      out.push_back(Op::Nested(std::move(nested)));
-    }
-    return out;
-  }
   // Load's first page, in keys (its size per key is not known yet), and the
   // most keys of any page.
   static constexpr int64_t kFirstPage = 1024;
@@ -341,6 +346,7 @@ class EtcdJournal : public RunJournal {
   std::deque<std::pair<std::string, int64_t>> drops_ ABSL_GUARDED_BY(drop_mu_);
   bool stopping_ ABSL_GUARDED_BY(drop_mu_) = false;
   std::thread dropper_;
+  StoreWriter writer_;  // Last: it stops first, while the rest is still there.
 };
 
 }  // namespace

@@ -7,8 +7,11 @@
 // replica that no longer leads writes nothing. Removals (Drop) are queued
 // and done on a thread of the journal's own while its replica leads, tried
 // again until they are done: the registry's sweep runs on the server's
-// timer thread, which must not wait for etcd. Load drops keys of no record.
-// Thread-safe.
+// timer thread, which must not wait for etcd. Store writes (SaveKeysAsync)
+// and DropKeysBelow go through the journal's group-commit writer
+// (store_writer.h): queued in order, many to a transaction; Load stops it
+// while it reads and takes writes again once loaded. Load drops keys of no
+// record. Thread-safe.
 #pragma once
 
 #include <memory>
@@ -16,6 +19,7 @@
 
 #include "absl/time/time.h"
 #include "rendezvous/state/etcd/election.h"
+#include "rendezvous/state/etcd/store_writer.h"
 #include "rendezvous/state/state.h"
 
 namespace meshrun::rendezvous::state::etcd {
@@ -36,6 +40,14 @@ struct JournalOptions {
   // The size a page of keys aims at, bytes (keys and values); half the
   // client's default max_receive_bytes.
   int64_t page_bytes = 32 << 20;
+  // The largest store write taken, bytes (its keys with their etcd prefix,
+  // values and about 16 bytes per key): a bigger one is refused
+  // RESOURCE_EXHAUSTED naming this limit, before anything is applied. Keep
+  // it under etcd's --max-request-bytes (1.5 MiB by default): a write etcd
+  // refuses fails the writer, and the replica loads its state again.
+  int64_t max_write_bytes = 1400 << 10;
+  // The group-commit writer of the store's writes (store_writer.h).
+  StoreWriterOptions writer;
 };
 
 // Where the journal keeps the store keys of run `run_id`'s `incarnation` at
