@@ -17,7 +17,7 @@
 #include "absl/time/time.h"
 #include "meshrun/proto/health.grpc.pb.h"
 #include "rendezvous/policy/memory_budget.h"
-#include "rendezvous/run/timer.h"
+#include "rendezvous/policy/timer.h"
 #include "rendezvous/state/serving_gate.h"
 
 namespace meshrun::rendezvous {

@@ -21,7 +21,7 @@
 #include "meshrun/proto/rendezvous.pb.h"
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/run_registry.h"
-#include "rendezvous/server/memory_release.h"
+#include "rendezvous/policy/memory_release.h"
 #include "rendezvous/server/metrics.h"
 #include "rendezvous/server/traffic_counters.h"
 #include "rendezvous/state/serving_gate.h"

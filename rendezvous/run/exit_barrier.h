@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "proto/types.h"
 #include "rendezvous/run/sparse_maps.h"
-#include "rendezvous/run/timer.h"
+#include "rendezvous/policy/timer.h"
 
 namespace meshrun::rendezvous {
 

@@ -27,9 +27,9 @@
 #include "rendezvous/run/node_list.h"
 #include "rendezvous/run/restart_policy.h"
 #include "rendezvous/run/run_summary.h"
-#include "rendezvous/run/timer.h"
-#include "rendezvous/state/serving_gate.h"
-#include "rendezvous/state/state.h"
+#include "rendezvous/policy/timer.h"
+#include "rendezvous/run/journal.h"
+#include "rendezvous/run/serving.h"
 #include "rendezvous/store/kv_store.h"
 
 namespace meshrun::rendezvous {
@@ -210,7 +210,7 @@ class Run : public std::enable_shared_from_this<Run> {
   KvStore& kv() { return *kv_; }
   const std::string& run_id() const { return run_id_; }
 
-  // Durable state (rendezvous/state/state.h). With a journal, every change
+  // Durable state (rendezvous/run/journal.h). With a journal, every change
   // of the run's durable state (a round closed, a restart or re-form
   // decided, an exit-barrier arrival, the run's end) is saved there, before
   // the calls it answers are acknowledged (the write runs after the run's
@@ -241,12 +241,12 @@ class Run : public std::enable_shared_from_this<Run> {
   // never hold up the run timer's deadlines; must outlive the run. Unset:
   // the run's timer. Set before the run is shared.
   void SetSaveTimer(DeadlineTimer* save_timer) { save_timer_ = save_timer; }
-  // A replica's gate (rendezvous/state/serving_gate.h): while it is closed
+  // A replica's gate (run/serving.h): while it is closed
   // (the replica paused or stands by) no node is declared lost - not for a
   // closed event stream, not for missed heartbeats (agents are then looking
   // for a serving leader); the liveness check counts from when it opens
   // again. nullptr (the default): always serving. Set before sharing.
-  void SetGate(const state::ServingGate* gate);
+  void SetGate(const ServingCheck* gate);
   // The run's durable state now. Thread-safe.
   state::RunRecord Record() const;
   // Makes a fresh run (no call served yet) what `record` describes: its
@@ -386,7 +386,7 @@ class Run : public std::enable_shared_from_this<Run> {
   const ServerLimits limits_;
   const std::shared_ptr<KvStore> kv_;
   state::RunJournal* journal_ = nullptr;  // Set before sharing (SetJournal).
-  const state::ServingGate* gate_ = nullptr;  // Set before sharing (SetGate).
+  const ServingCheck* gate_ = nullptr;  // Set before sharing (SetGate).
   std::shared_ptr<std::atomic<int64_t>> journal_seq_;
   int64_t incarnation_ = 0;  // Set before sharing (SetJournal).
   // Set by Close: nothing more goes to the journal (the registry drops the

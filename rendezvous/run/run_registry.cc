@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "rendezvous/server/memory_release.h"
+#include "rendezvous/policy/memory_release.h"
 
 namespace meshrun::rendezvous {
 namespace {

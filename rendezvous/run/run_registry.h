@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "rendezvous/policy/limits.h"
 #include "rendezvous/run/run.h"
-#include "rendezvous/run/timer.h"
+#include "rendezvous/policy/timer.h"
 
 namespace meshrun::rendezvous {
 
@@ -107,7 +107,7 @@ class RunRegistry {
   // Closes every run (server shutdown).
   void CloseAll(const std::string& why);
 
-  // Durable state (rendezvous/state/state.h): every run made from now on
+  // Durable state (rendezvous/run/journal.h): every run made from now on
   // saves its record in `journal` (Run::SetJournal), which must outlive the
   // registry; a run removed for good (ended_run_ttl, idle, room made,
   // replaced; not Clear) is dropped from it. nullptr (the default): none. Set it before serving.
@@ -124,7 +124,7 @@ class RunRegistry {
   }
   // A replica's gate (Run::SetGate) for every run made from now on; must
   // outlive the registry. Set it before serving.
-  void SetGate(const state::ServingGate* gate) { gate_ = gate; }
+  void SetGate(const ServingCheck* gate) { gate_ = gate; }
   // Replaces every run by those `records` describe (a replica taking the
   // lead after a failover): the runs held are closed with `why` (their
   // parked calls ABORTED, streams ended) and removed; each record becomes a
@@ -199,7 +199,7 @@ class RunRegistry {
   state::RunJournal* journal_ = nullptr;
   std::function<void(const absl::Status&)> on_durability_lost_;  // Set before serving.
   DeadlineTimer* save_timer_ = nullptr;                           // Set before serving.
-  const state::ServingGate* gate_ = nullptr;
+  const ServingCheck* gate_ = nullptr;
   // The seq of the records runs save (Run::SetJournal): one counter for the server.
   const std::shared_ptr<std::atomic<int64_t>> journal_seq_ = std::make_shared<std::atomic<int64_t>>(0);
   const Clock clock_;

@@ -24,7 +24,7 @@
 #include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/server/listen_socket.h"
 #include "rendezvous/server/listener_watch.h"
-#include "rendezvous/server/memory_release.h"
+#include "rendezvous/policy/memory_release.h"
 #include "rendezvous/server/metrics_exposer.h"
 
 namespace meshrun::rendezvous {

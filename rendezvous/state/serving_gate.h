@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "rendezvous/run/serving.h"
 
 namespace meshrun::rendezvous::state {
 
@@ -29,7 +30,7 @@ struct ReplicaView {
   bool leader = false;
 };
 
-class ServingGate {
+class ServingGate : public ServingCheck {
  public:
   // A gate starts closed: a replica serves only once it leads and has
   // restored the state.
@@ -42,7 +43,7 @@ class ServingGate {
   }
   // Whether calls are served now: opened, and not past the moment given to
   // SetValidUntil.
-  bool serving() const {
+  bool serving() const override {
     if (!serving_.load(std::memory_order_acquire)) return false;
     const int64_t until = valid_until_.load(std::memory_order_acquire);
     return until == kNoLimit || std::chrono::steady_clock::now().time_since_epoch().count() < until;

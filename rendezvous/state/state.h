@@ -1,147 +1,22 @@
-// The rendezvous server's durable state (docs/design.md section 4d): what a
-// replica that takes over after a failover must know for the agents of a
-// running job to carry on with it, untouched. Pure domain: no gRPC, no etcd.
-//
-// Durable (in a RunRecord, written before the server acknowledges it):
-//   - the run's configuration (the job's shape: --nnodes, --max_restarts,
-//     timeouts), its round number and state;
-//   - the members of the closed round: node, assignment (node rank, ranks,
-//     MASTER_ADDR/PORT) and session credential, and whether each has reached
-//     the exit barrier;
-//   - restarts spent, and the root cause of the last incident (a permanent
-//     failure ends the run: its state says so).
-// Soft (rebuilt after a failover, not journaled): heartbeats (a restored
-// member counts as seen at the restore), event streams (agents open them
-// again), joins of an open round and parked calls (agents send them again).
-// Store keys are durable too: every store write goes to the journal
-// (SaveKeys) before it is applied and acknowledged, so keys that were set
-// stay readable and parked reads complete on the next leader; keys of
-// rounds below the current one are dropped with them (DropKeysBelow). A
-// store-only run (no node ever joined) has a record too, written with its
-// first keys (RunRecord::store_only), and is restored with them: every key
-// a journal holds belongs to a record.
-//
-// Incarnations. A run id may be reused (a new job under an ended run's id,
-// a store-only run removed as idle and made again): each Run the server
-// makes gets a new incarnation, and its keys and its removal (Drop) are
-// about that incarnation only, so removing the old one never touches what
-// the new one wrote, whatever the order the writes reach the journal in.
-// A removed run's record and keys are dropped (RunRegistry); keys whose
-// record is gone or of another incarnation (a removal that did not happen
-// before a failover) are dropped by the next leader's Load, and a removed
-// run whose record stayed comes back as a run and is removed again.
-//
-// Two implementations of RunJournal: none at all (the server without
-// --state: the Runs in memory are the state, nothing is copied, so the
-// default stays as fast as it was), MemoryJournal (a copy in memory, for
-// tests of the restore), and etcd (rendezvous/state/etcd/etcd_state.h).
+// Implementations of the run's journal port (rendezvous/run/journal.h, which
+// says what is durable): MemoryJournal, for tests of the restore, and the
+// records' JSON encoding the etcd journal (etcd/etcd_journal.h) keeps. Pure
+// domain: no gRPC, no etcd.
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "proto/types.h"
+#include "rendezvous/run/journal.h"
 
 namespace meshrun::rendezvous::state {
-
-// One member of a run's current (closed) round.
-struct MemberRecord {
-  NodeDesc node;
-  Assignment assignment;  // Its session field holds the node's current credential.
-  bool finished = false;  // At the exit barrier of `assignment.round`.
-};
-
-// One key of a run's store (rendezvous/store/kv_store.h), in its round.
-struct StoredKey {
-  int64_t round = 0;
-  std::string key;
-  std::string value;  // Any bytes.
-};
-
-// Everything durable about one run (see above).
-struct RunRecord {
-  std::string run_id;
-  // Which Run under this id (see above): > 0, unique per run id.
-  int64_t incarnation = 0;
-  // A store-only run's record (written with its first keys): only run_id,
-  // incarnation and keys are set.
-  bool store_only = false;
-  // Raised by one at every change of the run's durable state, under the
-  // run's lock: a journal keeps the record with the highest seq.
-  int64_t seq = 0;
-  // "joining" (a round is open: after a restart or a re-form, or before the
-  // first close), "running", "finished" or "failed" (Run::State's names).
-  std::string state = "joining";
-  RunConfig config;
-  int64_t round = 0;
-  int restart_count = 0;
-  std::optional<WorkerFailure> root_cause;
-  // The members of the last closed round, by node rank. In state
-  // "joining" after a restart or re-form: that round's members, who are
-  // expected to join again with their credentials.
-  std::vector<MemberRecord> members;
-  // The run's store: filled by RunJournal::Load only (saved by SaveKeys,
-  // not part of the record's JSON).
-  std::vector<StoredKey> keys;
-};
-
-// Where a server's durable state goes. Implementations are thread-safe.
-class RunJournal {
- public:
-  virtual ~RunJournal() = default;
-  // Keeps `record` as its run's state unless the journal holds a record of
-  // that run with a higher or equal seq (then OK, nothing written). Called
-  // once per durable change (one per closed round, not one per join),
-  // before the change is acknowledged to any client. Errors: the store's
-  // (for etcd: FAILED_PRECONDITION when this replica no longer leads,
-  // UNAVAILABLE when etcd is unreachable or without quorum).
-  virtual absl::Status Save(const RunRecord& record) = 0;
-  // Forgets incarnation `incarnation` of a run (removed from the server:
-  // ended_run_ttl, idle store-only, room made at max_runs, replaced by a
-  // new job under the same id): its keys, and its record unless the record
-  // is of another incarnation. Errors as Save; the etcd journal queues it
-  // and answers OK at once (done on a thread of its own while its replica
-  // leads, tried again until it is: the registry calls this on the server's
-  // timer thread).
-  virtual absl::Status Drop(const std::string& run_id, int64_t incarnation) = 0;
-  // A write of a run's store in `round`: keys set with their values, keys
-  // deleted. Called under the store's lock, before the write is applied,
-  // acknowledged or wakes a parked read. A run with no record of this
-  // incarnation yet gets a store_only one with these keys. Errors as Save
-  // (the write is then refused).
-  virtual absl::Status SaveKeys(const std::string& run_id, int64_t incarnation, int64_t round,
-                                const std::vector<std::pair<std::string, std::string>>& set,
-                                const std::vector<std::string>& erase) = 0;
-  // SaveKeys without waiting (group commit), called the same way. Returns
-  // true when the write is saved already (`saved` is not called); false
-  // when `saved` will be called, on another thread and never under a lock
-  // of the caller's, once the write is saved (OK) or failed (its outcome
-  // may be unknown); an error when refused (nothing written, `saved` never
-  // called). The default saves at once with SaveKeys.
-  using SavedCallback = absl::AnyInvocable<void(absl::Status)>;
-  virtual absl::StatusOr<bool> SaveKeysAsync(const std::string& run_id, int64_t incarnation, int64_t round,
-                                             const std::vector<std::pair<std::string, std::string>>& set,
-                                             const std::vector<std::string>& erase, SavedCallback saved) {
-    (void)saved;
-    if (absl::Status s = SaveKeys(run_id, incarnation, round, set, erase); !s.ok()) return s;
-    return true;
-  }
-  // Drops the run's keys of rounds below `round` (a new round closed).
-  virtual absl::Status DropKeysBelow(const std::string& run_id, int64_t incarnation, int64_t round) = 0;
-  // Every run's latest record, with its store's keys (those of the
-  // record's incarnation). Keys of no record (left by a removal that did
-  // not happen) are not returned; Load drops them when it can (best
-  // effort). Errors as Save.
-  virtual absl::StatusOr<std::vector<RunRecord>> Load() = 0;
-};
 
 // A journal in memory: what a failover would find, for tests. Thread-safe.
 class MemoryJournal : public RunJournal {

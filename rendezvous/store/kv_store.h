@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "rendezvous/policy/limits.h"
 #include "rendezvous/policy/memory_budget.h"
-#include "rendezvous/run/timer.h"
+#include "rendezvous/policy/timer.h"
 
 namespace meshrun::rendezvous {
 
@@ -112,7 +112,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // round of its run closed), which the budget's member reserve serves.
   // Thread-safe.
   void MarkMemberRun() { member_.store(true, std::memory_order_relaxed); }
-  // Durable keys (a replicated server: rendezvous/state/state.h). `write`
+  // Durable keys (a replicated server: rendezvous/run/journal.h). `write`
   // is called with every write that passed the checks - the keys set with
   // their values, the keys deleted - under the store's lock, before it is
   // applied; it must not wait for I/O. It returns true when the write is

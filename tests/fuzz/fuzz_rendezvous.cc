@@ -27,7 +27,7 @@
 #include "rendezvous/grpc/requests.h"
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/run_registry.h"
-#include "rendezvous/run/timer.h"
+#include "rendezvous/policy/timer.h"
 #include "proto/wire.h"
 
 namespace {

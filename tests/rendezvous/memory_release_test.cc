@@ -1,4 +1,4 @@
-#include "rendezvous/server/memory_release.h"
+#include "rendezvous/policy/memory_release.h"
 
 #include <catch2/catch.hpp>
 

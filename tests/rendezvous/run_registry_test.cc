@@ -12,7 +12,7 @@
 
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/run_registry.h"
-#include "rendezvous/run/timer.h"
+#include "rendezvous/policy/timer.h"
 
 using namespace meshrun::rendezvous;
 

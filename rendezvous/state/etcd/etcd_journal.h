@@ -1,4 +1,4 @@
-// The runs' durable state in etcd (rendezvous/state/state.h's RunJournal):
+// The runs' durable state in etcd (rendezvous/run/journal.h's RunJournal):
 // each run's record at <prefix>/runs/<run id>, a fenced write of the leader
 // (one per durable change: one per closed round; a store-only run's with
 // its first keys); the runs' store keys at <prefix>/kv/<run id in

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "absl/time/time.h"
-#include "rendezvous/run/timer.h"
+#include "rendezvous/policy/timer.h"
 
 namespace meshrun::rendezvous {
 

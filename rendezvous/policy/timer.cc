@@ -1,4 +1,4 @@
-#include "rendezvous/run/timer.h"
+#include "rendezvous/policy/timer.h"
 
 #include "rendezvous/run/sparse_maps.h"
 

@@ -1,4 +1,4 @@
-// Run: its durable state (rendezvous/state/state.h) - the record saved at
+// Run: its durable state (rendezvous/run/journal.h) - the record saved at
 // every durable change, and the restore of a run from it on the replica
 // that takes over after a failover.
 #include "absl/strings/str_cat.h"
@@ -63,7 +63,7 @@ void Run::SetJournal(state::RunJournal* journal, std::shared_ptr<std::atomic<int
       });
 }
 
-void Run::SetGate(const state::ServingGate* gate) { gate_ = gate; }
+void Run::SetGate(const ServingCheck* gate) { gate_ = gate; }
 
 state::RunRecord Run::RecordLocked() const {
   state::RunRecord r;
