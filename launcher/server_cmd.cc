@@ -68,6 +68,7 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
   double state_timeout = 0;
   int64_t state_lease_ttl = 2;
   double state_load_timeout = 120;
+  double state_status_timeout = 0.25;
   std::string advertise;
   std::string state_local_member = "auto";
   int64_t state_max_write_bytes = 1400 << 10;
@@ -93,6 +94,10 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
                  "Seconds one read of the state may take when a replica starts to lead (a page of a big store; "
                  "waited for, never sent again while etcd may still work on it)")
       ->default_str("120");
+  app.add_option("--state_status_timeout,--state-status-timeout", state_status_timeout,
+                 "Seconds a status call waits for etcd's list of the replicas; past it (or while this replica's "
+                 "lease is unconfirmed) status answers from memory with the list unknown")
+      ->default_str("0.25");
   app.add_option("--state_max_write_bytes,--state-max-write-bytes", state_max_write_bytes,
                  "The largest store write a replica takes, bytes (keys with their etcd prefix and values): a bigger "
                  "one is refused, naming this limit. Keep it under etcd's --max-request-bytes (1.5 MiB by default)")
@@ -175,6 +180,11 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
                    state_load_timeout);
       return 2;
     }
+    if (!(state_status_timeout > 0)) {
+      std::fprintf(stderr, "meshrun server: error: --state_status_timeout=%g: must be > 0 seconds\n",
+                   state_status_timeout);
+      return 2;
+    }
     if (state_max_write_bytes < 1024) {
       std::fprintf(stderr, "meshrun server: error: --state_max_write_bytes=%lld: must be at least 1024 bytes\n",
                    static_cast<long long>(state_max_write_bytes));
@@ -203,6 +213,7 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
     ro.id = absl::StrCat(Hostname(), ":", getpid());
     ro.lease_ttl_s = state_lease_ttl;
     ro.journal.load_timeout = absl::Seconds(state_load_timeout);
+    ro.status_read_timeout = absl::Seconds(state_status_timeout);
     ro.journal.max_write_bytes = state_max_write_bytes;
     ro.journal.writer.max_queued_writes = state_max_queued_writes;
     const std::string members = ro.connection.url.MembersString();

@@ -108,17 +108,28 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
   if (auto s = core_->Admit(M::kReportFailure, *req, req->run()); !s.ok()) return core_->Reply(M::kReportFailure, ctx, s);
   std::shared_ptr<Run> run = core_->registry()->Find(req->run().run_id());
   if (!run) return core_->Reply(M::kReportFailure, ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such run"));
-  absl::StatusOr<FailureVerdict> v = run->ReportFailure(FromProto(req->failure()), req->session());
-  if (!v.ok()) return core_->Reply(M::kReportFailure, ctx, ToGrpc(v.status()));
-  if (core_->metrics() != nullptr && v->is_root_cause) {
-    core_->metrics()->RecordFailure(v->root_cause.permanent ? "permanent" : v->root_cause.signal > 0 ? "signal" : "exit_code");
-  }
-  resp->set_decision(v->decision == Decision::kRestart ? pb::ReportFailureResponse::RESTART
-                                                       : pb::ReportFailureResponse::STOP);
-  resp->set_next_round(v->next_round);
-  ToProto(v->root_cause, resp->mutable_root_cause());
-  resp->set_is_root_cause(v->is_root_cause);
-  return core_->Reply(M::kReportFailure, ctx, grpc::Status::OK);
+  // Answered once the verdict's change is saved (off gRPC's threads).
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  run->ReportFailure(FromProto(req->failure()), req->session(),
+                     [this, reactor, resp](absl::StatusOr<FailureVerdict> v) {
+                       const grpc::Status status = ToGrpc(v.status());
+                       core_->Count(M::kReportFailure, status);
+                       if (v.ok() && core_->metrics() != nullptr && v->is_root_cause) {
+                         core_->metrics()->RecordFailure(v->root_cause.permanent ? "permanent"
+                                                         : v->root_cause.signal > 0 ? "signal"
+                                                                                    : "exit_code");
+                       }
+                       if (!reactor->Claim()) return;  // The call ended: `resp` is gone.
+                       if (v.ok()) {
+                         resp->set_decision(v->decision == Decision::kRestart ? pb::ReportFailureResponse::RESTART
+                                                                              : pb::ReportFailureResponse::STOP);
+                         resp->set_next_round(v->next_round);
+                         ToProto(v->root_cause, resp->mutable_root_cause());
+                         resp->set_is_root_cause(v->is_root_cause);
+                       }
+                       reactor->Finish(status);
+                     });
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServerContext* ctx,

@@ -106,6 +106,21 @@ class RunJournal {
   // (for etcd: FAILED_PRECONDITION when this replica no longer leads,
   // UNAVAILABLE when etcd is unreachable or without quorum).
   virtual absl::Status Save(const RunRecord& record) = 0;
+  // How a write that was not waited for went: OK once saved; else why not
+  // (its outcome may be unknown).
+  using SavedCallback = absl::AnyInvocable<void(absl::Status)>;
+  // Save without waiting (group commit), for callers that must not block on
+  // the store (gRPC's and timers' threads). `done` is called exactly once
+  // with what Save would return: on another thread once the store has the
+  // record (or failed to take it), never under a lock of the caller's; or
+  // at once, on the caller's thread, when nothing is to be written or the
+  // write is refused (etcd: the writer's queue full, RESOURCE_EXHAUSTED;
+  // the writer stopped after a failed write, UNAVAILABLE). Records and
+  // store writes reach the store in the order of the calls; a record
+  // superseded by a higher seq already queued is answered once that one is
+  // saved. `done` must not block on the store. The default saves at once
+  // with Save.
+  virtual void SaveAsync(const RunRecord& record, SavedCallback done) { done(Save(record)); }
   // Forgets incarnation `incarnation` of a run (removed from the server:
   // ended_run_ttl, idle store-only, room made at max_runs, replaced by a
   // new job under the same id): its keys, and its record unless the record
@@ -128,7 +143,6 @@ class RunJournal {
   // of the caller's, once the write is saved (OK) or failed (its outcome
   // may be unknown); an error when refused (nothing written, `saved` never
   // called). The default saves at once with SaveKeys.
-  using SavedCallback = absl::AnyInvocable<void(absl::Status)>;
   virtual absl::StatusOr<bool> SaveKeysAsync(const std::string& run_id, int64_t incarnation, int64_t round,
                                              const std::vector<std::pair<std::string, std::string>>& set,
                                              const std::vector<std::string>& erase, SavedCallback saved) {

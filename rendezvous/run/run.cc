@@ -176,7 +176,7 @@ bool Run::Join(const NodeDesc& node, const RunConfig& config, int64_t last_round
     done(refused);
     return false;
   }
-  (void)RunAll(later);  // Its calls are told how the save went.
+  RunAll(later);  // Its calls are told how the save went.
   return on_stream;
 }
 
@@ -323,7 +323,7 @@ void Run::Close(const std::string& why, absl::StatusCode code) {
     // the reason, and their later Unwatch finds nothing to lose).
     streams_.EndAll(why);
   }
-  (void)RunAll(later);  // Its calls are told how the save went.
+  RunAll(later);  // Its calls are told how the save went.
   kv_->Close(why);
 }
 

@@ -157,6 +157,13 @@ class Run : public std::enable_shared_from_this<Run> {
   // re-formed) with its credential: else PERMISSION_DENIED and nothing
   // changes (a summary-only run answers its verdict: see above). A run that
   // has ended answers STOP.
+  // `done` gets the verdict once the change it made is saved (or why not:
+  // UNAVAILABLE when the save failed); on the journal's thread, or on this
+  // one when nothing had to be saved or the journal saves at once.
+  using FailureCallback = absl::AnyInvocable<void(absl::StatusOr<FailureVerdict>)>;
+  void ReportFailure(WorkerFailure failure, const std::string& session, FailureCallback done);
+  // The same, waiting for the verdict (tests and tools; never on the
+  // journal's thread).
   absl::StatusOr<FailureVerdict> ReportFailure(WorkerFailure failure, const std::string& session);
 
   // The exit barrier: `node_id` finished round `round`; `done` is answered
@@ -310,9 +317,17 @@ class Run : public std::enable_shared_from_this<Run> {
   // calls; every event made from here on waits for that save (outbox_).
   // Call it before pushing the events the change makes.
   void JournalLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Saves `later`'s record (if any), then makes its calls. Returns how the
-  // save went (OK without a record). Outside the run's lock.
-  absl::Status RunAll(Deferred& later) ABSL_LOCKS_EXCLUDED(mu_);
+  // Saves `later`'s record (if any), then makes its calls, each told how
+  // the save went (OK without a record). The save is queued to the journal
+  // (RunJournal::SaveAsync): the calls run once it is saved, on the
+  // journal's thread, so that no gRPC or timer thread waits on etcd; at
+  // once, on this thread, with no record or with a journal that saves at
+  // once. Outside the run's lock; leaves `later` empty.
+  void RunAll(Deferred& later) ABSL_LOCKS_EXCLUDED(mu_);
+  // A save of record `seq` (round `round`) ended with `outcome`: releases
+  // the events that waited for it, or loses the run's durability. Returns
+  // what the callers that waited for it get.
+  absl::Status OnSaved(const absl::Status& outcome, int64_t seq, int64_t round) ABSL_LOCKS_EXCLUDED(mu_);
   // A save of the run's state failed, or its outcome is unknown: the run's
   // state in memory may be ahead of the journal. Every held event is
   // dropped, every later answer is UNAVAILABLE, and on_durability_lost_ is
@@ -337,6 +352,8 @@ class Run : public std::enable_shared_from_this<Run> {
   void MaybeCloseLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseRoundLocked(Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnLastCall(int64_t round);
+  absl::StatusOr<FailureVerdict> ReportFailureLocked(WorkerFailure failure, const std::string& session,
+                                                     Deferred& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FailureVerdict AcceptFailureLocked(WorkerFailure failure, Deferred& later)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FailureVerdict VerdictLocked(bool is_root) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

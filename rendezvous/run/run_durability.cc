@@ -124,21 +124,37 @@ bool Run::DurabilityLostLocked() {
   return outbox_.failed();
 }
 
-absl::Status Run::RunAll(Deferred& later) {
-  absl::Status saved = later.lost;
-  if (saved.ok() && later.record) {
-    if (absl::Status s = journal_->Save(*later.record); !s.ok()) {
-      saved = LoseDurability(absl::Status(s.code(), absl::StrCat("run '", run_id_.substr(0, 64), "' round ",
-                                                                 later.record->round, ": ", s.message())));
-    } else {
-      absl::MutexLock lock(&mu_);
-      if (!DurabilityLostLocked()) outbox_.Saved(later.record->seq);
-    }
-  }
-  for (auto& fn : later.calls) fn(saved);
+void Run::RunAll(Deferred& later) {
+  std::vector<absl::AnyInvocable<void(const absl::Status& saved)>> calls = std::move(later.calls);
+  std::optional<state::RunRecord> record = std::move(later.record);
+  const absl::Status lost = later.lost;
   later.calls.clear();
   later.record.reset();
-  return saved;
+  later.lost = absl::OkStatus();
+  if (!lost.ok() || !record) {
+    for (auto& fn : calls) fn(lost);
+    return;
+  }
+  // Queued to the journal (group commit): the calls run once it is saved,
+  // on the journal's thread, or here when it is refused at once.
+  const int64_t seq = record->seq;
+  const int64_t round = record->round;
+  journal_->SaveAsync(*record, [self = shared_from_this(), calls = std::move(calls), seq,
+                                round](absl::Status s) mutable {
+    const absl::Status saved = self->OnSaved(s, seq, round);
+    for (auto& fn : calls) fn(saved);
+  });
+}
+
+absl::Status Run::OnSaved(const absl::Status& outcome, int64_t seq, int64_t round) {
+  if (!outcome.ok()) {
+    return LoseDurability(absl::Status(
+        outcome.code(), absl::StrCat("run '", run_id_.substr(0, 64), "' round ", round, ": ", outcome.message())));
+  }
+  absl::MutexLock lock(&mu_);
+  if (DurabilityLostLocked()) return absl::UnavailableError(kDurabilityLost);
+  outbox_.Saved(seq);
+  return absl::OkStatus();
 }
 
 absl::Status Run::LoseDurability(const absl::Status& why) {
@@ -196,16 +212,11 @@ void Run::SaveSoon() {
     r = RecordLocked();
     r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
   }
-  // On the save timer's thread: bounded by the journal's own timeouts. Nothing
-  // waits on this save, but its outcome may be unknown: the state in
-  // memory may be ahead of the journal's.
-  if (absl::Status s = journal_->Save(r); !s.ok()) {
-    (void)LoseDurability(absl::Status(s.code(), absl::StrCat("run '", r.run_id.substr(0, 64), "' round ", r.round,
-                                                             ": ", s.message())));
-    return;
-  }
-  absl::MutexLock lock(&mu_);
-  if (!DurabilityLostLocked()) outbox_.Saved(r.seq);
+  // Queued to the journal: nothing waits on this save, but its outcome may
+  // be unknown, and then the state in memory may be ahead of the journal's.
+  journal_->SaveAsync(r, [self = shared_from_this(), seq = r.seq, round = r.round](absl::Status s) {
+    (void)self->OnSaved(s, seq, round);
+  });
 }
 
 void Run::Restore(const state::RunRecord& r) {

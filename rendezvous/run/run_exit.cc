@@ -83,7 +83,7 @@ uint64_t Run::ReportFinished(const std::string& node_id, int64_t round, const st
     done(refused);
     return 0;
   }
-  (void)RunAll(later);  // Its calls are told how the save went.
+  RunAll(later);  // Its calls are told how the save went.
   return id;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/logging.h"
 
 namespace meshrun::rendezvous {
@@ -49,11 +50,33 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
   return VerdictLocked(/*is_root=*/true);
 }
 
-absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const std::string& session) {
+void Run::ReportFailure(WorkerFailure failure, const std::string& session, FailureCallback done) {
   Deferred later;
-  FailureVerdict verdict;
+  absl::StatusOr<FailureVerdict> verdict;
   {
     absl::MutexLock lock(&mu_);
+    verdict = ReportFailureLocked(std::move(failure), session, later);
+  }
+  // The verdict only once the restart (or the run's failure) is saved.
+  later.Answer(std::move(done), std::move(verdict));
+  RunAll(later);
+}
+
+absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const std::string& session) {
+  absl::Notification answered;
+  absl::StatusOr<FailureVerdict> out;
+  ReportFailure(std::move(failure), session, [&](absl::StatusOr<FailureVerdict> v) {
+    out = std::move(v);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return out;
+}
+
+absl::StatusOr<FailureVerdict> Run::ReportFailureLocked(WorkerFailure failure, const std::string& session,
+                                                        Deferred& later) {
+  FailureVerdict verdict;
+  {
     if (status_only_) {
       // Over, its nodes gone: a late report gets the run's verdict, as a
       // secondary one would (no credential left to check).
@@ -87,8 +110,6 @@ absl::StatusOr<FailureVerdict> Run::ReportFailure(WorkerFailure failure, const s
     }
     MaybeKeepOnlyStatusLocked();
   }
-  // The verdict only once the restart (or the run's failure) is saved.
-  if (absl::Status saved = RunAll(later); !saved.ok()) return saved;
   return verdict;
 }
 

@@ -52,7 +52,7 @@ void Run::OnLivenessTimer() {
     // run may have ended here with no stream left.
     MaybeKeepOnlyStatusLocked();
   }
-  (void)RunAll(later);  // Its calls are told how the save went.
+  RunAll(later);  // Its calls are told how the save went.
 }
 
 void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Deferred& later) {

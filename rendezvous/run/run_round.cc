@@ -41,7 +41,7 @@ void Run::OnLastCall(int64_t round) {
       CloseRoundLocked(later);
     }
   }
-  (void)RunAll(later);  // Its calls are told how the save went.
+  RunAll(later);  // Its calls are told how the save went.
 }
 
 void Run::CloseRoundLocked(Deferred& later) {

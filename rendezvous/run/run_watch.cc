@@ -166,7 +166,7 @@ void Run::Unwatch(const std::string& node_id, const EventSink* sink) {
     if (!IsParticipantLocked(node_id) && !membership_.IsLost(node_id)) membership_.Forget(node_id);
     MaybeKeepOnlyStatusLocked();
   }
-  (void)RunAll(later);  // Its calls are told how the save went.
+  RunAll(later);  // Its calls are told how the save went.
 }
 
 void Run::PushLocked(const RunEvent& event) {

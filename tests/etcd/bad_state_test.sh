@@ -38,6 +38,7 @@ expect "wrong scheme" "--state.*http://" --state http://127.0.0.1:2379
 expect "unreachable" "--state=etcd://127.0.0.1:[0-9]+.*(unreachable|refused)" --state "etcd://127.0.0.1:$(free_port)" --state_timeout 2
 expect "etcds without a CA" "--state_tls_ca" --state etcds://127.0.0.1:2379
 expect "load timeout not positive" "--state_load_timeout=0: must be > 0 seconds" --state etcd://127.0.0.1:2379 --state_load_timeout 0
+expect "status timeout not positive" "--state_status_timeout=0: must be > 0 seconds" --state etcd://127.0.0.1:2379 --state_status_timeout 0
 expect "write queue bound not positive" "--state_max_queued_writes=0: must be at least" --state etcd://127.0.0.1:2379 --state_max_queued_writes 0
 expect "write size bound too small" "--state_max_write_bytes=10: must be at least 1024 bytes" --state etcd://127.0.0.1:2379 --state_max_write_bytes 10
 etcd_up 1 || fail "etcd did not come up"

@@ -221,7 +221,7 @@ fault_quorum_kill() {
 IFS=, read -r -a fault_list <<<"$faults"
 for f in "${fault_list[@]}"; do
   declare -F "fault_$f" >/dev/null || fail "unknown fault '$f' (stop, partition, quorum, kill, quorum_kill)"
-  leads || fail "no replica leads before the fault '$f'"
+  wait_for 10 leads || fail "no replica leads within 10 s before the fault '$f'"
   t0=$(now_ms) before=$(ok_ops)
   "fault_$f"
   progress 60 100 || expect "the job did not complete 100 store operations within 60 s after the fault '$f'"

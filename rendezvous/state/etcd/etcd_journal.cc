@@ -6,6 +6,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 #include <utility>
@@ -117,20 +118,44 @@ class EtcdJournal : public RunJournal {
     return writer_.Submit(std::move(w));
   }
 
+  // Queued to the writer, behind the store writes before it, so that etcd
+  // takes a run's records and keys in the order the run made them.
+  void SaveAsync(const RunRecord& record, SavedCallback done) override {
+    auto answer = std::make_shared<SavedCallback>(std::move(done));
+    absl::Status refused;
+    {
+      absl::MutexLock lock(&mu_);
+      // A save made before its run was removed, arriving after: not written
+      // again.
+      if (dropped_.count({record.run_id, record.incarnation}) == 0) {
+        StoreWriter::Write w;
+        auto it = last_seq_.find(record.run_id);
+        // A record with a higher seq is queued already: it holds this one's
+        // change, and this one is answered once it is saved (an empty write
+        // behind it).
+        const bool superseded = it != last_seq_.end() && it->second >= record.seq;
+        if (!superseded) w.ops.push_back(Op::Put(prefix_ + record.run_id, EncodeRunRecord(record)));
+        w.done = [answer](absl::Status s) { (*answer)(std::move(s)); };
+        refused = writer_.Submit(std::move(w));
+        if (refused.ok() && !superseded) {
+          last_seq_[record.run_id] = record.seq;
+          recorded_.insert({record.run_id, record.incarnation});
+        }
+        if (refused.ok()) return;
+      }
+    }
+    (*answer)(refused);
+  }
+
   absl::Status Save(const RunRecord& record) override {
-    absl::MutexLock lock(&mu_);
-    // A save made before its run was removed, arriving after: not written
-    // again.
-    if (dropped_.count({record.run_id, record.incarnation}) > 0) return absl::OkStatus();
-    auto it = last_seq_.find(record.run_id);
-    if (it != last_seq_.end() && it->second >= record.seq) return absl::OkStatus();
-    Txn txn;
-    txn.success.push_back(Op::Put(prefix_ + record.run_id, EncodeRunRecord(record)));
-    absl::StatusOr<TxnResult> r = election_->FencedTxn(txn);
-    if (!r.ok()) return r.status();
-    last_seq_[record.run_id] = record.seq;
-    recorded_.insert({record.run_id, record.incarnation});
-    return absl::OkStatus();
+    absl::Notification done;
+    absl::Status outcome;
+    SaveAsync(record, [&](absl::Status s) {
+      outcome = std::move(s);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return outcome;
   }
 
   // Queued (see above): OK at once.

@@ -25,6 +25,7 @@ struct Replica::Impl {
   std::unique_ptr<RunJournal> journal;
   std::unique_ptr<LeaderObserver> observer;
   std::unique_ptr<LeaderApart> apart;  // Keeps etcd's leader off this host while leading.
+  absl::Mutex list_mu;  // Guards replica_list's reset against on_paused.
   std::unique_ptr<ReplicaList> replica_list;  // What Status shows (Campaign on).
   std::string election_prefix;
 
@@ -71,6 +72,12 @@ struct Replica::Impl {
     events.push_back(std::move(e));
   }
 
+  // etcd answers this replica again: Status reads the replicas' list itself.
+  void MarkAnswering() {
+    absl::MutexLock lock(&list_mu);
+    if (replica_list) replica_list->MarkAnswering();
+  }
+
   ElectionCallbacks Callbacks() {
     ElectionCallbacks cb;
     cb.on_elected = [this](const LeaderInfo&) {
@@ -82,12 +89,17 @@ struct Replica::Impl {
       // Before another replica can be elected: stop serving now.
       gate->SetServing(false);
       gate->SetPaused(std::string(why.message()));
+      {
+        absl::MutexLock lock(&list_mu);  // Status answers without waiting for etcd.
+        if (replica_list) replica_list->MarkFailing();
+      }
       Logger("rdzv")->warn("this replica's etcd lease is not confirmed in time ({}): stopped serving until it is",
                            std::string(why.message()));
     };
     cb.on_lease_valid_until = [this](std::chrono::steady_clock::time_point t) { gate->SetValidUntil(t); };
     cb.on_resumed = [this] {
       gate->SetPaused("");
+      MarkAnswering();
       absl::MutexLock lock(&mu);
       if (loaded) {
         gate->SetServing(true);
@@ -97,6 +109,7 @@ struct Replica::Impl {
     cb.on_deposed = [this](const absl::Status& why) {
       gate->SetServing(false);
       gate->SetPaused("");
+      MarkAnswering();
       {
         absl::MutexLock lock(&mu);
         loaded = false;
@@ -235,14 +248,18 @@ absl::Status Replica::Campaign(const std::string& advertise) {
   Impl* raw = impl_.get();
   raw->options.advertise = advertise;
   raw->gate->SetSelf(advertise);
-  raw->replica_list = std::make_unique<ReplicaList>([this](absl::Duration timeout)
+  auto list = std::make_unique<ReplicaList>([this](absl::Duration timeout)
                                                         -> absl::StatusOr<std::vector<ReplicaView>> {
     absl::StatusOr<std::vector<ReplicaInfo>> r = Replicas(timeout);
     if (!r.ok()) return r.status();
     std::vector<ReplicaView> out;
     for (const ReplicaInfo& i : *r) out.push_back({i.id, i.address, i.leader});
     return out;
-  });
+  }, raw->options.status_read_timeout);
+  {
+    absl::MutexLock lock(&raw->list_mu);
+    raw->replica_list = std::move(list);
+  }
   raw->observer = raw->election->Observe([raw](const std::optional<LeaderInfo>& l) {
     raw->gate->SetLeader(l ? l->value : "");
     if (l) Logger("rdzv")->info("the rendezvous server replicas' leader: {} ({})", l->value, l->candidate_id);
@@ -264,7 +281,12 @@ Replica::~Replica() {
   }
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->observer.reset();
-  impl_->replica_list.reset();  // Its reads use this Replica.
+  std::unique_ptr<ReplicaList> list;
+  {
+    absl::MutexLock lock(&impl_->list_mu);
+    list = std::move(impl_->replica_list);
+  }
+  list.reset();  // Its reads use this Replica.
   (void)impl_->election->Resign();
   // After the resignation (a check in flight ends within the client's
   // timeouts; the next replica need not wait for it).

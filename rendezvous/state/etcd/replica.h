@@ -51,6 +51,11 @@ struct ReplicaOptions {
   // 100 ms) from one interval after it starts to lead.
   std::string local_member = "auto";
   absl::Duration leader_apart_interval = absl::Seconds(1);
+  // How long a Status call waits for etcd's list of the replicas (a
+  // linearizable read, ReplicaList); past it, or once this replica's lease
+  // went unconfirmed, Status shows the list as unknown and answers from
+  // memory.
+  absl::Duration status_read_timeout = absl::Milliseconds(250);
   // How a new leader reads the state (etcd_journal.h): load_timeout bounds
   // each read of it.
   JournalOptions journal;

@@ -31,6 +31,17 @@ std::vector<ReplicaView> ReplicaList::Get() {
   return {};
 }
 
+void ReplicaList::MarkFailing() {
+  absl::MutexLock lock(&mu_);
+  failing_ = true;
+  refresh_ = true;
+}
+
+void ReplicaList::MarkAnswering() {
+  absl::MutexLock lock(&mu_);
+  failing_ = false;
+}
+
 void ReplicaList::Refresher() {
   for (;;) {
     {

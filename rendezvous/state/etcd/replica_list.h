@@ -35,6 +35,15 @@ class ReplicaList {
 
   // The replicas (see above); empty when unknown.
   std::vector<ReplicaView> Get();
+  // etcd is known not to answer now (this replica's lease went unconfirmed):
+  // from now on calls get the empty list at once, as after a failed read,
+  // until a background read works; the first Status call during a quorum
+  // loss then waits for nothing.
+  void MarkFailing();
+  // etcd answered this replica again (its lease confirmed, or its loss
+  // learned from etcd): calls read the list themselves again, without
+  // waiting for the background read still in flight to time out.
+  void MarkAnswering();
 
  private:
   void Refresher();

@@ -125,12 +125,16 @@ void StoreWriter::Loop() {
       in_flight_ = true;
     }
     absl::StatusOr<Txn> txn = BuildTxn(batch);
-    absl::Status outcome = txn.ok() ? election_->FencedTxn(*txn).status() : txn.status();
+    // Writes with no operation (a superseded record's save, waiting only
+    // for the writes before it) need no transaction.
+    absl::Status outcome = !txn.ok()                   ? txn.status()
+                           : txn->success.empty()      ? absl::OkStatus()
+                                                       : election_->FencedTxn(*txn).status();
     std::deque<Queued> after;  // Queued behind a failed transaction: failed with it.
     {
       absl::MutexLock lock(&mu_);
       if (outcome.ok()) {
-        ++stats_.transactions;
+        if (!txn->success.empty()) ++stats_.transactions;
         stats_.writes += static_cast<int64_t>(batch.size());
       } else {
         outcome = absl::Status(outcome.code(), absl::StrCat("a store write could not be saved in etcd: ",

@@ -56,7 +56,8 @@ class StoreWriter {
   // One write: operations applied together, at one revision. Either
   // single-key puts and deletes (batched with other writes; a key written
   // twice in one transaction keeps its last operation), or operations
-  // over a range of keys (a transaction of their own).
+  // over a range of keys (a transaction of their own), or none (answered
+  // once every write before it is).
   struct Write {
     std::vector<Op> ops;
     // The outcome: OK once etcd applied it; else why not (its outcome may be

@@ -58,6 +58,19 @@ struct BlockingJournal : MemoryJournal {
   }
 };
 
+// A journal that queues saves without waiting (as the etcd journal's group
+// commit does) and saves them, in order, when told to.
+struct QueuingJournal : MemoryJournal {
+  std::vector<std::pair<RunRecord, SavedCallback>> queued;
+  void SaveAsync(const RunRecord& r, SavedCallback done) override { queued.emplace_back(r, std::move(done)); }
+  // Saves what is queued (or fails it with `why`), answering each.
+  void Flush(const absl::Status& why = absl::OkStatus()) {
+    std::vector<std::pair<RunRecord, SavedCallback>> now;
+    now.swap(queued);
+    for (auto& [r, done] : now) done(why.ok() ? Save(r) : why);
+  }
+};
+
 // A replica's registry over a MemoryJournal that tells `hook` when its
 // durability is lost, with run "job" made by a join.
 struct Journaled {
@@ -247,4 +260,45 @@ TEST_CASE("a save nothing waits on runs on the save timer: the run's timer keeps
     for (const auto& m : saved->at(0).members) finished += m.finished ? 1 : 0;
     return finished == 1;
   }));
+}
+
+TEST_CASE("a change's save is queued, not waited for: the call returns at once, its answers come once saved",
+          "[durability]") {
+  DeadlineTimer timer;
+  QueuingJournal journal;
+  LostHook hook;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal, hook.Fn());
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  TwoNodes t;
+  auto record = [&](absl::StatusOr<Assignment> r) { t.answers.push_back(r); };
+  JoinWithStream(*run, "a", t.a, Config(2, 2, /*restarts=*/3), record);
+  creds.Join(*run, Node("b", 1, "b"), Config(2, 2, /*restarts=*/3), -1, record);
+  // The round closed on this thread, which did not wait for the save.
+  REQUIRE(journal.queued.size() == 1);
+  CHECK(t.answers.empty());
+  CHECK_FALSE(Has(*t.a, RunEvent::Kind::kRoundClosed));
+  CHECK(run->Status().state == "running");
+  journal.Flush();
+  REQUIRE(t.answers.size() == 2);
+  for (const auto& a : t.answers) CHECK(a.ok());
+  CHECK(Has(*t.a, RunEvent::Kind::kRoundClosed));
+
+  // A failure's verdict waits for the restart's save; a failed save answers
+  // UNAVAILABLE, sends no RESTART and tells the replica.
+  std::vector<absl::StatusOr<FailureVerdict>> verdicts;
+  WorkerFailure f;
+  f.node_id = "b";
+  f.round = 0;
+  f.exit_code = 1;
+  run->ReportFailure(f, *creds.Of(*run, "b"), [&](absl::StatusOr<FailureVerdict> v) { verdicts.push_back(v); });
+  REQUIRE(journal.queued.size() == 1);
+  CHECK(verdicts.empty());
+  CHECK_FALSE(Has(*t.a, RunEvent::Kind::kRestart));
+  journal.Flush(absl::UnavailableError("etcd: no leader"));
+  REQUIRE(verdicts.size() == 1);
+  CHECK(absl::IsUnavailable(verdicts[0].status()));
+  CHECK_THAT(std::string(verdicts[0].status().message()), Catch::Contains("no leader"));
+  CHECK_FALSE(Has(*t.a, RunEvent::Kind::kRestart));
+  CHECK(hook.calls == 1);
 }

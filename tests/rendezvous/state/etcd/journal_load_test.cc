@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "rendezvous/state/etcd/election.h"
 #include "rendezvous/state/etcd/etcd_journal.h"
 #include "rendezvous/state/state.h"
@@ -175,4 +176,37 @@ TEST_CASE("etcd journal: a store write of thousands of keys is one transaction, 
   CHECK(none->kvs.empty());
   // The fence still writes afterwards.
   CHECK(journal->SaveKeys("job", 1, 0, {{"after", "1"}}, {}).ok());
+
+  // Run records go through the same writer, without waiting: answered in
+  // the order saved; a record behind a higher seq (it holds the lower's
+  // change) is answered once that one is saved, and etcd keeps the higher.
+  absl::Mutex mu;
+  std::vector<std::pair<int64_t, absl::Status>> answered;
+  state::RunRecord r;
+  r.run_id = "job";
+  r.incarnation = 1;
+  r.state = "running";
+  for (int64_t seq : {7, 5}) {
+    r.seq = seq;
+    journal->SaveAsync(r, [&, seq](absl::Status st) {
+      absl::MutexLock lock(&mu);
+      answered.emplace_back(seq, std::move(st));
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    auto both = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered.size() == 2; };
+    REQUIRE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(10)));
+    CHECK(answered[0].first == 7);
+    CHECK(answered[1].first == 5);
+    CHECK(answered[0].second.ok());
+    CHECK(answered[1].second.ok());
+  }
+  absl::StatusOr<etcd::RangeResult> kept = reader->Get(absl::StrCat(kPrefix, "/runs/job"));
+  REQUIRE(kept.ok());
+  REQUIRE(kept->kvs.size() == 1);
+  absl::StatusOr<state::RunRecord> decoded = state::DecodeRunRecord(kept->kvs[0].value);
+  REQUIRE(decoded.ok());
+  CHECK(decoded->seq == 7);
+  CHECK(decoded->state == "running");
 }

@@ -63,3 +63,37 @@ TEST_CASE("while etcd does not answer, calls get no list at once and one read go
   while (list.Get().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   CHECK(list.Get().at(0).address == "10.0.0.3:29400");  // Back: read again at every call.
 }
+
+TEST_CASE("a list marked failing (its replica paused) answers at once, before any read has failed",
+          "[replica_list]") {
+  FakeEtcd etcd;
+  etcd.delay = absl::Milliseconds(300);
+  etcd::ReplicaList list([&](absl::Duration t) { return etcd.Read(t); });
+  REQUIRE(list.Get().size() == 2);
+  etcd.down = true;
+  list.MarkFailing();
+  const absl::Time t0 = absl::Now();
+  CHECK(list.Get().empty());
+  CHECK(absl::Now() - t0 < absl::Milliseconds(50));
+  etcd.down = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (list.Get().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  CHECK(list.Get().size() == 2);  // The background read worked: read at every call again.
+}
+
+TEST_CASE("a list marked answering (etcd answered its replica again) reads at the next call, not after the "
+          "background read's timeout",
+          "[replica_list]") {
+  FakeEtcd etcd;
+  etcd.delay = absl::Seconds(1);  // A read while down hangs, as one sent while cut off does.
+  etcd::ReplicaList list([&](absl::Duration t) { return etcd.Read(t); });
+  REQUIRE(list.Get().size() == 2);
+  etcd.down = true;
+  list.MarkFailing();
+  CHECK(list.Get().empty());
+  etcd.down = false;
+  list.MarkAnswering();
+  const absl::Time t0 = absl::Now();
+  CHECK(list.Get().size() == 2);  // Read by the call itself: the background read still hangs.
+  CHECK(absl::Now() - t0 < absl::Milliseconds(500));
+}
