@@ -16,7 +16,12 @@ absl::Status Session::PrepareLogDir() {
                                    : std::filesystem::path(o_.log_dir);
   run_dir_ = base / absl::StrCat(o_.run_id, "_", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
                                  "_", node_.pid);
-  std::filesystem::create_directories(run_dir_, ec);
+  // Another run on this host may remove the empty per-user folder between
+  // the two levels' creation: tried again (bounded).
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    ec.clear();
+    if (std::filesystem::create_directories(run_dir_, ec) || std::filesystem::is_directory(run_dir_)) break;
+  }
   if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", run_dir_.string(), ": ", ec.message()));
   temp_run_dir_ = o_.log_dir.empty();
   auto redirects = ParseStd(o_.redirects, o_.nproc, "--redirects");
@@ -81,6 +86,9 @@ void Session::CleanLogDir(int code) {
   }
   if (!any_file) {
     std::filesystem::remove_all(run_dir_, ec);
+    // The per-user folder too, once no other run uses it (rmdir refuses
+    // while it holds anything).
+    std::filesystem::remove(run_dir_.parent_path(), ec);
     return;
   }
   for (const auto& attempt : std::filesystem::directory_iterator(run_dir_, ec)) {

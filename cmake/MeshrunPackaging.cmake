@@ -7,7 +7,11 @@
 #   meshrun-absl          Abseil's headers and static library (the archive only; the Debian package depends on
 #                         libabsl-dev)
 #   meshrun-debian, meshrun-dev-debian
-#                         Debian-only files: changelogs, meshrun-dev's copyright, lintian overrides
+#                         Debian-only files: changelogs, meshrun-dev's copyright, lintian overrides,
+#                         the systemd units (/usr/lib/systemd/system, ExecStart=/usr/bin/meshrun)
+#   meshrun-share         the archive only: deploy/ as share/meshrun/deploy/ (the container recipe,
+#                         the systemd units and their environment files, the Kubernetes manifests,
+#                         the Slurm scripts)
 include(GNUInstallDirs)
 
 set(MESHRUN_MAINTAINER "meshrun developers <meshrun@example.org>" CACHE STRING
@@ -39,6 +43,29 @@ install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/copyright DESTINATION ${_doc} C
 install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/copyright DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/meshrun-dev
         COMPONENT meshrun-dev-debian)
 
+# The manual pages, made from meshrun's --help (packaging/man-pages.sh, with
+# help2man), and the guides.
+find_program(MESHRUN_HELP2MAN help2man)
+if(MESHRUN_HELP2MAN)
+  set(_man ${CMAKE_BINARY_DIR}/man)
+  set(_pages meshrun meshrun-server meshrun-status meshrun-mesh)
+  list(TRANSFORM _pages PREPEND ${_man}/ OUTPUT_VARIABLE _page_files)
+  list(TRANSFORM _page_files APPEND .1.gz)
+  add_custom_command(OUTPUT ${_page_files}
+    COMMAND bash ${PROJECT_SOURCE_DIR}/packaging/man-pages.sh $<TARGET_FILE:meshrun> ${_man}
+    DEPENDS meshrun ${PROJECT_SOURCE_DIR}/packaging/man-pages.sh
+    COMMENT "manual pages from meshrun --help")
+  add_custom_target(meshrun_man_pages ALL DEPENDS ${_page_files})
+  install(FILES ${_page_files} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT meshrun)
+else()
+  message(STATUS "help2man not found: no manual pages (scripts/install-deps.sh installs it; scripts/package.sh needs them)")
+endif()
+install(FILES ${PROJECT_SOURCE_DIR}/docs/user-guide.md ${PROJECT_SOURCE_DIR}/docs/deploy.md
+        ${PROJECT_SOURCE_DIR}/docs/worker-environment.md ${PROJECT_SOURCE_DIR}/docs/etcd.md
+        DESTINATION ${_doc} COMPONENT meshrun)
+install(FILES ${PROJECT_SOURCE_DIR}/docs/mesh-guide.md DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/meshrun-dev
+        COMPONENT meshrun-dev)
+
 # Debian's changelog (gzip -9n: no name, no time stamp).
 string(TIMESTAMP _date "%a, %d %b %Y %H:%M:%S +0000" UTC)
 foreach(pkg meshrun meshrun-dev)
@@ -58,6 +85,24 @@ install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/lintian-overrides DESTINATION $
         RENAME meshrun COMPONENT meshrun-debian)
 install(FILES ${CMAKE_BINARY_DIR}/debian/meshrun-dev/changelog.gz DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/meshrun-dev
         COMPONENT meshrun-dev-debian)
+
+# The systemd units, for the .deb: meshrun is /usr/bin/meshrun there, and the
+# unit files are installed already.
+foreach(unit meshrun-server.service meshrun-replica@.service)
+  file(READ ${PROJECT_SOURCE_DIR}/deploy/systemd/${unit} _unit)
+  string(REPLACE "/usr/local/bin/meshrun" "/usr/bin/meshrun" _unit "${_unit}")
+  string(REGEX REPLACE "#   install -m 0644 [^\n]*\.service /etc/systemd/system/\n"
+         "#   (installed by the meshrun package in /usr/lib/systemd/system/)\n" _unit "${_unit}")
+  file(WRITE ${CMAKE_BINARY_DIR}/debian/meshrun/systemd/${unit} "${_unit}")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/deploy/systemd/${unit})
+  install(FILES ${CMAKE_BINARY_DIR}/debian/meshrun/systemd/${unit} DESTINATION lib/systemd/system
+          COMPONENT meshrun-debian)
+endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/server.env.example ${PROJECT_SOURCE_DIR}/deploy/systemd/replica.env.example
+        DESTINATION ${_doc}/examples COMPONENT meshrun-debian)
+# The archive: every deployment file as it is in the repository.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/ DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/meshrun/deploy
+        COMPONENT meshrun-share)
 
 # CPack: two Debian packages, meshrun and meshrun-dev (a group each).
 set(CPACK_GENERATOR DEB)
@@ -88,7 +133,11 @@ workers over Gloo.")
 # libmesh's shared library: a shlibs file, and ldconfig run by a trigger.
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 file(WRITE ${CMAKE_BINARY_DIR}/debian/meshrun/triggers "activate-noawait ldconfig\n")
-set(CPACK_DEBIAN_MESHRUN_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/debian/meshrun/triggers)
+# Maintainer scripts of our own (systemd's daemon-reload for the units): CPack
+# then adds no ldconfig call to them (lintian: maintscript-calls-ldconfig).
+set(CPACK_DEBIAN_MESHRUN_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/debian/meshrun/triggers
+    ${PROJECT_SOURCE_DIR}/cmake/debian/postinst ${PROJECT_SOURCE_DIR}/cmake/debian/postrm)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(CPACK_DEBIAN_MESHRUN-DEV_PACKAGE_NAME meshrun-dev)
 set(CPACK_DEBIAN_MESHRUN-DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_MESHRUN-DEV_PACKAGE_ARCHITECTURE amd64)

@@ -1,27 +1,45 @@
 #!/usr/bin/env bash
-# Installs every Debian package meshrun needs to build, test and benchmark.
-# Idempotent: packages already present are skipped, and nothing runs when all are there.
+# Installs the Debian packages meshrun needs. Idempotent: packages already
+# present are skipped, and nothing runs when all are there.
+#   usage: scripts/install-deps.sh [--build]
+#     --build   only what building meshrun and its main job needs
+#               (scripts/main-job.sh): compilers, CMake and the libraries
+#     (none)    that, plus what the tests, benchmarks and packaging use
+#               (scripts/test.sh, scripts/package.sh)
 set -euo pipefail
 
-PKGS=(
+BUILD_PKGS=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libfmt-dev libcli11-dev catch2 libgloo-dev nlohmann-json3-dev
-  clang libclang-rt-14-dev
+  libabsl-dev libspdlog-dev libfmt-dev libcli11-dev libgloo-dev nlohmann-json3-dev
+  libhwloc-dev prometheus-cpp-dev libcivetweb-dev libjemalloc-dev libssl-dev
+  # etcd's .proto files the build generates its stubs from (proto/etcd/).
+  golang-etcd-server-dev
+)
+TEST_PKGS=(
+  # The portable build's sources of Debian's libraries (cmake/debian-source.sh).
+  dpkg-dev
+  catch2 clang libclang-rt-14-dev
   python3-torch python3-numpy python3-matplotlib
-  libhwloc-dev prometheus-cpp-dev libcivetweb-dev libjemalloc-dev
-  libssl-dev openssl
+  openssl
   iproute2 iputils-ping procps
   slurm-wlm munge python3-yaml python3-venv systemd
   # etcd v3 for the replicated server's state (docs/etcd.md): the server the tests start,
-  # etcdctl for debugging and the auth tests, and etcd's .proto files the build generates
-  # its stubs from (proto/etcd/).
-  etcd-server etcd-client golang-etcd-server-dev
+  # etcdctl for debugging and the auth tests.
+  etcd-server etcd-client
   # Packaging (scripts/package.sh) and its tests (tests/package/): CPack's .deb
   # (dpkg-dev, fakeroot), lintian, debootstrap roots, podman images, objdump.
-  dpkg-dev fakeroot lintian debootstrap podman runc uidmap golang-github-containernetworking-plugin-dnsname
+  fakeroot lintian debootstrap podman runc uidmap golang-github-containernetworking-plugin-dnsname
   binutils file curl util-linux
+  # The manual pages, made from meshrun --help (packaging/man-pages.sh).
+  help2man
 )
+
+case "${1:-}" in
+  --build) PKGS=("${BUILD_PKGS[@]}") ;;
+  "") PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+  *) echo "install-deps: unknown argument '$1': allowed --build, or none" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,6 +4,6 @@
 # (replicate, shard) over Gloo, one checked allreduce per mesh dimension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+bash scripts/build.sh --main  # the build's packages and the two programs below only
 build/launcher/meshrun mesh --nproc_per_node=8 --shape 2,4 --names replicate,shard
 exec build/launcher/meshrun --standalone --nproc_per_node=8 build/examples/two_d_setup --device cpu

@@ -70,9 +70,11 @@ mkdir -p "$stage"
 
 # What the archive holds, installed by component and stripped of debug info.
 root="$stage/$name"
-for component in meshrun meshrun-dev meshrun-absl meshrun-nccl; do
+for component in meshrun meshrun-dev meshrun-absl meshrun-nccl meshrun-share; do
   cmake --install "$build" --prefix "$root" --component "$component" > /dev/null
 done
+[[ -f "$root/share/man/man1/meshrun.1.gz" ]] ||
+  die "the build made no manual pages: install help2man (scripts/install-deps.sh), then run this again"
 is_elf() { [[ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" == '177ELF' ]]; }
 while IFS= read -r -d '' f; do
   if is_elf "$f" || [[ "$f" == *.a ]]; then strip --strip-debug "$f"; fi
@@ -98,6 +100,18 @@ while IFS= read -r -d '' f; do
   [[ "$(printf '%s\n%s\n' "$v" "$newest" | sort -V | tail -1)" == "$v" ]] && newest="$v"
 done < <(find "$root/bin" "$root/lib" -type f -print0)
 echo "package: every program and library needs glibc only, GLIBC_$newest at most"
+# The archive: meshrun's programs in libexec/meshrun/, and bin/meshrun a
+# launcher that says in one line when this system's glibc is too old
+# (packaging/meshrun-archive-launcher.sh). The wheel and the .deb keep the
+# programs in bin/: pip and dpkg refuse them on too old a glibc.
+archive_root="$stage/archive/$name"
+mkdir -p "$archive_root"
+cp -a "$root/." "$archive_root/"
+mkdir -p "$archive_root/libexec/meshrun"
+mv "$archive_root/bin/meshrun" "$archive_root/bin/meshrun-worker-shim" "$archive_root/libexec/meshrun/"
+sed "s/@GLIBC_FLOOR_MINOR@/${glibc_floor#*.}/" "$here/packaging/meshrun-archive-launcher.sh" > "$archive_root/bin/meshrun"
+chmod 0755 "$archive_root/bin/meshrun"
+touch -d "@$SOURCE_DATE_EPOCH" "$archive_root/bin/meshrun"
 
 # Earlier files of the forms made now (others stay).
 [[ $want_archive == 1 ]] && rm -f "$dist"/meshrun-*-linux-x86_64.tar.gz
@@ -106,7 +120,7 @@ echo "package: every program and library needs glibc only, GLIBC_$newest at most
 rm -f "$dist/SHA256SUMS"
 
 if [[ $want_archive == 1 ]]; then
-  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" -C "$stage" -cf - "$name" |
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" -C "$stage/archive" -cf - "$name" |
     gzip -9n > "$dist/$name.tar.gz"
   echo "package: $dist/$name.tar.gz ($(du -h "$dist/$name.tar.gz" | cut -f1))"
 fi
@@ -137,8 +151,8 @@ Description-Content-Type: text/markdown
 
 meshrun starts the workers of a job on every host, gives them their ranks and
 torchrun's environment, runs the rendezvous server and restarts the job when a
-worker fails. \`pip install meshrun\` puts the native \`meshrun\` command in the
-environment's bin/; it runs \`.py\` programs with that environment's Python
+worker fails. Installing this wheel (\`pip install meshrun-<version>-py3-none-manylinux_2_34_x86_64.whl\`:
+it is not on PyPI) puts the native \`meshrun\` command in the environment's bin/; it runs \`.py\` programs with that environment's Python
 unless PYTHON_EXEC names another.
 EOF
   cat > "$w/meshrun-$version.dist-info/WHEEL" <<EOF

@@ -53,6 +53,7 @@ TEST_CASE("the failure summary counts the other workers as stopped or exited, an
   const std::string mine = tmp + "/meshrun-" + std::to_string(getuid());
   auto folders = [&] {
     int n = 0;
+    if (!std::filesystem::exists(mine)) return n;
     for (const auto& e : std::filesystem::directory_iterator(mine)) n += e.is_directory() ? 1 : 0;
     return n;
   };
@@ -63,6 +64,13 @@ TEST_CASE("the failure summary counts the other workers as stopped or exited, an
     CHECK(r.exit_code == 3);
     CHECK(Contains(r.err, "): 3 stopped by meshrun\n"));
     CHECK(folders() == 0);
+    CHECK_FALSE(std::filesystem::exists(mine));  // Not even the empty per-user folder.
+  }
+  SECTION("a job that succeeds leaves no folder, not even the per-user one") {
+    RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=2", "/bin/true"}, {{"TMPDIR", tmp}}, 60);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK_FALSE(std::filesystem::exists(mine));
   }
   SECTION("the other worker had exited 0: none running; the error file is kept, empty attempts are not") {
     std::string go = dir + "/go";

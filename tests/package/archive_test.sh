@@ -6,10 +6,12 @@
 #   main      the main job (8 workers, the 2-D libmesh setup over Gloo) and the static
 #             consumer, where glibc is the only library (GLIBC_ONLY in lib.sh)
 #   two-node  a two-node job, both nodes where glibc is the only library
-#   usage: archive_test.sh SOURCE_DIR BINARY_DIR unpack|main|two-node
+#   old-glibc in a bare Debian 11 root (glibc 2.31): bin/meshrun exits 1 with one line
+#             naming the glibc found and the one needed
+#   usage: archive_test.sh SOURCE_DIR BINARY_DIR unpack|main|two-node|old-glibc
 SOURCE_DIR="$1" BINARY_DIR="$2" mode="${3:-}"
 source "$SOURCE_DIR/tests/package/lib.sh"
-case "$mode" in unpack|main|two-node) ;; *) fail "mode '$mode': allowed unpack, main, two-node";; esac
+case "$mode" in unpack|main|two-node|old-glibc) ;; *) fail "mode '$mode': allowed unpack, main, two-node, old-glibc";; esac
 floor=2.34
 
 if [[ $mode == unpack ]]; then
@@ -19,7 +21,7 @@ if [[ $mode == unpack ]]; then
   step "tar xf $(basename "$archive")"
   tar -C "$PKG_UNPACKED" -xf "$archive"
   root="$(archive_root)"
-  for f in bin/meshrun bin/meshrun-worker-shim lib/libmeshrun_mesh.so.0 lib/libmeshrun_mesh.so lib/libmeshrun_mesh.a \
+  for f in bin/meshrun libexec/meshrun/meshrun libexec/meshrun/meshrun-worker-shim lib/libmeshrun_mesh.so.0 lib/libmeshrun_mesh.so lib/libmeshrun_mesh.a \
            lib/libmeshrun_absl.a include/meshrun/device_mesh.h include/absl/status/status.h \
            lib/cmake/meshrun/meshrunConfig.cmake lib/cmake/meshrun/meshrunTargets.cmake share/doc/meshrun/copyright; do
     [[ -e "$root/$f" ]] || fail "$f is missing from the archive"
@@ -39,14 +41,14 @@ if [[ $mode == unpack ]]; then
     done
     v="$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -1)"
     [[ -n "$v" && "$(printf '%s\n%s\n' "$v" "$newest" | sort -V | tail -1)" == "$v" ]] && newest="$v"
-  done < <(find "$root/bin" "$root/lib" -type f -print0)
+  done < <(find "$root/bin" "$root/libexec" "$root/lib" -type f -print0)
   [[ "$(printf '%s\n%s\n' "$newest" "$floor" | sort -V | tail -1)" == "$floor" ]] || fail "needs GLIBC_$newest (> $floor)"
   echo "newest glibc symbol version: GLIBC_$newest"
-  step "ldd bin/meshrun"
-  ldd "$root/bin/meshrun"
+  step "ldd libexec/meshrun/meshrun; bin/meshrun --version (the launcher that checks glibc)"
+  ldd "$root/libexec/meshrun/meshrun"
   "$root/bin/meshrun" --version
   # No run path: nothing is carried, everything is linked in.
-  if objdump -p "$root/bin/meshrun" "$root/lib/libmeshrun_mesh.so.0" | grep -E 'R(UN)?PATH'; then
+  if objdump -p "$root/libexec/meshrun/meshrun" "$root/lib/libmeshrun_mesh.so.0" | grep -E 'R(UN)?PATH'; then
     fail "a run path is set"
   fi
   step "programs built against the archive with find_package(meshrun)"
@@ -61,8 +63,28 @@ if [[ $mode == unpack ]]; then
   # The shared consumer, as a user on this machine runs it.
   out="$(timeout 120 "$root/bin/meshrun" --standalone --nproc_per_node=4 "$PKG_WORKER/mesh_consumer" 2>&1)" ||
     { echo "$out"; fail "mesh_consumer (shared libmesh) under the archive's meshrun"; }
-  [[ "$(grep -c 'sum=6 OK' <<< "$out")" == 4 ]] || { echo "$out"; fail "mesh_consumer: not 4 ranks with sum=6"; }
+  [[ "$(grep -c '_sum=.* OK' <<< "$out")" == 8 ]] || { echo "$out"; fail "mesh_consumer: not 4 ranks with both sums OK"; }
   echo "PASS: the archive unpacks, needs glibc <= $floor only, and programs build against it"
+  exit 0
+fi
+
+if [[ $mode == old-glibc ]]; then
+  need_root "chroot"
+  old="$PKG_CACHE/bullseye-minbase"
+  [[ -f "$old/.meshrun-root" ]] || skip "no Debian 11 root (the \"package: Debian 11 root\" test makes it)"
+  root="$(archive_root)"
+  step "bin/meshrun --version in a bare Debian 11 root ($(cat "$old/etc/debian_version"))"
+  set +e
+  out="$(timeout 60 unshare --mount --propagation private /bin/sh -c \
+    'mount --bind "$1" "$2/mnt" && exec chroot "$2" /mnt/bin/meshrun --version' sh "$root" "$old" 2>&1)"
+  code=$?
+  set -e
+  echo "$out"
+  [[ $code == 1 ]] || fail "exit status $code, expected 1"
+  [[ "$(printf '%s\n' "$out" | wc -l)" == 1 ]] || fail "more than one line"
+  [[ "$out" == "meshrun: error: this system has glibc 2.31; meshrun needs glibc $floor or newer"* ]] ||
+    fail "not the one-line glibc message"
+  echo "PASS: one line, exit 1"
   exit 0
 fi
 
@@ -89,7 +111,7 @@ if [[ $mode == main ]]; then
   step "the static consumer (meshrun::mesh_static) with glibc only"
   out="$(timeout 120 "${GLIBC_ONLY[@]}" "$root/bin/meshrun" --standalone --nproc_per_node=4 "$PKG_WORKER/mesh_consumer_static" 2>&1)" ||
     { echo "$out"; fail "mesh_consumer_static failed with glibc only"; }
-  [[ "$(grep -c 'sum=6 OK' <<< "$out")" == 4 ]] || { echo "$out"; fail "mesh_consumer_static: not 4 ranks with sum=6"; }
+  [[ "$(grep -c '_sum=.* OK' <<< "$out")" == 8 ]] || { echo "$out"; fail "mesh_consumer_static: not 4 ranks with both sums OK"; }
   # `meshrun --help` throws and catches an exception (CLI11): unwinding works
   # with the way a glibc older than 2.35 finds unwind tables (cmake/glibc_compat.c).
   step "an exception, unwound as on glibc 2.34 (MESHRUN_EMULATE_DL_FIND_OBJECT=1)"
@@ -131,3 +153,4 @@ pids=()
 total=$(cat "$logs"/node*.log | grep -c '_sum=.* OK')
 [[ $total == 16 ]] || { cat "$logs"/node*.log; fail "the two-node job: $total of 16 sums OK"; }
 echo "PASS: a two-node job with glibc only (8 ranks over 2 nodes)"
+

@@ -2,8 +2,10 @@
 # The container recipe (deploy/container/Containerfile), with Debian's podman
 # and the archive: the base image is imported from the cached debootstrap
 # root (no registry is reachable here; kept in <build>/package-cache/), the
-# image adds meshrun, runs the main job, and two containers on one podman
-# network run a two-node job, each finding the other by name.
+# image adds meshrun under /opt/meshrun (no headers, static libraries or
+# archive layer; its growth is printed), runs the main job, and two
+# containers on one podman network run a two-node job, each finding the
+# other by name.
 # podman here needs --runtime runc (crun refuses hybrid cgroups) and explicit
 # ulimits (its defaults exceed the hard limits).
 #   usage: container_test.sh SOURCE_DIR BINARY_DIR
@@ -52,6 +54,19 @@ timeout 300 "${P[@]}" build "${LIMITS[@]}" -f "$SOURCE_DIR/deploy/container/Cont
   -t "$image" "$PKG_DIST" > "$PKG_TEST/podman-build.log" 2>&1 ||
   { tail -30 "$PKG_TEST/podman-build.log"; fail "podman build"; }
 echo "built in $(( $(date +%s) - start )) s"
+
+step "only what runs: no include/, static library or CMake file; no layer holds the archive"
+extra="$(timeout 60 "${P[@]}" run --rm "${LIMITS[@]}" --network none "$image" /bin/sh -c \
+  'find /usr/local/include /usr/local/lib /opt/meshrun -mindepth 1 \( -path /opt/meshrun/include -o -path "*/include/*" \
+     -o -name "*.a" -o -name cmake -o -name "meshrun-*.tar.gz" \) -print; find / -xdev -name "meshrun-*.tar.gz" -print')"
+[[ -z "$extra" ]] || fail "the image holds development files or the archive: $extra"
+base_size="$("${P[@]}" image inspect --format '{{.Size}}' "$base")"
+image_size="$("${P[@]}" image inspect --format '{{.Size}}' "$image")"
+layers="$("${P[@]}" history --format '{{.Size}}' "$image" | head -1)"
+archive_bytes="$(stat -c %s "$archive")"
+growth=$(( image_size - base_size ))
+echo "image growth: $growth bytes (the archive is $archive_bytes bytes; meshrun's layer: $layers)"
+(( growth < archive_bytes * 2 )) || fail "the image grew by $growth bytes, more than twice the archive"
 
 step "the main job in the image"
 out="$(timeout 180 "${P[@]}" run --rm "${LIMITS[@]}" --network none -v "$PKG_WORKER:/w:ro" "$image" \

@@ -7,7 +7,7 @@ PKG_DIST="$PKG_TEST/dist"
 PKG_UNPACKED="$PKG_TEST/archive"             # the archive, unpacked (by "package: archive")
 PKG_WORKER="$PKG_TEST/worker"                # the main job's worker, built against the archive
 PKG_CACHE="${MESHRUN_PACKAGE_CACHE:-$BINARY_DIR/package-cache}"  # kept between runs: Debian roots, images, apt downloads
-SUITE=bookworm
+SUITE="${SUITE:-bookworm}"  # root_test.sh makes a root of another suite when given one
 MIRROR="${MESHRUN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 skip() { echo "SKIPPED: $*"; exit 77; }

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # "package: Debian root" (fixture of the deb and container tests): a minimal
 # Debian 12 root, `debootstrap --variant=minbase bookworm`, made once and
-# kept in <build>/package-cache/ (about 30 s and 200 MB the first time).
-# Skipped without root, or when Debian's mirror cannot be reached.
-#   usage: root_test.sh SOURCE_DIR BINARY_DIR
-SOURCE_DIR="$1" BINARY_DIR="$2"
+# kept in <build>/package-cache/ (about 30 s and 200 MB the first time);
+# "package: Debian 11 root" the same of bullseye (the archive's old-glibc
+# check). Skipped without root, or when Debian's mirror cannot be reached.
+#   usage: root_test.sh SOURCE_DIR BINARY_DIR [SUITE]   (default bookworm)
+SOURCE_DIR="$1" BINARY_DIR="$2" SUITE="${3:-bookworm}"
 source "$SOURCE_DIR/tests/package/lib.sh"
 need_root "debootstrap"
 need_cmd debootstrap
 root="$PKG_CACHE/$SUITE-minbase"
 stamp="debootstrap --variant=minbase $SUITE $MIRROR"
 mkdir -p "$PKG_CACHE"
-exec 9> "$PKG_CACHE/root.lock"
-flock -w 900 9 || fail "another test holds $PKG_CACHE/root.lock for 15 min"
+exec 9> "$PKG_CACHE/root-$SUITE.lock"
+flock -w 900 9 || fail "another test holds $PKG_CACHE/root-$SUITE.lock for 15 min"
 if [[ -f "$root/.meshrun-root" && "$(cat "$root/.meshrun-root")" == "$stamp" ]]; then
   echo "PASS: cached $root ($(cat "$root/etc/debian_version"))"
   exit 0
