@@ -33,6 +33,8 @@ TEST_PKGS=(
   binutils file curl util-linux
   # The manual pages, made from meshrun --help (packaging/man-pages.sh).
   help2man
+  # Signing SHA256SUMS (scripts/package.sh --sign) and its test.
+  gnupg
 )
 
 case "${1:-}" in

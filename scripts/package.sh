@@ -5,35 +5,46 @@
 #                                            lib/cmake/meshrun/ share/; glibc only
 #   meshrun-<version>-py3-none-manylinux_*.whl   pip install: meshrun in the venv's bin/
 #   meshrun_<version>_amd64.deb, meshrun-dev_<version>_amd64.deb   CPack's Debian packages
-#   SHA256SUMS
+#   SHA256SUMS, and SHA256SUMS.asc with --sign KEYID (gpg's detached, armored signature)
 # The build folder must be a portable build (MESHRUN_PORTABLE=ON, the default
 # of scripts/build.sh); build/ is configured and built first when it is not
 # there yet, and any build folder is brought up to date (cmake --build).
 # Before packing it checks that every program and library needs nothing but
 # glibc <= 2.34 (objdump). PyPI tools (auditwheel, wheel; pinned in
 # scripts/package-requirements.txt) go into <build>/package-tools/.
-#   usage: scripts/package.sh [--build-dir DIR] [--dist DIR] [--only archive,wheel,deb]
+#   usage: scripts/package.sh [--build-dir DIR] [--dist DIR] [--only archive,wheel,deb] [--sign KEYID]
+#   Check a release: gpg --verify SHA256SUMS.asc SHA256SUMS && sha256sum -c SHA256SUMS
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="$here/build"
 dist="$here/dist"
 only="archive,wheel,deb"
+sign=""
 glibc_floor="2.34"
 
 die() { echo "package: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --build-dir|--dist|--only)
+    --build-dir|--dist|--only|--sign)
       [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value"
-      case "$1" in --build-dir) build="$(realpath -m "$2")";; --dist) dist="$(realpath -m "$2")";; --only) only="$2";; esac
+      case "$1" in
+        --build-dir) build="$(realpath -m "$2")";; --dist) dist="$(realpath -m "$2")";;
+        --only) only="$2";; --sign) sign="$2";;
+      esac
       shift 2;;
+    --sign=*) sign="${1#*=}"; [[ -n "$sign" ]] || die "--sign needs a value"; shift;;
     --build-dir=*) build="$(realpath -m "${1#*=}")"; shift;;
     --dist=*) dist="$(realpath -m "${1#*=}")"; shift;;
     --only=*) only="${1#*=}"; shift;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;;
-    *) die "unknown argument '$1': allowed --build-dir DIR, --dist DIR, --only archive,wheel,deb";;
+    *) die "unknown argument '$1': allowed --build-dir DIR, --dist DIR, --only archive,wheel,deb, --sign KEYID";;
   esac
 done
+if [[ -n "$sign" ]]; then
+  command -v gpg > /dev/null || die "--sign $sign: gpg is not installed (apt-get install gnupg)"
+  gpg --batch --list-secret-keys -- "$sign" > /dev/null 2>&1 ||
+    die "--sign: no secret key '$sign' in gpg's keyring (gpg --list-secret-keys shows them)"
+fi
 want_archive=0 want_wheel=0 want_deb=0
 IFS=',' read -r -a forms <<< "$only"
 [[ ${#forms[@]} -gt 0 ]] || die "--only '' names no form: allowed archive, wheel, deb (comma-separated)"
@@ -117,7 +128,7 @@ touch -d "@$SOURCE_DATE_EPOCH" "$archive_root/bin/meshrun"
 [[ $want_archive == 1 ]] && rm -f "$dist"/meshrun-*-linux-x86_64.tar.gz
 [[ $want_wheel == 1 ]] && rm -f "$dist"/meshrun-*.whl
 [[ $want_deb == 1 ]] && rm -f "$dist"/meshrun_*_amd64.deb "$dist"/meshrun-dev_*_amd64.deb
-rm -f "$dist/SHA256SUMS"
+rm -f "$dist/SHA256SUMS" "$dist/SHA256SUMS.asc"
 
 if [[ $want_archive == 1 ]]; then
   tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" -C "$stage/archive" -cf - "$name" |
@@ -184,3 +195,8 @@ if [[ $want_deb == 1 ]]; then
 fi
 
 (cd "$dist" && sha256sum -- meshrun*.tar.gz meshrun*.whl meshrun*.deb 2>/dev/null > SHA256SUMS || true)
+if [[ -n "$sign" ]]; then
+  gpg --batch --yes --local-user "$sign" --armor --detach-sign --output "$dist/SHA256SUMS.asc" "$dist/SHA256SUMS" ||
+    die "--sign $sign: gpg could not sign SHA256SUMS"
+  echo "package: $dist/SHA256SUMS.asc (signed by $sign)"
+fi
