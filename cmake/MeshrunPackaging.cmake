@@ -11,7 +11,8 @@
 #                         the systemd units (/usr/lib/systemd/system, ExecStart=/usr/bin/meshrun)
 #   meshrun-share         the archive only: deploy/ as share/meshrun/deploy/ (the container recipe,
 #                         the systemd units and their environment files, the Kubernetes manifests,
-#                         the Slurm scripts)
+#                         the Slurm scripts), and the examples (share/meshrun/examples/; meshrun-dev
+#                         has them in /usr/share/doc/meshrun-dev/examples/)
 include(GNUInstallDirs)
 
 set(MESHRUN_MAINTAINER "meshrun developers <meshrun@example.org>" CACHE STRING
@@ -100,6 +101,15 @@ foreach(unit meshrun-server.service meshrun-replica@.service)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/server.env.example ${PROJECT_SOURCE_DIR}/deploy/systemd/replica.env.example
         DESTINATION ${_doc}/examples COMPONENT meshrun-debian)
+# The examples' sources with a CMakeLists.txt that builds them against the
+# installed package (packaging/examples/): the archive's share/meshrun/examples/,
+# meshrun-dev's /usr/share/doc/meshrun-dev/examples/.
+set(_examples ${PROJECT_SOURCE_DIR}/packaging/examples/CMakeLists.txt)
+foreach(f two_d_setup.cc hsdp.cc three_d_slicing.cc example_util.h device_fill.h device_fill.cu train.py)
+  list(APPEND _examples ${PROJECT_SOURCE_DIR}/examples/${f})
+endforeach()
+install(FILES ${_examples} DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/meshrun/examples COMPONENT meshrun-share)
+install(FILES ${_examples} DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/meshrun-dev/examples COMPONENT meshrun-dev-debian)
 # The archive: every deployment file as it is in the repository.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/ DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/meshrun/deploy
         COMPONENT meshrun-share)

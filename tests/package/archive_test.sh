@@ -21,7 +21,9 @@ if [[ $mode == unpack ]]; then
   step "tar xf $(basename "$archive")"
   tar -C "$PKG_UNPACKED" -xf "$archive"
   root="$(archive_root)"
-  for f in bin/meshrun libexec/meshrun/meshrun libexec/meshrun/meshrun-worker-shim lib/libmeshrun_mesh.so.0 lib/libmeshrun_mesh.so lib/libmeshrun_mesh.a \
+  for f in bin/meshrun libexec/meshrun/meshrun libexec/meshrun/meshrun-worker-shim share/meshrun/examples/CMakeLists.txt \
+           share/meshrun/examples/two_d_setup.cc share/meshrun/deploy/container/Containerfile \
+           share/meshrun/deploy/systemd/meshrun-server.service share/man/man1/meshrun.1.gz lib/libmeshrun_mesh.so.0 lib/libmeshrun_mesh.so lib/libmeshrun_mesh.a \
            lib/libmeshrun_absl.a include/meshrun/device_mesh.h include/absl/status/status.h \
            lib/cmake/meshrun/meshrunConfig.cmake lib/cmake/meshrun/meshrunTargets.cmake share/doc/meshrun/copyright; do
     [[ -e "$root/$f" ]] || fail "$f is missing from the archive"
@@ -56,10 +58,23 @@ if [[ $mode == unpack ]]; then
     -DMESHRUN_SOURCE_DIR="$SOURCE_DIR" -DCMAKE_BUILD_TYPE=Release > "$PKG_TEST/worker-configure.log" 2>&1 ||
     { cat "$PKG_TEST/worker-configure.log"; fail "configuring tests/package/worker against the archive"; }
   # Its Abseil is the archive's, not the system's.
-  grep -q "libmeshrun_absl.a" "$PKG_WORKER/CMakeFiles/two_d_setup.dir/link.txt" ||
-    fail "the worker does not link the archive's Abseil (lib/libmeshrun_absl.a)"
+  grep -q "libmeshrun_absl.a" "$PKG_WORKER/CMakeFiles/mesh_consumer.dir/link.txt" ||
+    fail "the consumer does not link the archive's Abseil (lib/libmeshrun_absl.a)"
   cmake --build "$PKG_WORKER" -j2 > "$PKG_TEST/worker-build.log" 2>&1 ||
     { tail -40 "$PKG_TEST/worker-build.log"; fail "building tests/package/worker against the archive"; }
+  # The examples, from the archive alone (its share/meshrun/examples/), as its
+  # CMakeLists.txt says: the main job's worker is the archive's two_d_setup.
+  step "the archive's examples: cmake -S share/meshrun/examples -DCMAKE_PREFIX_PATH=<archive>"
+  cmake -S "$root/share/meshrun/examples" -B "$PKG_WORKER/examples" -DCMAKE_PREFIX_PATH="$root" \
+    -DCMAKE_BUILD_TYPE=Release > "$PKG_TEST/examples-configure.log" 2>&1 ||
+    { cat "$PKG_TEST/examples-configure.log"; fail "configuring the archive's examples"; }
+  cmake --build "$PKG_WORKER/examples" -j2 > "$PKG_TEST/examples-build.log" 2>&1 ||
+    { tail -40 "$PKG_TEST/examples-build.log"; fail "building the archive's examples"; }
+  cp "$PKG_WORKER/examples/two_d_setup" "$PKG_WORKER/two_d_setup"
+  for e in hsdp three_d_slicing; do
+    out="$(timeout 120 "$root/bin/meshrun" --standalone --nproc_per_node=8 "$PKG_WORKER/examples/$e" --device cpu 2>&1)" ||
+      { echo "$out"; fail "the archive's example $e"; }
+  done
   # The shared consumer, as a user on this machine runs it.
   out="$(timeout 120 "$root/bin/meshrun" --standalone --nproc_per_node=4 "$PKG_WORKER/mesh_consumer" 2>&1)" ||
     { echo "$out"; fail "mesh_consumer (shared libmesh) under the archive's meshrun"; }
