@@ -6,8 +6,8 @@
 #              two_d_setup. A build/ made this way links Debian's shared
 #              libraries (MESHRUN_PORTABLE=OFF: nothing is fetched or built
 #              from Debian's sources) and has no tests; the next plain
-#              build.sh makes it portable and adds the rest. An existing
-#              build/ is used as it is.
+#              build.sh makes it portable and adds the rest (compiling
+#              everything again). An existing build/ is used as it is.
 #     (none)   every package and every target, the tests included, in a
 #              portable build (what scripts/package.sh packs)
 set -euo pipefail
