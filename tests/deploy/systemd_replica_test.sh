@@ -126,10 +126,9 @@ fi
 # ---- 3. Three instances on a real etcd, a job through them, the leader stopped.
 etcd_up 3 || fail "etcd did not come up"
 trap cleanup EXIT  # etcd_up sets its own; ours calls etcd_down too.
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-ports=()
-for i in 0 1 2; do ports[i]=$(free_port); done
+# Three distinct ports: etcd_cluster.sh's picker binds them all at once.
+mapfile -t ports < <(_etcd_free_ports 3)
 endpoints="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
 runner=()
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then

@@ -47,11 +47,16 @@ etcd_require() {
   done
 }
 
-# A TCP port free on 127.0.0.1 now (bind to 0, read it, close: racy, as every free port).
-_etcd_free_port() {
+# N distinct TCP ports free on 127.0.0.1 now, one per line: all N sockets are bound at once, so
+# no port is given twice (a port is still free only when picked, not when etcd binds it).
+_etcd_free_ports() {
   local py=/usr/bin/python3
   [[ -x $py ]] || py=python3
-  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  "$py" -c '
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print("\n".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
 _etcd_ctl_flags() {
@@ -181,13 +186,15 @@ etcd_up() {
   local try deadline=$((${EPOCHREALTIME/./} + 30000000)) left
   for ((try = 1; try <= 3; try++)); do
     ETCD_CLIENT=() ETCD_PEER=() ETCD_PID=()
+    local ports=()
+    [[ $ETCD_MODE == hosts ]] || mapfile -t ports < <(_etcd_free_ports $((2 * n)))
     for ((i = 0; i < n; i++)); do
       if [[ $ETCD_MODE == hosts ]]; then
         ETCD_CLIENT[i]="${HOSTS_V4[i]}:2379"
         ETCD_PEER[i]="${HOSTS_V4[i]}:2380"
       else
-        ETCD_CLIENT[i]="127.0.0.1:$(_etcd_free_port)"
-        ETCD_PEER[i]="127.0.0.1:$(_etcd_free_port)"
+        ETCD_CLIENT[i]="127.0.0.1:${ports[2 * i]}"
+        ETCD_PEER[i]="127.0.0.1:${ports[2 * i + 1]}"
       fi
       rm -rf -- "${ETCD_DIR:?}/e$i"
     done
