@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
       examples::Must("allreduce", group->AllReduce(d, 1, ReduceOp::kSum));
       cudaMemcpy(value.data(), d, sizeof(double), cudaMemcpyDeviceToHost);
       cudaFree(d);
+#else
+      examples::Die("allreduce", absl::UnimplementedError("this build of two_d_setup has no CUDA code (build the "
+                                                          "examples with the CUDA toolkit: MESHRUN_EXAMPLES_CUDA=ON)"));
 #endif
     } else {
       examples::Must("allreduce", examples::AllReduce(mesh.device_type(), group, value));

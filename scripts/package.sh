@@ -89,17 +89,19 @@ done
 is_elf() { [[ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" == '177ELF' ]]; }
 while IFS= read -r -d '' f; do
   if is_elf "$f" || [[ "$f" == *.a ]]; then strip --strip-debug "$f"; fi
-done < <(find "$root/bin" "$root/lib" -type f -print0)
+done < <(find "$root/bin" "$root/libexec" "$root/lib" -type f -print0)
 
-# Every program and library: glibc only (libmesh's NCCL plugin: NCCL and the
-# CUDA runtime too), glibc symbols no newer than $glibc_floor.
+# Every program and library: glibc only (libmesh's NCCL plugin, which loads NCCL
+# and the CUDA driver itself, and the example worker: libmesh too), glibc
+# symbols no newer than $glibc_floor.
 newest="0"
 glibc_libs='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2)$'
 while IFS= read -r -d '' f; do
   is_elf "$f" || continue
   allowed="$glibc_libs"
-  [[ "$(basename "$f")" == libmeshrun_mesh_nccl.so* ]] &&
-    allowed='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2|libmeshrun_mesh\.so\.0|libnccl\.so\.2|libcudart\.so\.[0-9]+)$'
+  # libmesh's NCCL plugin and the ready example worker: libmesh too.
+  [[ "$(basename "$f")" == libmeshrun_mesh_nccl.so* || "$f" == */libexec/meshrun/examples/* ]] &&
+    allowed='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2|libmeshrun_mesh\.so\.0)$'
   while read -r needed; do
     [[ "$needed" =~ $allowed ]] || die "${f#"$root"/} needs $needed: a portable build links it statically (cmake/MeshrunPortable.cmake)"
   done < <(objdump -p "$f" | awk '$1 == "NEEDED" {print $2}')
@@ -109,7 +111,7 @@ while IFS= read -r -d '' f; do
     die "${f#"$root"/} needs GLIBC_$v, newer than the $glibc_floor promised (objdump -T $f | grep GLIBC_$v)"
   fi
   [[ "$(printf '%s\n%s\n' "$v" "$newest" | sort -V | tail -1)" == "$v" ]] && newest="$v"
-done < <(find "$root/bin" "$root/lib" -type f -print0)
+done < <(find "$root/bin" "$root/libexec" "$root/lib" -type f -print0)
 echo "package: every program and library needs glibc only, GLIBC_$newest at most"
 # The archive: meshrun's programs in libexec/meshrun/, and bin/meshrun a
 # launcher that says in one line when this system's glibc is too old

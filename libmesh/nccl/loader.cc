@@ -33,9 +33,8 @@ absl::StatusOr<const NcclPlugin*> Load() {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
-    return absl::UnavailableError(absl::StrCat("device type 'cuda': libmesh's NCCL backend could not be loaded (it needs "
-                                               "NCCL, libnccl.so.2, and the CUDA runtime on the library path): ",
-                                               why ? why : path));
+    return absl::UnavailableError(
+        absl::StrCat("device type 'cuda': libmesh's NCCL backend could not be loaded: ", why ? why : path));
   }
   auto entry = reinterpret_cast<const NcclPlugin* (*)()>(::dlsym(handle, kNcclPluginEntry));
   const NcclPlugin* plugin = entry ? entry() : nullptr;

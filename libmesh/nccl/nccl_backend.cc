@@ -1,6 +1,5 @@
-// The NCCL backend of libmesh (built when CUDA and NCCL are found).
-#include <cuda_runtime_api.h>
-#include <nccl.h>
+// The NCCL backend of libmesh (built when the CUDA and NCCL headers are
+// found). NCCL and the CUDA driver are loaded at run time (nccl/libraries.h).
 
 #include <algorithm>
 #include <atomic>
@@ -12,18 +11,26 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "backends.h"
+#include "nccl/libraries.h"
 #include "unique_id.h"
 
 namespace meshrun::mesh::internal {
 namespace {
 
+// The loaded libraries. Called only after LoadCudaLibraries() succeeded
+// (MakeNcclBackend and NcclInitOneCommForTest check it first), or, for
+// Nccl() alone, LoadNccl() (NcclUniqueIdForTest).
+const CudaLibraries& Libs() { return **LoadNccl(); }
+const NcclApi& Nccl() { return Libs().nccl; }
+const DriverApi& Driver() { return Libs().driver; }
+
 absl::Status NcclError(ncclResult_t r, const std::string& call, const std::string& where) {
-  return absl::InternalError(absl::StrCat(call, " failed on ", where, ": ", ncclGetErrorString(r),
+  return absl::InternalError(absl::StrCat(call, " failed on ", where, ": ", Nccl().GetErrorString(r),
                                           r == ncclSystemError || r == ncclRemoteError ? " (see NCCL_DEBUG=WARN)" : ""));
 }
 
-absl::Status CudaError(cudaError_t e, const std::string& call) {
-  return absl::InternalError(absl::StrCat(call, " failed: ", cudaGetErrorString(e)));
+absl::Status DriverError(CUresult r, const std::string& call) {
+  return absl::InternalError(absl::StrCat(call, " failed: ", DriverErrorName(Driver(), r)));
 }
 
 ncclDataType_t NcclType(DataType t) {
@@ -51,7 +58,7 @@ ncclRedOp_t NcclOp(ReduceOp op) {
 ncclResult_t WaitNotInProgress(ncclComm_t comm, absl::Time deadline) {
   for (;;) {
     ncclResult_t state = ncclInProgress;
-    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return r;
+    if (ncclResult_t r = Nccl().CommGetAsyncError(comm, &state); r != ncclSuccess) return r;
     if (state != ncclInProgress || absl::Now() > deadline) return state;
     absl::SleepFor(absl::Microseconds(100));
   }
@@ -64,12 +71,12 @@ class NcclGroup : public ProcessGroup {
   NcclGroup(GroupSpec spec, ncclComm_t comm, absl::Duration timeout)
       : spec_(std::move(spec)), comm_(comm), timeout_(timeout) {}
   ~NcclGroup() override {
-    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (scratch_ != 0) Driver().MemFree(scratch_);
     if (comm_ != nullptr) {
       if (aborted_) {
         // Already aborted: nothing left to free.
       } else {
-        ncclCommDestroy(comm_);
+        Nccl().CommDestroy(comm_);
       }
     }
   }
@@ -84,7 +91,7 @@ class NcclGroup : public ProcessGroup {
   // Thread-safe: may end a collective that waits in another thread.
   void Abort() override {
     absl::MutexLock poll(&poll_mu_);
-    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+    if (!aborted_.exchange(true)) Nccl().CommAbort(comm_);
   }
 
   // The watchdog's poll. Skipped while a collective of this group runs (its
@@ -95,7 +102,7 @@ class NcclGroup : public ProcessGroup {
     ncclResult_t r = ncclSuccess;
     {
       absl::MutexLock poll(&poll_mu_);
-      if (!aborted_) r = ncclCommGetAsyncError(comm_, &async);
+      if (!aborted_) r = Nccl().CommGetAsyncError(comm_, &async);
     }
     call_mu_.Unlock();
     if (r != ncclSuccess) return NcclError(r, "ncclCommGetAsyncError", spec_.name);
@@ -105,18 +112,18 @@ class NcclGroup : public ProcessGroup {
 
   absl::Status AllReduce(void* buffer, size_t count, DataType type, ReduceOp op, void* stream) override {
     return Call("ncclAllReduce", [&] {
-      return ncclAllReduce(buffer, buffer, count, NcclType(type), NcclOp(op), comm_, static_cast<cudaStream_t>(stream));
+      return Nccl().AllReduce(buffer, buffer, count, NcclType(type), NcclOp(op), comm_, static_cast<cudaStream_t>(stream));
     });
   }
   absl::Status AllGather(const void* send, void* recv, size_t count, DataType type, void* stream) override {
     return Call("ncclAllGather", [&] {
-      return ncclAllGather(send, recv, count, NcclType(type), comm_, static_cast<cudaStream_t>(stream));
+      return Nccl().AllGather(send, recv, count, NcclType(type), comm_, static_cast<cudaStream_t>(stream));
     });
   }
   absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                              void* stream) override {
     return Call("ncclReduceScatter", [&] {
-      return ncclReduceScatter(send, recv, count, NcclType(type), NcclOp(op), comm_, static_cast<cudaStream_t>(stream));
+      return Nccl().ReduceScatter(send, recv, count, NcclType(type), NcclOp(op), comm_, static_cast<cudaStream_t>(stream));
     });
   }
   absl::Status Broadcast(void* buffer, size_t count, DataType type, int root, void* stream) override {
@@ -124,20 +131,21 @@ class NcclGroup : public ProcessGroup {
       return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " outside 0..", size() - 1));
     }
     return Call("ncclBroadcast", [&] {
-      return ncclBroadcast(buffer, buffer, count, NcclType(type), root, comm_, static_cast<cudaStream_t>(stream));
+      return Nccl().Broadcast(buffer, buffer, count, NcclType(type), root, comm_, static_cast<cudaStream_t>(stream));
     });
   }
   absl::Status Barrier() override {
-    if (scratch_ == nullptr) {
-      if (cudaError_t e = cudaMalloc(&scratch_, sizeof(int)); e != cudaSuccess) return CudaError(e, "cudaMalloc");
+    if (scratch_ == 0) {
+      if (CUresult e = Driver().MemAlloc(&scratch_, sizeof(int)); e != CUDA_SUCCESS) return DriverError(e, "cuMemAlloc");
     }
+    void* scratch = reinterpret_cast<void*>(scratch_);
     if (absl::Status s = Call("ncclAllReduce", [&] {
-          return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, nullptr);
+          return Nccl().AllReduce(scratch, scratch, 1, ncclInt32, ncclSum, comm_, nullptr);
         });
         !s.ok()) {
       return s;
     }
-    if (cudaError_t e = cudaStreamSynchronize(nullptr); e != cudaSuccess) return CudaError(e, "cudaStreamSynchronize");
+    if (CUresult e = Driver().StreamSynchronize(nullptr); e != CUDA_SUCCESS) return DriverError(e, "cuStreamSynchronize");
     return absl::OkStatus();
   }
 
@@ -158,7 +166,7 @@ class NcclGroup : public ProcessGroup {
       {
         absl::MutexLock poll(&poll_mu_);
         if (aborted_) return aborted();
-        if (ncclResult_t e = ncclCommGetAsyncError(comm_, &r); e != ncclSuccess) r = e;
+        if (ncclResult_t e = Nccl().CommGetAsyncError(comm_, &r); e != ncclSuccess) r = e;
       }
       if (r != ncclInProgress) break;
       if (absl::Now() > deadline) {
@@ -169,7 +177,7 @@ class NcclGroup : public ProcessGroup {
       absl::SleepFor(absl::Microseconds(100));
     }
     if (r == ncclInvalidArgument || r == ncclInvalidUsage) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " on ", spec_.name, ": ", ncclGetErrorString(r)));
+      return absl::InvalidArgumentError(absl::StrCat(what, " on ", spec_.name, ": ", Nccl().GetErrorString(r)));
     }
     if (r != ncclSuccess) return NcclError(r, what, spec_.name);
     return absl::OkStatus();
@@ -185,34 +193,39 @@ class NcclGroup : public ProcessGroup {
   absl::Mutex call_mu_;
   absl::Mutex poll_mu_;
   std::atomic<bool> aborted_{false};
-  void* scratch_ = nullptr;
+  CUdeviceptr scratch_ = 0;
 };
 
 absl::StatusOr<std::string> NewUniqueId() {
   ncclUniqueId id;
-  ncclResult_t r = ncclGetUniqueId(&id);
+  ncclResult_t r = Nccl().GetUniqueId(&id);
   if (r != ncclSuccess) return NcclError(r, "ncclGetUniqueId", "this rank");
   return std::string(id.internal, sizeof(id.internal));
 }
 
-// Picks this process's GPU before any NCCL call: a GPU exists (or CUDA
-// says why not), and local ranks do not outnumber visible devices. Returns
-// the device and its PCI bus id; the agreement checks that no two members
-// of a node share it.
+// Picks this process's GPU before any NCCL call, through the CUDA driver: a
+// GPU exists (or the driver says why not), and local ranks do not outnumber
+// visible devices. Makes the device's primary context current on this
+// thread (what cudaSetDevice does; the CUDA runtime of the worker and of NCCL
+// then use that device). Returns the device and its PCI bus id; the
+// agreement checks that no two members of a node share it.
 absl::StatusOr<std::pair<int, std::string>> SelectDevice(const World& world) {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
+  const CudaLibraries& libs = Libs();
+  const DriverApi& d = libs.driver;
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string visible_text = absl::StrCat("CUDA_VISIBLE_DEVICES=", visible ? visible : "<unset>");
-  if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)) {
+  auto no_device = [&] {
     return absl::FailedPreconditionError(
         absl::StrCat("device type 'cuda' but no CUDA device is visible (", visible_text, "); use \"cpu\" for Gloo"));
-  }
-  if (e != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat("device type 'cuda' but CUDA is not usable: ",
-                                                      cudaGetErrorString(e), " (", visible_text,
-                                                      "); this libmesh needs a driver for CUDA ", CUDART_VERSION / 1000,
-                                                      ".", CUDART_VERSION % 1000 / 10, " or newer"));
+  };
+  int count = 0;
+  CUresult e = d.Init(0);
+  if (e == CUDA_SUCCESS) e = d.DeviceGetCount(&count);
+  if (e == CUDA_ERROR_NO_DEVICE || (e == CUDA_SUCCESS && count == 0)) return no_device();
+  if (e != CUDA_SUCCESS) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device type 'cuda' but the CUDA driver (", libs.driver_path, ") answered ", DriverErrorName(d, e),
+        " when asked for a device (", visible_text, "; NCCL ", libs.nccl_version, " from ", libs.nccl_path, ")"));
   }
   int device = count == 1 ? 0 : world.local_rank;
   if (count > 1 && world.local_rank >= count) {
@@ -224,11 +237,18 @@ absl::StatusOr<std::pair<int, std::string>> SelectDevice(const World& world) {
     return absl::FailedPreconditionError(absl::StrCat("more local ranks (", world.local_world_size,
                                                       ") than visible CUDA devices (", count, ")"));
   }
+  CUdevice dev = 0;
+  if (CUresult r = d.DeviceGet(&dev, device); r != CUDA_SUCCESS) return DriverError(r, "cuDeviceGet");
   char bus[64] = {0};
-  if (cudaError_t b = cudaDeviceGetPCIBusId(bus, sizeof(bus), device); b != cudaSuccess) {
-    return CudaError(b, "cudaDeviceGetPCIBusId");
+  if (CUresult r = d.DeviceGetPCIBusId(bus, sizeof(bus), dev); r != CUDA_SUCCESS) {
+    return DriverError(r, "cuDeviceGetPCIBusId");
   }
-  if (cudaError_t s = cudaSetDevice(device); s != cudaSuccess) return CudaError(s, "cudaSetDevice");
+  // Retained for the life of the process, as the CUDA runtime keeps it.
+  CUcontext ctx = nullptr;
+  if (CUresult r = d.DevicePrimaryCtxRetain(&ctx, dev); r != CUDA_SUCCESS) {
+    return DriverError(r, "cuDevicePrimaryCtxRetain");
+  }
+  if (CUresult r = d.CtxSetCurrent(ctx); r != CUDA_SUCCESS) return DriverError(r, "cuCtxSetCurrent");
   return std::make_pair(device, std::string(bus));
 }
 
@@ -249,25 +269,25 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> InitComms(const std::
   std::vector<ncclComm_t> comms(rows.size(), nullptr);
   auto abort_all = [&comms] {
     for (ncclComm_t c : comms) {
-      if (c != nullptr) ncclCommAbort(c);
+      if (c != nullptr) Nccl().CommAbort(c);
     }
   };
-  ncclGroupStart();
+  Nccl().GroupStart();
   for (size_t i = 0; i < rows.size(); ++i) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = blocking ? 1 : 0;
     config.commName = rows[i].name.c_str();
     ncclUniqueId id;
     std::memcpy(id.internal, ids[i].data(), sizeof(id.internal));
-    ncclResult_t r = ncclCommInitRankConfig(&comms[i], static_cast<int>(rows[i].ranks.size()), id,
+    ncclResult_t r = Nccl().CommInitRankConfig(&comms[i], static_cast<int>(rows[i].ranks.size()), id,
                                             rows[i].group_rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
-      ncclGroupEnd();
+      Nccl().GroupEnd();
       abort_all();
       return NcclError(r, "ncclCommInitRankConfig", rows[i].name);
     }
   }
-  ncclResult_t end = ncclGroupEnd();
+  ncclResult_t end = Nccl().GroupEnd();
   if (end != ncclSuccess && end != ncclInProgress) {
     abort_all();
     return NcclError(end, "ncclGroupEnd", absl::StrCat("mesh init of ", rows.front().name, " and the others"));
@@ -335,7 +355,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> SplitComms(Store& sto
     // NCCL writes the child's handle from its own thread when the split
     // ends; the slot outlives a split that runs out of time (leaked then).
     auto* slot = new ncclComm_t(nullptr);
-    ncclResult_t r = ncclCommSplit(world_comm, row.ranks.front(), row.group_rank, slot, &config);
+    ncclResult_t r = Nccl().CommSplit(world_comm, row.ranks.front(), row.group_rank, slot, &config);
     if (r == ncclSuccess || r == ncclInProgress) {
       // A non-blocking split may still run even when the call said
       // ncclSuccess (seen with NCCL 2.28): done when the parent is no longer
@@ -364,7 +384,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> SplitComms(Store& sto
                                                         " did not finish within ", absl::FormatDuration(timeout)));
       }
       if (ncclComm_t child = __atomic_load_n(slot, __ATOMIC_ACQUIRE); child != nullptr) {
-        ncclCommAbort(child);
+        Nccl().CommAbort(child);
         delete slot;  // else NCCL may still write it: leaked
       }
       return NcclError(r, "ncclCommSplit", row.name);
@@ -378,6 +398,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> SplitComms(Store& sto
 }  // namespace
 
 absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const World& world, const MeshOptions& options) {
+  if (absl::StatusOr<const CudaLibraries*> libs = LoadCudaLibraries(); !libs.ok()) return libs.status();
   absl::StatusOr<std::pair<int, std::string>> device = SelectDevice(world);
   if (!device.ok()) return device.status();
   Backend b;
@@ -405,9 +426,13 @@ absl::StatusOr<Backend> MakeNcclBackend(std::shared_ptr<Store> store, const Worl
 }  // namespace meshrun::mesh::internal
 
 namespace meshrun::mesh::internal {
-absl::StatusOr<std::string> NcclUniqueIdForTest() { return NewUniqueId(); }
+absl::StatusOr<std::string> NcclUniqueIdForTest() {
+  if (absl::StatusOr<const CudaLibraries*> libs = LoadNccl(); !libs.ok()) return libs.status();
+  return NewUniqueId();
+}
 absl::Status NcclInitOneCommForTest(const std::string& id, int nranks, int rank, absl::Duration timeout,
                                     bool blocking) {
+  if (absl::StatusOr<const CudaLibraries*> libs = LoadCudaLibraries(); !libs.ok()) return libs.status();
   GroupSpec row;
   row.key = row.name = "test/x/row0";
   row.dim_name = "x";

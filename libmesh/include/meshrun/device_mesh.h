@@ -187,7 +187,10 @@ class DeviceMesh {
 // One dimension may be -1 (inferred from the world size). Checks, before any
 // NCCL call, each with one line naming the values: shape vs world size,
 // names, options, "cuda" with no usable GPU, more local ranks than visible
-// GPUs. Members then agree through the store, before any communicator
+// GPUs. "cuda" loads NCCL (libnccl.so.2, 2.18+) and the CUDA driver
+// (libcuda.so.1) at run time, from the library path or, for NCCL, a Python
+// environment's pip wheel (docs/install.md); FAILED_PRECONDITION naming every
+// place looked in when one is missing. Members then agree through the store, before any communicator
 // exists, on (shape, names, device type, backend, rank array), and that no
 // two members of a node share a GPU (by PCI bus id): otherwise every member
 // fails FAILED_PRECONDITION with the same message naming the two ranks and
