@@ -92,7 +92,14 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vec
   }
   if (pid == 0) {
     ::close(pipefd[0]);
-    ::setpgid(0, 0);
+    // A session of its own (and so a process group of its own, id = pid), as
+    // torchrun's workers (Python's start_new_session): the kernel's scheduler
+    // autogroups then give each worker its own share of the CPUs. A fresh
+    // child is never a group leader, so setsid cannot fail here.
+    ::setsid();
+    const int session_made = 0;
+    ssize_t written = ::write(pipefd[1], &session_made, sizeof(session_made));
+    (void)written;
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // The agent died before prctl.
     if (stdout_fd >= 0) ::dup2(stdout_fd, 1);
@@ -122,9 +129,14 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, const std::vec
     ::_exit(127);
   }
   ::close(pipefd[1]);
-  // Also set the group from the parent, so signalling the group right after
-  // Spawn returns cannot miss (both sides call setpgid; whichever runs first).
-  ::setpgid(pid, pid);
+  // Returns once the child's session (and group) exists, so signalling the
+  // group right after Spawn returns cannot miss: the child writes one int
+  // after setsid (EOF instead: it died before, and there is nothing to signal).
+  int marker = -1;
+  ssize_t n;
+  do {
+    n = ::read(pipefd[0], &marker, sizeof(marker));
+  } while (n < 0 && errno == EINTR);
   return Child{pid, pipefd[0]};
 }
 

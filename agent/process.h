@@ -13,7 +13,7 @@
 
 namespace meshrun::agent {
 
-// A started child: its pid, which is also its process group id.
+// A started child: its pid, which is also its process group and session id.
 struct Child {
   pid_t pid = -1;
   // Read end of a close-on-exec pipe: EOF means exec succeeded; 4 bytes
@@ -29,7 +29,8 @@ struct CpuBinding {
 };
 
 // Forks and execs `argv` with environment `envp` ("K=V" strings) in a new
-// process group (setpgid), with PR_SET_PDEATHSIG=SIGKILL tied to the calling
+// session (setsid: its own process group and scheduler autogroup, as
+// torchrun's workers), returning once that session exists, with PR_SET_PDEATHSIG=SIGKILL tied to the calling
 // thread (so call it from one long-lived thread), the signal mask cleared, and
 // only async-signal-safe calls between fork and exec. `argv[0]` is run as is
 // (execve; resolve it against PATH first). stdout/stderr are inherited unless

@@ -35,7 +35,7 @@ TEST_CASE("programs resolve against PATH with clear errors", "[process]") {
   CHECK_FALSE(ResolveProgram(plain).ok());  // Not executable.
 }
 
-TEST_CASE("spawned children run in their own process group and report exec failure", "[process]") {
+TEST_CASE("spawned children run in their own session and process group and report exec failure", "[process]") {
   auto child = Spawn({"/bin/sh", "-c", "exit 7"}, {"PATH=/bin"});
   REQUIRE(child.ok());
   REQUIRE(CheckExec(*child, "/bin/sh").ok());
@@ -44,6 +44,16 @@ TEST_CASE("spawned children run in their own process group and report exec failu
   int status = 0;
   REQUIRE(waitpid(child->pid, &status, 0) == child->pid);
   CHECK(ExitCodeOf(status) == 7);
+
+  // A session of its own (torchrun's start_new_session), made before Spawn returns.
+  auto sleeper = Spawn({"/bin/sh", "-c", "sleep 30"}, {"PATH=/bin"});
+  REQUIRE(sleeper.ok());
+  CHECK(getsid(sleeper->pid) == sleeper->pid);
+  CHECK(getpgid(sleeper->pid) == sleeper->pid);
+  CHECK(getsid(sleeper->pid) != getsid(0));
+  REQUIRE(CheckExec(*sleeper, "/bin/sh").ok());
+  kill(sleeper->pid, SIGKILL);
+  REQUIRE(waitpid(sleeper->pid, &status, 0) == sleeper->pid);
 
   auto bad = Spawn({"/no/such/binary"}, {});
   REQUIRE(bad.ok());

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/e2e/e2e_util.h"
@@ -218,6 +219,32 @@ TEST_CASE("SIGTERM to meshrun stops every worker and its grandchildren: exit 143
     CHECK((stat.empty() || stat.find(") Z ") != std::string::npos));
     pos = nl + 1;
   }
+}
+
+TEST_CASE("each worker runs in a session of its own, as torchrun's do", "[e2e]") {
+  std::string dir = TempDir();
+  // The worker (sh, under meshrun-worker-shim, under meshrun) prints its
+  // session and meshrun's, read from /proc (field 6: session; 4: parent).
+  std::string script = WriteScript(dir, "sid.sh",
+      "shim=$PPID\nm=$(cut -d' ' -f4 /proc/$shim/stat)\n"
+      "echo \"sid=$(cut -d' ' -f6 /proc/$$/stat) meshrun_sid=$(cut -d' ' -f6 /proc/$m/stat) end\"");
+  RunResult r = RunCommand({MeshrunBinary(), "--standalone", "--nproc_per_node=3", script}, {}, 60);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::set<std::string> sids;
+  std::string meshrun_sid;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t s = line.find(" sid=");
+    const size_t m = line.find(" meshrun_sid=");
+    if (s == std::string::npos || m == std::string::npos) continue;
+    sids.insert(line.substr(s + 5, m - s - 5));
+    meshrun_sid = line.substr(m + 13, line.find(" end") - m - 13);
+  }
+  CHECK(CountLines(r.out, "meshrun_sid=") == 3);
+  CHECK(sids.size() == 3);
+  CHECK(std::to_string(getsid(0)) == meshrun_sid);
+  CHECK(sids.count(meshrun_sid) == 0);
 }
 
 TEST_CASE("4 processes build a Gloo full mesh through the store and allreduce", "[e2e][gloo]") {
