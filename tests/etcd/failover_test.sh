@@ -656,9 +656,15 @@ grep -q "replicas (state in etcd): $new_addr:$new_port (leader)" "$work/status.t
 # (Through the name, the leader may be the address it reached first: then it says the name.)
 grep -Eq "run 'failover' at ($new_addr:$new_port|$status_endpoint): running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
 
-# The key set before the kill, on the new leader.
-key=$(run_on $client_host "$store_keys" "@$new_addr:$new_port" failover 0 get mesh/probe/row0) || fail "the new leader does not serve the key set before the failover: $key"
-[[ $key == nccl-id-0 ]] || fail "the new leader has '$key' for the key set before the failover (expected nccl-id-0)"
+# The key set before the kill, on the new leader. It may pause (UNAVAILABLE) while etcd elects
+# a leader: after a member comes back, or when the replica moves etcd's leader off its host
+# (leader_apart.h); with this test's 1 s lease that outlasts a renewal. Wait for it to serve; a
+# wrong value fails at once.
+key_served() {
+  key=$(run_on $client_host "$store_keys" "@$new_addr:$new_port" failover 0 get mesh/probe/row0 2>&1) || return 1
+  [[ $key == nccl-id-0 ]] || fail "the new leader has '$key' for the key set before the failover (expected nccl-id-0)"
+}
+wait_for 10 key_served || fail "the new leader does not serve the key set before the failover within 10 s: $key"
 echo "store: the key set before the failover reads 'nccl-id-0' on the new leader"
 if ((plain)); then
   key=$("$store_keys" "@$new_addr:$new_port" kv-only 0 get addr) || fail "the new leader does not serve the store-only run's key: $key"

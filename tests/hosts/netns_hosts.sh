@@ -153,19 +153,32 @@ hosts_require() {
   for probe in $(ip netns list 2>/dev/null | awk '$1 ~ /^mrprobe[0-9]+$/ {print $1}'); do
     [[ -d /proc/${probe#mrprobe} ]] || ip netns delete "$probe" >/dev/null 2>&1
   done
-  probe="mrprobe$BASHPID"
+  # A probe can fail while another test's ip(8) sets up /run/netns (its first mount): try
+  # it up to 3 times, so that only a machine without namespaces skips, and name ip's error.
+  local try why
+  for try in 1 2 3; do
+    why=$(_hosts_probe "mrprobe$BASHPID") && return 0
+    ((try < 3)) && sleep 0.2
+  done
+  echo "SKIP: $why"; exit 77
+}
+
+# _hosts_probe NAME: makes and deletes one namespace with a veth pair, a bridge and a UTS
+# namespace inside; on failure prints why (with ip's own error) and returns 1.
+_hosts_probe() {
+  local probe=$1 err
   ip netns delete "$probe" >/dev/null 2>&1
-  if ! ip netns add "$probe" >/dev/null 2>&1; then
-    echo "SKIP: cannot create a network namespace (ip netns add failed)"; exit 77
+  if ! err=$(ip netns add "$probe" 2>&1); then
+    echo "cannot create a network namespace (ip netns add: ${err//$'\n'/ })"; return 1
   fi
-  if ! ip -n "$probe" link add mrpa type veth peer name mrpb >/dev/null 2>&1 ||
-     ! ip -n "$probe" link add mrbr type bridge >/dev/null 2>&1; then
+  if ! err=$(ip -n "$probe" link add mrpa type veth peer name mrpb 2>&1) ||
+     ! err=$(ip -n "$probe" link add mrbr type bridge 2>&1); then
     ip netns delete "$probe" >/dev/null 2>&1
-    echo "SKIP: cannot create veth/bridge interfaces in a network namespace"; exit 77
+    echo "cannot create veth/bridge interfaces in a network namespace (ip: ${err//$'\n'/ })"; return 1
   fi
-  if ! ip netns exec "$probe" unshare --uts true >/dev/null 2>&1; then
+  if ! err=$(ip netns exec "$probe" unshare --uts true 2>&1); then
     ip netns delete "$probe" >/dev/null 2>&1
-    echo "SKIP: 'ip netns exec' + 'unshare --uts' do not work here"; exit 77
+    echo "'ip netns exec' + 'unshare --uts' do not work here (${err//$'\n'/ })"; return 1
   fi
   ip netns delete "$probe" >/dev/null 2>&1
   return 0
