@@ -71,7 +71,16 @@ std::string DidYouMeanFlag(const CLI::App& app, absl::string_view unknown) {
       if (std::find(flags.begin(), flags.end(), l) == flags.end()) flags.push_back(l);
     }
   }
-  std::vector<std::string> near = NearestNames(name, flags);
+  // A prefix first, as torchrun's argparse reads `--nproc_per` as
+  // `--nproc_per_node` (meshrun asks for the whole name: a prefix that
+  // another flag shares later would change its meaning); else misspellings.
+  std::vector<std::string> near;
+  if (!name.empty()) {
+    for (const std::string& f : flags) {
+      if (near.size() < 3 && f.size() > name.size() && absl::StartsWith(f, name)) near.push_back(f);
+    }
+  }
+  if (near.empty()) near = NearestNames(name, flags);
   if (near.empty()) return "";
   for (std::string& n : near) n = absl::StrCat("--", n);
   return absl::StrCat(" (did you mean ", absl::StrJoin(near, " or "), "?)");

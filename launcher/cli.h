@@ -30,8 +30,10 @@ std::vector<std::string> NearestNames(absl::string_view name, const std::vector<
                                       int max = 3);
 
 // " (did you mean --a_b?)" for an unknown flag ("--a-bc=1", "-x") of
-// `app`, naming its nearest long flags as NearestNames finds them; "" when
-// none is near. Pure.
+// `app`: first the long flags it is a prefix of (torchrun's argparse takes
+// `--nproc_per` for `--nproc_per_node`; meshrun asks for the whole name),
+// else its nearest long flags as NearestNames finds them; 3 at most, spelled
+// as the user spells (dashes or underscores); "" when none is near. Pure.
 std::string DidYouMeanFlag(const CLI::App& app, absl::string_view unknown);
 
 }  // namespace meshrun::launcher

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "agent/output.h"
 #include "agent/process.h"
+#include "common/build_info.h"
 #include "common/endpoint.h"
 #include "common/env_registry.h"
 #include "common/security.h"
@@ -81,7 +82,9 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       "       meshrun status [flags]   (a run as the server sees it; see meshrun status --help)",
       "meshrun"};
   app.prefix_command();
-  app.set_version_flag("--version", "meshrun " MESHRUN_VERSION);
+  // Line 1 is the version alone (the manual pages take it); line 2 the build.
+  app.set_version_flag("--version", "meshrun " MESHRUN_VERSION "\ncommit " + std::string(BuildCommit()) + ", built " +
+                                        std::string(BuildDate()));
   app.get_formatter()->column_width(44);
 
   std::string nnodes = "1:1", nproc = "1", backend, endpoint, run_id = "none", rdzv_conf;
@@ -332,6 +335,16 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     cfg.backend = Backend::kMeshrun;
   } else if (backend == "static") {
     cfg.backend = Backend::kStatic;
+  } else if (backend == "etcd" || backend == "etcd-v2") {
+    // torchrun's etcd backends have each agent talk to etcd; meshrun's
+    // agents talk to its rendezvous servers, which keep their state in etcd.
+    const std::string etcd = endpoint.empty() ? "HOST:2379" : endpoint;
+    return {std::nullopt,
+            UsageError(absl::StrCat("--rdzv_backend=", backend, ": meshrun's agents do not use etcd themselves; its ",
+                                    "rendezvous servers keep their state there: run `meshrun server --state etcd://",
+                                    etcd, "` on 2 or 3 hosts and give every node --rdzv_endpoint=<those servers' ",
+                                    "host:port, comma-separated> (docs/etcd.md); allowed: meshrun, c10d (synonym), ",
+                                    "static"))};
   } else {
     return {std::nullopt, UsageError(absl::StrCat("--rdzv_backend=", backend,
                                                   ": allowed: meshrun, c10d (synonym), static"))};

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -131,7 +132,12 @@ TEST_CASE("bad flag values give one line naming flag and value, exit 2", "[e2e]"
       {{"--nproc_per_node=zero", "/bin/true"}, "--nproc_per_node=zero"},
       {{"--nnodes=3:1", "/bin/true"}, "--nnodes=3:1"},
       {{"--max_restarts=-1", "/bin/true"}, "--max_restarts=-1"},
-      {{"--rdzv_backend=etcd", "/bin/true"}, "--rdzv_backend=etcd"},
+      {{"--rdzv_backend=etcd", "/bin/true"}, "--rdzv_backend=etcd: meshrun's agents do not use etcd themselves"},
+      {{"--rdzv_backend=etcd-v2", "--rdzv_endpoint=e1:2379", "--rdzv_id=j", "--nnodes=2", "/bin/true"},
+       "run `meshrun server --state etcd://e1:2379` on 2 or 3 hosts and give every node --rdzv_endpoint="},
+      {{"--rdzv_backend=zookeeper", "/bin/true"}, "--rdzv_backend=zookeeper: allowed: meshrun, c10d (synonym), static"},
+      {{"--nproc_per=2", "/bin/true"}, "unknown flag '--nproc_per=2' (did you mean --nproc_per_node?)"},
+      {{"--nproc-per=2", "/bin/true"}, "unknown flag '--nproc-per=2' (did you mean --nproc-per-node?)"},
       {{"--rdzv_conf=bogus=1", "--nnodes=2", "--rdzv_endpoint=127.0.0.1:1", "/bin/true"}, "bogus"},
       {{"--rdzv_endpoint=fe80::1:29400", "--nnodes=2", "/bin/true"}, "ambiguous"},
       {{"--signals_to_handle=SIGNOPE", "/bin/true"}, "SIGNOPE"},
@@ -267,7 +273,10 @@ TEST_CASE("help groups flags and help-env lists every variable", "[e2e]") {
   }
   RunResult v = RunCommand({MeshrunBinary(), "--version"}, {}, 10);
   CHECK(v.exit_code == 0);
-  CHECK(Contains(v.out, "meshrun "));
+  // The version, then the build: its commit (12 hex digits, "unknown" outside a git checkout) and UTC day.
+  INFO(v.out);
+  CHECK(std::regex_match(v.out, std::regex("meshrun [0-9]+\\.[0-9]+\\.[0-9]+\n"
+                                           "commit ([0-9a-f]{12}(\\+dirty)?|unknown), built 20[0-9]{2}-[01][0-9]-[0-3][0-9]\n")));
 }
 
 TEST_CASE("monitor_interval and start_method are accepted with a note", "[e2e]") {

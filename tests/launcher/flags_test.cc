@@ -158,6 +158,10 @@ TEST_CASE("a misspelled flag gets the nearest flags, in the user's spelling, and
   CHECK(DidYouMeanFlag(app, "--nproc_per_nod") == " (did you mean --nproc_per_node?)");
   CHECK(DidYouMeanFlag(app, "--rdzv_ids") == " (did you mean --rdzv_id?)");
   CHECK(DidYouMeanFlag(app, "--frobnicate") == "");
+  // A prefix: every flag it begins (argparse would take a unique one), then misspellings.
+  CHECK(DidYouMeanFlag(app, "--nproc_per=2") == " (did you mean --nproc_per_node?)");
+  CHECK(DidYouMeanFlag(app, "--rdzv") == " (did you mean --rdzv_endpoint or --rdzv_id?)");
+  CHECK(DidYouMeanFlag(app, "--rdzv-e") == " (did you mean --rdzv-endpoint?)");
   CHECK(NearestNames("max_run", {"max_runs", "max_nodes", "max_wait", "join_timeout"}) ==
         std::vector<std::string>{"max_runs"});
   CHECK(NearestNames("tls_cs", {"tls_cert", "tls_key", "tls_ca"}) == std::vector<std::string>{"tls_ca"});
