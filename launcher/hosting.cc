@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -19,13 +20,30 @@
 namespace meshrun::launcher {
 namespace {
 
+bool IsAnyAddress(absl::string_view host) { return host.empty() || host == "::" || host == "0.0.0.0"; }
+
+// The claim's name: "meshrun-host-<port>" for every address,
+// "meshrun-host-<port>-<address>" for one.
+std::string ClaimName(int port, absl::string_view host) {
+  return IsAnyAddress(host) ? absl::StrCat("meshrun-host-", port) : absl::StrCat("meshrun-host-", port, "-", host);
+}
+
 // An abstract address: sun_path starts with a NUL byte.
-socklen_t AbstractAddress(int port, sockaddr_un* addr) {
+socklen_t AbstractAddress(const std::string& name, sockaddr_un* addr) {
   *addr = sockaddr_un{};
   addr->sun_family = AF_UNIX;
-  const std::string name = absl::StrCat("meshrun-host-", port);
-  std::memcpy(addr->sun_path + 1, name.data(), name.size());
-  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  const size_t n = std::min(name.size(), sizeof(addr->sun_path) - 1);
+  std::memcpy(addr->sun_path + 1, name.data(), n);
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+// Whether a process of this namespace listens on the abstract address.
+bool Held(const sockaddr_un& addr, socklen_t len) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool held = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0;
+  ::close(fd);
+  return held;
 }
 
 // The run id a meshrun command line names (--rdzv_id=X, --rdzv-id X, ...),
@@ -70,25 +88,37 @@ std::string Holder(const sockaddr_un& addr, socklen_t len) {
 
 }  // namespace
 
-absl::StatusOr<HostClaim> HostClaim::Take(int port) {
+absl::StatusOr<HostClaim> HostClaim::Take(int port, absl::string_view host) {
+  const std::string where = IsAnyAddress(host) ? absl::StrCat("port ", port)
+                                               : absl::StrCat("port ", port, " on ", host);
+  if (!IsAnyAddress(host)) {
+    // A server on every address serves this one too.
+    sockaddr_un any;
+    const socklen_t any_len = AbstractAddress(ClaimName(port, ""), &any);
+    if (Held(any, any_len)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(Holder(any, any_len), " in this network namespace already hosts port ", port,
+                       " on every address"));
+    }
+  }
+  const std::string name = ClaimName(port, host);
   sockaddr_un addr;
-  const socklen_t len = AbstractAddress(port, &addr);
+  const socklen_t len = AbstractAddress(name, &addr);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return PosixError(errno, "socket(AF_UNIX)");
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
     const int err = errno;
     ::close(fd);
     if (err == EADDRINUSE) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(Holder(addr, len), " in this network namespace already hosts port ", port));
+      return absl::AlreadyExistsError(absl::StrCat(Holder(addr, len), " in this network namespace already hosts ", where));
     }
-    return PosixError(err, "bind", absl::StrCat("@meshrun-host-", port));
+    return PosixError(err, "bind", absl::StrCat("@", name));
   }
   // Listening lets a later claimant ask who holds it (SO_PEERCRED).
   if (::listen(fd, 4) != 0) {
     const int err = errno;
     ::close(fd);
-    return PosixError(err, "listen", absl::StrCat("@meshrun-host-", port));
+    return PosixError(err, "listen", absl::StrCat("@", name));
   }
   return HostClaim(fd);
 }

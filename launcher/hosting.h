@@ -6,22 +6,28 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace meshrun::launcher {
 
-// The right to host port `port`'s rendezvous server in this network
-// namespace: a listening abstract Unix socket named "meshrun-host-<port>".
-// Abstract sockets belong to the network namespace and vanish with the
-// process that holds them (no stale lock after a crash). Move-only; the
-// claim is released when destroyed.
+// The right to host port `port`'s rendezvous server on an address in this
+// network namespace: a listening abstract Unix socket, "meshrun-host-<port>"
+// for a server on every address, "meshrun-host-<port>-<address>" for one on
+// one address (as torchrun's store on 127.0.0.1:P and another on [::1]:P
+// both run). Abstract sockets belong to the network namespace and vanish
+// with the process that holds them (no stale lock after a crash).
+// Move-only; the claim is released when destroyed.
 class HostClaim {
  public:
-  // Takes the claim. ALREADY_EXISTS when another process of this network
-  // namespace holds it; the message names that process (pid and command,
-  // from SO_PEERCRED and /proc) when it can be found. Other errors
-  // (e.g. no Unix sockets) come back as their POSIX status; the caller may
-  // then let the TCP bind decide. Thread-safe.
-  static absl::StatusOr<HostClaim> Take(int port);
+  // Takes the claim for `host` (the numeric address the server binds; "",
+  // "::" or "0.0.0.0": every address). ALREADY_EXISTS when another process
+  // of this network namespace holds it, or, for one address, holds the
+  // every-address claim; the message names that process (pid and command,
+  // from SO_PEERCRED and /proc) when it can be found. A claim on every
+  // address does not see claims on one address: then the TCP bind decides.
+  // Other errors (e.g. no Unix sockets) come back as their POSIX status;
+  // the caller may then let the TCP bind decide. Thread-safe.
+  static absl::StatusOr<HostClaim> Take(int port, absl::string_view host);
 
   HostClaim(HostClaim&& other) noexcept;
   HostClaim& operator=(HostClaim&& other) noexcept;

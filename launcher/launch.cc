@@ -71,7 +71,7 @@ int Launch(LaunchConfig config) {
     std::optional<HostClaim> claim;
     absl::Status started_status;
     if (!config.standalone) {
-      absl::StatusOr<HostClaim> c = HostClaim::Take(config.endpoint_port);
+      absl::StatusOr<HostClaim> c = HostClaim::Take(config.endpoint_port, so.host);
       if (c.ok()) {
         claim = std::move(*c);
       } else if (absl::IsAlreadyExists(c.status())) {

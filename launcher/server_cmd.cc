@@ -273,7 +273,7 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
   }
   // An agent started on this host for this port finds the daemon through
   // the claim and joins it quietly (launcher/hosting.h); best effort.
-  absl::StatusOr<HostClaim> claim = HostClaim::Take((*server)->port());
+  absl::StatusOr<HostClaim> claim = HostClaim::Take((*server)->port(), host);
   if (!claim.ok()) Logger("rdzv")->debug("no host claim on port {}: {}", (*server)->port(), std::string(claim.status().message()));
   if (replica) {
     serving = server->get();

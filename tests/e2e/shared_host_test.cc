@@ -3,10 +3,14 @@
 // host of a `meshrun server` daemon finds the daemon and says nothing.
 #include <catch2/catch.hpp>
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/net.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/support/skip.h"
 
 using namespace meshrun::testing;
 
@@ -28,6 +32,48 @@ TEST_CASE("two jobs forced onto one port: the second is told the port is the oth
   CHECK(Contains(b.err, "another job's server holds that port; give this job a port of its own"));
   kill(a.pid, SIGTERM);
   CHECK(WaitCommand(a.pid, 20) == 143);
+}
+
+namespace {
+
+// Whether this namespace has IPv6 loopback (::1 can be bound).
+bool HasIpv6Loopback() {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("a job on [::1]:P runs while another hosts 127.0.0.1:P, as under torchrun: each hosts its own server",
+          "[e2e][hosting]") {
+  if (!HasIpv6Loopback()) MESHRUN_SKIP("no IPv6 loopback (::1) in this network namespace");
+  std::string dir = TempDir();
+  const std::string port = std::to_string(FreePort());
+  // Job A hosts 127.0.0.1:P and waits for its second node.
+  NodeProc a = StartNode(dir, "a", {"--nnodes=2", "--rdzv_endpoint=127.0.0.1:" + port, "--rdzv_id=jobA", "/bin/true"},
+                         {{"MESHRUN_LOG_LEVEL", "info"}});
+  REQUIRE(WaitFor([&] { return Contains(a.err(), "hosting the rendezvous server on port"); }, 20));
+  RunResult b = RunCommand({MeshrunBinary(), "--nnodes=1", "--rdzv_endpoint=[::1]:" + port, "--rdzv_id=jobB",
+                            "/bin/echo", "job-b-ran"},
+                           {{"MESHRUN_LOG_LEVEL", "info"}}, 30);
+  INFO(b.err);
+  CHECK(b.exit_code == 0);
+  CHECK(Contains(b.out, "job-b-ran"));
+  CHECK(Contains(b.err, "hosting the rendezvous server on port " + port));
+  // A second node of job A on the same address still joins A's server.
+  RunResult a2 = RunCommand({MeshrunBinary(), "--nnodes=2", "--rdzv_endpoint=127.0.0.1:" + port, "--rdzv_id=jobA",
+                             "/bin/true"},
+                            {{"MESHRUN_LOG_LEVEL", "info"}}, 30);
+  INFO(a2.err);
+  CHECK(a2.exit_code == 0);
+  CHECK(Contains(a2.err, "already hosts port " + port + " on 127.0.0.1; joining it as a client"));
+  CHECK(WaitCommand(a.pid, 20) == 0);
 }
 
 TEST_CASE("a job on the host of a meshrun server daemon finds the daemon and says nothing of hosting",
