@@ -35,6 +35,8 @@ absl::StatusOr<ServerStatus> QueryServerStatus(const Connection& server, const s
   out.store_keys_read_by_node.insert(resp.store_keys_read_by_node().begin(), resp.store_keys_read_by_node().end());
   out.replica_role = resp.replica_role();
   for (const auto& r : resp.replicas()) out.replicas.push_back({r.id(), r.address(), r.leader()});
+  out.replica_self = resp.replica_self();
+  if (resp.leading_since_unix_ms() > 0) out.leading_since = absl::FromUnixMillis(resp.leading_since_unix_ms());
   if (!run_id.empty() && out.runs.empty() && out.replica_role != "standby") {
     return absl::NotFoundError(absl::StrCat("the server at ", server.endpoint, " has no run '", run_id, "'"));
   }

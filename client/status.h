@@ -42,6 +42,10 @@ struct ServerStatus {
   };
   std::string replica_role;
   std::vector<Replica> replicas;
+  // The answering replica's own address ("" for a single server), and when
+  // it began to lead (absl::InfinitePast() when it does not lead).
+  std::string replica_self;
+  absl::Time leading_since = absl::InfinitePast();
 };
 
 // Asks the server on `server` for its status: every run, or only `run_id`

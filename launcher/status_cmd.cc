@@ -3,13 +3,18 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/endpoint.h"
 #include "common/security.h"
@@ -28,6 +33,60 @@ std::string Nnodes(const rendezvous::RunStatus& r) {
   return r.min_nodes == r.max_nodes ? absl::StrCat(r.max_nodes) : absl::StrCat(r.min_nodes, ":", r.max_nodes);
 }
 
+// "leading for 12.3s", "standing by" or "unreachable: why" for one replica
+// asked.
+std::string ReplicaState(const ReplicaProbe& p, absl::Time now) {
+  if (!p.answer.ok()) {
+    // The cause alone: the row names the replica already.
+    absl::string_view why = p.answer.status().message();
+    absl::ConsumePrefix(&why, absl::StrCat("rendezvous server at ", p.endpoint, " is unreachable: "));
+    absl::ConsumePrefix(&why, absl::StrCat(p.endpoint, ": "));
+    return absl::StrCat("unreachable: ", why);
+  }
+  if (p.answer->replica_role == "leader") {
+    if (p.answer->leading_since == absl::InfinitePast()) return "leading";
+    return absl::StrFormat("leading for %.1fs", absl::ToDoubleSeconds(now - p.answer->leading_since));
+  }
+  if (p.answer->replica_role == "standby") return "standing by";
+  return "serving (a single server)";
+}
+
+// "2 running, 1 finished" for a run's nodes, in the order states first appear.
+std::string NodeSummary(const rendezvous::RunStatus& r) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const auto& n : r.node_list) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == n.state; });
+    if (it == counts.end()) {
+      counts.emplace_back(n.state, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [state, n] : counts) parts.push_back(absl::StrCat(n, " ", state));
+  return absl::StrJoin(parts, ", ");
+}
+
+// Asks every endpoint for its status, each on a thread of its own, all
+// within `timeout`; the answers in the endpoints' order.
+std::vector<ReplicaProbe> AskEvery(const std::vector<std::string>& endpoints, const ClientAuth& auth,
+                                   const std::string& run_id, absl::Duration timeout) {
+  std::vector<ReplicaProbe> asked;
+  for (const std::string& e : endpoints) asked.push_back({e, absl::UnavailableError("not asked")});
+  if (asked.size() == 1) {
+    asked[0].answer = client::QueryServerStatus(endpoints[0], auth, run_id, timeout);
+    return asked;
+  }
+  std::vector<std::thread> threads;
+  for (ReplicaProbe& p : asked) {
+    threads.emplace_back([&p, &auth, &run_id, timeout] {
+      p.answer = client::QueryServerStatus(p.endpoint, auth, run_id, timeout);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return asked;
+}
+
 int Usage(const std::string& msg) {
   std::fprintf(stderr, "meshrun status: error: %s\n", msg.c_str());
   return 2;
@@ -35,13 +94,42 @@ int Usage(const std::string& msg) {
 
 }  // namespace
 
-std::string FormatStatusTable(const client::ServerStatus& status, const std::string& endpoint) {
+std::vector<ReplicaRow> ReplicaRows(const client::ServerStatus& status, const std::vector<ReplicaProbe>& asked,
+                                    absl::Time now) {
+  std::vector<ReplicaRow> rows;
+  std::vector<std::string> seen;
+  for (const ReplicaProbe& p : asked) {
+    const std::string self = p.answer.ok() ? p.answer->replica_self : "";
+    ReplicaRow row;
+    row.replica = self.empty() || self == p.endpoint ? p.endpoint : absl::StrCat(self, " (as ", p.endpoint, ")");
+    row.state = ReplicaState(p, now);
+    rows.push_back(std::move(row));
+    seen.push_back(self.empty() ? p.endpoint : self);
+  }
+  for (const auto& r : status.replicas) {
+    if (std::find(seen.begin(), seen.end(), r.address) != seen.end()) continue;
+    rows.push_back({r.address, absl::StrCat(r.leader ? "leading" : "standing by", " (in etcd's election; not asked)")});
+  }
+  return rows;
+}
+
+std::string FormatStatusTable(const client::ServerStatus& status, const std::string& endpoint,
+                              const std::vector<ReplicaProbe>& asked, absl::Time now) {
   std::string out;
   if (!status.replicas.empty() || !status.replica_role.empty()) {
     std::vector<std::string> names;
     for (const auto& r : status.replicas) names.push_back(absl::StrCat(r.address, r.leader ? " (leader)" : ""));
     absl::StrAppend(&out, "replicas (state in etcd): ", names.empty() ? "unknown (etcd unreadable)" : absl::StrJoin(names, ", "),
                     "; asked ", endpoint, " (", status.replica_role, ")\n");
+  }
+  if (asked.size() > 1 || !status.replica_role.empty()) {
+    const std::vector<ReplicaRow> rows = ReplicaRows(status, asked, now);
+    size_t width = 7;
+    for (const ReplicaRow& r : rows) width = std::max(width, r.replica.size());
+    absl::StrAppend(&out, absl::StrFormat("  %-*s %s\n", static_cast<int>(width), "REPLICA", "STATE"));
+    for (const ReplicaRow& r : rows) {
+      absl::StrAppend(&out, absl::StrFormat("  %-*s %s\n", static_cast<int>(width), r.replica, r.state));
+    }
   }
   if (status.runs.empty()) return absl::StrCat(out, "no runs on the server at ", endpoint, "\n");
   for (const auto& r : status.runs) {
@@ -53,6 +141,7 @@ std::string FormatStatusTable(const client::ServerStatus& status, const std::str
       absl::StrAppend(&out, "  (no nodes)\n");
       continue;
     }
+    absl::StrAppend(&out, "  nodes: ", NodeSummary(r), "\n");
     absl::StrAppend(&out, absl::StrFormat("  %-9s %-20s %-39s %-7s %-11s %s\n", "NODE_RANK", "HOST", "ADDRESS",
                                           "WORKERS", "STATE", "KEEP-ALIVE"));
     for (const auto& n : r.node_list) {
@@ -64,7 +153,8 @@ std::string FormatStatusTable(const client::ServerStatus& status, const std::str
   return out;
 }
 
-std::string FormatStatusJson(const client::ServerStatus& status, const std::string& endpoint) {
+std::string FormatStatusJson(const client::ServerStatus& status, const std::string& endpoint,
+                             const std::vector<ReplicaProbe>& asked, absl::Time now) {
   nlohmann::json j;
   j["endpoint"] = endpoint;
   j["version"] = status.version;
@@ -73,6 +163,24 @@ std::string FormatStatusJson(const client::ServerStatus& status, const std::stri
     j["replicas"] = nlohmann::json::array();
     for (const auto& r : status.replicas) {
       j["replicas"].push_back({{"id", r.id}, {"address", r.address}, {"leader", r.leader}});
+    }
+  }
+  if (asked.size() > 1 || !status.replica_role.empty()) {
+    j["asked"] = nlohmann::json::array();
+    for (const ReplicaProbe& p : asked) {
+      nlohmann::json one = {{"endpoint", p.endpoint}};
+      if (!p.answer.ok()) {
+        one["state"] = "unreachable";
+        one["reason"] = std::string(p.answer.status().message());
+      } else {
+        one["state"] = p.answer->replica_role == "leader" ? "leading"
+                       : p.answer->replica_role == "standby" ? "standing by" : "serving";
+        one["address"] = p.answer->replica_self;
+        if (p.answer->leading_since != absl::InfinitePast()) {
+          one["leading_for_s"] = absl::ToDoubleSeconds(now - p.answer->leading_since);
+        }
+      }
+      j["asked"].push_back(std::move(one));
     }
   }
   j["runs"] = nlohmann::json::array();
@@ -150,13 +258,21 @@ int StatusMain(int argc, char** argv) {
   if (watch) pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   const absl::Time end = absl::Now() + absl::Seconds(watch_limit);
   for (;;) {
-    // The first replica that answers; when it stands by, the leader it names.
+    // Every replica given, at once; the runs from the leader among them,
+    // else from the first that answers, or the leader that one names.
+    std::vector<ReplicaProbe> asked = AskEvery(targets, *auth, run_id, absl::Seconds(timeout));
     std::string target = targets.front();
     absl::StatusOr<client::ServerStatus> s = absl::UnavailableError("no endpoint");
-    for (const std::string& t : targets) {
-      target = t;
-      s = client::QueryServerStatus(t, *auth, run_id, absl::Seconds(timeout));
-      if (s.ok()) break;
+    for (const ReplicaProbe& p : asked) {
+      if (p.answer.ok() && p.answer->replica_role == "leader") {
+        s = p.answer;
+        target = p.endpoint;
+        break;
+      }
+    }
+    for (size_t i = 0; !s.ok() && i < asked.size(); ++i) {
+      target = asked[i].endpoint;
+      s = asked[i].answer;
     }
     if (s.ok() && s->replica_role == "standby") {
       for (const auto& r : s->replicas) {
@@ -173,7 +289,7 @@ int StatusMain(int argc, char** argv) {
     }
     std::string frame;
     if (s.ok()) {
-      frame = json ? FormatStatusJson(*s, target) : FormatStatusTable(*s, target);
+      frame = json ? FormatStatusJson(*s, target, asked, absl::Now()) : FormatStatusTable(*s, target, asked, absl::Now());
     } else if (!watch) {
       std::fprintf(stderr, "meshrun status: error: %s\n", std::string(s.status().message()).c_str());
       return 1;

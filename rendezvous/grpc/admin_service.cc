@@ -38,6 +38,10 @@ grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* ctx,
   resp->set_version(MESHRUN_VERSION);
   if (const state::ServingGate* gate = core_->gate()) {
     resp->set_replica_role(gate->serving() ? "leader" : "standby");
+    resp->set_replica_self(gate->self());
+    if (const absl::Time since = gate->leading_since(); since != absl::InfinitePast()) {
+      resp->set_leading_since_unix_ms(absl::ToUnixMillis(since));
+    }
     for (const state::ReplicaView& r : gate->Replicas()) {
       pb::ReplicaInfo* out = resp->add_replicas();
       out->set_id(r.id);

@@ -74,8 +74,8 @@ std::vector<prometheus::MetricFamily> ServerMetrics::StateGauges(const std::vect
        [](const RunStatus& r) -> int64_t { return r.nodes; }},
       {"meshrun_run_world_size", "Workers in the run's current round.",
        [](const RunStatus& r) -> int64_t { return r.world_size; }},
-      {"meshrun_run_round", "Rounds opened so far (current round + 1).",
-       [](const RunStatus& r) -> int64_t { return r.round + 1; }},
+      {"meshrun_run_round", "The run's current round, as meshrun status shows it (0 first).",
+       [](const RunStatus& r) -> int64_t { return r.round; }},
       {"meshrun_run_restarts", "Failure restarts used of the job-wide budget.",
        [](const RunStatus& r) -> int64_t { return r.restart_count; }},
       {"meshrun_run_restarts_budget", "The job-wide restart budget (--max_restarts).",
@@ -133,6 +133,12 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
   if (source_.traffic) {
     std::vector<prometheus::MetricFamily> traffic = TrafficFamilies(source_.traffic());
     out.insert(out.end(), std::make_move_iterator(traffic.begin()), std::make_move_iterator(traffic.end()));
+  }
+  if (source_.replica_leader) {
+    prometheus::MetricFamily leader =
+        GaugeFamily("meshrun_replica_leader", "1 while this replica leads and serves, 0 while it does not.");
+    AddGauge(&leader, {}, source_.replica_leader());
+    out.push_back(std::move(leader));
   }
   std::vector<prometheus::MetricFamily> registered = registry_->Collect();
   out.insert(out.end(), std::make_move_iterator(registered.begin()), std::make_move_iterator(registered.end()));

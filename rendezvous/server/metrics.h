@@ -5,7 +5,7 @@
 //   meshrun_runs{state}                   runs by state (joining, running, finished, failed)
 //   meshrun_run_nodes{run_id}             nodes of the current round (joiners while it forms)
 //   meshrun_run_world_size{run_id}
-//   meshrun_run_round{run_id}             rounds opened so far = round + 1
+//   meshrun_run_round{run_id}             the current round, as meshrun status shows it (0 first)
 //   meshrun_run_restarts{run_id}          restarts used (and meshrun_run_restarts_budget)
 //   meshrun_run_lost_nodes{run_id}
 //   meshrun_store_keys{run_id}, meshrun_store_bytes{run_id}
@@ -16,6 +16,8 @@
 //   meshrun_connections_accepted_total    connections, counted by the server (traffic_counters.h)
 //   meshrun_store_requests_total{node}    store requests by node ("(direct)": no store proxy)
 //   meshrun_store_keys_read_total{node}   keys those requests asked to read
+//   meshrun_replica_leader                a replica (meshrun server --state): 1 while it leads
+//                                         and serves, 0 otherwise; absent for a single server
 // The per-run gauges are computed at scrape time from the registry's status
 // (a Collectable), the counters and the histogram are prometheus-cpp's.
 #pragma once
@@ -45,6 +47,9 @@ class ServerMetrics : public prometheus::Collectable {
     std::function<std::vector<RunStatus>()> runs;
     std::function<int()> open_watchers;
     std::function<TrafficSnapshot()> traffic;
+    // 1 while this replica leads and serves, 0 while not; empty for a
+    // single server.
+    std::function<int()> replica_leader;
   };
 
   ServerMetrics();

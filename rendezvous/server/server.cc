@@ -339,8 +339,13 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
       return m;
     }
     Impl* raw = impl.get();
-    raw->metrics->SetSource({[raw] { return raw->registry->Status(); }, [raw] { return raw->core->open_watchers(); },
-                             [raw] { return raw->traffic->Snapshot(); }});
+    ServerMetrics::Source source{[raw] { return raw->registry->Status(); },
+                                 [raw] { return raw->core->open_watchers(); },
+                                 [raw] { return raw->traffic->Snapshot(); }};
+    if (const state::ServingGate* gate = options.gate) {
+      source.replica_leader = [gate] { return gate->serving() ? 1 : 0; };
+    }
+    raw->metrics->SetSource(std::move(source));
     MetricsEndpoint::Options mo;
     mo.host = MetricsHost(options);
     mo.port = options.metrics_port;

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "rendezvous/run/serving.h"
 
 namespace meshrun::rendezvous::state {
@@ -98,6 +99,17 @@ class ServingGate : public ServingCheck {
     absl::MutexLock lock(&mu_);
     return self_;
   }
+  // When this replica began to lead (it won the election and loaded the
+  // state; a pause does not change it); absl::InfinitePast() while it does
+  // not lead. Wall clock, for `meshrun status`'s leader age.
+  void SetLeadingSince(absl::Time t) {
+    absl::MutexLock lock(&mu_);
+    leading_since_ = t;
+  }
+  absl::Time leading_since() const {
+    absl::MutexLock lock(&mu_);
+    return leading_since_;
+  }
   // Where Replicas() reads the replicas from (the election); set before
   // serving.
   void SetReplicasSource(std::function<std::vector<ReplicaView>()> source) {
@@ -150,6 +162,7 @@ class ServingGate : public ServingCheck {
   mutable int last_observer_ ABSL_GUARDED_BY(observers_mu_) = 0;
   mutable absl::Mutex mu_;
   std::string leader_ ABSL_GUARDED_BY(mu_);
+  absl::Time leading_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string self_ ABSL_GUARDED_BY(mu_);
   std::string paused_ ABSL_GUARDED_BY(mu_);
   std::function<std::vector<ReplicaView>()> replicas_ ABSL_GUARDED_BY(mu_);

@@ -291,6 +291,7 @@ if ((forming)); then
   etcd_kill "$leader"
   wait "${server_pid[leader]}" 2>/dev/null
   server_pid[leader]=
+  killed=1  # The leader replica is dead (meshrun status shows it unreachable).
   moved0() { grep -q "following the rendezvous leader" "$work/agent0.log"; }
   wait_for 30 moved0 || fail "node 0's agent did not follow a new leader within 30 s of the kill"
   echo "round forming, leader killed: agent 0: $(grep -h "following the rendezvous leader" "$work/agent0.log" | tail -n 1 | sed 's/.*\] //')"
@@ -599,6 +600,7 @@ else
 fi
 wait "${server_pid[leader]}" 2>/dev/null
 server_pid[leader]=
+killed=1  # The leader replica is dead (meshrun status shows it unreachable).
 
 # 4. Both agents on the new leader.
 followed() { [[ $(grep -l "following the rendezvous leader" "$work"/agent0.log "$work"/agent1.log 2>/dev/null | wc -l) == 2 ]]; }
@@ -653,6 +655,18 @@ new_addr=$(addr_of "$new_index")
 run_on $client_host "$meshrun" status --rdzv_endpoint="$status_endpoint" --timeout 5 >"$work/status.txt" 2>&1 || fail "meshrun status failed: $(cat "$work/status.txt")"
 cat "$work/status.txt"
 grep -q "replicas (state in etcd): $new_addr:$new_port (leader)" "$work/status.txt" || fail "meshrun status does not show the new leader $new_addr:$new_port first"
+# Every replica given is listed with its state: the killed one unreachable (not left out), the
+# new leader with its age, the third standing by.
+if ((${killed:-0} && !dns)); then
+  dead="$(addr_of "$leader"):$(cat "$work/port$leader")"
+  grep -Eq "^  $dead +unreachable: " "$work/status.txt" || fail "meshrun status does not show the killed replica $dead as unreachable"
+  grep -Eq "^  $new_addr:$new_port +leading for [0-9]+\.[0-9]s$" "$work/status.txt" || fail "meshrun status does not show $new_addr:$new_port leading, with its age"
+  for i in 0 1 2; do
+    ((i == leader || i == new_index)) && continue
+    grep -Eq "^  $(addr_of "$i"):$(cat "$work/port$i") +standing by$" "$work/status.txt" || fail "meshrun status does not show replica $i standing by"
+  done
+  echo "meshrun status: the killed replica unreachable, the new leader leading with its age, the third standing by"
+fi
 # (Through the name, the leader may be the address it reached first: then it says the name.)
 grep -Eq "run 'failover' at ($new_addr:$new_port|$status_endpoint): running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
 

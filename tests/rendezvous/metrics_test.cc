@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <prometheus/text_serializer.h>
+
 #include "rendezvous/server/metrics.h"
 #include "rendezvous/server/metrics_exposer.h"
 #include "rendezvous/server.h"
@@ -38,9 +40,26 @@ TEST_CASE("server metrics render in Prometheus' text format", "[metrics]") {
   CHECK(text.find("meshrun_failures_total{cause=\"signal\"} 1\n") != std::string::npos);
   CHECK(text.find("meshrun_failures_total{cause=\"exit_code\"} 0\n") != std::string::npos);
   CHECK(text.find("meshrun_runs{state=\"running\"} 1\n") != std::string::npos);
-  CHECK(text.find("meshrun_run_round{run_id=\"a\\\"b\"} 3\n") != std::string::npos);  // Escaped quote.
+  // The round as meshrun status shows it; an escaped quote in the run id.
+  CHECK(text.find("meshrun_run_round{run_id=\"a\\\"b\"} 2\n") != std::string::npos);
   CHECK(text.find("meshrun_store_bytes{run_id=\"a\\\"b\"} 42\n") != std::string::npos);
   CHECK(text.find("meshrun_watchers_open 3\n") != std::string::npos);
+}
+
+TEST_CASE("a replica's scrape says whether it leads, a single server's has no such gauge", "[metrics]") {
+  meshrun::rendezvous::ServerMetrics single;
+  single.SetSource({[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}});
+  std::string text = prometheus::TextSerializer().Serialize(single.Collect());
+  CHECK(text.find("meshrun_replica_leader") == std::string::npos);
+  int leads = 1;
+  meshrun::rendezvous::ServerMetrics replica;
+  replica.SetSource({[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, [&leads] { return leads; }});
+  text = prometheus::TextSerializer().Serialize(replica.Collect());
+  INFO(text);
+  CHECK(text.find("# TYPE meshrun_replica_leader gauge\nmeshrun_replica_leader 1\n") != std::string::npos);
+  leads = 0;  // Read at every scrape.
+  text = prometheus::TextSerializer().Serialize(replica.Collect());
+  CHECK(text.find("meshrun_replica_leader 0\n") != std::string::npos);
 }
 
 TEST_CASE("rpc metric labels: method names and status code names", "[metrics]") {

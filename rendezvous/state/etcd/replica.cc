@@ -109,6 +109,7 @@ struct Replica::Impl {
     cb.on_deposed = [this](const absl::Status& why) {
       gate->SetServing(false);
       gate->SetPaused("");
+      gate->SetLeadingSince(absl::InfinitePast());
       MarkAnswering();
       {
         absl::MutexLock lock(&mu);
@@ -156,6 +157,8 @@ struct Replica::Impl {
       loaded_at = absl::Now();
     }
     gate->SetLeader(options.advertise);
+    // A reload while leading keeps the time it began to lead.
+    if (gate->leading_since() == absl::InfinitePast()) gate->SetLeadingSince(absl::Now());
     if (election->IsLeader()) gate->SetServing(true);
     Logger("rdzv")->info("this replica ({}) leads: {} run(s) restored from etcd in {}; serving",
                          options.advertise, records->size(),
@@ -195,6 +198,7 @@ struct Replica::Impl {
         if (election->Self().has_value()) Lead(e.term);
       } else {
         gate->SetServing(false);
+        gate->SetLeadingSince(absl::InfinitePast());
         Logger("rdzv")->warn("this replica stopped leading: {}; standing by", e.why);
         // Who leads now: the observer's watch may not have told it yet (it was
         // cut off with this replica), and the gate still names this replica.
