@@ -10,13 +10,14 @@
 namespace meshrun::client {
 
 absl::StatusOr<ServerStatus> QueryServerStatus(const Connection& server, const std::string& token,
-                                               const std::string& run_id, absl::Duration timeout) {
+                                               const std::string& run_id, absl::Duration timeout, bool events) {
   auto stub = v1::Admin::NewStub(server.channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::StatusRequest req;
   req.mutable_run()->set_run_id(run_id);
   req.mutable_run()->set_token(token);
+  req.set_events(events);
   v1::StatusResponse resp;
   grpc::Status s = stub->Status(&ctx, req, &resp);
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -44,14 +45,14 @@ absl::StatusOr<ServerStatus> QueryServerStatus(const Connection& server, const s
 }
 
 absl::StatusOr<ServerStatus> QueryServerStatus(const std::string& endpoint, const ClientAuth& auth,
-                                               const std::string& run_id, absl::Duration timeout) {
+                                               const std::string& run_id, absl::Duration timeout, bool events) {
   const absl::Time deadline = absl::Now() + timeout;
   DialOptions o;
   o.timeout = timeout;
   o.wait_for_server = false;
   absl::StatusOr<Connection> c = Dial(endpoint, auth.tls, o);
   if (!c.ok()) return c.status();
-  return QueryServerStatus(*c, auth.token, run_id, std::max(absl::Milliseconds(100), deadline - absl::Now()));
+  return QueryServerStatus(*c, auth.token, run_id, std::max(absl::Milliseconds(100), deadline - absl::Now()), events);
 }
 
 absl::StatusOr<std::map<std::string, int64_t>> QueryRequestCounts(const std::string& endpoint,

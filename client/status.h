@@ -49,19 +49,21 @@ struct ServerStatus {
 };
 
 // Asks the server on `server` for its status: every run, or only `run_id`
-// when non-empty (then NOT_FOUND naming it when the server has no such run).
+// when non-empty (then NOT_FOUND naming it when the server has no such run);
+// with `events`, each run's timeline too (RunStatus::timeline).
 // `token`: the server's (UNAUTHENTICATED when wrong). DEADLINE_EXCEEDED
 // naming the endpoint when no answer comes within `timeout`. Blocking;
 // thread-safe.
 absl::StatusOr<ServerStatus> QueryServerStatus(const Connection& server, const std::string& token,
-                                               const std::string& run_id, absl::Duration timeout);
+                                               const std::string& run_id, absl::Duration timeout,
+                                               bool events = false);
 
 // The same over a connection of its own: Dial(endpoint, auth.tls) with
 // wait_for_server false (a closed port fails at once, "connection
 // refused"), all within `timeout`; Dial's errors otherwise.
 absl::StatusOr<ServerStatus> QueryServerStatus(const std::string& endpoint, const ClientAuth& auth,
                                                const std::string& run_id = "",
-                                               absl::Duration timeout = absl::Seconds(10));
+                                               absl::Duration timeout = absl::Seconds(10), bool events = false);
 
 // Only the requests served per method name (tests and benchmarks):
 // QueryServerStatus(endpoint, {token, tls})'s request_counts.

@@ -218,8 +218,20 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
     ro.journal.writer.max_queued_writes = state_max_queued_writes;
     const std::string members = ro.connection.url.MembersString();
     rendezvous::state::etcd::ReplicaHooks hooks;
-    hooks.on_lead = [&serving](const std::vector<rendezvous::state::RunRecord>& records) {
-      if (auto* s = serving.load()) s->RestoreState(records, "the rendezvous server replicas' leader changed");
+    hooks.on_lead = [&serving, &gate](const std::vector<rendezvous::state::RunRecord>& records,
+                                      const rendezvous::state::etcd::Takeover& t) {
+      auto* s = serving.load();
+      if (s == nullptr) return;
+      const std::string loaded = absl::StrCat(absl::ToInt64Milliseconds(t.load_time), " ms");
+      rendezvous::TimelineEvent note;
+      note.kind = t.reload ? "reload" : "failover";
+      note.detail = t.reload ? absl::StrCat("replica ", gate.self(), " loaded its state from etcd again in ", loaded,
+                                            ": ", t.why)
+                             : absl::StrCat("replica ", gate.self(), " leads",
+                                            t.previous_leader.empty() ? "" : absl::StrCat(" after ", t.previous_leader),
+                                            "; state loaded in ", loaded, " after its election (a dead leader's ",
+                                            t.lease_ttl_s, " s lease runs out first)");
+      s->RestoreState(records, "the rendezvous server replicas' leader changed", note);
     };
     hooks.on_stand_by = [&serving](const std::string& why) {
       if (auto* s = serving.load()) s->ClearState(why);

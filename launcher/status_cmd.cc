@@ -20,6 +20,7 @@
 #include "common/security.h"
 #include "launcher/cli.h"
 #include "nlohmann/json.hpp"
+#include "rendezvous/run/run_timeline.h"
 
 namespace meshrun::launcher {
 namespace {
@@ -67,20 +68,30 @@ std::string NodeSummary(const rendezvous::RunStatus& r) {
   return absl::StrJoin(parts, ", ");
 }
 
+// "12.3s", "5m12s", "2h03m": an age for people.
+std::string Ago(absl::Duration d) {
+  if (d < absl::Minutes(1)) return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(std::max(d, absl::ZeroDuration())));
+  const int64_t s = absl::ToInt64Seconds(d);
+  if (d < absl::Hours(1)) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, (s / 60) % 60);
+}
+
+std::string When(absl::Time t) { return absl::FormatTime("%Y-%m-%d %H:%M:%E3S", t, absl::UTCTimeZone()); }
+
 // Asks every endpoint for its status, each on a thread of its own, all
 // within `timeout`; the answers in the endpoints' order.
 std::vector<ReplicaProbe> AskEvery(const std::vector<std::string>& endpoints, const ClientAuth& auth,
-                                   const std::string& run_id, absl::Duration timeout) {
+                                   const std::string& run_id, absl::Duration timeout, bool events) {
   std::vector<ReplicaProbe> asked;
   for (const std::string& e : endpoints) asked.push_back({e, absl::UnavailableError("not asked")});
   if (asked.size() == 1) {
-    asked[0].answer = client::QueryServerStatus(endpoints[0], auth, run_id, timeout);
+    asked[0].answer = client::QueryServerStatus(endpoints[0], auth, run_id, timeout, events);
     return asked;
   }
   std::vector<std::thread> threads;
   for (ReplicaProbe& p : asked) {
-    threads.emplace_back([&p, &auth, &run_id, timeout] {
-      p.answer = client::QueryServerStatus(p.endpoint, auth, run_id, timeout);
+    threads.emplace_back([&p, &auth, &run_id, timeout, events] {
+      p.answer = client::QueryServerStatus(p.endpoint, auth, run_id, timeout, events);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -137,6 +148,22 @@ std::string FormatStatusTable(const client::ServerStatus& status, const std::str
                     r.restart_count, " of ", r.max_restarts, ", world size ", r.world_size, ", nnodes ", Nnodes(r));
     if (r.lost_nodes > 0) absl::StrAppend(&out, ", ", r.lost_nodes, " lost so far");
     absl::StrAppend(&out, "\n");
+    if (r.created != absl::InfinitePast()) {
+      absl::StrAppend(&out, "  started ", Ago(now - r.created), " ago");
+      if (r.root_cause) {
+        absl::StrAppend(&out, "; last root cause",
+                        r.root_cause->time == absl::Time() ? "" : absl::StrCat(" ", Ago(now - r.root_cause->time), " ago"),
+                        ": ", rendezvous::DescribeRootCause(*r.root_cause));
+      }
+      absl::StrAppend(&out, "\n");
+    }
+    if (!r.timeline.empty()) {
+      absl::StrAppend(&out, "  events (UTC, oldest first",
+                      r.timeline_dropped > 0 ? absl::StrCat("; ", r.timeline_dropped, " older dropped") : "", "):\n");
+      for (const rendezvous::TimelineEvent& e : r.timeline) {
+        absl::StrAppend(&out, absl::StrFormat("    %s  %-9s  %s\n", When(e.time), e.kind, e.detail));
+      }
+    }
     if (r.node_list.empty()) {
       absl::StrAppend(&out, "  (no nodes)\n");
       continue;
@@ -191,6 +218,25 @@ std::string FormatStatusJson(const client::ServerStatus& status, const std::stri
                           {"min_nodes", r.min_nodes},   {"max_nodes", r.max_nodes},
                           {"lost_nodes", r.lost_nodes}, {"kv_keys", r.kv_keys},
                           {"kv_bytes", r.kv_bytes},     {"kv_waiters", r.kv_waiters}};
+    if (r.created != absl::InfinitePast()) {
+      run["created_ms"] = absl::ToUnixMillis(r.created);
+      run["age_s"] = absl::ToDoubleSeconds(now - r.created);
+    }
+    if (r.root_cause) {
+      const rendezvous::WorkerFailure& f = *r.root_cause;
+      run["root_cause"] = {{"node_id", f.node_id}, {"hostname", f.hostname}, {"node_rank", f.node_rank},
+                           {"rank", f.rank},       {"local_rank", f.local_rank}, {"exit_code", f.exit_code},
+                           {"signal", f.signal},   {"round", f.round},           {"permanent", f.permanent},
+                           {"time_ms", f.time == absl::Time() ? 0 : absl::ToUnixMillis(f.time)},
+                           {"summary", rendezvous::DescribeRootCause(f)}};
+    }
+    if (!r.timeline.empty()) {
+      run["timeline"] = nlohmann::json::array();
+      for (const rendezvous::TimelineEvent& e : r.timeline) {
+        run["timeline"].push_back({{"time_ms", absl::ToUnixMillis(e.time)}, {"kind", e.kind}, {"detail", e.detail}});
+      }
+      run["timeline_dropped"] = r.timeline_dropped;
+    }
     run["nodes"] = nlohmann::json::array();
     for (const auto& n : r.node_list) {
       nlohmann::json node = {{"node_rank", n.node_rank}, {"hostname", n.hostname}, {"addr", n.addr},
@@ -213,7 +259,7 @@ int StatusMain(int argc, char** argv) {
                "meshrun status"};
   std::string endpoint, run_id, token_file;
   TlsFiles tls_files;
-  bool watch = false, json = false;
+  bool watch = false, json = false, events = false;
   double interval = 2, watch_limit = 3600, timeout = 10;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint,
                  "The server, host:port (default port 29400), or its replicas h1:p,h2:p,... (the leader is asked)")
@@ -225,6 +271,9 @@ int StatusMain(int argc, char** argv) {
       ->default_str("3600");
   app.add_option("--timeout", timeout, "Seconds to wait for the server to answer (> 0)")->default_str("10");
   app.add_flag("--json", json, "One JSON object per line instead of the table");
+  app.add_flag("--events", events,
+               "Also each run's timeline (rounds, restarts with their root cause, lost nodes, re-forms, failovers, "
+               "its end), oldest first");
   app.add_option("--token_file,--token-file", token_file,
                  "File holding the server's token (mode 0600; instead of MESHRUN_TOKEN)");
   app.add_option("--tls_ca,--tls-ca", tls_files.ca, "PEM CA to verify a TLS server with (MESHRUN_TLS_CA)");
@@ -260,7 +309,7 @@ int StatusMain(int argc, char** argv) {
   for (;;) {
     // Every replica given, at once; the runs from the leader among them,
     // else from the first that answers, or the leader that one names.
-    std::vector<ReplicaProbe> asked = AskEvery(targets, *auth, run_id, absl::Seconds(timeout));
+    std::vector<ReplicaProbe> asked = AskEvery(targets, *auth, run_id, absl::Seconds(timeout), events);
     std::string target = targets.front();
     absl::StatusOr<client::ServerStatus> s = absl::UnavailableError("no endpoint");
     for (const ReplicaProbe& p : asked) {
@@ -279,7 +328,8 @@ int StatusMain(int argc, char** argv) {
         if (!r.leader) continue;
         // A copy: replacing `s` below frees the list `r` is in.
         const std::string leader = r.address;
-        absl::StatusOr<client::ServerStatus> l = client::QueryServerStatus(leader, *auth, run_id, absl::Seconds(timeout));
+        absl::StatusOr<client::ServerStatus> l =
+            client::QueryServerStatus(leader, *auth, run_id, absl::Seconds(timeout), events);
         if (l.ok()) {
           s = std::move(l);
           target = leader;

@@ -127,6 +127,14 @@ struct NodeStatus {
   absl::Duration keepalive_age = absl::Seconds(-1);
 };
 
+// One entry of a run's timeline (rendezvous/run/run_timeline.h): what
+// happened to the run and when, for `meshrun status --events`.
+struct TimelineEvent {
+  absl::Time time;   // Server clock.
+  std::string kind;  // "round", "restart", "re-form", "node lost", "failover", "reload", "finished", "failed".
+  std::string detail;  // One line.
+};
+
 struct RunStatus {
   std::string run_id;
   int64_t round = 0;
@@ -143,6 +151,14 @@ struct RunStatus {
   int lost_nodes = 0;  // Nodes declared lost in this run so far.
   int64_t kv_bytes = 0;  // Bytes of keys and values in its store.
   int64_t kv_waiters = 0;  // Store reads parked now, waiting for their keys.
+  // When the run was made (kept across failovers); InfinitePast when unknown.
+  absl::Time created = absl::InfinitePast();
+  // The root cause of its last incident (a worker failure or a lost node).
+  std::optional<WorkerFailure> root_cause;
+  // Its timeline, oldest first; filled only when asked for (Status with
+  // events), and `timeline_dropped` older entries no longer kept.
+  std::vector<TimelineEvent> timeline;
+  int64_t timeline_dropped = 0;
 };
 
 // Receives a run's events, in order. Implementations must not block and must

@@ -218,6 +218,15 @@ void ToProto(const RunStatus& r, v1::RunStatus* out) {
   out->set_lost_nodes(r.lost_nodes);
   out->set_kv_waiters(r.kv_waiters);
   out->set_kv_bytes(r.kv_bytes);
+  if (r.created != absl::InfinitePast()) out->set_created_ms(absl::ToUnixMillis(r.created));
+  if (r.root_cause) ToProto(*r.root_cause, out->mutable_root_cause());
+  for (const TimelineEvent& e : r.timeline) {
+    v1::TimelineEvent* p = out->add_timeline();
+    p->set_time_ms(absl::ToUnixMillis(e.time));
+    p->set_kind(e.kind);
+    p->set_detail(e.detail);
+  }
+  out->set_timeline_dropped(r.timeline_dropped);
   for (const NodeStatus& n : r.node_list) {
     v1::NodeStatus* p = out->add_node_list();
     p->set_node_id(n.node_id);
@@ -245,6 +254,10 @@ RunStatus FromProto(const v1::RunStatus& r) {
   out.lost_nodes = r.lost_nodes();
   out.kv_waiters = r.kv_waiters();
   out.kv_bytes = r.kv_bytes();
+  if (r.created_ms() > 0) out.created = absl::FromUnixMillis(r.created_ms());
+  if (r.has_root_cause()) out.root_cause = FromProto(r.root_cause());
+  for (const auto& p : r.timeline()) out.timeline.push_back({absl::FromUnixMillis(p.time_ms()), p.kind(), p.detail()});
+  out.timeline_dropped = r.timeline_dropped();
   for (const auto& p : r.node_list()) {
     NodeStatus n{p.node_id(), p.hostname(), p.addr(), p.node_rank(), p.nproc(), p.state(),
                  p.keepalive_age_ms() < 0 ? absl::Seconds(-1) : absl::Milliseconds(p.keepalive_age_ms())};

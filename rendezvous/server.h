@@ -103,9 +103,11 @@ class RendezvousServer {
   bool WaitForAgents(absl::Duration timeout);
 
   // A replica taking the lead: every run held is closed with `why` and
-  // replaced by the runs `records` describe (RunRegistry::Restore).
+  // replaced by the runs `records` describe (RunRegistry::Restore), each
+  // with `takeover` in its timeline (unless its kind is empty).
   // Thread-safe.
-  void RestoreState(const std::vector<state::RunRecord>& records, const std::string& why);
+  void RestoreState(const std::vector<state::RunRecord>& records, const std::string& why,
+                    const TimelineEvent& takeover = {});
   // A replica that stops leading: every run is closed with `why` and
   // dropped (RunRegistry::Clear). Thread-safe.
   void ClearState(const std::string& why);

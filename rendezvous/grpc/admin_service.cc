@@ -16,8 +16,8 @@ grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* ctx,
   }
   RunRegistry* registry = core_->registry();
   if (req->run().run_id().empty()) {
-    for (const RunStatus& r : registry->Status()) ToProto(r, resp->add_runs());
-  } else if (std::optional<RunStatus> r = registry->StatusOf(req->run().run_id())) {
+    for (const RunStatus& r : registry->Status(req->events())) ToProto(r, resp->add_runs());
+  } else if (std::optional<RunStatus> r = registry->StatusOf(req->run().run_id(), req->events())) {
     // One run costs that run, however many the server holds.
     ToProto(*r, resp->add_runs());
   }

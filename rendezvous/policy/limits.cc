@@ -27,6 +27,7 @@ constexpr IntLimit kIntLimits[] = {
     {"max_key_bytes", &ServerLimits::max_key_bytes},
     {"max_value_bytes", &ServerLimits::max_value_bytes},
     {"max_message_bytes", &ServerLimits::max_message_bytes},
+    {"max_run_events", &ServerLimits::max_run_events},
     {"max_keys_per_run", &ServerLimits::max_keys_per_run},
     {"max_store_bytes_per_run", &ServerLimits::max_store_bytes_per_run},
     {"max_waiters_per_run", &ServerLimits::max_waiters_per_run},

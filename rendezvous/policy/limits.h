@@ -28,6 +28,9 @@ struct ServerLimits {
   // A worker failure's message (the error file's text), bytes; longer ones
   // are cut, not refused.
   int64_t max_message_bytes = 64 << 10;
+  // Entries of a run's timeline kept (rendezvous/run/run_timeline.h); the
+  // oldest are dropped past it. Each run is charged for this many.
+  int64_t max_run_events = 32;
   // Per run's store. libmesh keeps 2 keys per worker for a mesh (its
   // description and payload): 262,144 holds the mesh of the design's
   // 100,000 workers with room to spare.

@@ -47,7 +47,7 @@ enum class HeldKind {
 // 16 and 18 KiB the server's peak went past 1.25x the budget (350 and 320.6
 // MiB for 256 MiB; docs/performance.md).
 inline constexpr int64_t kStoreKeyCost = 128;
-inline constexpr int64_t kRunCost = 4 << 10;
+inline constexpr int64_t kRunCost = 4 << 10;  // Without its timeline: RunCharge adds it.
 inline constexpr int64_t kNodeCost = 640;
 inline constexpr int64_t kEventStreamCost = 18 << 10;
 inline constexpr int64_t kParkedWaitCost = 22 << 10;

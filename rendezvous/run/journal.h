@@ -10,7 +10,9 @@
 //     MASTER_ADDR/PORT) and session credential, and whether each has reached
 //     the exit barrier;
 //   - restarts spent, and the root cause of the last incident (a permanent
-//     failure ends the run: its state says so).
+//     failure ends the run: its state says so);
+//   - when the run was made, and its timeline (run_timeline.h), so that
+//     `meshrun status --events` tells the same story after a failover.
 // Soft (rebuilt after a failover, not journaled): heartbeats (a restored
 // member counts as seen at the restore), event streams (agents open them
 // again), joins of an open round and parked calls (agents send them again).
@@ -90,6 +92,11 @@ struct RunRecord {
   // "joining" after a restart or re-form: that round's members, who are
   // expected to join again with their credentials.
   std::vector<MemberRecord> members;
+  // When the run was made, and its timeline (run_timeline.h), oldest
+  // first, with the count of older entries dropped.
+  absl::Time created = absl::InfinitePast();
+  std::vector<TimelineEvent> timeline;
+  int64_t timeline_dropped = 0;
   // The run's store: filled by RunJournal::Load only (saved by SaveKeys,
   // not part of the record's JSON).
   std::vector<StoredKey> keys;

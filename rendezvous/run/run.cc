@@ -42,7 +42,19 @@ Run::Run(std::string run_id, DeadlineTimer* timer, const ServerLimits& limits,
       limits_(limits),
       kv_(std::make_shared<KvStore>(run_id_, timer, limits, std::move(server_bytes), budget)),
       run_charge_(std::move(run_charge)),
-      membership_(run_id_, budget) {}
+      membership_(run_id_, budget),
+      timeline_(limits.max_run_events),
+      created_(absl::Now()) {}
+
+void Run::NoteLocked(std::string kind, std::string detail) {
+  timeline_.Add(absl::Now(), std::move(kind), std::move(detail));
+}
+
+void Run::Note(std::string kind, std::string detail) {
+  absl::MutexLock lock(&mu_);
+  NoteLocked(std::move(kind), std::move(detail));
+  JournalSoonLocked();
+}
 
 Run::~Run() = default;
 
@@ -294,6 +306,13 @@ bool Run::PreviousSessionLocked(const std::string& node_id, const std::string& s
 
 void Run::EndLocked(State state, Deferred& later) {
   state_ = state;
+  if (state == State::kFinished) {
+    NoteLocked("finished", absl::StrCat("every node finished round ", round_, " (", restarts_.spent(), " restart(s) used)"));
+  } else {
+    NoteLocked("failed", restarts_.has_root_cause()
+                             ? absl::StrCat("round ", round_, ": ", DescribeRootCause(restarts_.root_cause()))
+                             : absl::StrCat("round ", round_));
+  }
   membership_.DropPrevious();
   JournalLocked(later);
   if (on_ended_) later.IfSaved(std::exchange(on_ended_, nullptr));

@@ -27,6 +27,7 @@
 #include "rendezvous/run/node_list.h"
 #include "rendezvous/run/restart_policy.h"
 #include "rendezvous/run/run_summary.h"
+#include "rendezvous/run/run_timeline.h"
 #include "rendezvous/policy/timer.h"
 #include "rendezvous/run/journal.h"
 #include "rendezvous/run/serving.h"
@@ -178,7 +179,11 @@ class Run : public std::enable_shared_from_this<Run> {
   // only this run's lock. An ended run whose nodes have all closed their
   // event streams keeps only this (see KeepOnlyStatusLocked) until the
   // registry removes it. Thread-safe.
-  RunStatus Status() const;
+  // With `events`, also its timeline (run_timeline.h).
+  RunStatus Status(bool events = false) const;
+  // Adds an entry to the run's timeline (a replica's takeover: "failover",
+  // "reload"), saved with the run's next record, soon. Thread-safe.
+  void Note(std::string kind, std::string detail);
   // True once the run finished or failed. Thread-safe.
   bool terminal() const;
 
@@ -483,6 +488,12 @@ class Run : public std::enable_shared_from_this<Run> {
   std::atomic<bool> made_for_join_{false};
   std::atomic<int64_t> last_activity_{0};
   RunSummary summary_ ABSL_GUARDED_BY(mu_);  // Once status_only_.
+  // What happened to the run (run_timeline.h); durable with its record.
+  RunTimeline timeline_ ABSL_GUARDED_BY(mu_);
+  absl::Time created_ ABSL_GUARDED_BY(mu_);  // Restored from the record after a failover.
+  // Adds to the timeline: call before the JournalLocked of the change, so
+  // that the change's record carries it.
+  void NoteLocked(std::string kind, std::string detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 const char* StateName(Run::State state);

@@ -74,6 +74,9 @@ state::RunRecord Run::RecordLocked() const {
   r.round = round_;
   r.restart_count = restarts_.spent();
   if (restarts_.has_root_cause()) r.root_cause = restarts_.root_cause();
+  r.created = created_;
+  r.timeline = timeline_.Events();
+  r.timeline_dropped = timeline_.dropped();
   // A round being re-formed: the members of the round before, who join again.
   const NodeList<Member>& members = state_ == State::kJoining ? reforming_ : members_;
   r.members.reserve(members.size());
@@ -230,6 +233,8 @@ void Run::Restore(const state::RunRecord& r) {
   configured_ = true;
   config_ = r.config;
   round_ = r.round;
+  if (r.created != absl::InfinitePast()) created_ = r.created;
+  timeline_.Restore(r.timeline, r.timeline_dropped);
   restarts_.Restore(r.restart_count, r.root_cause);
   const absl::Time now = absl::Now();
   members_.clear();

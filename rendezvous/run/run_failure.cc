@@ -41,6 +41,8 @@ FailureVerdict Run::AcceptFailureLocked(WorkerFailure failure, Deferred& later) 
     ev.kind = RunEvent::Kind::kRestart;
     ev.round = round_;
     ev.restart_count = restarts_.spent();
+    NoteLocked("restart", absl::StrCat("restart ", restarts_.spent(), " of ", config_.max_restarts, " (round ", round_,
+                                       "): ", DescribeRootCause(*ev.root_cause)));
     JournalLocked(later);  // The restart spent, before RESTART goes out (EndLocked saves a failed run).
     PushLocked(ev);
     MaybeCloseLocked(later);

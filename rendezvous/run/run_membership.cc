@@ -71,6 +71,7 @@ void Run::LoseNodeLocked(const std::string& node_id, const std::string& why, Def
   cause.round = round_;
   cause.message = absl::StrCat("node ", m->node.hostname, " (node rank ", cause.node_rank, ") was lost: ", why);
   Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
+  NoteLocked("node lost", cause.message);
   JournalLocked(later);  // Without the lost member, before NODE_LOST goes out.
   AnnounceLostLocked(cause);
   if (FailIfTooFewLocked(cause, static_cast<int>(members_.size() + pending_.size()), later)) return;
@@ -110,6 +111,7 @@ void Run::LoseReformingLocked(const std::string& node_id, const std::string& why
   cause.message = absl::StrCat("node ", r->node.hostname, " (node rank ", cause.node_rank, " of round ",
                                r->assignment.round, ") was lost too: ", why);
   Logger("rdzv")->info("run '{}': {}", run_id_, cause.message);
+  NoteLocked("node lost", cause.message);
   JournalLocked(later);  // Without the lost member, before NODE_LOST goes out.
   AnnounceLostLocked(cause);
   // The re-form no longer waits for it.
@@ -151,6 +153,8 @@ void Run::ReformLocked(WorkerFailure cause, Deferred& later) {
   ev.restart_count = restarts_.spent();
   ev.membership_change = true;
   ev.root_cause = std::move(cause);
+  NoteLocked("re-form", absl::StrCat("round ", round_, " re-forms with the ", reform_target_,
+                                     " node(s) left (no restart used)"));
   JournalLocked(later);  // The re-form, before RESTART goes out.
   PushLocked(ev);
   MaybeCloseLocked(later);

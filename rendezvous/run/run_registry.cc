@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "rendezvous/policy/memory_release.h"
+#include "rendezvous/run/run_timeline.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -87,14 +88,16 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::NewRunLocked(const std::string
   }
   HeldCharge charge;
   if (budget_ != nullptr) {
+    // The run and its timeline, full.
+    const int64_t cost = kRunCost + limits_.max_run_events * kTimelineEventCost;
     if (incarnation != 0) {
-      budget_->ForceCharge(HeldKind::kRun, 1, kRunCost);
-    } else if (absl::Status s = budget_->Charge(HeldKind::kRun, 1, kRunCost, who,
+      budget_->ForceCharge(HeldKind::kRun, 1, cost);
+    } else if (absl::Status s = budget_->Charge(HeldKind::kRun, 1, cost, who,
                                                 absl::StrCat("new run '", run_id.substr(0, 64), "'"));
                !s.ok()) {
       return s;
     }
-    charge = HeldCharge(budget_, HeldKind::kRun, 1, kRunCost);
+    charge = HeldCharge(budget_, HeldKind::kRun, 1, cost);
   }
   auto run = std::make_shared<Run>(run_id, timer_, limits_, server_bytes_, budget_, std::move(charge));
   if (!creator.empty()) {
@@ -136,7 +139,8 @@ void RunRegistry::Clear(const std::string& why) {
   for (auto& run : removed) run->Close(why, absl::StatusCode::kUnavailable);
 }
 
-void RunRegistry::Restore(const std::vector<state::RunRecord>& records, const std::string& why) {
+void RunRegistry::Restore(const std::vector<state::RunRecord>& records, const std::string& why,
+                          const TimelineEvent& takeover) {
   Clear(why);
   int64_t max_seq = 0;
   std::vector<std::shared_ptr<Run>> ended;
@@ -153,6 +157,7 @@ void RunRegistry::Restore(const std::vector<state::RunRecord>& records, const st
       }
       std::shared_ptr<Run> run = std::move(*made);
       run->Restore(r);
+      if (!takeover.kind.empty() && !r.store_only) run->Note(takeover.kind, takeover.detail);
       if (r.state == "finished" || r.state == "failed") ended.push_back(run);
     }
     // Later records (of these runs or new ones) are numbered after them.
@@ -307,7 +312,7 @@ absl::StatusOr<std::shared_ptr<Run>> RunRegistry::FindOrCreate(const std::string
   return run;
 }
 
-std::vector<RunStatus> RunRegistry::Status() const {
+std::vector<RunStatus> RunRegistry::Status(bool events) const {
   std::vector<std::shared_ptr<Run>> runs;
   {
     absl::MutexLock lock(&mu_);
@@ -316,15 +321,15 @@ std::vector<RunStatus> RunRegistry::Status() const {
   }
   std::vector<RunStatus> out;
   out.reserve(runs.size());
-  for (const auto& r : runs) out.push_back(r->Status());
+  for (const auto& r : runs) out.push_back(r->Status(events));
   std::sort(out.begin(), out.end(), [](const RunStatus& a, const RunStatus& b) { return a.run_id < b.run_id; });
   return out;
 }
 
-std::optional<RunStatus> RunRegistry::StatusOf(const std::string& run_id) const {
+std::optional<RunStatus> RunRegistry::StatusOf(const std::string& run_id, bool events) const {
   std::shared_ptr<Run> run = Find(run_id);
   if (!run) return std::nullopt;
-  return run->Status();
+  return run->Status(events);
 }
 
 int64_t RunRegistry::size() const {

@@ -82,11 +82,11 @@ class RunRegistry {
                                                     const std::function<void()>& found = nullptr,
                                                     const std::string& creator = "");
   // Every run's status, sorted by run id: O(runs x their nodes), for
-  // listings and metrics.
-  std::vector<RunStatus> Status() const;
+  // listings and metrics; with `events`, their timelines too.
+  std::vector<RunStatus> Status(bool events = false) const;
   // One run's status, or nullopt for an unknown id: O(that run's nodes),
   // whatever else the server holds.
-  std::optional<RunStatus> StatusOf(const std::string& run_id) const;
+  std::optional<RunStatus> StatusOf(const std::string& run_id, bool events = false) const;
   // Runs held now (live and ended ones not yet removed).
   int64_t size() const;
 
@@ -132,7 +132,11 @@ class RunRegistry {
   // removal after ended_run_ttl as if it had just ended, a store-only one
   // idle from now. Later records are numbered after
   // the highest seq restored. Thread-safe.
-  void Restore(const std::vector<state::RunRecord>& records, const std::string& why);
+  // `takeover` (kind and detail, e.g. {"failover", "replica B leads after
+  // A; ..."}), when its kind is not empty, is added to the timeline of
+  // every run restored that a node ever joined.
+  void Restore(const std::vector<state::RunRecord>& records, const std::string& why,
+               const TimelineEvent& takeover = {});
   // Closes and removes every run (a replica that stops leading or shuts
   // down), with `why`: parked calls are answered UNAVAILABLE (not ABORTED:
   // the runs go on on the next leader). Thread-safe.

@@ -106,6 +106,7 @@ void Run::CloseRoundLocked(Deferred& later) {
   membership_.Compact();
   ArmLivenessLocked();
   kv_->DropRoundsBelow(round_);
+  NoteLocked("round", absl::StrCat("round ", round_, " closed: ", members_.size(), " node(s), world size ", world));
   // One durable write per closed round, before any join is answered and
   // before its ROUND_CLOSED goes out.
   JournalLocked(later);

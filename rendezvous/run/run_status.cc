@@ -21,11 +21,17 @@ bool Run::IdleNodeless(absl::Time cutoff) const {
   return kv_->waiters() == 0;
 }
 
-RunStatus Run::Status() const {
+RunStatus Run::Status(bool events) const {
   RunStatus s;
   {
     absl::MutexLock lock(&mu_);
     s.run_id = run_id_;
+    s.created = created_;
+    if (restarts_.has_root_cause()) s.root_cause = restarts_.root_cause();
+    if (events) {
+      s.timeline = timeline_.Events();
+      s.timeline_dropped = timeline_.dropped();
+    }
     s.round = round_;
     s.state = StateName(state_);
     s.restart_count = restarts_.spent();

@@ -341,7 +341,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     Impl* raw = impl.get();
     ServerMetrics::Source source{[raw] { return raw->registry->Status(); },
                                  [raw] { return raw->core->open_watchers(); },
-                                 [raw] { return raw->traffic->Snapshot(); }};
+                                 [raw] { return raw->traffic->Snapshot(); },
+                                 {}};
     if (const state::ServingGate* gate = options.gate) {
       source.replica_leader = [gate] { return gate->serving() ? 1 : 0; };
     }
@@ -402,8 +403,9 @@ bool RendezvousServer::WaitForAgents(absl::Duration timeout) {
   return impl_->core->WaitForNoWatchers(timeout);
 }
 
-void RendezvousServer::RestoreState(const std::vector<state::RunRecord>& records, const std::string& why) {
-  impl_->registry->Restore(records, why);
+void RendezvousServer::RestoreState(const std::vector<state::RunRecord>& records, const std::string& why,
+                                    const TimelineEvent& takeover) {
+  impl_->registry->Restore(records, why, takeover);
 }
 
 void RendezvousServer::ClearState(const std::string& why) { impl_->registry->Clear(why); }

@@ -95,6 +95,15 @@ std::string EncodeRunRecord(const RunRecord& r) {
          {"restart_count", r.restart_count},
          {"members", std::move(members)}};
   if (r.root_cause) j["root_cause"] = FailureJson(*r.root_cause);
+  if (r.created != absl::InfinitePast()) j["created_ms"] = absl::ToUnixMillis(r.created);
+  if (!r.timeline.empty() || r.timeline_dropped > 0) {
+    json events = json::array();
+    for (const TimelineEvent& e : r.timeline) {
+      events.push_back(json{{"time_ms", absl::ToUnixMillis(e.time)}, {"kind", e.kind}, {"detail", e.detail}});
+    }
+    j["timeline"] = std::move(events);
+    j["timeline_dropped"] = r.timeline_dropped;
+  }
   // Node ids and messages may hold any byte: replace invalid UTF-8 rather
   // than throw.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -144,6 +153,26 @@ absl::StatusOr<RunRecord> DecodeRunRecord(const std::string& text) {
     Get(f, "root_cause", "permanent", &w.permanent, &err);
     w.time = absl::FromUnixNanos(ns);
     r.root_cause = w;
+  }
+  // Records written before the timeline have none.
+  if (err.empty() && j.contains("created_ms")) {
+    int64_t ms = 0;
+    Get(j, "run", "created_ms", &ms, &err);
+    r.created = absl::FromUnixMillis(ms);
+  }
+  if (err.empty() && j.contains("timeline")) {
+    const json& events = j["timeline"];
+    if (!events.is_array()) err = "run.timeline is not an array";
+    for (size_t i = 0; err.empty() && i < events.size(); ++i) {
+      TimelineEvent e;
+      int64_t ms = 0;
+      Get(events[i], "timeline", "time_ms", &ms, &err);
+      Get(events[i], "timeline", "kind", &e.kind, &err);
+      Get(events[i], "timeline", "detail", &e.detail, &err);
+      e.time = absl::FromUnixMillis(ms);
+      r.timeline.push_back(std::move(e));
+    }
+    if (err.empty() && j.contains("timeline_dropped")) Get(j, "run", "timeline_dropped", &r.timeline_dropped, &err);
   }
   json members;
   Get(j, "run", "members", &members, &err);

@@ -117,8 +117,10 @@ TEST_CASE("a join and a stream refused for the server's memory budget end the ag
 
 TEST_CASE("an event stream refused for the memory budget after the join was taken ends the agent within 1 s",
           "[e2e][refusal]") {
-  // 10,000 bytes: a run (4 KiB) and its node (640 B) fit, an event stream (18 KiB) does not.
-  RunRefusalCase({"memory budget, stream only", {"--limit", "max_server_memory=10000"}, {}, false, {}, "stream",
+  // 10,000 bytes: a run (4 KiB, and 320 B for its one-entry timeline) and its node (640 B) fit, an
+  // event stream (18 KiB) does not.
+  RunRefusalCase({"memory budget, stream only", {"--limit", "max_server_memory=10000", "--limit", "max_run_events=1"},
+                  {}, false, {}, "stream",
                   {"--nnodes=1"}, {}, {"refused this node's event stream", "max_server_memory"}},
                  3);
 }

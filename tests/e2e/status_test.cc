@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "absl/time/clock.h"
+#include "common/net.h"
 #include "tests/e2e/e2e_util.h"
 
 using namespace meshrun::testing;
@@ -42,7 +43,8 @@ TEST_CASE("meshrun status shows a 2-node job as a table and as JSON", "[e2e][sta
   CHECK(CountLines(t.out, " running ") == 2);
   CHECK(CountLines(t.out, "127.0.0.1 ") == 1);
   CHECK(CountLines(t.out, "127.0.0.2 ") == 1);
-  CHECK(CountLines(t.out, "s ago") == 2);
+  CHECK(CountLines(t.out, "s ago") == 3);  // The run's start, and each node's keep-alive.
+  CHECK(Contains(t.out, "nnodes 2\n  started "));
 
   RunResult j = Status(port, {"--rdzv_id=st", "--json"});
   INFO(j.out);
@@ -159,4 +161,44 @@ TEST_CASE("meshrun status lists a node standing by at MAX after the members", "[
   std::ofstream(go) << "1";
   WaitBoth(a, b);
   CHECK(a.code == 0);
+}
+
+TEST_CASE("meshrun status --events tells a worker failure and the restart it cost, with times and the root cause",
+          "[e2e][status]") {
+  std::string dir = TempDir();
+  Daemon d;
+  StartDaemon(d, dir);
+  std::string script = WriteScript(dir, "w.sh",
+                                   "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ] && exit 3\nexit 0");
+  RunResult job = RunCommand({MeshrunBinary(), "--nnodes=1", "--nproc_per_node=2",
+                              "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port), "--rdzv_id=ev",
+                              "--max_restarts=2", script},
+                             {}, 60);
+  REQUIRE(job.exit_code == 0);
+  RunResult t = Status(d.port, {"--rdzv_id=ev", "--events"});
+  INFO(t.out << t.err);
+  CHECK(t.exit_code == 0);
+  const std::string cause = "rank 1 (local rank 1) of node rank 0 (" + meshrun::Hostname() + ") exited with code 3";
+  CHECK(Contains(t.out, "ago; last root cause "));
+  CHECK(Contains(t.out, " ago: " + cause + "\n"));
+  CHECK(Contains(t.out, "  events (UTC, oldest first):\n"));
+  // In order: round 0, the restart with its root cause, round 1, the end.
+  const size_t r0 = t.out.find("  round      round 0 closed: 1 node(s), world size 2\n");
+  const size_t restart = t.out.find("  restart    restart 1 of 2 (round 1): " + cause + "\n");
+  const size_t r1 = t.out.find("  round      round 1 closed: 1 node(s), world size 2\n");
+  const size_t end = t.out.find("  finished   every node finished round 1 (1 restart(s) used)\n");
+  REQUIRE(r0 != std::string::npos);
+  REQUIRE(restart != std::string::npos);
+  REQUIRE(r1 != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  CHECK(r0 < restart);
+  CHECK(restart < r1);
+  CHECK(r1 < end);
+  CHECK(CountLines(t.out, "    20") == 4);  // Each event with its date.
+  RunResult plain = Status(d.port, {"--rdzv_id=ev"});
+  CHECK_FALSE(Contains(plain.out, "events ("));  // Only when asked.
+  RunResult j = Status(d.port, {"--rdzv_id=ev", "--events", "--json"});
+  INFO(j.out);
+  CHECK(Contains(j.out, "\"kind\":\"restart\""));
+  CHECK(Contains(j.out, "\"summary\":\"" + cause + "\""));
 }

@@ -667,6 +667,17 @@ if ((${killed:-0} && !dns)); then
   done
   echo "meshrun status: the killed replica unreachable, the new leader leading with its age, the third standing by"
 fi
+# The run's timeline survived the failover (round 0 was noted by the dead leader) and tells it. (A
+# run still forming when its leader died was never saved: the next leader has no failover to note.)
+if ((${killed:-0} && !dns && !forming)); then
+  run_on $client_host "$meshrun" status --rdzv_endpoint="$new_addr:$new_port" --rdzv_id=failover --events --timeout 5 \
+    >"$work/events.txt" 2>&1 || fail "meshrun status --events failed: $(cat "$work/events.txt")"
+  grep -Eq "^    20[0-9-]+ [0-9:.]+  round +round 0 closed: 2 node\(s\)" "$work/events.txt" ||
+    fail "the timeline on the new leader lacks round 0, noted before the failover: $(cat "$work/events.txt")"
+  grep -Eq "^    20[0-9-]+ [0-9:.]+  failover +replica $new_addr:$new_port leads( after [^;]+)?; state loaded in [0-9]+ ms after its election" "$work/events.txt" ||
+    fail "the timeline on the new leader does not show the failover with its duration: $(cat "$work/events.txt")"
+  echo "meshrun status --events: $(grep -E '  failover ' "$work/events.txt" | sed 's/^ *//')"
+fi
 # (Through the name, the leader may be the address it reached first: then it says the name.)
 grep -Eq "run 'failover' at ($new_addr:$new_port|$status_endpoint): running, round 0, restarts 0" "$work/status.txt" || fail "meshrun status does not show the run running at round 0 on the new leader"
 

@@ -48,7 +48,7 @@ TEST_CASE("server metrics render in Prometheus' text format", "[metrics]") {
 
 TEST_CASE("a replica's scrape says whether it leads, a single server's has no such gauge", "[metrics]") {
   meshrun::rendezvous::ServerMetrics single;
-  single.SetSource({[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}});
+  single.SetSource({[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, {}});
   std::string text = prometheus::TextSerializer().Serialize(single.Collect());
   CHECK(text.find("meshrun_replica_leader") == std::string::npos);
   int leads = 1;

@@ -127,8 +127,8 @@ struct Replica::Impl {
 
   // Loads the state from etcd, restores it (on_lead) and opens the gate
   // while this replica leads and `for_term` is still its term; resigns when
-  // it cannot load.
-  void Lead(uint64_t for_term) {
+  // it cannot load. `why`: a reload's reason; empty after an election.
+  void Lead(uint64_t for_term, const std::string& why = "") {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<std::vector<RunRecord>> records = journal->Load();
     // Bounded: a few tries while etcd answers slowly, as long as this replica leads.
@@ -145,7 +145,15 @@ struct Replica::Impl {
       Push({Kind::kDeposed, "could not load the state"});
       return;
     }
-    if (hooks.on_lead) hooks.on_lead(*records);
+    if (hooks.on_lead) {
+      Takeover t;
+      t.reload = !why.empty();
+      t.why = why;
+      t.previous_leader = gate->leader() == options.advertise ? "" : gate->leader();
+      t.load_time = absl::Now() - t0;
+      t.lease_ttl_s = options.lease_ttl_s;
+      hooks.on_lead(*records, t);
+    }
     {
       absl::MutexLock lock(&mu);
       if (term != for_term) {
@@ -195,7 +203,7 @@ struct Replica::Impl {
         if (hooks.on_stand_by) hooks.on_stand_by(absl::StrCat("the rendezvous server replica ", options.advertise,
                                                               " reloads its state: ", e.why));
         // Deposed meanwhile: the deposition's event follows, nothing to load.
-        if (election->Self().has_value()) Lead(e.term);
+        if (election->Self().has_value()) Lead(e.term, e.why);
       } else {
         gate->SetServing(false);
         gate->SetLeadingSince(absl::InfinitePast());

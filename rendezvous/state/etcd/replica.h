@@ -61,10 +61,25 @@ struct ReplicaOptions {
   JournalOptions journal;
 };
 
+// How this replica came to lead, for the runs' timelines.
+struct Takeover {
+  // True: it led already and loaded its state again (Reload); false: it
+  // was elected.
+  bool reload = false;
+  // The leader before it as this replica last saw it ("" when unknown or
+  // itself), and why it reloads.
+  std::string previous_leader;
+  std::string why;
+  // From its election (or the reload's start) to the state loaded, and the
+  // etcd lease TTL: a dead leader is replaced up to that long after it died.
+  absl::Duration load_time;
+  int64_t lease_ttl_s = 0;
+};
+
 struct ReplicaHooks {
   // This replica leads: restore the server's runs from `records` (every
   // run's latest). The gate opens when it returns.
-  std::function<void(const std::vector<RunRecord>& records)> on_lead;
+  std::function<void(const std::vector<RunRecord>& records, const Takeover& takeover)> on_lead;
   // This replica stopped leading (deposed): drop the runs; `why` in one line.
   std::function<void(const std::string& why)> on_stand_by;
 };

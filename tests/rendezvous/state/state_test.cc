@@ -48,8 +48,18 @@ TEST_CASE("a run record survives JSON and names a bad field", "[state]") {
   m.assignment.session = "secret";
   m.finished = true;
   r.members.push_back(m);
+  r.created = absl::FromUnixMillis(1700000000123);
+  r.timeline.push_back({absl::FromUnixMillis(1700000001000), "round", "round 0 closed: 1 node(s), world size 8"});
+  r.timeline.push_back({absl::FromUnixMillis(1700000002000), "failover", "replica b:1 leads"});
+  r.timeline_dropped = 3;
   absl::StatusOr<RunRecord> back = DecodeRunRecord(EncodeRunRecord(r));
   REQUIRE(back.ok());
+  CHECK(back->created == r.created);
+  REQUIRE(back->timeline.size() == 2);
+  CHECK(back->timeline[1].time == absl::FromUnixMillis(1700000002000));
+  CHECK(back->timeline[1].kind == "failover");
+  CHECK(back->timeline[1].detail == "replica b:1 leads");
+  CHECK(back->timeline_dropped == 3);
   CHECK(back->run_id == "job");
   CHECK(back->incarnation == 42);
   CHECK(back->seq == 7);
@@ -68,6 +78,14 @@ TEST_CASE("a run record survives JSON and names a bad field", "[state]") {
   REQUIRE_FALSE(bad.ok());
   CHECK(std::string(bad.status().message()) == "run record: run.round has the wrong type");
   CHECK_FALSE(DecodeRunRecord("not json").ok());
+  // A record written before the timeline existed has none.
+  absl::StatusOr<RunRecord> old = DecodeRunRecord(
+      R"({"run_id":"x","incarnation":1,"seq":1,"state":"running","round":0,"restart_count":0,"members":[],)"
+      R"("config":{"min_nodes":1,"max_nodes":1,"last_call_timeout_ms":1,"max_restarts":0,"exit_barrier_timeout_ms":1,)"
+      R"("keep_alive_interval_ms":1,"keep_alive_max_attempt":1}})");
+  REQUIRE(old.ok());
+  CHECK(old->timeline.empty());
+  CHECK(old->created == absl::InfinitePast());
 }
 
 TEST_CASE("a run saves one record per closed round, not one per join, before the joins are answered", "[state]") {

@@ -70,7 +70,7 @@ TEST_CASE("etcd replica: a term deposed while its state loads never counts as lo
   std::atomic<int> loads{0};     // on_lead calls (one per term's load).
   std::atomic<int> released{0};  // on_lead calls allowed to return.
   state::etcd::ReplicaHooks hooks;
-  hooks.on_lead = [&](const std::vector<state::RunRecord>&) {
+  hooks.on_lead = [&](const std::vector<state::RunRecord>&, const state::etcd::Takeover&) {
     const int n = ++loads;
     WaitFor([&] { return released.load() >= n; }, 60);
   };
