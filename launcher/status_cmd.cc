@@ -34,6 +34,14 @@ std::string Nnodes(const rendezvous::RunStatus& r) {
   return r.min_nodes == r.max_nodes ? absl::StrCat(r.max_nodes) : absl::StrCat(r.min_nodes, ":", r.max_nodes);
 }
 
+// "leading", "standing by", "serving" (a single server) or "unreachable":
+// one replica asked, in a word (the table's state, the JSON's "state").
+std::string StateWord(const ReplicaProbe& p) {
+  if (!p.answer.ok()) return "unreachable";
+  if (p.answer->replica_role == "leader") return "leading";
+  return p.answer->replica_role == "standby" ? "standing by" : "serving";
+}
+
 // "leading for 12.3s", "standing by" or "unreachable: why" for one replica
 // asked.
 std::string ReplicaState(const ReplicaProbe& p, absl::Time now) {
@@ -44,12 +52,11 @@ std::string ReplicaState(const ReplicaProbe& p, absl::Time now) {
     absl::ConsumePrefix(&why, absl::StrCat(p.endpoint, ": "));
     return absl::StrCat("unreachable: ", why);
   }
-  if (p.answer->replica_role == "leader") {
-    if (p.answer->leading_since == absl::InfinitePast()) return "leading";
+  if (p.answer->replica_role == "leader" && p.answer->leading_since != absl::InfinitePast()) {
     return absl::StrFormat("leading for %.1fs", absl::ToDoubleSeconds(now - p.answer->leading_since));
   }
-  if (p.answer->replica_role == "standby") return "standing by";
-  return "serving (a single server)";
+  const std::string word = StateWord(p);
+  return word == "serving" ? "serving (a single server)" : word;
 }
 
 // "2 running, 1 finished" for a run's nodes, in the order states first appear.
@@ -195,13 +202,10 @@ std::string FormatStatusJson(const client::ServerStatus& status, const std::stri
   if (asked.size() > 1 || !status.replica_role.empty()) {
     j["asked"] = nlohmann::json::array();
     for (const ReplicaProbe& p : asked) {
-      nlohmann::json one = {{"endpoint", p.endpoint}};
+      nlohmann::json one = {{"endpoint", p.endpoint}, {"state", StateWord(p)}};
       if (!p.answer.ok()) {
-        one["state"] = "unreachable";
         one["reason"] = std::string(p.answer.status().message());
       } else {
-        one["state"] = p.answer->replica_role == "leader" ? "leading"
-                       : p.answer->replica_role == "standby" ? "standing by" : "serving";
         one["address"] = p.answer->replica_self;
         if (p.answer->leading_since != absl::InfinitePast()) {
           one["leading_for_s"] = absl::ToDoubleSeconds(now - p.answer->leading_since);
