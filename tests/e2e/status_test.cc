@@ -56,6 +56,22 @@ TEST_CASE("meshrun status shows a 2-node job as a table and as JSON", "[e2e][sta
   CHECK(Contains(j.out, "\"addr\":\"127.0.0.2\",\"hostname\":"));
   CHECK(Contains(j.out, "\"node_rank\":1,\"state\":\"running\",\"workers\":2"));
 
+  // Two endpoints, one of them closed: both listed, the closed one unreachable, in the table and the JSON.
+  const std::string closed = "127.0.0.1:" + std::to_string(FreePort());
+  RunResult two = RunCommand({MeshrunBinary(), "status", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port) + "," +
+                              closed, "--rdzv_id=st"},
+                             {}, 20);
+  INFO(two.out << two.err);
+  CHECK(two.exit_code == 0);
+  CHECK(Contains(two.out, "  127.0.0.1:" + std::to_string(port) + " serving (a single server)\n"));
+  CHECK(Contains(two.out, "  " + closed + " unreachable: Connection refused\n"));
+  RunResult two_json = RunCommand({MeshrunBinary(), "status", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port) +
+                                   "," + closed, "--rdzv_id=st", "--json"},
+                                  {}, 20);
+  CHECK(Contains(two_json.out, "\"state\":\"serving\""));
+  CHECK(Contains(two_json.out, "\"endpoint\":\"" + closed + "\",\"reason\":"));
+  CHECK(Contains(two_json.out, "\"state\":\"unreachable\""));
+
   RunResult missing = Status(port, {"--rdzv_id=other"});
   CHECK(missing.exit_code == 1);
   CHECK(Contains(missing.err, "has no run 'other'"));
