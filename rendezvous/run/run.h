@@ -20,6 +20,7 @@
 #include "proto/types.h"
 #include "rendezvous/policy/limits.h"
 #include "rendezvous/policy/memory_budget.h"
+#include "rendezvous/run/deferred_calls.h"
 #include "rendezvous/run/event_outbox.h"
 #include "rendezvous/run/event_streams.h"
 #include "rendezvous/run/exit_barrier.h"
@@ -290,34 +291,9 @@ class Run : public std::enable_shared_from_this<Run> {
     // it vanish before the round closes, it is named as lost.
     std::optional<Member> was_member;
   };
-  // What an operation does once the run's lock is released (RunAll): the
-  // save of the run's record, when the operation changed its durable state
-  // (JournalLocked), then its calls, each told how the save went: OK (no
-  // save, or saved), or the UNAVAILABLE its callers get instead of their
-  // answers (the save failed or its outcome is unknown).
-  struct Deferred {
-    std::optional<state::RunRecord> record;
-    // Set instead of `record` when the run's durability is already lost.
-    absl::Status lost;
-    std::vector<absl::AnyInvocable<void(const absl::Status& saved)>> calls;
-    // `cb(answer)` once saved; `cb(saved)` when the save failed.
-    template <typename Callback, typename Result>
-    void Answer(Callback cb, Result answer) {
-      calls.push_back([cb = std::move(cb), answer = std::move(answer)](const absl::Status& saved) mutable {
-        if (saved.ok()) {
-          cb(std::move(answer));
-        } else {
-          cb(saved);
-        }
-      });
-    }
-    // `fn()` once saved; nothing when the save failed.
-    void IfSaved(absl::AnyInvocable<void()> fn) {
-      calls.push_back([fn = std::move(fn)](const absl::Status& saved) mutable {
-        if (saved.ok()) fn();
-      });
-    }
-  };
+  // What an operation does once the run's lock is released (RunAll):
+  // deferred_calls.h.
+  using Deferred = DeferredCalls;
   // With a journal: the run's record now, saved by RunAll before `later`'s
   // calls; every event made from here on waits for that save (outbox_).
   // Call it before pushing the events the change makes.
