@@ -3,8 +3,8 @@
 # nothing new relinks nothing. Run at every build: cmake -DSRC=<source dir> -DOUT=<file> -P
 #   commit: `git rev-parse --short=12 HEAD` of SRC, "+dirty" when tracked files differ from
 #           it; "unknown" outside a git checkout (a source archive) or without git.
-#   date:   the UTC day, YYYY-MM-DD; from SOURCE_DATE_EPOCH when set (reproducible builds:
-#           scripts/package.sh sets it to the commit's time), as string(TIMESTAMP) does.
+#   date:   the UTC day, YYYY-MM-DD: SOURCE_DATE_EPOCH's when set (scripts/package.sh sets it
+#           to the commit's time), else the commit's in a git checkout, else today's.
 set(commit "unknown")
 find_program(GIT git)
 if(GIT AND EXISTS "${SRC}/.git")
@@ -16,6 +16,16 @@ if(GIT AND EXISTS "${SRC}/.git")
     if(NOT dirty EQUAL 0)
       string(APPEND commit "+dirty")
     endif()
+  endif()
+endif()
+# Without SOURCE_DATE_EPOCH, a git checkout's date is its commit's, as scripts/package.sh sets
+# it: the same tree gives the same text whenever it is built (a package built on a later day
+# than the test build relinks nothing).
+if(NOT DEFINED ENV{SOURCE_DATE_EPOCH} AND NOT commit STREQUAL "unknown")
+  execute_process(COMMAND "${GIT}" -C "${SRC}" log -1 --format=%ct
+                  OUTPUT_VARIABLE ct OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc ERROR_QUIET)
+  if(rc EQUAL 0 AND ct MATCHES "^[0-9]+$")
+    set(ENV{SOURCE_DATE_EPOCH} "${ct}")
   endif()
 endif()
 string(TIMESTAMP date "%Y-%m-%d" UTC)

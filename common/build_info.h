@@ -13,7 +13,8 @@ std::string_view BuildCommit();
 
 // The build's UTC day, "YYYY-MM-DD": SOURCE_DATE_EPOCH's when that was set
 // (reproducible builds; scripts/package.sh sets it to the commit's time),
-// else the day of the build. Thread-safe (a constant).
+// else the commit's day in a git checkout, else the day of the build.
+// Thread-safe (a constant).
 std::string_view BuildDate();
 
 }  // namespace meshrun
