@@ -71,7 +71,10 @@ void StoreWriter::Reset() {
 
 StoreWriter::Stats StoreWriter::stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  Stats now = stats_;
+  now.queued = static_cast<int64_t>(queue_.size());
+  now.in_flight = in_flight_writes_;
+  return now;
 }
 
 std::vector<StoreWriter::Queued> StoreWriter::TakeBatchLocked() {
@@ -123,6 +126,7 @@ void StoreWriter::Loop() {
       if (stopping_ && queue_.empty()) return;
       batch = TakeBatchLocked();
       in_flight_ = true;
+      in_flight_writes_ = static_cast<int64_t>(batch.size());
     }
     absl::StatusOr<Txn> txn = BuildTxn(batch);
     // Writes with no operation (a superseded record's save, waiting only
@@ -146,6 +150,7 @@ void StoreWriter::Loop() {
     for (Queued& q : batch) q.write.done(outcome);
     for (Queued& q : after) q.write.done(outcome);
     absl::MutexLock lock(&mu_);
+    in_flight_writes_ = 0;
     in_flight_ = false;  // Only now: Stop returns once every answer of it is given.
   }
 }

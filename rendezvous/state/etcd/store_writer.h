@@ -89,10 +89,13 @@ class StoreWriter {
   // Accepts writes again (after a load of the state).
   void Reset();
 
-  // Transactions committed, and the writes they carried.
+  // Transactions committed, and the writes they carried; and, now, the writes
+  // waiting in the queue and those in the transaction in flight.
   struct Stats {
     int64_t transactions = 0;
     int64_t writes = 0;
+    int64_t queued = 0;
+    int64_t in_flight = 0;
   };
   Stats stats() const;
 
@@ -123,6 +126,7 @@ class StoreWriter {
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   absl::Status refused_ ABSL_GUARDED_BY(mu_);  // Not OK: Submit refuses with it.
   bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t in_flight_writes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

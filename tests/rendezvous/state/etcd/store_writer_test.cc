@@ -178,6 +178,7 @@ TEST_CASE("group commit: the queue is bounded while etcd has no quorum, and Stop
   Outcomes outcomes;
   REQUIRE(writer.Submit(PutWrite("/gcq/k/0", "x", outcomes.Callback())).ok());
   // The writer takes the first into its transaction; then 4 fit in the queue.
+  REQUIRE(WaitFor([&] { return writer.stats().in_flight == 1; }, 10));
   int queued = 1;
   absl::Status refused;
   for (int i = 1; i < 20 && refused.ok(); ++i) {
@@ -186,7 +187,8 @@ TEST_CASE("group commit: the queue is bounded while etcd has no quorum, and Stop
   }
   CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
   CHECK(std::string(refused.message()).find("max_queued_writes=4") != std::string::npos);
-  CHECK(queued <= 5);
+  CHECK(queued == 5);
+  CHECK(writer.stats().queued == 4);
   const auto t0 = std::chrono::steady_clock::now();
   writer.Stop(absl::UnavailableError("test stop"));
   std::printf("group commit: Stop returned after %.2f s (the transaction in flight ended)\n", SecondsSince(t0));
