@@ -9,4 +9,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -f build/CTestTestfile.cmake ]] || bash scripts/build.sh
 cd build
-ctest --output-on-failure --timeout 300 -L 'scale|jepsen'
+bash ../scripts/run-ctest.sh --output-on-failure --timeout 300 -L 'scale|jepsen'
