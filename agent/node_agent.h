@@ -39,6 +39,9 @@ struct AgentOptions {
   StoreCacheOptions store_cache;
   int64_t store_proxy_max_message_bytes = 4 << 20;
   absl::Duration store_proxy_batch_hold = absl::Milliseconds(100);
+  // torchrun's agent store (agent/tcpstore/tcpstore_server.h): connections
+  // served at once (rdzv_conf agent_store_max_connections).
+  int agent_store_max_connections = 4096;
   int nproc = 1;                    // --nproc_per_node (resolved to a number).
   int min_nodes = 1;                // --nnodes MIN.
   int max_nodes = 1;                // --nnodes MAX.

@@ -32,6 +32,7 @@
 #include "agent/process.h"
 #include "client/rdzv_client.h"
 #include "agent/store_proxy/store_proxy.h"
+#include "agent/tcpstore/tcpstore_server.h"
 #include "agent/worker_stop.h"
 #include "common/logging.h"
 #include "common/stale.h"
@@ -140,6 +141,10 @@ class Session {
   std::deque<Event> deferred_;
   std::unique_ptr<SignalThread> signals_;
   std::unique_ptr<client::RendezvousClient> client_;  // Declared before the heartbeat thread that uses it.
+  // torchrun's agent store (agent/tcpstore/tcpstore_server.h) on this node's
+  // MASTER_PORT candidate; backed by proxy_. Declared before proxy_, so that
+  // proxy_ goes first and cancels the waits this store has in it.
+  std::unique_ptr<tcpstore::AgentStore> agent_store_;
   // The workers' store (agent/store_proxy/store_proxy.h): forwards over client_'s channel.
   std::unique_ptr<StoreProxy> proxy_;
   rendezvous::NodeDesc node_;

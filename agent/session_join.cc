@@ -65,6 +65,16 @@ absl::Status Session::NewMembership() {
     proxy_ = std::move(*proxy);
     proxy_->SetFollowLeader(client_->replicated());
   }
+  if (!agent_store_) {
+    // Every agent listens: the round decides which one is node rank 0, and
+    // its port is the workers' MASTER_PORT.
+    tcpstore::AgentStoreOptions so;
+    so.max_connections = o_.agent_store_max_connections;
+    so.log = [log = log_](const std::string& line) { log->warn("{}", line); };
+    absl::StatusOr<std::unique_ptr<tcpstore::AgentStore>> store = tcpstore::AgentStore::Start(std::move(so));
+    if (!store.ok()) return store.status();
+    agent_store_ = std::move(*store);
+  }
   if (o_.local_addr.empty()) node_.addr = client_->local_addr();
   // The event stream opens right after the first join is sent (Join): a
   // joining node's stream is a member's, which the server always admits.
@@ -125,8 +135,7 @@ bool Session::OnStale(const std::string& why) {
 
 // Joins the next round; false with `*exit_code` set when the agent must stop.
 bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code) {
-  absl::StatusOr<int> port = FindFreePort(node_.addr);
-  node_.master_port = port.ok() ? *port : 0;
+  node_.master_port = agent_store_->port();
   const absl::Time join_deadline = absl::Now() + o_.join_timeout;
   joined_peak_ = 0;
   client_->JoinAsync(node_, config_, last_round, o_.join_timeout,

@@ -12,6 +12,7 @@
 #include "agent/signal_policy.h"
 #include "agent/worker_env.h"
 #include "agent/worker_stop.h"
+#include "client/grpc_store.h"
 #include "common/net.h"
 
 namespace meshrun::agent {
@@ -31,6 +32,18 @@ std::optional<int> Session::RunRound(const Assignment& a) {
   // of the rounds before are dropped there.
   proxy_->SetRound(a.round);
   const std::string store_endpoint = proxy_->endpoint();
+  // The agent store serves this round's keys (node rank 0's is the workers'
+  // MASTER_ADDR:MASTER_PORT); the connection comes up in the background.
+  {
+    client::GrpcStoreOptions so;
+    so.endpoint = store_endpoint;
+    so.run_id = o_.run_id;
+    so.round = a.round;
+    so.wait_for_connection = false;
+    absl::StatusOr<std::shared_ptr<Store>> store = client::ConnectGrpcStore(so);
+    if (!store.ok()) return Fatal(absl::StrCat("the agent store: ", store.status().message()));
+    agent_store_->SetStore(*std::move(store));
+  }
   std::string ifname;
   if (absl::StatusOr<std::string> i = InterfaceOf(a.node_addr); i.ok()) {
     ifname = *i;

@@ -1,0 +1,41 @@
+// What each TCPStore request does to meshrun's store: c10d's TCPStore
+// semantics over meshrun::Store (common/store.h), so a PyTorch client sees
+// what PyTorch's own server would answer. Pure domain: no sockets.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "agent/tcpstore/protocol.h"
+#include "common/store.h"
+
+namespace meshrun::agent::tcpstore {
+
+// Executes `r` against `store` and returns the reply's bytes (empty for a
+// request with no reply: SET, APPEND, MULTI_SET). For every request except
+// VALIDATE, WAIT and CANCEL_WAIT, which need the connection
+// (tcpstore_server.h). As PyTorch's server:
+//  - GET and MULTI_GET answer an absent key with an empty value (the client
+//    waited for it first);
+//  - COMPARE_SET on an absent key sets it when `expected` is empty, else
+//    answers `expected` (c10d's reply, kept as is);
+//  - ADD keeps the counter as decimal text, so GET reads "5";
+//  - APPEND on an absent key sets it (a compare-and-set loop over the store:
+//    atomic, at most `max_append_tries` tries under contention);
+//  - CHECK is ready when every key is set.
+// Errors: UNIMPLEMENTED naming the request for GETNUMKEYS, LIST_KEYS,
+// QUEUE_*, BARRIER and WATCH_KEY (meshrun's store has no key count, key
+// listing or queues yet); the store's own error (UNAVAILABLE,
+// RESOURCE_EXHAUSTED at the store's limits, FAILED_PRECONDITION for a
+// write-once key) otherwise. The protocol has no error reply, so the server
+// closes the connection on any of them. Thread-safe when `store` is.
+absl::StatusOr<std::string> Execute(Store& store, const Request& r, int max_append_tries = 1000);
+
+// UNIMPLEMENTED naming `op` and what meshrun's store lacks for it.
+absl::Status NotServed(Op op);
+
+// True for the requests Execute serves (every Op but VALIDATE, WAIT,
+// CANCEL_WAIT and the UNIMPLEMENTED ones).
+bool Executes(Op op);
+
+}  // namespace meshrun::agent::tcpstore

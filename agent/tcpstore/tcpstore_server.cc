@@ -1,0 +1,350 @@
+#include "agent/tcpstore/tcpstore_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "agent/tcpstore/store_ops.h"
+
+namespace meshrun::agent::tcpstore {
+namespace {
+
+// Binds and listens on addr:port; -1 with `*why` set when it cannot.
+int Listen(const std::string& addr, int port, std::string* why) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  int family = AF_INET6;
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  if (inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(sockaddr_in6);
+  } else if (inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) == 1) {
+    family = AF_INET;
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(sockaddr_in);
+  } else {
+    *why = absl::StrCat("'", addr, "' is not a numeric address");
+    return -1;
+  }
+  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *why = std::strerror(errno);
+    return -1;
+  }
+  int one = 1, zero = 0;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+    *why = std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int LocalPort(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return 0;
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+}
+
+std::string PeerName(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+    return absl::StrCat("[", host, "]:", port);
+  }
+  auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+  inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+  return absl::StrCat(host, ":", ntohs(a->sin_port));
+}
+
+}  // namespace
+
+// One client connection. The reader thread owns the parser and the waiters;
+// writes (the reader's replies, a waiter's STOP_WAITING) go under write_mu.
+struct AgentStore::Conn {
+  explicit Conn(int fd) : fd(fd), peer(PeerName(fd)) {}
+  ~Conn() { ::close(fd); }
+
+  // Sends all of `bytes`; false once the connection is closed or broken.
+  bool WriteLocked(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu) {
+    if (closed) return false;
+    size_t off = 0;
+    while (off < bytes.size()) {
+      ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  bool Write(const std::string& bytes) {
+    absl::MutexLock lock(&write_mu);
+    return WriteLocked(bytes);
+  }
+
+  struct Waiter {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> canceled;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+
+  const int fd;
+  const std::string peer;
+  std::thread reader;
+  std::atomic<bool> done{false};
+  absl::Mutex write_mu;
+  bool closed ABSL_GUARDED_BY(write_mu) = false;
+  std::list<Waiter> waiters;  // The reader thread's only.
+};
+
+absl::StatusOr<std::unique_ptr<AgentStore>> AgentStore::Start(AgentStoreOptions options) {
+  std::unique_ptr<AgentStore> s(new AgentStore(std::move(options)));
+  std::string why;
+  if (s->o_.bind_addr.empty()) {
+    s->listen_fd_ = Listen("::", s->o_.port, &why);
+    if (s->listen_fd_ < 0) s->listen_fd_ = Listen("0.0.0.0", s->o_.port, &why);
+  } else {
+    s->listen_fd_ = Listen(s->o_.bind_addr, s->o_.port, &why);
+  }
+  if (s->listen_fd_ < 0) {
+    return absl::UnavailableError(absl::StrCat("the agent store cannot listen on ",
+                                               s->o_.bind_addr.empty() ? "every address" : s->o_.bind_addr,
+                                               " port ", s->o_.port, ": ", why));
+  }
+  s->port_ = LocalPort(s->listen_fd_);
+  if (::pipe2(s->wake_fd_, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(absl::StrCat("the agent store: pipe: ", std::strerror(errno)));
+  }
+  s->accept_thread_ = std::thread([p = s.get()] { p->AcceptLoop(); });
+  return s;
+}
+
+AgentStore::~AgentStore() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (wake_fd_[1] >= 0) {
+    char b = 0;
+    (void)!::write(wake_fd_[1], &b, 1);
+  }
+  if (accept_thread_.joinable()) accept_thread_.join();
+  std::list<std::shared_ptr<Conn>> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    conns.swap(conns_);
+  }
+  for (auto& c : conns) ::shutdown(c->fd, SHUT_RDWR);
+  for (auto& c : conns) {
+    if (c->reader.joinable()) c->reader.join();
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  for (int fd : wake_fd_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void AgentStore::SetStore(std::shared_ptr<Store> store) {
+  absl::MutexLock lock(&mu_);
+  store_ = std::move(store);
+}
+
+std::shared_ptr<Store> AgentStore::CurrentStore() {
+  absl::MutexLock lock(&mu_);
+  return store_;
+}
+
+AgentStore::Stats AgentStore::stats() const {
+  absl::MutexLock lock(&mu_);
+  Stats s = stats_;
+  s.open = static_cast<int64_t>(conns_.size());
+  return s;
+}
+
+void AgentStore::Log(const std::string& line) {
+  if (o_.log) o_.log(line);
+}
+
+void AgentStore::ReapLocked() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if ((*it)->done.load()) {
+      if ((*it)->reader.joinable()) (*it)->reader.join();
+      it = conns_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void AgentStore::AcceptLoop() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
+    int n = ::poll(fds, 2, 1000);
+    absl::MutexLock lock(&mu_);
+    ReapLocked();
+    if (stopping_) return;
+    if (n <= 0 || !(fds[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    if (static_cast<int>(conns_.size()) >= o_.max_connections) {
+      ++stats_.refused;
+      std::string peer = PeerName(fd);
+      ::close(fd);
+      mu_.Unlock();
+      Log(absl::StrCat("agent store: closed a connection from ", peer, ": ", o_.max_connections,
+                       " are open (agent_store_max_connections)"));
+      mu_.Lock();
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ++stats_.accepted;
+    auto c = std::make_shared<Conn>(fd);
+    conns_.push_back(c);
+    c->reader = std::thread([this, c] { Serve(c); });
+  }
+}
+
+void AgentStore::Serve(const std::shared_ptr<Conn>& c) {
+  RequestParser parser(o_.limits);
+  std::string buf(64 * 1024, '\0');
+  bool open = true;
+  while (open) {
+    absl::StatusOr<std::optional<Request>> next = parser.Next();
+    if (!next.ok()) {
+      Log(absl::StrCat("agent store: closed the connection from ", c->peer, ": ", next.status().message()));
+      absl::MutexLock lock(&mu_);
+      ++stats_.closed_on_error;
+      break;
+    }
+    if (next->has_value()) {
+      open = Handle(c, std::move(**next));
+      continue;
+    }
+    ssize_t n = ::recv(c->fd, buf.data(), buf.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    parser.Feed(absl::string_view(buf.data(), static_cast<size_t>(n)));
+  }
+  {
+    absl::MutexLock lock(&c->write_mu);
+    c->closed = true;
+  }
+  ::shutdown(c->fd, SHUT_RDWR);
+  for (Conn::Waiter& w : c->waiters) {
+    w.canceled->store(true);
+    if (w.thread.joinable()) w.thread.join();
+  }
+  c->waiters.clear();
+  c->done.store(true);
+}
+
+bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.requests;
+  }
+  switch (r.op) {
+    case Op::kValidate: return true;
+    case Op::kWait:
+      StartWait(c, std::move(r.keys));
+      return true;
+    case Op::kCancelWait: {
+      absl::MutexLock lock(&c->write_mu);
+      for (Conn::Waiter& w : c->waiters) w.canceled->store(true);
+      std::string reply;
+      AppendU8(&reply, kWaitCanceled);
+      return c->WriteLocked(reply);
+    }
+    default: break;
+  }
+  std::shared_ptr<Store> store = CurrentStore();
+  absl::Status refused;
+  absl::StatusOr<std::string> reply;
+  if (!Executes(r.op)) {
+    refused = NotServed(r.op);
+  } else if (r.op == Op::kPing) {
+    reply = std::string();
+    AppendU32(&*reply, r.nonce);
+  } else if (store == nullptr) {
+    refused = absl::UnavailableError("no round has started on this node yet");
+  } else {
+    reply = Execute(*store, r);
+    if (!reply.ok()) refused = reply.status();
+  }
+  if (!refused.ok()) {
+    Log(absl::StrCat("agent store: ", OpName(r.op), r.keys.empty() ? "" : absl::StrCat(" '", r.keys[0].substr(0, 128), "'"),
+                     " from ", c->peer, ": ", refused.message(), "; closing the connection"));
+    absl::MutexLock lock(&mu_);
+    ++stats_.closed_on_error;
+    return false;
+  }
+  return reply->empty() || c->Write(*reply);
+}
+
+void AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
+  // Reap the waits that ended; at the bound, wait for the oldest.
+  for (auto it = c->waiters.begin(); it != c->waiters.end();) {
+    const bool over = static_cast<int>(c->waiters.size()) >= o_.max_canceled_waits;
+    if (it->finished->load() || over) {
+      it->thread.join();
+      it = c->waiters.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  Conn::Waiter w;
+  w.canceled = std::make_shared<std::atomic<bool>>(false);
+  w.finished = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<Store> store = CurrentStore();
+  w.thread = std::thread([this, c, store, keys = std::move(keys), canceled = w.canceled, finished = w.finished] {
+    absl::Status s = store == nullptr ? absl::UnavailableError("no round has started on this node yet")
+                                      : absl::OkStatus();
+    while (s.ok() && !canceled->load()) {
+      s = keys.empty() ? absl::OkStatus() : store->Wait(keys, o_.wait_slice);
+      if (absl::IsDeadlineExceeded(s)) {
+        s = absl::OkStatus();
+        continue;
+      }
+      if (!s.ok()) break;
+      absl::MutexLock lock(&c->write_mu);
+      if (!canceled->load()) {
+        std::string reply;
+        AppendU8(&reply, kStopWaiting);
+        c->WriteLocked(reply);
+      }
+      break;
+    }
+    if (!s.ok() && !canceled->load()) {
+      Log(absl::StrCat("agent store: WAIT '", keys.empty() ? "" : keys[0].substr(0, 128), "' from ", c->peer, ": ",
+                       s.message(), "; closing the connection"));
+      ::shutdown(c->fd, SHUT_RDWR);
+    }
+    finished->store(true);
+  });
+  c->waiters.push_back(std::move(w));
+}
+
+}  // namespace meshrun::agent::tcpstore

@@ -1,0 +1,106 @@
+// torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True): a TCP port
+// that speaks PyTorch's TCPStore protocol (protocol.h) and keeps every key in
+// meshrun's store (store_ops.h), so a PyTorch program's
+// init_process_group("env://") and its own TCPStore clients use meshrun's
+// store (its replicas, its limits, its node proxy) and worker rank 0 opens no
+// listening socket. Node rank 0's agent serves it on MASTER_ADDR:MASTER_PORT,
+// as torchrun's agent does (docs/worker-environment.md).
+//
+// One thread per connection, and one per WAIT in progress. A WAIT waits in
+// the store in slices of `wait_slice`, so that CANCEL_WAIT (a client's wait
+// timing out) is answered at once and a canceled wait holds the store for at
+// most one more slice. A request the store refuses, or one this server does
+// not serve, closes its connection (the protocol has no error reply) with
+// one log line naming the request, the key and why.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/tcpstore/protocol.h"
+#include "common/store.h"
+
+namespace meshrun::agent::tcpstore {
+
+struct AgentStoreOptions {
+  // Numeric address to listen on; empty: every address (IPv6 and IPv4 when
+  // the host has IPv6, else IPv4), as PyTorch's TCPStore server listens.
+  std::string bind_addr;
+  // 0: a free port (read it from port()).
+  int port = 0;
+  Limits limits;
+  // Connections served at once (rdzv_conf agent_store_max_connections); one
+  // past it is closed at once, with a log line. Each costs a thread.
+  int max_connections = 4096;
+  // A WAIT's slice of waiting in the store (see above).
+  absl::Duration wait_slice = absl::Seconds(5);
+  // Canceled waits still in their last slice, per connection; a WAIT past
+  // it first waits for the oldest to end.
+  int max_canceled_waits = 16;
+  // Where the one-line reports go (a closed connection and why); may be empty.
+  std::function<void(const std::string&)> log;
+};
+
+class AgentStore {
+ public:
+  // Listens and serves. UNAVAILABLE naming the address and port (and the
+  // system's error) when it cannot listen there.
+  static absl::StatusOr<std::unique_ptr<AgentStore>> Start(AgentStoreOptions options);
+  // Stops listening, closes every connection and waits for its threads
+  // (a WAIT in the store: until its slice ends or the store's call fails).
+  ~AgentStore();
+
+  AgentStore(const AgentStore&) = delete;
+  AgentStore& operator=(const AgentStore&) = delete;
+
+  // The port it listens on.
+  int port() const { return port_; }
+
+  // The store requests go to from now on (the round's: keys of other rounds
+  // are invisible in it). Until the first call, a connection's first request
+  // other than VALIDATE/PING closes it. Thread-safe.
+  void SetStore(std::shared_ptr<Store> store);
+
+  struct Stats {
+    int64_t accepted = 0;   // Connections accepted.
+    int64_t open = 0;       // Connections open now.
+    int64_t refused = 0;    // Closed at once: past max_connections.
+    int64_t requests = 0;   // Requests served.
+    int64_t closed_on_error = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Conn;
+  explicit AgentStore(AgentStoreOptions options) : o_(std::move(options)) {}
+  void AcceptLoop();
+  void Serve(const std::shared_ptr<Conn>& c);
+  // Handles one request; false when the connection must close.
+  bool Handle(const std::shared_ptr<Conn>& c, Request r);
+  void StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys);
+  void Log(const std::string& line);
+  std::shared_ptr<Store> CurrentStore();
+  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const AgentStoreOptions o_;
+  int listen_fd_ = -1;
+  int wake_fd_[2] = {-1, -1};
+  int port_ = 0;
+  std::thread accept_thread_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
+  std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshrun::agent::tcpstore
