@@ -48,7 +48,7 @@ TEST_CASE("worker environment follows torchrun's contract", "[env]") {
   CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "3");
   CHECK(env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGUSR1");
   CHECK(env["TORCHELASTIC_RUN_ID"] == "job");
-  CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+  CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");  // torchrun 2.x's agent store.
   CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/e.json");
   CHECK(env["OMP_NUM_THREADS"] == "1");
   CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3");  // Kept when set.

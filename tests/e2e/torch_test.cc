@@ -54,9 +54,12 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
   // TORCH_NCCL_ASYNC_ERROR_HANDLING, which newer torchrun sets and 1.13
   // does not (it sets only the older NCCL_ASYNC_ERROR_HANDLING), and
   // TORCHELASTIC_SIGNALS_TO_HANDLE: torchrun 2.x sets it (1.13 does not),
-  // and meshrun's default list adds SIGUSR1 and SIGUSR2.
+  // and meshrun's default list adds SIGUSR1 and SIGUSR2; and
+  // TORCHELASTIC_USE_AGENT_STORE: meshrun serves torchrun 2.x's agent store
+  // (True), torchrun 1.13's c10d backend does not (False).
   const std::set<std::string> may_differ = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
-                                            "MASTER_ADDR", "TORCHELASTIC_SIGNALS_TO_HANDLE"};
+                                            "MASTER_ADDR", "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                            "TORCHELASTIC_USE_AGENT_STORE"};
   for (const auto& [rank, vars] : theirs) {
     const auto& ours = mine.at(rank);
     for (const auto& [k, v] : vars) {

@@ -16,7 +16,7 @@ for i in 0 1; do
 done
 for i in 0 1; do expect_rc "classic$i" 0 60 "host$i (classic static form)"; done
 expect_in classic1 "rank=2 host=host1 master=${HOSTS_V4[0]}"
-expect_in classic0 "rank=0 accepted every rank"
+expect_in classic1 "rank=3 reached master"
 
 # Kubeflow's torch runtime: PET_* variables, node 1 started first.
 P=$(free_port)

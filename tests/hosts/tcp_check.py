@@ -1,42 +1,42 @@
 """A worker that checks torchrun's address contract on real hosts.
 
-Prints its rank, host name and MASTER_ADDR; rank 0 listens on
-MASTER_ADDR:MASTER_PORT and every other rank connects to it (bounded), so
-the job passes only if every host reaches node rank 0's advertised address.
-Standard library only.
+Prints its rank, host name and MASTER_ADDR; then every rank connects to
+MASTER_ADDR:MASTER_PORT, where node rank 0's agent serves torchrun's agent
+store (PyTorch's TCPStore protocol), and pings it: VALIDATE with its magic
+number, then PING with a nonce that must come back. So the job passes only
+if every host reaches node rank 0's advertised address and the agent store
+answers there. Standard library only.
 """
 import os
 import socket
+import struct
 import sys
 import time
 
 rank = int(os.environ["RANK"])
-world = int(os.environ["WORLD_SIZE"])
 addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
 print(f"rank={rank} host={socket.gethostname()} master={addr} node_addr={os.environ.get('MESHRUN_NODE_ADDR')} "
       f"gloo_ifname={os.environ.get('GLOO_SOCKET_IFNAME')}", flush=True)
-family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-if rank == 0:
-    srv = socket.socket(family, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((addr, port))
-    srv.listen(world)
-    srv.settimeout(30)
-    for _ in range(world - 1):
-        conn, _ = srv.accept()
-        conn.recv(16)
-        conn.close()
-    print("rank=0 accepted every rank", flush=True)
-else:
-    deadline = time.time() + 30
-    while True:
-        try:
-            with socket.create_connection((addr, port), timeout=2) as c:
-                c.sendall(b"hello")
-            break
-        except OSError as e:
-            if time.time() > deadline:
-                print(f"rank={rank} cannot reach {addr}:{port}: {e}", flush=True)
-                sys.exit(3)
-            time.sleep(0.1)
-    print(f"rank={rank} reached master", flush=True)
+VALIDATE, PING, MAGIC = 0, 13, 0x3C85F7CE
+nonce = 1000 + rank
+deadline = time.time() + 30
+while True:
+    try:
+        with socket.create_connection((addr, port), timeout=5) as c:
+            c.sendall(struct.pack("<BI", VALIDATE, MAGIC) + struct.pack("<BI", PING, nonce))
+            got = b""
+            while len(got) < 4:
+                chunk = c.recv(4 - len(got))
+                if not chunk:
+                    raise OSError("the agent store closed the connection")
+                got += chunk
+            if struct.unpack("<I", got)[0] != nonce:
+                print(f"rank={rank} PING answered {got!r}, expected {nonce}", flush=True)
+                sys.exit(4)
+        break
+    except OSError as e:
+        if time.time() > deadline:
+            print(f"rank={rank} cannot reach {addr}:{port}: {e}", flush=True)
+            sys.exit(3)
+        time.sleep(0.1)
+print(f"rank={rank} reached master", flush=True)

@@ -1,0 +1,102 @@
+"""Every TCPStore operation PyTorch's client has, from PyTorch's own client,
+with its results printed one per line, so that the same script run against
+PyTorch's own TCPStore server and against meshrun's agent store (as a worker,
+at MASTER_ADDR:MASTER_PORT) can be compared line by line.
+
+usage: tcpstore_ops.py own      # starts PyTorch's server in this process
+       tcpstore_ops.py agent    # a worker under meshrun: MASTER_ADDR:MASTER_PORT
+Prints "unserved NAME" for an operation meshrun's agent store does not serve
+(its connection is closed; each runs on a connection of its own, last).
+"""
+import datetime
+import os
+import sys
+
+import torch.distributed as dist
+
+mode = sys.argv[1]
+timeout = datetime.timedelta(seconds=10)
+if mode == "own":
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timeout, wait_for_workers=False)
+    host, port = "127.0.0.1", server.port
+else:
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+
+
+def client():
+    return dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
+
+
+store = dist.PrefixStore(f"ops/{mode}/x", client())  # Keys apart from anything else in the store.
+out = []
+
+
+def record(name, fn):
+    try:
+        out.append(f"{name} -> {fn()!r}")
+    except Exception as e:  # The same client raises the same error against either server.
+        out.append(f"{name} -> raised {type(e).__name__}")
+
+
+record("set a", lambda: store.set("a", b"1"))
+record("get a", lambda: store.get("a"))
+record("set a again", lambda: store.set("a", b"two"))
+record("get a", lambda: store.get("a"))
+record("set empty", lambda: store.set("empty", b""))
+record("get empty", lambda: store.get("empty"))
+record("set binary", lambda: store.set("bin", bytes(range(256))))
+record("get binary", lambda: store.get("bin") == bytes(range(256)))
+record("compare_set absent, expected empty", lambda: store.compare_set("cs1", b"", b"new"))
+record("get cs1", lambda: store.get("cs1"))
+record("compare_set absent, expected x", lambda: store.compare_set("cs2", b"x", b"new"))
+record("check cs2", lambda: store.check(["cs2"]))
+record("compare_set match", lambda: store.compare_set("cs1", b"new", b"newer"))
+record("compare_set mismatch", lambda: store.compare_set("cs1", b"nope", b"other"))
+record("get cs1", lambda: store.get("cs1"))
+record("add new", lambda: store.add("n", 5))
+record("add existing", lambda: store.add("n", -7))
+record("add zero", lambda: store.add("n", 0))
+record("get counter", lambda: store.get("n"))
+record("check present", lambda: store.check(["a", "n"]))
+record("check one absent", lambda: store.check(["a", "absent"]))
+record("wait present", lambda: store.wait(["a", "n"]))
+record("wait present with timeout", lambda: store.wait(["a"], datetime.timedelta(seconds=2)))
+record("wait absent times out", lambda: store.wait(["absent"], datetime.timedelta(milliseconds=300)))
+record("still usable after a timed-out wait", lambda: store.get("a"))
+record("delete present", lambda: store.delete_key("a"))
+record("delete absent", lambda: store.delete_key("a"))
+record("check deleted", lambda: store.check(["a"]))
+record("set after delete", lambda: store.set("a", b"back"))
+record("get after delete", lambda: store.get("a"))
+if hasattr(store, "append"):
+    record("append absent", lambda: store.append("ap", b"x"))
+    record("append existing", lambda: store.append("ap", b"yz"))
+    record("get appended", lambda: store.get("ap"))
+if hasattr(store, "multi_set"):
+    record("multi_set", lambda: store.multi_set(["m1", "m2", "m3"], [b"1", b"22", b""]))
+    record("multi_get", lambda: store.multi_get(["m1", "m2", "m3"]))
+store.set_timeout(datetime.timedelta(milliseconds=300))
+record("get missing, 0.3 s timeout", lambda: store.get("missing"))
+record("store usable after", lambda: store.get("cs1"))
+for line in out:
+    print(line, flush=True)
+
+# Requests that end their connection, each on a connection of its own: ADD to
+# a key holding text (either server closes it: the protocol has no error
+# reply), and what meshrun's agent store does not serve.
+record_alone = [("add to text", lambda s: (s.set("text", b"abc"), s.add("text", 1)))]
+for name, fn in record_alone:
+    try:
+        print(f"{name} -> {fn(client())!r}", flush=True)
+    except Exception as e:
+        print(f"{name} -> raised {type(e).__name__}", flush=True)
+unserved = [("num_keys", lambda s: s.num_keys())]
+if hasattr(dist.TCPStore, "queue_push"):
+    unserved += [("queue_push+queue_len", lambda s: (s.queue_push("q", b"1"), s.queue_len("q")))]
+for name, fn in unserved:
+    try:
+        fn(client())
+        print(f"served {name}", flush=True)
+    except Exception:
+        print(f"unserved {name}", flush=True)
+print("done", flush=True)
