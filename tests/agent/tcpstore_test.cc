@@ -1,0 +1,296 @@
+// torchrun's agent store: PyTorch's TCPStore protocol (agent/tcpstore/), the
+// parser alone, and the server over a real rendezvous server's store, spoken
+// to over real sockets.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "agent/tcpstore/protocol.h"
+#include "agent/tcpstore/tcpstore_server.h"
+#include "client/grpc_store.h"
+#include "rendezvous/server.h"
+
+using namespace meshrun;
+using namespace meshrun::agent::tcpstore;
+
+namespace {
+
+Request Make(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {}, int64_t number = 0) {
+  Request r;
+  r.op = op;
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  r.number = number;
+  return r;
+}
+
+std::string Validate() {
+  Request v;
+  v.op = Op::kValidate;
+  v.nonce = kValidationMagic;
+  return EncodeRequest(v, Dialect::kCurrent);
+}
+
+// A raw TCPStore client connection to 127.0.0.1:port.
+class Client {
+ public:
+  explicit Client(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~Client() { ::close(fd_); }
+  void Send(const std::string& bytes) { REQUIRE(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size())); }
+  // Reads exactly n bytes within `seconds`; what arrived when it could not.
+  std::string Read(size_t n, double seconds = 10) {
+    std::string out;
+    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (out.size() < n) {
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count());
+      if (left <= 0) break;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, left) <= 0) break;
+      char buf[4096];
+      ssize_t got = ::recv(fd_, buf, std::min(sizeof buf, n - out.size()), 0);
+      if (got <= 0) break;
+      out.append(buf, static_cast<size_t>(got));
+    }
+    return out;
+  }
+  // True once the server closed the connection (within `seconds`).
+  bool Closed(double seconds = 10) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(seconds * 1000)) <= 0) return false;
+    char b;
+    return ::recv(fd_, &b, 1, 0) == 0;
+  }
+  std::string Value(size_t max = 1 << 20) {
+    std::string len = Read(8);
+    REQUIRE(len.size() == 8);
+    uint64_t n = 0;
+    std::memcpy(&n, len.data(), 8);
+    REQUIRE(n <= max);
+    return Read(n);
+  }
+  int64_t I64() {
+    std::string b = Read(8);
+    REQUIRE(b.size() == 8);
+    int64_t v = 0;
+    std::memcpy(&v, b.data(), 8);
+    return v;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Fixture {
+  Fixture(AgentStoreOptions o = {}) {
+    rendezvous::ServerOptions so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    auto s = rendezvous::RendezvousServer::Start(so);
+    REQUIRE(s.ok());
+    server = std::move(*s);
+    client::GrpcStoreOptions go;
+    go.endpoint = server->endpoint();
+    go.run_id = "tcpstore";
+    go.connect_timeout = absl::Seconds(5);
+    auto st = client::ConnectGrpcStore(go);
+    REQUIRE(st.ok());
+    store = *st;
+    o.bind_addr = "127.0.0.1";
+    o.log = [this](const std::string& line) {
+      std::lock_guard<std::mutex> l(mu);
+      logs += line + "\n";
+    };
+    auto a = AgentStore::Start(std::move(o));
+    REQUIRE(a.ok());
+    agent = std::move(*a);
+    agent->SetStore(store);
+  }
+  std::string Logs() {
+    std::lock_guard<std::mutex> l(mu);
+    return logs;
+  }
+  std::unique_ptr<rendezvous::RendezvousServer> server;
+  std::shared_ptr<Store> store;
+  std::mutex mu;
+  std::string logs;
+  std::unique_ptr<AgentStore> agent;  // Last: goes first.
+};
+
+}  // namespace
+
+TEST_CASE("TCPStore protocol: both dialects parse, byte by byte, and each request round-trips", "[tcpstore]") {
+  const std::vector<Request> all = {
+      Make(Op::kSet, {"k"}, {"v"}),         Make(Op::kCompareSet, {"k"}, {"", "x"}), Make(Op::kGet, {"k"}),
+      Make(Op::kAdd, {"n"}, {}, -7),         Make(Op::kCheck, {"a", "b"}),            Make(Op::kWait, {"a"}),
+      Make(Op::kNumKeys),                    Make(Op::kDeleteKey, {"k"}),             Make(Op::kAppend, {"k"}, {"tail"}),
+      Make(Op::kMultiGet, {"a", "b", "c"}),  Make(Op::kMultiSet, {"a", "b"}, {"1", std::string(3, '\0')}),
+      Make(Op::kCancelWait)};
+  for (Dialect d : {Dialect::kCurrent, Dialect::kLegacy}) {
+    std::string stream = d == Dialect::kCurrent ? Validate() : "";
+    for (const Request& r : all) stream += EncodeRequest(r, d);
+    RequestParser p;
+    std::vector<Request> got;
+    for (char ch : stream) {  // One byte at a time: no request before its last byte.
+      p.Feed(absl::string_view(&ch, 1));
+      for (;;) {
+        auto n = p.Next();
+        REQUIRE(n.ok());
+        if (!n->has_value()) break;
+        got.push_back(**n);
+      }
+    }
+    CHECK(p.dialect() == d);
+    if (d == Dialect::kCurrent) {
+      REQUIRE(!got.empty());
+      CHECK(got.front().op == Op::kValidate);
+      got.erase(got.begin());
+    }
+    REQUIRE(got.size() == all.size());
+    for (size_t i = 0; i < all.size(); ++i) {
+      INFO(OpName(all[i].op));
+      CHECK(got[i].op == all[i].op);
+      CHECK(got[i].keys == all[i].keys);
+      CHECK(got[i].values == all[i].values);
+      CHECK(got[i].number == all[i].number);
+    }
+    CHECK(p.buffered() == 0);
+  }
+}
+
+TEST_CASE("TCPStore protocol: oversized fields and unknown types are refused before their bytes arrive", "[tcpstore]") {
+  Limits small;
+  small.max_key_bytes = 16;
+  small.max_value_bytes = 32;
+  small.max_keys = 4;
+  SECTION("a key length past max_key_bytes") {
+    RequestParser p(small);
+    std::string req = Validate() + EncodeRequest(Make(Op::kGet, {std::string(17, 'k')}), Dialect::kCurrent);
+    p.Feed(req.substr(0, 5 + 1 + 8));  // VALIDATE, GET's type and the length only.
+    auto v = p.Next();
+    REQUIRE(v.ok());
+    auto n = p.Next();
+    REQUIRE_FALSE(n.ok());
+    CHECK(std::string(n.status().message()) == "GET: a key of 17 bytes; at most 16 allowed");
+  }
+  SECTION("a value past max_value_bytes") {
+    RequestParser p(small);
+    p.Feed(EncodeRequest(Make(Op::kSet, {"k"}, {std::string(33, 'v')}), Dialect::kLegacy));
+    auto n = p.Next();
+    REQUIRE_FALSE(n.ok());
+    CHECK(std::string(n.status().message()).find("a value of 33 bytes; at most 32") != std::string::npos);
+  }
+  SECTION("more keys than max_keys") {
+    RequestParser p(small);
+    p.Feed(Validate() + EncodeRequest(Make(Op::kWait, {"a", "b", "c", "d", "e"}), Dialect::kCurrent));
+    REQUIRE(p.Next().ok());
+    auto n = p.Next();
+    REQUIRE_FALSE(n.ok());
+    CHECK(std::string(n.status().message()) == "WAIT: 5 keys in one request; at most 4 allowed");
+  }
+  SECTION("an unknown query type") {
+    RequestParser p;
+    p.Feed(Validate() + std::string(1, static_cast<char>(77)));
+    REQUIRE(p.Next().ok());
+    auto n = p.Next();
+    REQUIRE_FALSE(n.ok());
+    CHECK(std::string(n.status().message()) == "unknown TCPStore query type 77 (PyTorch 2.x numbering, 0..18)");
+  }
+}
+
+TEST_CASE("agent store: requests reach meshrun's store, a WAIT is answered by another connection's SET", "[tcpstore]") {
+  Fixture f;
+  Client a(f.agent->port()), b(f.agent->port());
+  a.Send(Validate());
+  b.Send(Validate());
+  a.Send(EncodeRequest(Make(Op::kWait, {"late"}), Dialect::kCurrent));
+  CHECK(a.Read(1, 0.3).empty());  // Not set yet: no answer.
+  b.Send(EncodeRequest(Make(Op::kSet, {"late"}, {"here"}), Dialect::kCurrent));
+  CHECK(a.Read(1) == std::string(1, static_cast<char>(kStopWaiting)));
+  a.Send(EncodeRequest(Make(Op::kGet, {"late"}), Dialect::kCurrent));
+  CHECK(a.Value() == "here");
+  // The key is in meshrun's store itself.
+  auto v = f.store->Get("late", absl::ZeroDuration());
+  REQUIRE(v.ok());
+  CHECK(*v == "here");
+  a.Send(EncodeRequest(Make(Op::kAdd, {"n"}, {}, 41), Dialect::kCurrent));
+  CHECK(a.I64() == 41);
+  auto n = f.store->Get("n", absl::ZeroDuration());
+  REQUIRE(n.ok());
+  CHECK(*n == "41");
+}
+
+TEST_CASE("agent store: CANCEL_WAIT is answered at once, and the connection serves on", "[tcpstore]") {
+  AgentStoreOptions o;
+  o.wait_slice = absl::Seconds(30);  // Longer than the test: the answer cannot come from a slice's end.
+  Fixture f(o);
+  Client c(f.agent->port());
+  c.Send(Validate());
+  c.Send(EncodeRequest(Make(Op::kWait, {"never"}), Dialect::kCurrent));
+  CHECK(c.Read(1, 0.3).empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  c.Send(EncodeRequest(Make(Op::kCancelWait), Dialect::kCurrent));
+  CHECK(c.Read(1, 5) == std::string(1, static_cast<char>(kWaitCanceled)));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  // Setting the key now answers nothing more (that wait is over).
+  REQUIRE(f.store->Set("never", "x").ok());
+  c.Send(EncodeRequest(Make(Op::kCheck, {"never"}), Dialect::kCurrent));
+  CHECK(c.Read(1) == std::string(1, static_cast<char>(kReady)));
+  Request ping;
+  ping.op = Op::kPing;
+  ping.nonce = 1234;
+  c.Send(EncodeRequest(ping, Dialect::kCurrent));
+  std::string echo = c.Read(4);
+  REQUIRE(echo.size() == 4);
+  uint32_t nonce = 0;
+  std::memcpy(&nonce, echo.data(), 4);
+  CHECK(nonce == 1234);
+}
+
+TEST_CASE("agent store: an unserved request, a bad one and one past max_connections close their connection, naming why",
+          "[tcpstore]") {
+  AgentStoreOptions o;
+  o.max_connections = 2;
+  Fixture f(o);
+  {
+    Client c(f.agent->port());
+    c.Send(Validate() + EncodeRequest(Make(Op::kNumKeys), Dialect::kCurrent));
+    CHECK(c.Closed());
+  }
+  {
+    Client c(f.agent->port());
+    c.Send(Validate() + std::string(1, static_cast<char>(99)));
+    CHECK(c.Closed());
+  }
+  Client one(f.agent->port()), two(f.agent->port());
+  one.Send(Validate());
+  two.Send(Validate());
+  // Both are served before a third arrives.
+  for (Client* c : {&one, &two}) {
+    c->Send(EncodeRequest(Make(Op::kAdd, {"c"}, {}, 1), Dialect::kCurrent));
+    CHECK(c->I64() > 0);
+  }
+  Client three(f.agent->port());
+  CHECK(three.Closed());
+  const std::string logs = f.Logs();
+  CHECK(logs.find("GETNUMKEYS from 127.0.0.1:") != std::string::npos);
+  CHECK(logs.find("is not served by meshrun's agent store") != std::string::npos);
+  CHECK(logs.find("unknown TCPStore query type 99") != std::string::npos);
+  CHECK(logs.find("2 are open (agent_store_max_connections)") != std::string::npos);
+  CHECK(f.agent->stats().refused == 1);
+}
