@@ -38,12 +38,12 @@ inline constexpr Var kRoleRank{"ROLE_RANK", Type::kInt, Use::kSetForWorkers, "Ra
 inline constexpr Var kRoleName{"ROLE_NAME", Type::kString, Use::kSetForWorkers, "The --role name (default 'default')."};
 inline constexpr Var kRoleWorldSize{"ROLE_WORLD_SIZE", Type::kInt, Use::kSetForWorkers, "Workers with this role."};
 inline constexpr Var kMasterAddr{"MASTER_ADDR", Type::kString, Use::kSetForWorkers, "Numeric address of node rank 0, for init_process_group(env://)."};
-inline constexpr Var kMasterPort{"MASTER_PORT", Type::kInt, Use::kSetForWorkers, "A port free on node rank 0; worker rank 0 hosts PyTorch's TCPStore there."};
+inline constexpr Var kMasterPort{"MASTER_PORT", Type::kInt, Use::kSetForWorkers, "Node rank 0's agent store: PyTorch's TCPStore protocol, served by meshrun over its store."};
 inline constexpr Var kRunId{"TORCHELASTIC_RUN_ID", Type::kString, Use::kSetForWorkers, "The run id (--rdzv_id)."};
 inline constexpr Var kRestartCount{"TORCHELASTIC_RESTART_COUNT", Type::kInt, Use::kSetForWorkers, "Failure restarts consumed so far, job-wide (same on every node)."};
 inline constexpr Var kSignalsToHandle{"TORCHELASTIC_SIGNALS_TO_HANDLE", Type::kString, Use::kSetForWorkers, "The signals meshrun handles (--signals_to_handle), by name, comma-separated, as torchrun 2.x's workers inherit it."};
 inline constexpr Var kMaxRestarts{"TORCHELASTIC_MAX_RESTARTS", Type::kInt, Use::kSetForWorkers, "The job-wide restart budget (--max_restarts)."};
-inline constexpr Var kUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", Type::kBool, Use::kSetForWorkers, "Always 'False': worker rank 0 hosts PyTorch's store at MASTER_ADDR:MASTER_PORT."};
+inline constexpr Var kUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", Type::kBool, Use::kSetForWorkers, "Always 'True': env:// connects to the agent store at MASTER_ADDR:MASTER_PORT as a client."};
 inline constexpr Var kErrorFile{"TORCHELASTIC_ERROR_FILE", Type::kString, Use::kSetForWorkers, "Where a worker writes its error JSON (torchrun's @record format)."};
 inline constexpr Var kOmpNumThreads{"OMP_NUM_THREADS", Type::kInt, Use::kSetForWorkers, "Set to 1 when unset and nproc_per_node > 1, as torchrun does."};
 inline constexpr Var kTorchNcclAsyncErrorHandling{"TORCH_NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "1 unless the user set it or NCCL_ASYNC_ERROR_HANDLING (then that value)."};
