@@ -211,10 +211,10 @@ void AgentStore::AcceptLoop() {
     if (static_cast<int>(conns_.size()) >= o_.max_connections) {
       ++stats_.refused;
       std::string peer = PeerName(fd);
-      ::close(fd);
       mu_.Unlock();
       Log(absl::StrCat("agent store: closed a connection from ", peer, ": ", o_.max_connections,
                        " are open (agent_store_max_connections)"));
+      ::close(fd);  // After the log line: whoever sees the close finds it logged.
       mu_.Lock();
       continue;
     }

@@ -58,7 +58,8 @@ echo "built in $(( $(date +%s) - start )) s"
 step "only what runs: no include/, static library or CMake file; no layer holds the archive"
 extra="$(timeout 60 "${P[@]}" run --rm "${LIMITS[@]}" --network none "$image" /bin/sh -c \
   'find /usr/local/include /usr/local/lib /opt/meshrun -mindepth 1 \( -path /opt/meshrun/include -o -path "*/include/*" \
-     -o -name "*.a" -o -name cmake -o -name "meshrun-*.tar.gz" \) -print; find / -xdev -name "meshrun-*.tar.gz" -print')"
+     -o -name "*.a" -o -name cmake -o -name "meshrun-*.tar.gz" \) -print; find / -xdev -name "meshrun-*.tar.gz" -print' \
+  2>"$PKG_TEST/podman-run.err")" || fail "podman run in the image: $(tail -n 5 "$PKG_TEST/podman-run.err")"
 [[ -z "$extra" ]] || fail "the image holds development files or the archive: $extra"
 base_size="$("${P[@]}" image inspect --format '{{.Size}}' "$base")"
 image_size="$("${P[@]}" image inspect --format '{{.Size}}' "$image")"
