@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@
 #include "common/security.h"
 
 namespace meshrun::agent {
+namespace tcpstore {
+class AgentStore;
+}  // namespace tcpstore
 
 struct AgentOptions {
   std::string run_id;               // --rdzv_id.
@@ -42,6 +46,9 @@ struct AgentOptions {
   // torchrun's agent store (agent/tcpstore/tcpstore_server.h): connections
   // served at once (rdzv_conf agent_store_max_connections).
   int agent_store_max_connections = 4096;
+  // Already listening (the static backend's node rank 0 serves it on
+  // --master_port, started by the launcher): used instead of a fresh one.
+  std::shared_ptr<tcpstore::AgentStore> agent_store;
   int nproc = 1;                    // --nproc_per_node (resolved to a number).
   int min_nodes = 1;                // --nnodes MIN.
   int max_nodes = 1;                // --nnodes MAX.

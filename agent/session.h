@@ -144,7 +144,7 @@ class Session {
   // torchrun's agent store (agent/tcpstore/tcpstore_server.h) on this node's
   // MASTER_PORT candidate; backed by proxy_. Declared before proxy_, so that
   // proxy_ goes first and cancels the waits this store has in it.
-  std::unique_ptr<tcpstore::AgentStore> agent_store_;
+  std::shared_ptr<tcpstore::AgentStore> agent_store_;
   // The workers' store (agent/store_proxy/store_proxy.h): forwards over client_'s channel.
   std::unique_ptr<StoreProxy> proxy_;
   rendezvous::NodeDesc node_;

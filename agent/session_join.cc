@@ -65,6 +65,7 @@ absl::Status Session::NewMembership() {
     proxy_ = std::move(*proxy);
     proxy_->SetFollowLeader(client_->replicated());
   }
+  if (!agent_store_) agent_store_ = o_.agent_store;
   if (!agent_store_) {
     // Every agent listens: the round decides which one is node rank 0, and
     // its port is the workers' MASTER_PORT.

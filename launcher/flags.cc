@@ -381,6 +381,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       }
       if (node_rank < 0) a.node_rank = 0;
       endpoint = HostPort(master_addr, master_port);
+      cfg.static_master_port = master_port;
       if (!cfg.is_host) cfg.is_host = (a.node_rank == 0);
       a.last_call_timeout = absl::ZeroDuration();
       if (a.min_nodes != a.max_nodes) {

@@ -14,7 +14,10 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "agent/process.h"
+#include "agent/tcpstore/client.h"
+#include "agent/tcpstore/tcpstore_server.h"
 #include "common/env_registry.h"
 #include "common/logging.h"
 #include "common/net.h"
@@ -23,6 +26,58 @@
 #include "rendezvous/server.h"
 
 namespace meshrun::launcher {
+namespace {
+
+// Where a hosted server listens: --standalone binds loopback only; a
+// multi-node host binds the endpoint's address when it is a loopback name
+// (every node is on this host), else every address (a name may resolve to
+// 127.0.1.1 here while other hosts reach this one by its real address).
+std::string HostingAddress(const LaunchConfig& config) {
+  if (config.standalone) return "127.0.0.1";
+  if (IsLoopbackName(config.endpoint_host)) {
+    absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(config.endpoint_host);
+    return addrs.ok() ? addrs->front() : "127.0.0.1";
+  }
+  return "::";
+}
+
+// Node rank 0's agent store on --master_port (the static backend), as
+// torchrun's agent store is. UNAVAILABLE naming the port when it is taken.
+absl::StatusOr<std::shared_ptr<agent::tcpstore::AgentStore>> StartStaticAgentStore(const LaunchConfig& config,
+                                                                                    const std::string& bind_host) {
+  agent::tcpstore::AgentStoreOptions o;
+  o.bind_addr = bind_host == "::" ? "" : bind_host;
+  o.port = config.static_master_port;
+  o.max_connections = config.agent.agent_store_max_connections;
+  o.log = [](const std::string& line) { Logger("agent")->warn("{}", line); };
+  absl::StatusOr<std::unique_ptr<agent::tcpstore::AgentStore>> s = agent::tcpstore::AgentStore::Start(std::move(o));
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("node rank 0 serves the workers' store on --master_port=",
+                                               config.static_master_port, ", but ", s.status().message()));
+  }
+  return std::shared_ptr<agent::tcpstore::AgentStore>(std::move(*s));
+}
+
+// The static backend on a node that does not host: the rendezvous server's
+// endpoint, read from node rank 0's agent store at --master_addr:--master_port.
+absl::StatusOr<std::string> FindStaticServer(const LaunchConfig& config, absl::Duration timeout) {
+  absl::StatusOr<std::string> port = agent::tcpstore::GetKey(
+      config.endpoint_host, config.static_master_port, agent::tcpstore::kRendezvousPortKey, timeout);
+  int p = 0;
+  if (port.ok() && (!absl::SimpleAtoi(*port, &p) || p <= 0 || p > 65535)) {
+    port = absl::UnavailableError(absl::StrCat("it answered '", port->substr(0, 32), "', not a port"));
+  }
+  if (!port.ok()) {
+    return absl::Status(port.status().code(),
+                        absl::StrCat("static backend: cannot find the rendezvous server through node rank 0's "
+                                     "agent store at ", Endpoint{config.endpoint_host, config.static_master_port}.ToString(),
+                                     ": ", port.status().message()));
+  }
+  return Endpoint{config.endpoint_host, p}.ToString();
+}
+
+}  // namespace
+
 int Launch(LaunchConfig config) {
   agent::AgentOptions& a = config.agent;
   for (const auto& note : config.notes) std::fprintf(stderr, "meshrun: note: %s\n", note.c_str());
@@ -44,24 +99,27 @@ int Launch(LaunchConfig config) {
   std::unique_ptr<rendezvous::RendezvousServer> server;
   std::optional<HostClaim> host_claim;  // Held while `server` serves.
   const bool local = config.standalone || IsLocalHost(config.endpoint_host);
-  const bool try_host = config.is_host.value_or(local);
+  bool try_host = config.is_host.value_or(local);
   a.is_endpoint_host = local;
+  const std::string bind_host = HostingAddress(config);
+  // The static backend: node rank 0's agent store takes --master_port first.
+  std::shared_ptr<agent::tcpstore::AgentStore> static_store;
+  if (try_host && config.static_master_port > 0) {
+    absl::StatusOr<std::shared_ptr<agent::tcpstore::AgentStore>> st = StartStaticAgentStore(config, bind_host);
+    if (st.ok()) {
+      static_store = *st;
+    } else if (config.is_host.value_or(false)) {
+      std::fprintf(stderr, "meshrun: error: is_host=1 but %s\n", std::string(st.status().message()).c_str());
+      return 1;
+    } else {
+      Logger("launcher")->warn("{}; joining as a client", std::string(st.status().message()));
+      try_host = false;
+    }
+  }
   if (try_host) {
     rendezvous::ServerOptions so;
-    // --standalone binds loopback only; a multi-node host binds the
-    // endpoint's address when it is numeric, else every address.
-    if (config.standalone) {
-      so.host = "127.0.0.1";
-    } else if (IsLoopbackName(config.endpoint_host)) {
-      // Every node is on this host: stay on loopback.
-      absl::StatusOr<std::vector<std::string>> addrs = ResolveNumeric(config.endpoint_host);
-      so.host = addrs.ok() ? addrs->front() : "127.0.0.1";
-    } else {
-      // A name may resolve to 127.0.1.1 here while other hosts reach this
-      // one by its real address: listen on every address.
-      so.host = "::";
-    }
-    so.port = config.endpoint_port;
+    so.host = bind_host;
+    so.port = static_store ? 0 : config.endpoint_port;
     so.token = a.auth.token;
     so.limits = config.server_limits;
     so.metrics_port = config.metrics_port;
@@ -70,7 +128,7 @@ int Launch(LaunchConfig config) {
     // One meshrun per network namespace tries the port (docs/design.md 4b).
     std::optional<HostClaim> claim;
     absl::Status started_status;
-    if (!config.standalone) {
+    if (!config.standalone && !static_store) {
       absl::StatusOr<HostClaim> c = HostClaim::Take(config.endpoint_port, so.host);
       if (c.ok()) {
         claim = std::move(*c);
@@ -96,6 +154,10 @@ int Launch(LaunchConfig config) {
       if (health) health->SetServerServing(true);
       a.endpoint = config.standalone ? server->endpoint()
                                      : Endpoint{config.endpoint_host, server->port()}.ToString();
+      if (static_store) {
+        static_store->SetLocalKey(agent::tcpstore::kRendezvousPortKey, absl::StrCat(server->port()));
+        a.agent_store = static_store;
+      }
       Logger("launcher")->info("hosting the rendezvous server on port {}", server->port());
       if (server->metrics_port() >= 0) std::fprintf(stderr, "meshrun: metrics on %s\n", server->metrics_url().c_str());
     } else if (config.is_host.value_or(false)) {
@@ -113,6 +175,14 @@ int Launch(LaunchConfig config) {
       Logger("launcher")->warn("{}; joining {}:{} as a client", a.endpoint_note, config.endpoint_host,
                                config.endpoint_port);
     }
+  }
+  if (a.endpoint.empty() && config.static_master_port > 0) {
+    absl::StatusOr<std::string> ep = FindStaticServer(config, a.join_timeout);
+    if (!ep.ok()) {
+      std::fprintf(stderr, "meshrun: error: %s\n", std::string(ep.status().message()).c_str());
+      return 1;
+    }
+    a.endpoint = *ep;
   }
   if (a.endpoint.empty()) {
     a.endpoint = config.endpoint_list.empty() ? Endpoint{config.endpoint_host, config.endpoint_port}.ToString()

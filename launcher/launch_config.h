@@ -34,6 +34,11 @@ struct LaunchConfig {
   // one endpoint.
   std::string endpoint_list;
   int endpoint_port = 29400;
+  // The static backend's --master_port (0 otherwise): as under torchrun, the
+  // workers' MASTER_PORT, where node rank 0's agent store listens; the
+  // rendezvous server it hosts takes a free port, which the other nodes
+  // read from that agent store (agent/tcpstore/client.h).
+  int static_master_port = 0;
   std::vector<std::string> notes;  // One-time notes (ignored flags).
   // Limits of the embedded server, when this node hosts it (rdzv_conf keys
   // named as in rendezvous/policy/limits.h).

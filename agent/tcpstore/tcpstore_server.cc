@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -171,6 +172,11 @@ void AgentStore::SetStore(std::shared_ptr<Store> store) {
   store_ = std::move(store);
 }
 
+void AgentStore::SetLocalKey(std::string key, std::string value) {
+  absl::MutexLock lock(&mu_);
+  local_keys_[std::move(key)] = std::move(value);
+}
+
 std::shared_ptr<Store> AgentStore::CurrentStore() {
   absl::MutexLock lock(&mu_);
   return store_;
@@ -279,6 +285,19 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
       return c->WriteLocked(reply);
     }
     default: break;
+  }
+  if (r.op == Op::kGet) {
+    std::optional<std::string> local;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = local_keys_.find(r.keys[0]);
+      if (it != local_keys_.end()) local = it->second;
+    }
+    if (local) {
+      std::string reply;
+      AppendBytes(&reply, *local);
+      return c->Write(reply);
+    }
   }
   std::shared_ptr<Store> store = CurrentStore();
   absl::Status refused;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,6 +31,11 @@
 #include "common/store.h"
 
 namespace meshrun::agent::tcpstore {
+
+// The key under which node rank 0's agent store names the port of the
+// rendezvous server it hosts, with the static backend (whose --master_port
+// is the agent store's, as under torchrun).
+inline constexpr char kRendezvousPortKey[] = "meshrun/rendezvous_port";
 
 struct AgentStoreOptions {
   // Numeric address to listen on; empty: every address (IPv6 and IPv4 when
@@ -70,6 +76,11 @@ class AgentStore {
   // other than VALIDATE/PING closes it. Thread-safe.
   void SetStore(std::shared_ptr<Store> store);
 
+  // Answers GET `key` with `value` from now on, without the store: how a
+  // static-backend node finds the rendezvous server's port on node rank 0
+  // (kRendezvousPortKey). Thread-safe.
+  void SetLocalKey(std::string key, std::string value);
+
   struct Stats {
     int64_t accepted = 0;   // Connections accepted.
     int64_t open = 0;       // Connections open now.
@@ -98,6 +109,7 @@ class AgentStore {
   std::thread accept_thread_;
   mutable absl::Mutex mu_;
   std::shared_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> local_keys_ ABSL_GUARDED_BY(mu_);
   std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);

@@ -21,7 +21,7 @@ one() {  # LABEL COMMAND...
   "$@" >"$out/run" 2>"$out/err" || { echo "$label failed: $(tail -n 3 "$out/err")"; exit 1; }
   t1=$(date +%s.%N)
   slowest=$(grep -o 'init_s [0-9]* [0-9.]*' "$out/run" | awk '{ if ($3 > m) m = $3 } END { print m }')
-  [ "$(grep -c 'init_s ' "$out/run")" = "$n" ] || { echo "$label: not every worker reported"; exit 1; }
+  [ "$(grep -o 'init_s ' "$out/run" | wc -l)" = "$n" ] || { echo "$label: not every worker reported:"; cat "$out/run"; exit 1; }
   printf '%-8s init_process_group %6.3f s   launcher wall %6.3f s\n' "$label" "$slowest" "$(echo "$t1 - $t0" | bc)"
   echo "$slowest $(echo "$t1 - $t0" | bc)" >>"$out/$label"
 }

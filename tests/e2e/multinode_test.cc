@@ -213,6 +213,9 @@ TEST_CASE("static backend: --master_addr, --master_port and --node_rank", "[e2e]
   std::string master;
   CheckNode(a, 0, 2, 0, 4, &master);
   CheckNode(b, 2, 2, 1, 4, &master);
+  // As under torchrun: MASTER_PORT is --master_port, node rank 0's agent
+  // store; the rendezvous server it hosts took another port.
+  CHECK(master == "127.0.0.1:" + std::to_string(port));
 }
 
 TEST_CASE("a node that finishes early waits at the exit barrier: both exit 0", "[e2e][multinode]") {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # torchrun's classic multi-node command (static backend by default: endpoint
 # --master_addr:--master_port, node rank from --node_rank) and Kubeflow's
-# PET_* variables with a bare `meshrun prog`, across 2 hosts.
+# PET_* variables with a bare `meshrun prog`, across 2 hosts; and a script
+# that builds tcp://MASTER_ADDR:<--master_port> itself, as under torchrun 2.x.
 # Usage: static_test.sh SOURCE_DIR MESHRUN BUILD_DIR
 set -u
 SRC=$1 MESHRUN=$2 BUILD=$3
@@ -27,5 +28,20 @@ for i in 1 0; do
 done
 for i in 0 1; do expect_rc "pet$i" 0 60 "host$i (PET_* variables, bare command)"; done
 expect_in pet1 "rank=3 host=host1 master=${HOSTS_V4[0]}"
+
+# An old tutorial's script that builds tcp://MASTER_ADDR:<--master_port>
+# itself: as under torchrun 2.x, --master_port is node rank 0's agent store.
+py=$(torch_python)
+if [ -z "$py" ]; then
+  skip_part "tcp://MASTER_ADDR:<--master_port> from PyTorch" "no python3 with torch (install python3-torch)"
+else
+  P=$(free_port)
+  for i in 1 0; do
+    launch "$i" "tcp$i" PYTHON_EXEC="$py" -- --nnodes=2 --nproc_per_node=2 --node_rank="$i" --master_addr=host0 \
+      --master_port="$P" "$SRC/tests/hosts/tcp_init.py" "$P"
+  done
+  for i in 0 1; do expect_rc "tcp$i" 0 90 "host$i (tcp://MASTER_ADDR:--master_port, PyTorch's Gloo)"; done
+  for r in 0 1 2 3; do expect_in "tcp$((r / 2))" "tcp_init rank=$r sum=10 master_port=$P"; done
+fi
 expect_no_processes
 finish
