@@ -46,6 +46,9 @@ struct AgentOptions {
   // torchrun's agent store (agent/tcpstore/tcpstore_server.h): connections
   // served at once (rdzv_conf agent_store_max_connections).
   int agent_store_max_connections = 4096;
+  // rdzv_conf agent_store: false gives MASTER_PORT back to worker rank 0 (a
+  // free port, TORCHELASTIC_USE_AGENT_STORE=False), torchrun 1.x's way.
+  bool agent_store_enabled = true;
   // Already listening (the static backend's node rank 0 serves it on
   // --master_port, started by the launcher): used instead of a fresh one.
   std::shared_ptr<tcpstore::AgentStore> agent_store;

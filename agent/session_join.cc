@@ -66,7 +66,7 @@ absl::Status Session::NewMembership() {
     proxy_->SetFollowLeader(client_->replicated());
   }
   if (!agent_store_) agent_store_ = o_.agent_store;
-  if (!agent_store_) {
+  if (!agent_store_ && o_.agent_store_enabled) {
     // Every agent listens: the round decides which one is node rank 0, and
     // its port is the workers' MASTER_PORT.
     tcpstore::AgentStoreOptions so;
@@ -136,7 +136,12 @@ bool Session::OnStale(const std::string& why) {
 
 // Joins the next round; false with `*exit_code` set when the agent must stop.
 bool Session::Join(int64_t last_round, Assignment* out, std::optional<int>* exit_code) {
-  node_.master_port = agent_store_->port();
+  if (agent_store_) {
+    node_.master_port = agent_store_->port();
+  } else {
+    absl::StatusOr<int> port = FindFreePort(node_.addr);  // Worker rank 0's TCPStore.
+    node_.master_port = port.ok() ? *port : 0;
+  }
   const absl::Time join_deadline = absl::Now() + o_.join_timeout;
   joined_peak_ = 0;
   client_->JoinAsync(node_, config_, last_round, o_.join_timeout,

@@ -34,7 +34,7 @@ std::optional<int> Session::RunRound(const Assignment& a) {
   const std::string store_endpoint = proxy_->endpoint();
   // The agent store serves this round's keys (node rank 0's is the workers'
   // MASTER_ADDR:MASTER_PORT); the connection comes up in the background.
-  {
+  if (agent_store_) {
     client::GrpcStoreOptions so;
     so.endpoint = store_endpoint;
     so.run_id = o_.run_id;
@@ -60,7 +60,8 @@ std::optional<int> Session::RunRound(const Assignment& a) {
     const int rank = a.rank_base + lr;
     w.error_file = (attempt / absl::StrCat("rank_", rank, ".error.json")).string();
     WorkerEnvInput in{a,           lr,     o_.nproc, o_.role, o_.run_id, store_endpoint, w.error_file,
-                      ifname,      o_.permanent_failure_exit_code, o_.virtual_local_rank, signals_text};
+                      ifname,      o_.permanent_failure_exit_code, o_.virtual_local_rank, signals_text,
+                      agent_store_ != nullptr};
     absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
     if (!pipes.ok()) {
       StopWorkers(SIGKILL, absl::ZeroDuration());

@@ -32,6 +32,10 @@ struct WorkerEnvInput {
   // comma-separated (as torchrun 2.x writes --signals_to_handle into its
   // environment, which its workers inherit). Not set when empty.
   std::string signals_to_handle;
+  // TORCHELASTIC_USE_AGENT_STORE: True when the agent store serves
+  // MASTER_PORT (rdzv_conf agent_store=1, the default), else False (worker
+  // rank 0 then hosts PyTorch's TCPStore there).
+  bool agent_store = true;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the

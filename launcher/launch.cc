@@ -102,6 +102,7 @@ int Launch(LaunchConfig config) {
   bool try_host = config.is_host.value_or(local);
   a.is_endpoint_host = local;
   const std::string bind_host = HostingAddress(config);
+  if (!a.agent_store_enabled) config.static_master_port = 0;  // The server takes --master_port, as before.
   // The static backend: node rank 0's agent store takes --master_port first.
   std::shared_ptr<agent::tcpstore::AgentStore> static_store;
   if (try_host && config.static_master_port > 0) {
@@ -119,7 +120,7 @@ int Launch(LaunchConfig config) {
   if (try_host) {
     rendezvous::ServerOptions so;
     so.host = bind_host;
-    so.port = static_store ? 0 : config.endpoint_port;
+    so.port = static_store ? config.static_server_port : config.endpoint_port;
     so.token = a.auth.token;
     so.limits = config.server_limits;
     so.metrics_port = config.metrics_port;

@@ -39,6 +39,9 @@ struct LaunchConfig {
   // rendezvous server it hosts takes a free port, which the other nodes
   // read from that agent store (agent/tcpstore/client.h).
   int static_master_port = 0;
+  // rdzv_conf server_port: that hosted server's port (0: a free one), for
+  // networks that open only known ports between nodes.
+  int static_server_port = 0;
   std::vector<std::string> notes;  // One-time notes (ignored flags).
   // Limits of the embedded server, when this node hosts it (rdzv_conf keys
   // named as in rendezvous/policy/limits.h).

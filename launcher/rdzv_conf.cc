@@ -19,7 +19,7 @@ constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
     "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
     "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
-    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace"};
+    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "agent_store", "server_port", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace"};
 
 // A positive integer within [1, max] for rdzv_conf `key`.
 absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
@@ -153,8 +153,16 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
         if (auto b = ParseBool(key, value); !b.ok()) return b.status();
       }
       config->notes.push_back(absl::StrCat("--rdzv_conf ", key, "=", value,
-                                           " has no effect: meshrun's store is the rendezvous server's own, not a "
-                                           "TCPStore"));
+                                           " has no effect: meshrun's agent store answers TCPStore's protocol with "
+                                           "its own server, over the rendezvous server's store"));
+    } else if (key == "agent_store") {
+      auto b = ParseBool(key, value);
+      if (!b.ok()) return b.status();
+      a.agent_store_enabled = *b;
+    } else if (key == "server_port") {
+      auto n = ParsePositive(key, value, 65535);
+      if (!n.ok()) return n.status();
+      config->static_server_port = static_cast<int>(*n);
     } else if (key == "is_host") {
       auto b = ParseBool(key, value);
       if (!b.ok()) return b.status();

@@ -56,6 +56,9 @@ TEST_CASE("worker environment follows torchrun's contract", "[env]") {
   CHECK(env["MESHRUN_ROUND"] == "2");
   CHECK(env["MESHRUN_STORE_ENDPOINT"] == "unix:/tmp/meshrun-store-Ab12Cd/store.sock");
   CHECK(env.count("MESHRUN_TOKEN") == 0);
+  in.agent_store = false;  // rdzv_conf agent_store=0: worker rank 0 hosts PyTorch's TCPStore.
+  auto off = AsMap(BuildWorkerEnv({}, in));
+  CHECK(off["TORCHELASTIC_USE_AGENT_STORE"] == "False");
 }
 
 TEST_CASE("a lone NCCL_ASYNC_ERROR_HANDLING carries over to the TORCH_ name", "[env]") {

@@ -218,6 +218,43 @@ TEST_CASE("static backend: --master_addr, --master_port and --node_rank", "[e2e]
   CHECK(master == "127.0.0.1:" + std::to_string(port));
 }
 
+TEST_CASE("static backend: rdzv_conf server_port pins the hosted server's port; agent_store=0 gives it --master_port",
+          "[e2e][multinode]") {
+  std::string dir = TempDir();
+  std::string script = EnvScript(dir);
+  const std::map<std::string, std::string> env = {{"MESHRUN_LOG_LEVEL", "info"}};
+  SECTION("server_port") {
+    int port = FreePort();
+    int server_port = FreePort();
+    auto common = std::vector<std::string>{"--nnodes=2", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+                                           "--master_port=" + std::to_string(port),
+                                           "--rdzv_conf=server_port=" + std::to_string(server_port)};
+    NodeProc b = StartNode(dir, "b", Plus(common, {"--node_rank=1", script}), env);
+    NodeProc a = StartNode(dir, "a", Plus(common, {"--node_rank=0", script}), env);
+    a.code = WaitCommand(a.pid, 60);
+    b.code = WaitCommand(b.pid, 60);
+    std::string master;
+    CheckNode(a, 0, 1, 0, 2, &master);
+    CheckNode(b, 1, 1, 1, 2, &master);
+    CHECK(master == "127.0.0.1:" + std::to_string(port));
+    CHECK(Contains(a.err(), "hosting the rendezvous server on port " + std::to_string(server_port)));
+  }
+  SECTION("agent_store=0") {
+    int port = FreePort();
+    auto common = std::vector<std::string>{"--nnodes=2", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+                                           "--master_port=" + std::to_string(port), "--rdzv_conf=agent_store=0"};
+    NodeProc b = StartNode(dir, "b", Plus(common, {"--node_rank=1", script}), env);
+    NodeProc a = StartNode(dir, "a", Plus(common, {"--node_rank=0", script}), env);
+    a.code = WaitCommand(a.pid, 60);
+    b.code = WaitCommand(b.pid, 60);
+    std::string master;
+    CheckNode(a, 0, 1, 0, 2, &master);
+    CheckNode(b, 1, 1, 1, 2, &master);
+    CHECK(master != "127.0.0.1:" + std::to_string(port));  // Worker rank 0's own TCPStore port.
+    CHECK(Contains(a.err(), "hosting the rendezvous server on port " + std::to_string(port)));
+  }
+}
+
 TEST_CASE("a node that finishes early waits at the exit barrier: both exit 0", "[e2e][multinode]") {
   std::string dir = TempDir();
   int port = FreePort();

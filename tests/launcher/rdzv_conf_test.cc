@@ -76,14 +76,29 @@ TEST_CASE("rdzv_conf takes the store proxy's settings and refuses bad ones with 
   CHECK_FALSE(ApplyRdzvConf("store_proxy_max_waiters=0", &c).ok());
 }
 
+TEST_CASE("rdzv_conf takes the agent store's settings and refuses bad ones with one line", "[flags]") {
+  LaunchConfig c;
+  CHECK(c.agent.agent_store_enabled);
+  CHECK(c.static_server_port == 0);
+  REQUIRE(ApplyRdzvConf("agent_store=0,server_port=29411,agent_store_max_connections=64", &c).ok());
+  CHECK_FALSE(c.agent.agent_store_enabled);
+  CHECK(c.static_server_port == 29411);
+  CHECK(c.agent.agent_store_max_connections == 64);
+  absl::Status s = ApplyRdzvConf("server_port=70000", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(std::string(s.message()) == "server_port=70000: must be an integer 1..65535");
+  CHECK_FALSE(ApplyRdzvConf("agent_store=maybe", &c).ok());
+  CHECK_FALSE(ApplyRdzvConf("agent_store_max_connections=0", &c).ok());
+}
+
 TEST_CASE("rdzv_conf accepts torchrun 2.x's use_libuv and store_type with a note, and a repeated key's last value",
           "[flags]") {
   LaunchConfig c;
   REQUIRE(ApplyRdzvConf("use_libuv=1,store_type=tcp,join_timeout=1,join_timeout=2", &c).ok());
   CHECK(c.agent.join_timeout == absl::Seconds(2));
   REQUIRE(c.notes.size() == 2);
-  CHECK(c.notes[0] == "--rdzv_conf use_libuv=1 has no effect: meshrun's store is the rendezvous server's own, not a "
-                      "TCPStore");
+  CHECK(c.notes[0] == "--rdzv_conf use_libuv=1 has no effect: meshrun's agent store answers TCPStore's protocol with "
+                      "its own server, over the rendezvous server's store");
   CHECK(c.notes[1].find("store_type=tcp has no effect") != std::string::npos);
   absl::Status bad = ApplyRdzvConf("use_libuv=maybe", &c);
   REQUIRE_FALSE(bad.ok());
