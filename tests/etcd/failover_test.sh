@@ -256,7 +256,23 @@ if [[ $mode == loopback ]]; then
 fi
 
 # 2. A 2-node job; each worker records its start and waits for the release file (bounded).
+#    In the plain mode, with PyTorch at hand, PyTorch's own TCPStore client too: worker rank
+#    0 sets a key through the agent store (MASTER_ADDR:MASTER_PORT, node rank 0's agent)
+#    before the kill; worker rank 1 reads it there after the failover, and sets and reads one.
+torch_py=
+if [[ $mode == loopback ]] && ((!rolling && !quorum && !forming && !partition && !parked && !mesh)) &&
+  /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+  torch_py=/usr/bin/python3
+fi
+tcp_store='import datetime, os, sys, torch.distributed as d
+s = d.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+               timeout=datetime.timedelta(seconds=60), wait_for_workers=False)
+if sys.argv[1] == "before":
+    s.set("torch/before", "v-before")
+else:
+    print(s.get("torch/before").decode()); s.set("torch/after", "v-after"); print(s.get("torch/after").decode())'
 worker='if [ "$RANK" = 0 ]; then "$STORE_KEYS" set mesh/probe/row0 nccl-id-0 || exit 4; fi
+if [ -n "$TORCH_PY" ] && [ "$RANK" = 0 ]; then "$TORCH_PY" -c "$TCP_STORE" before || exit 7; fi
 echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
 if [ "$RANK" = 1 ] && [ "$PARKED" = 1 ]; then
   for i in $(seq 600); do [ -e "$OUT/park1" ] && break; sleep 0.05; done
@@ -265,6 +281,7 @@ fi
 for i in $(seq 1200); do [ -e "$OUT/release$RANK" ] && break; sleep 0.05; done
 [ -e "$OUT/release$RANK" ] || exit 3
 if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" || exit 5; fi
+if [ -n "$TORCH_PY" ] && [ "$RANK" = 1 ]; then "$TORCH_PY" -c "$TCP_STORE" after > "$OUT/rank1.torch" || exit 8; fi
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 nproc=1
 if ((mesh)); then
@@ -277,7 +294,7 @@ echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
 fi
 # start_agent N: node N's agent (on host 3 + N with --hosts).
 start_agent() {
-  OUT=$work STORE_KEYS=$store_keys PARKED=$parked MESH_PROBE=$mesh_probe spawn_on $((3 + $1)) "$meshrun" --nnodes=2 --nproc_per_node=$nproc --rdzv_endpoint="$agent_endpoint" --rdzv_id=failover \
+  OUT=$work STORE_KEYS=$store_keys PARKED=$parked MESH_PROBE=$mesh_probe TORCH_PY=$torch_py TCP_STORE=$tcp_store spawn_on $((3 + $1)) "$meshrun" --nnodes=2 --nproc_per_node=$nproc --rdzv_endpoint="$agent_endpoint" --rdzv_id=failover \
     --max_restarts=3 --rdzv_conf=leader_grace=$leader_grace --no_python sh -c "$worker" >"$work/agent$1.log" 2>&1
   agent_pid[$1]=$!
 }
@@ -702,6 +719,11 @@ touch "$work/release1"
 agents_exit_0 60
 started_once 0 1
 [[ $(cat "$work/rank1.key") == nccl-id-0 ]] || fail "worker rank 1 read '$(cat "$work/rank1.key")' through its store proxy (expected nccl-id-0)"
+if [[ -n $torch_py ]]; then
+  [[ $(tr '\n' ' ' <"$work/rank1.torch") == "v-before v-after " ]] ||
+    fail "worker rank 1's PyTorch TCPStore client read '$(cat "$work/rank1.torch")' at the agent store after the failover (expected v-before, v-after)"
+  echo "PyTorch: the key worker rank 0 set through the agent store before the failover read 'v-before' after it; a set and get after it worked"
+fi
 if ((plain)); then
   # The ended run is removed ended_run_ttl (2 s) after its end, from etcd too: its record and
   # its keys; the store-only run's stay.
