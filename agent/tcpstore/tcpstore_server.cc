@@ -185,7 +185,7 @@ std::shared_ptr<Store> AgentStore::CurrentStore() {
 AgentStore::Stats AgentStore::stats() const {
   absl::MutexLock lock(&mu_);
   Stats s = stats_;
-  s.open = static_cast<int64_t>(conns_.size());
+  s.open = open_;
   return s;
 }
 
@@ -214,7 +214,7 @@ void AgentStore::AcceptLoop() {
     if (n <= 0 || !(fds[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    if (static_cast<int>(conns_.size()) >= o_.max_connections) {
+    if (open_ >= o_.max_connections) {
       ++stats_.refused;
       std::string peer = PeerName(fd);
       mu_.Unlock();
@@ -227,6 +227,7 @@ void AgentStore::AcceptLoop() {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     ++stats_.accepted;
+    ++open_;
     auto c = std::make_shared<Conn>(fd);
     conns_.push_back(c);
     c->reader = std::thread([this, c] { Serve(c); });
@@ -257,6 +258,10 @@ void AgentStore::Serve(const std::shared_ptr<Conn>& c) {
   {
     absl::MutexLock lock(&c->write_mu);
     c->closed = true;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    --open_;
   }
   ::shutdown(c->fd, SHUT_RDWR);
   for (Conn::Waiter& w : c->waiters) {

@@ -112,6 +112,9 @@ class AgentStore {
   std::map<std::string, std::string> local_keys_ ABSL_GUARDED_BY(mu_);
   std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Connections served now: counted down before a closing connection's
+  // socket is shut, so whoever sees the close sees the count already down.
+  int open_ ABSL_GUARDED_BY(mu_) = 0;
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
