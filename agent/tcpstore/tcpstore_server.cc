@@ -186,6 +186,7 @@ AgentStore::Stats AgentStore::stats() const {
   absl::MutexLock lock(&mu_);
   Stats s = stats_;
   s.open = open_;
+  s.buffered_bytes = buffered_;
   return s;
 }
 
@@ -238,8 +239,15 @@ void AgentStore::Serve(const std::shared_ptr<Conn>& c) {
   RequestParser parser(o_.limits);
   std::string buf(64 * 1024, '\0');
   bool open = true;
+  int64_t held = 0;  // This connection's share of buffered_.
+  auto hold = [&](int64_t now) {
+    absl::MutexLock lock(&mu_);
+    buffered_ += now - held;
+    held = now;
+  };
   while (open) {
     absl::StatusOr<std::optional<Request>> next = parser.Next();
+    hold(static_cast<int64_t>(parser.buffered()));
     if (!next.ok()) {
       Log(absl::StrCat("agent store: closed the connection from ", c->peer, ": ", next.status().message()));
       absl::MutexLock lock(&mu_);
@@ -253,8 +261,22 @@ void AgentStore::Serve(const std::shared_ptr<Conn>& c) {
     ssize_t n = ::recv(c->fd, buf.data(), buf.size(), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
+    {
+      absl::MutexLock lock(&mu_);
+      if (buffered_ + n > o_.max_buffered_bytes) {
+        ++stats_.closed_on_error;
+        mu_.Unlock();
+        Log(absl::StrCat("agent store: closed the connection from ", c->peer, ": the requests buffered on all ",
+                         "connections would pass ", o_.max_buffered_bytes,
+                         " bytes (agent_store_max_buffered_bytes)"));
+        mu_.Lock();
+        break;
+      }
+    }
     parser.Feed(absl::string_view(buf.data(), static_cast<size_t>(n)));
+    hold(static_cast<int64_t>(parser.buffered()));
   }
+  hold(0);
   {
     absl::MutexLock lock(&c->write_mu);
     c->closed = true;

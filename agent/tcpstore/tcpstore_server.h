@@ -47,6 +47,11 @@ struct AgentStoreOptions {
   // Connections served at once (rdzv_conf agent_store_max_connections); one
   // past it is closed at once, with a log line. Each costs a thread.
   int max_connections = 4096;
+  // Bytes of requests not yet complete, all connections together
+  // (rdzv_conf agent_store_max_buffered_bytes): a connection whose next
+  // read would pass it is closed, with a log line. Each connection alone is
+  // bounded by limits.max_request_bytes.
+  int64_t max_buffered_bytes = int64_t{512} << 20;
   // A WAIT's slice of waiting in the store (see above).
   absl::Duration wait_slice = absl::Seconds(5);
   // Canceled waits still in their last slice, per connection; a WAIT past
@@ -87,6 +92,7 @@ class AgentStore {
     int64_t refused = 0;    // Closed at once: past max_connections.
     int64_t requests = 0;   // Requests served.
     int64_t closed_on_error = 0;
+    int64_t buffered_bytes = 0;  // Now, all connections (see max_buffered_bytes).
   };
   Stats stats() const;
 
@@ -115,6 +121,7 @@ class AgentStore {
   // Connections served now: counted down before a closing connection's
   // socket is shut, so whoever sees the close sees the count already down.
   int open_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t buffered_ ABSL_GUARDED_BY(mu_) = 0;  // Against max_buffered_bytes.
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -294,3 +294,27 @@ TEST_CASE("agent store: an unserved request, a bad one and one past max_connecti
   CHECK(logs.find("2 are open (agent_store_max_connections)") != std::string::npos);
   CHECK(f.agent->stats().refused == 1);
 }
+
+TEST_CASE("agent store: partial requests on all connections together stay within max_buffered_bytes", "[tcpstore]") {
+  AgentStoreOptions o;
+  o.max_buffered_bytes = 4096;
+  Fixture f(o);
+  // A SET whose 3,000-byte value has not all arrived: its bytes are held.
+  const std::string set1 = EncodeRequest(Make(Op::kSet, {"big1"}, {std::string(3000, 'a')}), Dialect::kCurrent);
+  Client a(f.agent->port());
+  a.Send(Validate() + set1.substr(0, 2500));
+  // Wait for the state: the server holds a's partial request.
+  for (int i = 0; i < 500 && f.agent->stats().buffered_bytes < 2500; ++i) usleep(10000);
+  REQUIRE(f.agent->stats().buffered_bytes >= 2500);
+  // Another connection's partial request would pass the bound: closed.
+  const std::string set2 = EncodeRequest(Make(Op::kSet, {"big2"}, {std::string(3000, 'b')}), Dialect::kCurrent);
+  Client b(f.agent->port());
+  b.Send(Validate() + set2.substr(0, 2500));
+  CHECK(b.Closed());
+  CHECK(f.Logs().find("would pass 4096 bytes (agent_store_max_buffered_bytes)") != std::string::npos);
+  // The first completes and is served; nothing stays held.
+  a.Send(set1.substr(2500));
+  a.Send(EncodeRequest(Make(Op::kGet, {"big1"}), Dialect::kCurrent));
+  CHECK(a.Value() == std::string(3000, 'a'));
+  CHECK(f.agent->stats().buffered_bytes == 0);
+}

@@ -80,7 +80,9 @@ TEST_CASE("rdzv_conf takes the agent store's settings and refuses bad ones with 
   LaunchConfig c;
   CHECK(c.agent.agent_store_enabled);
   CHECK(c.static_server_port == 0);
-  REQUIRE(ApplyRdzvConf("agent_store=0,server_port=29411,agent_store_max_connections=64", &c).ok());
+  REQUIRE(ApplyRdzvConf("agent_store=0,server_port=29411,agent_store_max_connections=64,"
+                        "agent_store_max_buffered_bytes=1048576", &c).ok());
+  CHECK(c.agent.agent_store_max_buffered_bytes == 1048576);
   CHECK_FALSE(c.agent.agent_store_enabled);
   CHECK(c.static_server_port == 29411);
   CHECK(c.agent.agent_store_max_connections == 64);
