@@ -51,6 +51,11 @@ class Session {
   using WorkerFailure = rendezvous::WorkerFailure;
 
   explicit Session(const AgentOptions& o) : o_(o), log_(Logger("agent")) {}
+  // The agent store's connections close before the store proxy goes (its
+  // WAITs then end quietly).
+  ~Session() {
+    if (agent_store_) agent_store_->Stop();
+  }
 
   // The whole job (NodeAgent::Run's contract).
   int Run();

@@ -42,7 +42,9 @@ std::optional<int> Session::RunRound(const Assignment& a) {
     so.wait_for_connection = false;
     absl::StatusOr<std::shared_ptr<Store>> store = client::ConnectGrpcStore(so);
     if (!store.ok()) return Fatal(absl::StrCat("the agent store: ", store.status().message()));
-    agent_store_->SetStore(*std::move(store));
+    // Under "torch/": the agent store has no authentication (as PyTorch's
+    // TCPStore), so its clients cannot reach libmesh's keys or any other.
+    agent_store_->SetStore(std::make_shared<PrefixStore>(std::string(tcpstore::kAgentStorePrefix), *std::move(store)));
   }
   std::string ifname;
   if (absl::StatusOr<std::string> i = InterfaceOf(a.node_addr); i.ok()) {

@@ -108,6 +108,9 @@ struct AgentStore::Conn {
   struct Waiter {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> canceled;
+    // Set before its STOP_WAITING is written: the client may send its next
+    // WAIT before this waiter's thread has ended.
+    std::shared_ptr<std::atomic<bool>> answered;
     std::shared_ptr<std::atomic<bool>> finished;
   };
 
@@ -172,6 +175,12 @@ void AgentStore::SetStore(std::shared_ptr<Store> store) {
   store_ = std::move(store);
 }
 
+void AgentStore::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);
+}
+
 void AgentStore::SetLocalKey(std::string key, std::string value) {
   absl::MutexLock lock(&mu_);
   local_keys_[std::move(key)] = std::move(value);
@@ -187,6 +196,7 @@ AgentStore::Stats AgentStore::stats() const {
   Stats s = stats_;
   s.open = open_;
   s.buffered_bytes = buffered_;
+  s.waits = waits_;
   return s;
 }
 
@@ -301,9 +311,7 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   }
   switch (r.op) {
     case Op::kValidate: return true;
-    case Op::kWait:
-      StartWait(c, std::move(r.keys));
-      return true;
+    case Op::kWait: return StartWait(c, std::move(r.keys));
     case Op::kCancelWait: {
       absl::MutexLock lock(&c->write_mu);
       for (Conn::Waiter& w : c->waiters) w.canceled->store(true);
@@ -350,22 +358,51 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   return reply->empty() || c->Write(*reply);
 }
 
-void AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
-  // Reap the waits that ended; at the bound, wait for the oldest.
+bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
+  int canceled = 0;
+  bool active = false;
   for (auto it = c->waiters.begin(); it != c->waiters.end();) {
-    const bool over = static_cast<int>(c->waiters.size()) >= o_.max_canceled_waits;
-    if (it->finished->load() || over) {
+    if (it->finished->load()) {
       it->thread.join();
       it = c->waiters.erase(it);
-    } else {
-      ++it;
+      continue;
     }
+    if (it->canceled->load()) {
+      ++canceled;
+    } else if (!it->answered->load()) {
+      active = true;
+    }
+    ++it;
+  }
+  std::string refused;
+  if (active) {
+    refused = "a WAIT while its last WAIT is in progress (a client waits for one at a time)";
+  } else if (canceled >= o_.max_canceled_waits) {
+    refused = absl::StrCat(canceled, " canceled WAITs of this connection are still in the store (at most ",
+                           o_.max_canceled_waits, ")");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (refused.empty() && waits_ >= o_.max_waits) {
+      refused = absl::StrCat(waits_, " WAITs are in the store (agent_store_max_waits)");
+    }
+    if (!refused.empty()) {
+      ++stats_.closed_on_error;
+    } else {
+      ++waits_;
+    }
+  }
+  if (!refused.empty()) {
+    Log(absl::StrCat("agent store: WAIT from ", c->peer, ": ", refused, "; closing the connection"));
+    return false;
   }
   Conn::Waiter w;
   w.canceled = std::make_shared<std::atomic<bool>>(false);
+  w.answered = std::make_shared<std::atomic<bool>>(false);
   w.finished = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<Store> store = CurrentStore();
-  w.thread = std::thread([this, c, store, keys = std::move(keys), canceled = w.canceled, finished = w.finished] {
+  w.thread = std::thread([this, c, store, keys = std::move(keys), canceled = w.canceled, answered = w.answered,
+                          finished = w.finished] {
     absl::Status s = store == nullptr ? absl::UnavailableError("no round has started on this node yet")
                                       : absl::OkStatus();
     while (s.ok() && !canceled->load()) {
@@ -377,13 +414,21 @@ void AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::stri
       if (!s.ok()) break;
       absl::MutexLock lock(&c->write_mu);
       if (!canceled->load()) {
+        answered->store(true);
         std::string reply;
         AppendU8(&reply, kStopWaiting);
         c->WriteLocked(reply);
       }
       break;
     }
-    if (!s.ok() && !canceled->load()) {
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --waits_;
+      stopping = stopping_;
+    }
+    // At shutdown every WAIT ends so: not worth a line each.
+    if (!s.ok() && !canceled->load() && !stopping) {
       Log(absl::StrCat("agent store: WAIT '", keys.empty() ? "" : keys[0].substr(0, 128), "' from ", c->peer, ": ",
                        s.message(), "; closing the connection"));
       ::shutdown(c->fd, SHUT_RDWR);
@@ -391,6 +436,7 @@ void AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::stri
     finished->store(true);
   });
   c->waiters.push_back(std::move(w));
+  return true;
 }
 
 }  // namespace meshrun::agent::tcpstore

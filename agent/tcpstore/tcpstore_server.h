@@ -37,6 +37,12 @@ namespace meshrun::agent::tcpstore {
 // is the agent store's, as under torchrun).
 inline constexpr char kRendezvousPortKey[] = "meshrun/rendezvous_port";
 
+// Where the agent's workers' TCPStore keys live in meshrun's store: key K is
+// "torch/K" there. The agent store has no authentication (nor has
+// PyTorch's TCPStore), so its clients reach only these keys, never
+// libmesh's ("mesh/") or any other client's.
+inline constexpr char kAgentStorePrefix[] = "torch";
+
 struct AgentStoreOptions {
   // Numeric address to listen on; empty: every address (IPv6 and IPv4 when
   // the host has IPv6, else IPv4), as PyTorch's TCPStore server listens.
@@ -55,8 +61,14 @@ struct AgentStoreOptions {
   // A WAIT's slice of waiting in the store (see above).
   absl::Duration wait_slice = absl::Seconds(5);
   // Canceled waits still in their last slice, per connection; a WAIT past
-  // it first waits for the oldest to end.
-  int max_canceled_waits = 16;
+  // it closes the connection (a client waits for one WAIT at a time, and
+  // one whose waits keep timing out sends at most one per slice's worth).
+  int max_canceled_waits = 4;
+  // WAITs in the store at once, all connections together, canceled ones
+  // still in their slice included (rdzv_conf agent_store_max_waits): each
+  // costs a thread and a call parked in the store. A WAIT past it closes its
+  // connection, with a log line.
+  int max_waits = 4096;
   // Where the one-line reports go (a closed connection and why); may be empty.
   std::function<void(const std::string&)> log;
 };
@@ -72,6 +84,11 @@ class AgentStore {
 
   AgentStore(const AgentStore&) = delete;
   AgentStore& operator=(const AgentStore&) = delete;
+
+  // Closes every connection and refuses new ones; WAITs still in the store
+  // end quietly (no log line each). The destructor then waits for them.
+  // Thread-safe; idempotent.
+  void Stop();
 
   // The port it listens on.
   int port() const { return port_; }
@@ -93,6 +110,7 @@ class AgentStore {
     int64_t requests = 0;   // Requests served.
     int64_t closed_on_error = 0;
     int64_t buffered_bytes = 0;  // Now, all connections (see max_buffered_bytes).
+    int64_t waits = 0;           // WAITs in the store now (see max_waits).
   };
   Stats stats() const;
 
@@ -103,7 +121,9 @@ class AgentStore {
   void Serve(const std::shared_ptr<Conn>& c);
   // Handles one request; false when the connection must close.
   bool Handle(const std::shared_ptr<Conn>& c, Request r);
-  void StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys);
+  // Starts a WAIT; false (and a log line) when the connection must close:
+  // a WAIT while its last one is in progress, or past a bound.
+  bool StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys);
   void Log(const std::string& line);
   std::shared_ptr<Store> CurrentStore();
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -122,6 +142,7 @@ class AgentStore {
   // socket is shut, so whoever sees the close sees the count already down.
   int open_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t buffered_ ABSL_GUARDED_BY(mu_) = 0;  // Against max_buffered_bytes.
+  int waits_ ABSL_GUARDED_BY(mu_) = 0;         // Waiter threads alive, against max_waits.
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 

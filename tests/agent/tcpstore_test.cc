@@ -16,7 +16,10 @@
 
 #include "agent/tcpstore/protocol.h"
 #include "agent/tcpstore/tcpstore_server.h"
+#include <grpcpp/grpcpp.h>
+
 #include "client/grpc_store.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/server.h"
 
 using namespace meshrun;
@@ -95,6 +98,19 @@ class Client {
  private:
   int fd_ = -1;
 };
+
+// The store reads parked in `run` on the server at `endpoint`, as its
+// status counts them; -1 when it cannot say.
+int64_t ParkedReads(const std::string& endpoint, const std::string& run) {
+  auto stub = v1::Admin::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::StatusRequest req;
+  req.mutable_run()->set_run_id(run);
+  v1::StatusResponse resp;
+  if (!stub->Status(&ctx, req, &resp).ok() || resp.runs_size() != 1) return -1;
+  return resp.runs(0).kv_waiters();
+}
 
 struct Fixture {
   Fixture(AgentStoreOptions o = {}) {
@@ -317,4 +333,77 @@ TEST_CASE("agent store: partial requests on all connections together stay within
   a.Send(EncodeRequest(Make(Op::kGet, {"big1"}), Dialect::kCurrent));
   CHECK(a.Value() == std::string(3000, 'a'));
   CHECK(f.agent->stats().buffered_bytes == 0);
+}
+
+TEST_CASE("agent store: WAITs are bounded per connection and in all, and a refused one closes only its connection",
+          "[tcpstore]") {
+  AgentStoreOptions o;
+  o.wait_slice = absl::Seconds(30);  // Canceled waits stay in the store for the whole test.
+  o.max_canceled_waits = 2;
+  o.max_waits = 4;
+  Fixture f(o);
+  const std::string wait = EncodeRequest(Make(Op::kWait, {"never"}), Dialect::kCurrent);
+  const std::string cancel = EncodeRequest(Make(Op::kCancelWait), Dialect::kCurrent);
+  SECTION("a second WAIT while the first is in progress") {
+    Client c(f.agent->port());
+    c.Send(Validate() + wait);
+    CHECK(c.Read(1, 0.3).empty());
+    c.Send(wait);
+    CHECK(c.Closed());
+    CHECK(f.Logs().find("a WAIT while its last WAIT is in progress") != std::string::npos);
+  }
+  SECTION("canceled WAITs still in the store, per connection") {
+    Client c(f.agent->port());
+    c.Send(Validate());
+    for (int i = 0; i < 2; ++i) {
+      c.Send(wait);
+      // Wait for the state: the WAIT is parked in the server's store.
+      for (int t = 0; t < 500 && ParkedReads(f.server->endpoint(), "tcpstore") < i + 1; ++t) usleep(10000);
+      REQUIRE(ParkedReads(f.server->endpoint(), "tcpstore") == i + 1);
+      c.Send(cancel);
+      CHECK(c.Read(1) == std::string(1, static_cast<char>(kWaitCanceled)));
+    }
+    CHECK(f.agent->stats().waits == 2);  // Both still in the store, canceled.
+    c.Send(wait);
+    CHECK(c.Closed());
+    CHECK(f.Logs().find("2 canceled WAITs of this connection are still in the store (at most 2)") != std::string::npos);
+  }
+  SECTION("all connections together") {
+    std::vector<std::unique_ptr<Client>> held;
+    for (int i = 0; i < 4; ++i) {
+      held.push_back(std::make_unique<Client>(f.agent->port()));
+      held.back()->Send(Validate() + wait);
+    }
+    for (int i = 0; i < 500 && f.agent->stats().waits < 4; ++i) usleep(10000);
+    REQUIRE(f.agent->stats().waits == 4);
+    Client fifth(f.agent->port());
+    fifth.Send(Validate() + wait);
+    CHECK(fifth.Closed());
+    CHECK(f.Logs().find("4 WAITs are in the store (agent_store_max_waits)") != std::string::npos);
+    // The others still wait, and are answered when the key is set.
+    REQUIRE(f.store->Set("never", "now").ok());
+    for (auto& c : held) CHECK(c->Read(1) == std::string(1, static_cast<char>(kStopWaiting)));
+  }
+  // Other connections are served throughout.
+  Client other(f.agent->port());
+  Request ping;
+  ping.op = Op::kPing;
+  ping.nonce = 77;
+  other.Send(Validate() + EncodeRequest(ping, Dialect::kCurrent));
+  CHECK(other.Read(4).size() == 4);
+}
+
+TEST_CASE("agent store: a client's WAITs one after the other, each sent as soon as the last is answered", "[tcpstore]") {
+  Fixture f;
+  Client c(f.agent->port());
+  c.Send(Validate());
+  // 200 WAITs on keys already set: each answered at once, the next sent at
+  // once (before the last waiter's thread has ended).
+  REQUIRE(f.store->Set("ready", "1").ok());
+  const std::string wait = EncodeRequest(Make(Op::kWait, {"ready"}), Dialect::kCurrent);
+  for (int i = 0; i < 200; ++i) {
+    c.Send(wait);
+    REQUIRE(c.Read(1) == std::string(1, static_cast<char>(kStopWaiting)));
+  }
+  CHECK(f.Logs().empty());
 }

@@ -6,11 +6,13 @@
 #     yet (each listed as such; their connection is closed).
 #  2. agent_store_pg.py on 3 workers: init_process_group("gloo", env://)
 #     through the agent store; no worker listens on MASTER_PORT.
-# usage: agent_store_torch_test.sh MESHRUN PYTHON|torch2   (0 pass, 1 fail, 77 skip)
+#  3. agent_store_isolation.py: libmesh's keys are invisible through the
+#     agent store; its keys are "torch/<key>" in meshrun's store.
+# usage: agent_store_torch_test.sh MESHRUN PYTHON|torch2 STORE_KEYS   (0 pass, 1 fail, 77 skip)
 #   torch2: the venv scripts/torch2-venv.sh makes ($MESHRUN_TORCH2_VENV, else
 #   ~/.cache/meshrun-tests/torch-2.15.0)
 set -uo pipefail
-meshrun=$1 py=$2
+meshrun=$1 py=$2 store_keys=$3
 [ "$py" = torch2 ] && py=${MESHRUN_TORCH2_VENV:-$HOME/.cache/meshrun-tests/torch-2.15.0}/bin/python
 here="$(cd "$(dirname "$0")" && pwd)"
 skip() { echo "skip: $*"; exit 77; }
@@ -42,3 +44,8 @@ timeout 120 "$meshrun" --standalone --nproc_per_node=3 --no_python "$py" "$here/
 n=$(grep -Ec '^\[n0:r[0-2]\] ok [0-2] 6$' "$work/pg")
 [ "$n" = 3 ] || fail "expected 3 workers reporting 'ok RANK 6', got $n: $(cat "$work/pg")"
 echo "PyTorch $version: init_process_group(env://) on 3 workers went through the agent store; no worker listens on MASTER_PORT"
+
+timeout 120 "$meshrun" --standalone --nproc_per_node=1 --no_python "$py" "$here/agent_store_isolation.py" "$store_keys" \
+  >"$work/iso" 2>"$work/iso.err" || fail "isolation: $(tail -n 5 "$work/iso.err"; tail -n 3 "$work/iso")"
+grep -q '^\[n0:r0\] isolated$' "$work/iso" || fail "isolation: $(cat "$work/iso")"
+echo "PyTorch $version: the agent store's clients see none of libmesh's keys; theirs are torch/<key> in meshrun's store"
