@@ -360,24 +360,23 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
 
 bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
   int canceled = 0;
-  bool active = false;
   for (auto it = c->waiters.begin(); it != c->waiters.end();) {
     if (it->finished->load()) {
       it->thread.join();
       it = c->waiters.erase(it);
       continue;
     }
-    if (it->canceled->load()) {
-      ++canceled;
-    } else if (!it->answered->load()) {
-      active = true;
+    if (!it->answered->load()) {
+      // Still in progress: the client gave up on it (PyTorch 1.x sends no
+      // CANCEL_WAIT). Canceled without a reply, as CANCEL_WAIT would.
+      absl::MutexLock lock(&c->write_mu);
+      it->canceled->store(true);
     }
+    if (it->canceled->load()) ++canceled;
     ++it;
   }
   std::string refused;
-  if (active) {
-    refused = "a WAIT while its last WAIT is in progress (a client waits for one at a time)";
-  } else if (canceled >= o_.max_canceled_waits) {
+  if (canceled >= o_.max_canceled_waits) {
     refused = absl::StrCat(canceled, " canceled WAITs of this connection are still in the store (at most ",
                            o_.max_canceled_waits, ")");
   }

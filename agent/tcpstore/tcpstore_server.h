@@ -61,14 +61,16 @@ struct AgentStoreOptions {
   // A WAIT's slice of waiting in the store (see above).
   absl::Duration wait_slice = absl::Seconds(5);
   // Canceled waits still in their last slice, per connection; a WAIT past
-  // it closes the connection (a client waits for one WAIT at a time, and
-  // one whose waits keep timing out sends at most one per slice's worth).
-  int max_canceled_waits = 4;
+  // it closes the connection. A WAIT while the connection's last one is in
+  // progress cancels that one, without a reply (PyTorch 1.x's client sends
+  // no CANCEL_WAIT when its wait times out: it just sends its next request).
+  int max_canceled_waits = 64;
   // WAITs in the store at once, all connections together, canceled ones
   // still in their slice included (rdzv_conf agent_store_max_waits): each
   // costs a thread and a call parked in the store. A WAIT past it closes its
-  // connection, with a log line.
-  int max_waits = 4096;
+  // connection, with a log line. (About 1,600 made the agent miss its
+  // server's heartbeat in an attack; cause not found: docs/performance.md.)
+  int max_waits = 1024;
   // Where the one-line reports go (a closed connection and why); may be empty.
   std::function<void(const std::string&)> log;
 };
@@ -121,8 +123,9 @@ class AgentStore {
   void Serve(const std::shared_ptr<Conn>& c);
   // Handles one request; false when the connection must close.
   bool Handle(const std::shared_ptr<Conn>& c, Request r);
-  // Starts a WAIT; false (and a log line) when the connection must close:
-  // a WAIT while its last one is in progress, or past a bound.
+  // Starts a WAIT (canceling the connection's last one if it is still in
+  // progress); false (and a log line) when the connection must close: past
+  // a bound.
   bool StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys);
   void Log(const std::string& line);
   std::shared_ptr<Store> CurrentStore();

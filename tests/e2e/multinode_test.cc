@@ -218,7 +218,7 @@ TEST_CASE("static backend: --master_addr, --master_port and --node_rank", "[e2e]
   CHECK(master == "127.0.0.1:" + std::to_string(port));
 }
 
-TEST_CASE("static backend: rdzv_conf server_port pins the hosted server's port; agent_store=0 gives it --master_port",
+TEST_CASE("static backend: rdzv_conf server_port pins the hosted server's port, and agent_store=0 gives it --master_port",
           "[e2e][multinode]") {
   std::string dir = TempDir();
   std::string script = EnvScript(dir);

@@ -12,6 +12,8 @@
 #include <set>
 #include <string>
 #include <thread>
+
+#include "absl/strings/match.h"
 #include <vector>
 
 #include "common/net.h"
@@ -88,7 +90,11 @@ absl::Status CreateEventually(etcd::Client& c, const std::string& key, const std
   t.success = {etcd::Op::Put(key, value)};
   t.failure = {etcd::Op::Get(key)};
   absl::Status last;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // Bounded: 3 unknown outcomes, or 20 s without an elected leader (right
+  // after its leader was killed, etcd elects another; a loaded machine can
+  // take seconds).
+  const auto t0 = Clock::now();
+  for (int attempt = 0; attempt < 3;) {
     absl::StatusOr<etcd::TxnResult> r = c.Transact(t);
     if (r.ok()) {
       if (r->succeeded) return absl::OkStatus();
@@ -97,8 +103,13 @@ absl::Status CreateEventually(etcd::Client& c, const std::string& key, const std
       return !kvs.empty() && kvs[0].value == value ? absl::OkStatus() : absl::InternalError("another value");
     }
     last = r.status();
+    if (absl::StrContains(last.message(), "no leader") && SecondsSince(t0) < 20) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
     if (!etcd::OutcomeUnknown(last)) return last;
     ++*unknown;
+    ++attempt;
   }
   return last;
 }
@@ -271,6 +282,9 @@ TEST_CASE("etcd: calls and watches fail over when a member is killed (kill -9)",
   CHECK(client->current_member() != cluster.ClientAddress(0));
   std::printf("etcd fail-over: the first Get after kill -9 of its member took %.3f s\n", failover_s);
   if (meshrun::testing::kEtcdTimingBounds) CHECK(failover_s < 3.0);
+  // Writes need etcd's leader: when the killed member led, wait for the
+  // state of an elected one (a loaded machine can take seconds to elect).
+  REQUIRE_MSG(cluster.WaitHealthy(20, {1, 2}), cluster.error());
   int unknown = 0;
   for (int i = 3; i < 8; ++i) {
     absl::Status s = CreateEventually(*client, "/w/" + Key(i), std::to_string(i), &unknown);
@@ -282,6 +296,7 @@ TEST_CASE("etcd: calls and watches fail over when a member is killed (kill -9)",
   REQUIRE(cluster.Restart(0));
   REQUIRE_MSG(cluster.WaitHealthy(20), cluster.error());
   cluster.Kill(1);
+  REQUIRE_MSG(cluster.WaitHealthy(20, {0, 2}), cluster.error());
   for (int i = 8; i < 10; ++i) {
     absl::Status s = CreateEventually(*client, "/w/" + Key(i), std::to_string(i), &unknown);
     REQUIRE_MSG(s.ok(), s.message());
