@@ -338,7 +338,9 @@ TEST_CASE("agent store: partial requests on all connections together stay within
 TEST_CASE("agent store: WAITs are bounded per connection and in all, and a refused one closes only its connection",
           "[tcpstore]") {
   AgentStoreOptions o;
-  o.wait_slice = absl::Seconds(30);  // Canceled waits stay in the store for the whole test.
+  // Canceled waits stay in the store for each section (well under a
+  // second), and the agent's end waits for them: a short slice.
+  o.wait_slice = absl::Seconds(5);
   o.max_canceled_waits = 2;
   o.max_waits = 4;
   Fixture f(o);
