@@ -16,13 +16,12 @@
 
 #include "agent/tcpstore/protocol.h"
 #include "agent/tcpstore/tcpstore_server.h"
-#include <grpcpp/grpcpp.h>
-
 #include "client/grpc_store.h"
-#include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/server.h"
+#include "tests/support/parked_reads.h"
 
 using namespace meshrun;
+using meshrun::testing::ParkedReads;
 using namespace meshrun::agent::tcpstore;
 
 namespace {
@@ -98,19 +97,6 @@ class Client {
  private:
   int fd_ = -1;
 };
-
-// The store reads parked in `run` on the server at `endpoint`, as its
-// status counts them; -1 when it cannot say.
-int64_t ParkedReads(const std::string& endpoint, const std::string& run) {
-  auto stub = v1::Admin::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::StatusRequest req;
-  req.mutable_run()->set_run_id(run);
-  v1::StatusResponse resp;
-  if (!stub->Status(&ctx, req, &resp).ok() || resp.runs_size() != 1) return -1;
-  return resp.runs(0).kv_waiters();
-}
 
 struct Fixture {
   Fixture(AgentStoreOptions o = {}) {

@@ -11,25 +11,14 @@
 #include "client/status.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/server.h"
+#include "tests/support/parked_reads.h"
 #include "tests/support/certs.h"
 
 using namespace meshrun;
+using meshrun::testing::ParkedReads;
 using namespace meshrun::client;
 
 namespace {
-
-// The store reads parked in `run` on the server at `endpoint`, as its status
-// counts them; -1 when it cannot say.
-int64_t ParkedReads(const std::string& endpoint, const std::string& run) {
-  auto stub = v1::Admin::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::StatusRequest req;
-  req.mutable_run()->set_run_id(run);
-  v1::StatusResponse resp;
-  if (!stub->Status(&ctx, req, &resp).ok() || resp.runs_size() != 1) return -1;
-  return resp.runs(0).kv_waiters();
-}
 
 std::unique_ptr<rendezvous::RendezvousServer> StartServer(const std::string& token = "") {
   rendezvous::ServerOptions o;

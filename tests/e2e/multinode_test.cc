@@ -218,6 +218,34 @@ TEST_CASE("static backend: --master_addr, --master_port and --node_rank", "[e2e]
   CHECK(master == "127.0.0.1:" + std::to_string(port));
 }
 
+namespace {
+
+// A static-backend job of 2 nodes x 1 worker on --master_port=`port` with
+// `conf` (--rdzv_conf=...): both nodes must run their ranks; MASTER_PORT is
+// --master_port with the agent store, another port (worker rank 0's own
+// TCPStore) without. Returns node rank 0's process, for its log.
+NodeProc RunStaticPair(const std::string& dir, const std::string& script, int port, const std::string& conf,
+                       const std::map<std::string, std::string>& env, bool agent_store = true) {
+  auto common = std::vector<std::string>{"--nnodes=2", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+                                         "--master_port=" + std::to_string(port), conf};
+  NodeProc b = StartNode(dir, "b", Plus(common, {"--node_rank=1", script}), env);
+  NodeProc a = StartNode(dir, "a", Plus(common, {"--node_rank=0", script}), env);
+  a.code = WaitCommand(a.pid, 60);
+  b.code = WaitCommand(b.pid, 60);
+  std::string master;
+  CheckNode(a, 0, 1, 0, 2, &master);
+  CheckNode(b, 1, 1, 1, 2, &master);
+  const std::string static_master = "127.0.0.1:" + std::to_string(port);
+  if (agent_store) {
+    CHECK(master == static_master);
+  } else {
+    CHECK(master != static_master);  // Worker rank 0's own TCPStore port.
+  }
+  return a;
+}
+
+}  // namespace
+
 TEST_CASE("static backend: rdzv_conf server_port pins the hosted server's port, and agent_store=0 gives it --master_port",
           "[e2e][multinode]") {
   std::string dir = TempDir();
@@ -226,31 +254,12 @@ TEST_CASE("static backend: rdzv_conf server_port pins the hosted server's port, 
   SECTION("server_port") {
     int port = FreePort();
     int server_port = FreePort();
-    auto common = std::vector<std::string>{"--nnodes=2", "--nproc_per_node=1", "--master_addr=127.0.0.1",
-                                           "--master_port=" + std::to_string(port),
-                                           "--rdzv_conf=server_port=" + std::to_string(server_port)};
-    NodeProc b = StartNode(dir, "b", Plus(common, {"--node_rank=1", script}), env);
-    NodeProc a = StartNode(dir, "a", Plus(common, {"--node_rank=0", script}), env);
-    a.code = WaitCommand(a.pid, 60);
-    b.code = WaitCommand(b.pid, 60);
-    std::string master;
-    CheckNode(a, 0, 1, 0, 2, &master);
-    CheckNode(b, 1, 1, 1, 2, &master);
-    CHECK(master == "127.0.0.1:" + std::to_string(port));
+    NodeProc a = RunStaticPair(dir, script, port, "--rdzv_conf=server_port=" + std::to_string(server_port), env);
     CHECK(Contains(a.err(), "hosting the rendezvous server on port " + std::to_string(server_port)));
   }
   SECTION("agent_store=0") {
     int port = FreePort();
-    auto common = std::vector<std::string>{"--nnodes=2", "--nproc_per_node=1", "--master_addr=127.0.0.1",
-                                           "--master_port=" + std::to_string(port), "--rdzv_conf=agent_store=0"};
-    NodeProc b = StartNode(dir, "b", Plus(common, {"--node_rank=1", script}), env);
-    NodeProc a = StartNode(dir, "a", Plus(common, {"--node_rank=0", script}), env);
-    a.code = WaitCommand(a.pid, 60);
-    b.code = WaitCommand(b.pid, 60);
-    std::string master;
-    CheckNode(a, 0, 1, 0, 2, &master);
-    CheckNode(b, 1, 1, 1, 2, &master);
-    CHECK(master != "127.0.0.1:" + std::to_string(port));  // Worker rank 0's own TCPStore port.
+    NodeProc a = RunStaticPair(dir, script, port, "--rdzv_conf=agent_store=0", env, /*agent_store=*/false);
     CHECK(Contains(a.err(), "hosting the rendezvous server on port " + std::to_string(port)));
   }
 }
