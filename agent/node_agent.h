@@ -52,6 +52,17 @@ struct AgentOptions {
   // rdzv_conf agent_store: false gives MASTER_PORT back to worker rank 0 (a
   // free port, TORCHELASTIC_USE_AGENT_STORE=False), torchrun 1.x's way.
   bool agent_store_enabled = true;
+  // torchft's lighthouse for the workers (agent/lighthouse/lighthouse_proxy.h):
+  // rdzv_conf lighthouse (on by default), lighthouse_min_replicas,
+  // lighthouse_join_timeout, lighthouse_quorum_tick, lighthouse_heartbeat_timeout
+  // (zero: the server's defaults, torchft's).
+  struct Lighthouse {
+    bool enabled = true;
+    int64_t min_replicas = 0;
+    absl::Duration join_timeout = absl::ZeroDuration();
+    absl::Duration quorum_tick = absl::ZeroDuration();
+    absl::Duration heartbeat_timeout = absl::ZeroDuration();
+  } lighthouse;
   // Already listening (the static backend's node rank 0 serves it on
   // --master_port, started by the launcher): used instead of a fresh one.
   std::shared_ptr<tcpstore::AgentStore> agent_store;

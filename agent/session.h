@@ -31,6 +31,7 @@
 #include "agent/output.h"
 #include "agent/process.h"
 #include "client/rdzv_client.h"
+#include "agent/lighthouse/lighthouse_proxy.h"
 #include "agent/store_proxy/store_proxy.h"
 #include "agent/tcpstore/tcpstore_server.h"
 #include "agent/worker_stop.h"
@@ -152,6 +153,9 @@ class Session {
   std::shared_ptr<tcpstore::AgentStore> agent_store_;
   // The workers' store (agent/store_proxy/store_proxy.h): forwards over client_'s channel.
   std::unique_ptr<StoreProxy> proxy_;
+  // torchft's lighthouse for the workers (agent/lighthouse/lighthouse_proxy.h):
+  // forwards over client_'s channel; null with rdzv_conf lighthouse=0.
+  std::unique_ptr<LighthouseProxy> lighthouse_;
   rendezvous::NodeDesc node_;
   rendezvous::RunConfig config_;
   Assignment round_;

@@ -44,6 +44,7 @@ absl::Status Session::NewMembership() {
   client_->set_join_on_stream(true);
   // Replicas (--rdzv_endpoint=h1:p,h2:p,...): the workers' store follows the leader.
   client_->set_on_leader_change([this, id = node_.node_id](std::shared_ptr<grpc::Channel> channel) {
+    if (lighthouse_) lighthouse_->SetUpstream(channel, id);
     if (proxy_) proxy_->SetUpstream(std::move(channel), id);
   });
   node_.dialed_addr = client_->dialed_addr();
@@ -64,6 +65,21 @@ absl::Status Session::NewMembership() {
     if (!proxy.ok()) return proxy.status();
     proxy_ = std::move(*proxy);
     proxy_->SetFollowLeader(client_->replicated());
+  }
+  if (lighthouse_) {
+    lighthouse_->SetUpstream(client_->channel(), node_.node_id);
+  } else if (o_.lighthouse.enabled) {
+    LighthouseProxyOptions lo;
+    lo.run_id = o_.run_id;
+    lo.token = o_.auth.token;
+    lo.min_replicas = o_.lighthouse.min_replicas;
+    lo.join_timeout_ms = absl::ToInt64Milliseconds(o_.lighthouse.join_timeout);
+    lo.quorum_tick_ms = absl::ToInt64Milliseconds(o_.lighthouse.quorum_tick);
+    lo.heartbeat_timeout_ms = absl::ToInt64Milliseconds(o_.lighthouse.heartbeat_timeout);
+    absl::StatusOr<std::unique_ptr<LighthouseProxy>> l =
+        LighthouseProxy::Start(std::move(lo), client_->channel(), node_.node_id);
+    if (!l.ok()) return l.status();
+    lighthouse_ = std::move(*l);
   }
   if (!agent_store_) agent_store_ = o_.agent_store;
   if (!agent_store_ && o_.agent_store_enabled) {

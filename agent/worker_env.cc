@@ -37,6 +37,7 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   if (!in.signals_to_handle.empty()) set(env::kSignalsToHandle, in.signals_to_handle);
   set(env::kRunId, in.run_id);
   set(env::kUseAgentStore, in.agent_store ? "True" : "False");
+  if (!in.torchft_lighthouse.empty()) set(env::kTorchftLighthouse, in.torchft_lighthouse);
   set(env::kErrorFile, in.error_file);
   // Either name set by the user wins for both (newer PyTorch reads the
   // TORCH_ name first, so a lone NCCL_ASYNC_ERROR_HANDLING=0 must carry over).

@@ -36,6 +36,10 @@ struct WorkerEnvInput {
   // MASTER_PORT (rdzv_conf agent_store=1, the default), else False (worker
   // rank 0 then hosts PyTorch's TCPStore there).
   bool agent_store = true;
+  // TORCHFT_LIGHTHOUSE: the node's lighthouse endpoint for torchft
+  // (agent/lighthouse/lighthouse_proxy.h), "http://127.0.0.1:PORT"; not set
+  // when empty (rdzv_conf lighthouse=0), so a user's own stays.
+  std::string torchft_lighthouse;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the

@@ -46,6 +46,17 @@ struct ServerStatus {
   // it began to lead (absl::InfinitePast() when it does not lead).
   std::string replica_self;
   absl::Time leading_since = absl::InfinitePast();
+  // torchft's lighthouses, one per run that used one (rendezvous.proto's
+  // LighthouseStatus), sorted by run id.
+  struct Lighthouse {
+    std::string run_id;
+    int64_t quorum_id = 0;
+    int64_t quorum_members = 0;
+    int64_t waiting = 0;
+    int64_t replica_groups = 0;
+    std::string reason;
+  };
+  std::vector<Lighthouse> lighthouses;
 };
 
 // Asks the server on `server` for its status: every run, or only `run_id`

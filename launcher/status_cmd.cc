@@ -171,6 +171,12 @@ std::string FormatStatusTable(const client::ServerStatus& status, const std::str
         absl::StrAppend(&out, absl::StrFormat("    %s  %-9s  %s\n", When(e.time), e.kind, e.detail));
       }
     }
+    for (const auto& l : status.lighthouses) {
+      if (l.run_id != r.run_id) continue;
+      absl::StrAppend(&out, "  lighthouse (torchft): quorum ", l.quorum_id, " of ", l.quorum_members,
+                      " replica groups; ", l.replica_groups, " known, ", l.waiting, " waiting",
+                      l.reason.empty() ? "" : absl::StrCat("; last look: ", l.reason), "\n");
+    }
     if (r.node_list.empty()) {
       absl::StrAppend(&out, "  (no nodes)\n");
       continue;
@@ -251,6 +257,12 @@ std::string FormatStatusJson(const client::ServerStatus& status, const std::stri
         node["keepalive_age_s"] = absl::ToDoubleSeconds(n.keepalive_age);
       }
       run["nodes"].push_back(node);
+    }
+    for (const auto& l : status.lighthouses) {
+      if (l.run_id != r.run_id) continue;
+      run["lighthouse"] = {{"quorum_id", l.quorum_id},           {"quorum_members", l.quorum_members},
+                           {"replica_groups", l.replica_groups}, {"waiting", l.waiting},
+                           {"reason", l.reason}};
     }
     j["runs"].push_back(run);
   }

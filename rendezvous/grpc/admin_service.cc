@@ -34,6 +34,17 @@ grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* ctx,
     resp->mutable_store_keys_read_by_node()->insert(t.store_keys_read_by_node.begin(),
                                                     t.store_keys_read_by_node.end());
   }
+  if (lighthouse::LighthouseRegistry* lighthouses = core_->lighthouses()) {
+    for (const auto& [id, v] : lighthouses->Views(req->run().run_id())) {
+      pb::LighthouseStatus* out = resp->add_lighthouses();
+      out->set_run_id(id);
+      out->set_quorum_id(v.quorum_id);
+      out->set_quorum_members(v.quorum_members);
+      out->set_waiting(v.waiting);
+      out->set_replica_groups(v.replica_groups);
+      out->set_reason(v.reason);
+    }
+  }
   resp->set_port(core_->port());
   resp->set_version(MESHRUN_VERSION);
   if (const state::ServingGate* gate = core_->gate()) {

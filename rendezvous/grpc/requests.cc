@@ -66,4 +66,55 @@ absl::Status CheckKvBatch(const pb::KvBatchRequest& req, const ServerLimits& lim
   return absl::OkStatus();
 }
 
+namespace {
+
+// A setting in ms: 0 keeps `fallback`; else 1..max ms.
+absl::Status SettingMs(const char* name, int64_t ms, absl::Duration max, const char* max_name, absl::Duration* out) {
+  if (ms < 0 || ms > absl::ToInt64Milliseconds(max)) {
+    return absl::InvalidArgumentError(absl::StrCat("lighthouse ", name, "=", ms, ": allowed: 0 (the default) or 1..",
+                                                   absl::ToInt64Milliseconds(max), " (", max_name, ")"));
+  }
+  if (ms > 0) *out = absl::Milliseconds(ms);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<lighthouse::LighthouseSettings> LighthouseSettingsFromProto(const pb::LighthouseSettings& s,
+                                                                           const std::string& replica_id,
+                                                                           int64_t member_bytes,
+                                                                           const ServerLimits& limits) {
+  if (replica_id.empty()) return absl::InvalidArgumentError("lighthouse call without a replica id");
+  if (member_bytes > limits.max_quorum_member_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("lighthouse quorum member '", replica_id.substr(0, 64), "' of ",
+                                                   member_bytes, " bytes: allowed: at most ", limits.max_quorum_member_bytes,
+                                                   " (max_quorum_member_bytes)"));
+  }
+  if (absl::Status st = CheckLength("replica id", replica_id, limits.max_node_id_bytes, "max_node_id_bytes");
+      !st.ok()) {
+    return st;
+  }
+  lighthouse::LighthouseSettings out;
+  if (s.min_replicas() < 0 || s.min_replicas() > limits.max_replica_groups) {
+    return absl::InvalidArgumentError(absl::StrCat("lighthouse min_replicas=", s.min_replicas(),
+                                                   ": allowed: 0 (the default, 1) or 1..", limits.max_replica_groups,
+                                                   " (max_replica_groups)"));
+  }
+  if (s.min_replicas() > 0) out.min_replicas = s.min_replicas();
+  if (absl::Status st = SettingMs("join_timeout_ms", s.join_timeout_ms(), limits.max_wait, "max_wait", &out.join_timeout);
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = SettingMs("quorum_tick_ms", s.quorum_tick_ms(), absl::Seconds(60), "60 s", &out.quorum_tick);
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = SettingMs("heartbeat_timeout_ms", s.heartbeat_timeout_ms(), limits.max_wait, "max_wait",
+                                  &out.heartbeat_timeout);
+      !st.ok()) {
+    return st;
+  }
+  return out;
+}
+
 }  // namespace meshrun::rendezvous::requests

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "meshrun/proto/rendezvous.pb.h"
 #include "proto/types.h"
+#include "rendezvous/lighthouse/quorum.h"
 #include "rendezvous/policy/limits.h"
 
 namespace meshrun::rendezvous::requests {
@@ -50,5 +51,18 @@ absl::StatusOr<absl::Duration> BarrierTimeout(const v1::ReportFinishedRequest& r
 // A KvBatch request, after Admit: INVALID_ARGUMENT for more than
 // limits.max_batch_items items.
 absl::Status CheckKvBatch(const v1::KvBatchRequest& req, const ServerLimits& limits = ServerLimits());
+
+// A Lighthouse call's settings, after Admit: 0 means torchft's default
+// (min_replicas 1, join_timeout 60 s, quorum_tick 100 ms, heartbeat_timeout
+// 5 s); INVALID_ARGUMENT naming the field and what is allowed for a
+// negative value, min_replicas above limits.max_replica_groups, a
+// quorum_tick above 60 s, a timeout above limits.max_wait; and for an empty
+// replica id or one longer than limits.max_node_id_bytes, and for a
+// requester (`member_bytes`, its encoded size; 0 for a heartbeat) longer than
+// limits.max_quorum_member_bytes.
+absl::StatusOr<lighthouse::LighthouseSettings> LighthouseSettingsFromProto(const v1::LighthouseSettings& s,
+                                                                           const std::string& replica_id,
+                                                                           int64_t member_bytes,
+                                                                           const ServerLimits& limits = ServerLimits());
 
 }  // namespace meshrun::rendezvous::requests

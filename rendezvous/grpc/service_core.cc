@@ -15,7 +15,8 @@ using wire::ToGrpc;
 
 constexpr const char* kMethodNames[] = {
     "Join", "Heartbeat", "Watch", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvAdd",
-    "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "KvBatch", "Status"};
+    "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "KvBatch", "Status",
+    "LighthouseQuorum", "LighthouseHeartbeat"};
 static_assert(sizeof(kMethodNames) / sizeof(kMethodNames[0]) == ServiceCore::kNumMethods);
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/open_files.h"
 #include "meshrun/proto/rendezvous.pb.h"
+#include "rendezvous/lighthouse/lighthouse_registry.h"
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/run_registry.h"
 #include "rendezvous/policy/memory_release.h"
@@ -34,9 +35,11 @@ class ServiceCore {
   // reports them by name: MethodName).
   enum Method {
     kJoin, kHeartbeat, kWatch, kReportFailure, kReportFinished, kKvSet, kKvGet, kKvAdd,
-    kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kKvBatch, kStatus, kNumMethods
+    kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kKvBatch, kStatus,
+    kLighthouseQuorum, kLighthouseHeartbeat, kNumMethods
   };
-  // "Join", "KvSet", ... (the method's name in its service).
+  // "Join", "KvSet", ... (the method's name in its service; the
+  // Lighthouse service's: "LighthouseQuorum", "LighthouseHeartbeat").
   static const char* MethodName(Method m);
 
   // `registry` (and `metrics` and `traffic`, when not null) must outlive
@@ -71,6 +74,12 @@ class ServiceCore {
   // the core. Set before serving.
   void set_gate(const state::ServingGate* gate) { gate_ = gate; }
   const state::ServingGate* gate() const { return gate_; }
+
+  // The runs' lighthouses (rendezvous/lighthouse/lighthouse_registry.h),
+  // which Status reports; null: none. Must outlive the core. Set before
+  // serving.
+  void set_lighthouses(lighthouse::LighthouseRegistry* l) { lighthouses_ = l; }
+  lighthouse::LighthouseRegistry* lighthouses() const { return lighthouses_; }
 
   RunRegistry* registry() const { return registry_; }
   const ServerLimits& limits() const { return limits_; }
@@ -119,6 +128,7 @@ class ServiceCore {
  private:
   RunRegistry* const registry_;
   const std::string token_;
+  lighthouse::LighthouseRegistry* lighthouses_ = nullptr;
   const ServerLimits limits_;
   ServerMetrics* const metrics_;
   TrafficCounters* const traffic_;

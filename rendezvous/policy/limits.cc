@@ -42,6 +42,8 @@ constexpr IntLimit kIntLimits[] = {
     {"max_watch_queue_events", &ServerLimits::max_watch_queue_events},
     {"max_watch_queue_bytes", &ServerLimits::max_watch_queue_bytes},
     {"max_health_watchers", &ServerLimits::max_health_watchers},
+    {"max_replica_groups", &ServerLimits::max_replica_groups},
+    {"max_quorum_member_bytes", &ServerLimits::max_quorum_member_bytes},
     {"max_nproc", &ServerLimits::max_nproc},
     {"max_world_size", &ServerLimits::max_world_size},
     {"max_nodes", &ServerLimits::max_nodes},

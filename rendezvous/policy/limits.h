@@ -71,6 +71,12 @@ struct ServerLimits {
   // gRPC health Watch streams open at once (health_service.h); Check is
   // unbounded (it answers at once).
   int64_t max_health_watchers = 64;
+  // Replica groups one run's lighthouse knows at once (torchft's replicas:
+  // rendezvous/lighthouse/lighthouse.h); also min_replicas' bound.
+  int64_t max_replica_groups = 4096;
+  // One group's quorum request (its QuorumMember, encoded: ids, addresses
+  // and torchft's user data), bytes.
+  int64_t max_quorum_member_bytes = 64 << 10;
   // Job shape.
   int64_t max_nproc = 65536;             // Workers of one node.
   int64_t max_world_size = 1 << 24;      // Workers of one round, all nodes.

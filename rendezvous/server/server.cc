@@ -19,6 +19,7 @@
 #include "rendezvous/grpc/call_interceptor.h"
 #include "rendezvous/grpc/health_service.h"
 #include "rendezvous/grpc/rendezvous_service.h"
+#include "rendezvous/grpc/lighthouse_service.h"
 #include "rendezvous/grpc/service_core.h"
 #include "rendezvous/grpc/store_service.h"
 #include "rendezvous/policy/memory_budget.h"
@@ -105,6 +106,10 @@ struct RendezvousServer::Impl {
   std::unique_ptr<StoreService> store;
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<HealthService> health;  // grpc.health.v1 on the same port.
+  // torchft's lighthouses, one per run; after `core` (their answers count
+  // calls there): destroyed first, which answers the calls still waiting.
+  std::unique_ptr<lighthouse::LighthouseRegistry> lighthouses;
+  std::unique_ptr<LighthouseService> lighthouse;
   std::unique_ptr<MetricsEndpoint> exposer;  // GET /metrics, when metrics_port >= 0.
   absl::Mutex mu;
   std::vector<Generation> generations ABSL_GUARDED_BY(mu);
@@ -168,6 +173,7 @@ absl::StatusOr<RendezvousServer::Impl::Generation> RendezvousServer::Impl::Build
   builder.RegisterService(rendezvous.get());
   builder.RegisterService(store.get());
   builder.RegisterService(admin.get());
+  builder.RegisterService(lighthouse.get());
   builder.RegisterService(health.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   // One interceptor per call feeds the RPC metrics, the traffic counters
@@ -304,6 +310,15 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   impl->rendezvous = std::make_unique<RendezvousService>(impl->core.get());
   impl->store = std::make_unique<StoreService>(impl->core.get());
   impl->admin = std::make_unique<AdminService>(impl->core.get());
+  {
+    lighthouse::RegistryOptions lo;
+    lo.max_lighthouses = options.limits.max_runs;
+    lo.max_replica_groups = options.limits.max_replica_groups;
+    lo.run_exists = [registry = impl->registry.get()](const std::string& id) { return registry->Find(id) != nullptr; };
+    impl->lighthouses = std::make_unique<lighthouse::LighthouseRegistry>(std::move(lo));
+  }
+  impl->lighthouse = std::make_unique<LighthouseService>(impl->core.get(), impl->lighthouses.get());
+  impl->core->set_lighthouses(impl->lighthouses.get());
   if (options.open_files_warning) {
     if (absl::StatusOr<OpenFilesLimit> l = CurrentOpenFilesLimit(); l.ok()) impl->core->set_open_files_limit(*l);
   }
@@ -394,6 +409,7 @@ void RendezvousServer::Shutdown(absl::Duration grace, const std::string& why) {
     impl_->registry->CloseAll(why);
   }
   impl_->health->EndWatches(why);
+  impl_->lighthouses->CloseAll(absl::UnavailableError(why));
   const auto deadline = absl::ToChronoTime(absl::Now() + grace);
   for (Impl::Generation& g : impl_->generations) g.server->Shutdown(deadline);
   for (Impl::Generation& g : impl_->generations) g.server->Wait();
@@ -408,7 +424,11 @@ void RendezvousServer::RestoreState(const std::vector<state::RunRecord>& records
   impl_->registry->Restore(records, why, takeover);
 }
 
-void RendezvousServer::ClearState(const std::string& why) { impl_->registry->Clear(why); }
+void RendezvousServer::ClearState(const std::string& why) {
+  impl_->registry->Clear(why);
+  // A replica that stopped leading: the next leader's lighthouses answer.
+  impl_->lighthouses->CloseAll(absl::UnavailableError(why));
+}
 
 int RendezvousServer::port() const { return impl_->port; }
 

@@ -94,6 +94,26 @@ TEST_CASE("rdzv_conf takes the agent store's settings and refuses bad ones with 
   CHECK_FALSE(ApplyRdzvConf("agent_store_max_connections=0", &c).ok());
 }
 
+TEST_CASE("rdzv_conf takes the lighthouse's settings and refuses bad ones with one line", "[flags]") {
+  LaunchConfig c;
+  CHECK(c.agent.lighthouse.enabled);
+  CHECK(c.agent.lighthouse.min_replicas == 0);  // The server's default: torchft's.
+  REQUIRE(ApplyRdzvConf("lighthouse_min_replicas=3,lighthouse_join_timeout=30,lighthouse_quorum_tick=0.05,"
+                        "lighthouse_heartbeat_timeout=2.5", &c).ok());
+  CHECK(c.agent.lighthouse.min_replicas == 3);
+  CHECK(c.agent.lighthouse.join_timeout == absl::Seconds(30));
+  CHECK(c.agent.lighthouse.quorum_tick == absl::Milliseconds(50));
+  CHECK(c.agent.lighthouse.heartbeat_timeout == absl::Milliseconds(2500));
+  REQUIRE(ApplyRdzvConf("lighthouse=0", &c).ok());
+  CHECK_FALSE(c.agent.lighthouse.enabled);
+  absl::Status s = ApplyRdzvConf("lighthouse_quorum_tick=0", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(std::string(s.message()) == "lighthouse_quorum_tick=0: must be a number of seconds, at least 0.001");
+  CHECK_FALSE(ApplyRdzvConf("lighthouse_min_replicas=0", &c).ok());
+  CHECK_FALSE(ApplyRdzvConf("lighthouse_join_timeout=-1", &c).ok());
+  CHECK_FALSE(ApplyRdzvConf("lighthouse=sometimes", &c).ok());
+}
+
 TEST_CASE("rdzv_conf accepts torchrun 2.x's use_libuv and store_type with a note, and a repeated key's last value",
           "[flags]") {
   LaunchConfig c;

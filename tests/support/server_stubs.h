@@ -15,10 +15,12 @@ struct ServerStubs {
   explicit ServerStubs(const std::shared_ptr<grpc::Channel>& channel)
       : rendezvous(v1::Rendezvous::NewStub(channel)),
         store(v1::Store::NewStub(channel)),
-        admin(v1::Admin::NewStub(channel)) {}
+        admin(v1::Admin::NewStub(channel)),
+        lighthouse(v1::Lighthouse::NewStub(channel)) {}
   std::unique_ptr<v1::Rendezvous::Stub> rendezvous;
   std::unique_ptr<v1::Store::Stub> store;
   std::unique_ptr<v1::Admin::Stub> admin;
+  std::unique_ptr<v1::Lighthouse::Stub> lighthouse;
 };
 
 }  // namespace meshrun::testing

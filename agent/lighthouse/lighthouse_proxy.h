@@ -1,0 +1,82 @@
+// The node's lighthouse endpoint for torchft: serves torchft's
+// LighthouseService (Quorum, Heartbeat: proto/torchft.proto) to the job's
+// workers on loopback, and forwards each call to the run's lighthouse in the
+// rendezvous server (rendezvous.proto's Lighthouse service) with the run id,
+// the agent's token and node id, which torchft's client cannot send. The
+// workers find it in TORCHFT_LIGHTHOUSE ("http://127.0.0.1:PORT", what
+// torchft's Manager reads). A replicated server: SetUpstream follows the
+// leader; a call that reached a standby or a lost leader fails UNAVAILABLE,
+// which torchft's Manager retries (its quorum_retries).
+//
+// A worker's deadline passes through (torchft sets one on every call);
+// a cancelled call cancels its forwarded one. Thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
+#include "meshrun/proto/torchft.grpc.pb.h"
+
+namespace meshrun::agent {
+
+struct LighthouseProxyOptions {
+  std::string run_id;
+  std::string token;  // The agent's; never given to workers.
+  // Where it listens: loopback, so only this node's processes reach it.
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: the OS picks.
+  // The lighthouse's settings for the run (rdzv_conf lighthouse_*; 0: the
+  // server's defaults, torchft's), sent with every call: the run's first
+  // call makes its lighthouse with them.
+  int64_t min_replicas = 0;
+  int64_t join_timeout_ms = 0;
+  int64_t quorum_tick_ms = 0;
+  int64_t heartbeat_timeout_ms = 0;
+  // A call without a deadline (torchft always sets one) gets this one.
+  int64_t default_timeout_ms = 60'000;
+};
+
+class LighthouseProxy final : public torchft::LighthouseService::CallbackService {
+ public:
+  // Listens on options.host (port options.port); forwards over `server`
+  // (the agent's channel) in `node_id`'s name. UNAVAILABLE when it cannot
+  // listen.
+  static absl::StatusOr<std::unique_ptr<LighthouseProxy>> Start(LighthouseProxyOptions options,
+                                                                std::shared_ptr<grpc::Channel> server,
+                                                                std::string node_id);
+  // Stops serving: calls in flight end CANCELLED (their forwarded calls
+  // are cancelled), within a second.
+  ~LighthouseProxy() override;
+
+  // "http://127.0.0.1:PORT": the workers' TORCHFT_LIGHTHOUSE.
+  const std::string& address() const { return address_; }
+  // The channel and node id for calls from now on (the leader changed).
+  void SetUpstream(std::shared_ptr<grpc::Channel> server, std::string node_id);
+
+  grpc::ServerUnaryReactor* Quorum(grpc::CallbackServerContext* ctx, const torchft::LighthouseQuorumRequest* req,
+                                   torchft::LighthouseQuorumResponse* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const torchft::LighthouseHeartbeatRequest* req,
+                                      torchft::LighthouseHeartbeatResponse* resp) override;
+
+ private:
+  explicit LighthouseProxy(LighthouseProxyOptions options) : o_(std::move(options)) {}
+  // A context for one forwarded call (node id, deadline) and the stub.
+  std::shared_ptr<grpc::ClientContext> NewContext(grpc::CallbackServerContext* worker,
+                                                  std::shared_ptr<v1::Lighthouse::Stub>* stub);
+  void Fill(v1::RunRef* run, v1::LighthouseSettings* settings) const;
+
+  const LighthouseProxyOptions o_;
+  absl::Mutex mu_;
+  std::shared_ptr<v1::Lighthouse::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+}  // namespace meshrun::agent
