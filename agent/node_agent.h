@@ -56,8 +56,11 @@ struct AgentOptions {
   // rdzv_conf lighthouse (on by default), lighthouse_min_replicas,
   // lighthouse_join_timeout, lighthouse_quorum_tick, lighthouse_heartbeat_timeout
   // (zero: the server's defaults, torchft's).
+  // lighthouse_run names the run whose lighthouse the workers use (several
+  // jobs, one per replica group, sharing one; empty: this job's run).
   struct Lighthouse {
     bool enabled = true;
+    std::string run_id;
     int64_t min_replicas = 0;
     absl::Duration join_timeout = absl::ZeroDuration();
     absl::Duration quorum_tick = absl::ZeroDuration();

@@ -231,6 +231,9 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
                                             t.previous_leader.empty() ? "" : absl::StrCat(" after ", t.previous_leader),
                                             "; state loaded in ", loaded, " after its election (a dead leader's ",
                                             t.lease_ttl_s, " s lease runs out first)");
+      // torchft's quorum ids go on above every id an earlier term gave
+      // (lighthouse_registry.h).
+      s->RaiseQuorumIdFloor(t.election_revision << 24);
       s->RestoreState(records, "the rendezvous server replicas' leader changed", note);
     };
     hooks.on_stand_by = [&serving](const std::string& why) {

@@ -109,8 +109,12 @@ class RendezvousServer {
   void RestoreState(const std::vector<state::RunRecord>& records, const std::string& why,
                     const TimelineEvent& takeover = {});
   // A replica that stops leading: every run is closed with `why` and
-  // dropped (RunRegistry::Clear). Thread-safe.
+  // dropped (RunRegistry::Clear), and so is every run's lighthouse (its
+  // waiting calls get UNAVAILABLE). Thread-safe.
   void ClearState(const std::string& why);
+  // The runs' lighthouses number their quorums above `floor` from now on
+  // (LighthouseRegistry::RaiseQuorumIdFloor). Thread-safe.
+  void RaiseQuorumIdFloor(int64_t floor);
 
   // The bound port (the OS's choice when options.port was 0).
   int port() const;

@@ -40,8 +40,11 @@ void ToProto(const lh::QuorumMember& m, pb::QuorumMember* out) {
   out->set_data(m.data);
 }
 
-// The run's lighthouse, after the door's checks and the settings'.
+// The run's lighthouse, after the door's checks and the settings'. The run
+// is found, or made as a store-only run (a lighthouse several jobs share,
+// rdzv_conf lighthouse_run), and noted active as a store call notes it.
 absl::StatusOr<std::shared_ptr<lh::Lighthouse>> Find(ServiceCore* core, lh::LighthouseRegistry* lighthouses, M m,
+                                                     grpc::CallbackServerContext* ctx,
                                                      const google::protobuf::Message& req, const pb::RunRef& run,
                                                      const pb::LighthouseSettings& settings,
                                                      const std::string& replica_id, int64_t member_bytes) {
@@ -49,6 +52,7 @@ absl::StatusOr<std::shared_ptr<lh::Lighthouse>> Find(ServiceCore* core, lh::Ligh
   absl::StatusOr<lh::LighthouseSettings> ls = requests::LighthouseSettingsFromProto(settings, replica_id, member_bytes,
                                                                                     core->limits());
   if (!ls.ok()) return ls.status();
+  if (absl::StatusOr<std::shared_ptr<Run>> r = core->StoreRun(ctx, run, 0); !r.ok()) return r.status();
   return lighthouses->Get(run.run_id(), *ls);
 }
 
@@ -57,7 +61,7 @@ absl::StatusOr<std::shared_ptr<lh::Lighthouse>> Find(ServiceCore* core, lh::Ligh
 grpc::ServerUnaryReactor* LighthouseService::Quorum(grpc::CallbackServerContext* ctx,
                                                     const pb::LighthouseQuorumRequest* req,
                                                     pb::LighthouseQuorumResponse* resp) {
-  absl::StatusOr<std::shared_ptr<lh::Lighthouse>> l = Find(core_, lighthouses_, M::kLighthouseQuorum, *req, req->run(),
+  absl::StatusOr<std::shared_ptr<lh::Lighthouse>> l = Find(core_, lighthouses_, M::kLighthouseQuorum, ctx, *req, req->run(),
                                                            req->settings(), req->requester().replica_id(),
                                                            static_cast<int64_t>(req->requester().ByteSizeLong()));
   if (!l.ok()) return core_->Reply(M::kLighthouseQuorum, ctx, ToGrpc(l.status()));
@@ -86,7 +90,7 @@ grpc::ServerUnaryReactor* LighthouseService::Quorum(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* LighthouseService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                        const pb::LighthouseHeartbeatRequest* req,
                                                        pb::LighthouseHeartbeatResponse*) {
-  absl::StatusOr<std::shared_ptr<lh::Lighthouse>> l = Find(core_, lighthouses_, M::kLighthouseHeartbeat, *req,
+  absl::StatusOr<std::shared_ptr<lh::Lighthouse>> l = Find(core_, lighthouses_, M::kLighthouseHeartbeat, ctx, *req,
                                                            req->run(), req->settings(), req->replica_id(), 0);
   if (!l.ok()) return core_->Reply(M::kLighthouseHeartbeat, ctx, ToGrpc(l.status()));
   return core_->Reply(M::kLighthouseHeartbeat, ctx, ToGrpc((*l)->Heartbeat(req->replica_id(), absl::Now())));

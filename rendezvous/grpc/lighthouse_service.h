@@ -20,8 +20,10 @@ class LighthouseService final : public ::meshrun::v1::Lighthouse::CallbackServic
 
   // After Admit (INVALID_ARGUMENT, UNAUTHENTICATED, a standby's
   // UNAVAILABLE): INVALID_ARGUMENT for bad settings or an empty replica id,
-  // NOT_FOUND for a run the server does not have, RESOURCE_EXHAUSTED past
-  // the lighthouse's bounds; else the quorum that includes the requester.
+  // RESOURCE_EXHAUSTED past the lighthouse's bounds or max_runs (a run id
+  // the server does not have becomes a store-only run, as a store call's
+  // does: several jobs may share one lighthouse); else the quorum that
+  // includes the requester.
   grpc::ServerUnaryReactor* Quorum(grpc::CallbackServerContext* ctx, const v1::LighthouseQuorumRequest* req,
                                    v1::LighthouseQuorumResponse* resp) override;
   // The same checks; answers at once.

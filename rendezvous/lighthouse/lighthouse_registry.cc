@@ -32,7 +32,7 @@ absl::StatusOr<std::shared_ptr<Lighthouse>> LighthouseRegistry::Get(const std::s
     return absl::ResourceExhaustedError(absl::StrCat(lighthouses_.size(),
                                                      " runs have a lighthouse already (max_lighthouses)"));
   }
-  auto lh = std::make_shared<Lighthouse>(settings, options_.max_replica_groups);
+  auto lh = std::make_shared<Lighthouse>(settings, options_.max_replica_groups, quorum_id_floor_);
   lighthouses_.emplace(run_id, Entry{lh, absl::Now() + settings.quorum_tick});
   return lh;
 }
@@ -43,7 +43,17 @@ void LighthouseRegistry::CloseAll(const absl::Status& why) {
     absl::MutexLock lock(&mu_);
     all.swap(lighthouses_);
   }
-  for (auto& [id, e] : all) e.lighthouse->Close(why);
+  int64_t highest = 0;
+  for (auto& [id, e] : all) {
+    e.lighthouse->Close(why);
+    highest = std::max(highest, e.lighthouse->quorum_id());
+  }
+  RaiseQuorumIdFloor(highest);
+}
+
+void LighthouseRegistry::RaiseQuorumIdFloor(int64_t floor) {
+  absl::MutexLock lock(&mu_);
+  quorum_id_floor_ = std::max(quorum_id_floor_, floor);
 }
 
 int64_t LighthouseRegistry::size() {
@@ -95,7 +105,10 @@ void LighthouseRegistry::TickLoop() {
     mu_.Lock();
     for (const std::string& id : drop) {
       auto it = lighthouses_.find(id);
-      if (it != lighthouses_.end() && it->second.lighthouse->waiting() == 0) lighthouses_.erase(it);
+      if (it == lighthouses_.end() || it->second.lighthouse->waiting() != 0) continue;
+      // A run id used again later gets a lighthouse numbering above this one.
+      quorum_id_floor_ = std::max(quorum_id_floor_, it->second.lighthouse->quorum_id());
+      lighthouses_.erase(it);
     }
     mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
   }

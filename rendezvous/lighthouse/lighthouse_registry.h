@@ -1,7 +1,8 @@
 // The rendezvous server's lighthouses, one per run id (lighthouse.h), and
 // the thread that ticks each every its quorum_tick. A run's lighthouse is
 // made by its first call, with that call's settings, and dropped when the
-// run is gone from the server and no call waits on it.
+// run is gone from the server and no call waits on it (its quorum ids raise
+// the floor, below).
 //
 // Thread-safe.
 #pragma once
@@ -41,8 +42,15 @@ class LighthouseRegistry {
   // max_lighthouses, FAILED_PRECONDITION after CloseAll.
   absl::StatusOr<std::shared_ptr<Lighthouse>> Get(const std::string& run_id, const LighthouseSettings& settings);
   // Closes every lighthouse with `why` and forgets them: this replica
-  // stopped leading (their state is the next leader's to keep).
+  // stopped leading (the next leader's lighthouses answer). Their quorum
+  // ids raise the floor (below).
   void CloseAll(const absl::Status& why);
+  // Lighthouses made from now on number their quorums above `floor` (and
+  // above every id a closed one gave): quorum ids never go back, across a
+  // reload or, with a floor from the leader's election revision, a
+  // failover (server_cmd.cc: revision x 2^24; a term would have to change
+  // its groups 2^24 times to reach the next term's ids).
+  void RaiseQuorumIdFloor(int64_t floor);
   int64_t size();
   // The lighthouse of `run_id` (every run's when empty), by run id.
   std::vector<std::pair<std::string, Lighthouse::View>> Views(const std::string& run_id);
@@ -58,6 +66,7 @@ class LighthouseRegistry {
   };
   absl::flat_hash_map<std::string, Entry> lighthouses_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t quorum_id_floor_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread ticker_;
 };
 

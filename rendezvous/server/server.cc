@@ -430,6 +430,8 @@ void RendezvousServer::ClearState(const std::string& why) {
   impl_->lighthouses->CloseAll(absl::UnavailableError(why));
 }
 
+void RendezvousServer::RaiseQuorumIdFloor(int64_t floor) { impl_->lighthouses->RaiseQuorumIdFloor(floor); }
+
 int RendezvousServer::port() const { return impl_->port; }
 
 int RendezvousServer::metrics_port() const { return impl_->exposer ? impl_->exposer->port() : -1; }

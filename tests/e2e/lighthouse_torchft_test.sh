@@ -15,11 +15,7 @@ set -uo pipefail
 meshrun=$(readlink -f "${1:?usage: lighthouse_torchft_test.sh MESHRUN [CACHE_DIR]}")
 cache=${2:-${MESHRUN_TEST_CACHE:-$HOME/.cache/meshrun-tests}}
 here=$(cd "$(dirname "$0")" && pwd)
-TORCHFT_VERSION=0.2.0
-skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
-[[ $(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) == 3.11 ]] ||
-  skip "torchft $TORCHFT_VERSION's wheel is for CPython 3.11; python3 here is $(python3 --version 2>&1)"
 work=$(mktemp -d /tmp/meshrun-lighthouse-test.XXXXXX)
 pids=()
 cleanup() {
@@ -29,22 +25,11 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- torchft's extension: from its pinned wheel, kept in the cache.
-so_dir=$cache/torchft-$TORCHFT_VERSION
-so=$(ls "$so_dir"/_torchft*.so 2>/dev/null | head -n 1)
-if [[ -z $so ]]; then
-  mkdir -p "$work/wheel" "$so_dir" || fail "cannot make $so_dir"
-  timeout 300 python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$work/wheel" \
-    "torchft==$TORCHFT_VERSION" >"$work/pip.log" 2>&1 || skip "PyPI unreachable for torchft==$TORCHFT_VERSION: $(tail -n 1 "$work/pip.log")"
-  python3 -c 'import sys, zipfile
-z = zipfile.ZipFile(sys.argv[1])
-name = next(n for n in z.namelist() if n.startswith("torchft/_torchft") and n.endswith(".so"))
-open(sys.argv[2] + "/" + name.split("/")[-1], "wb").write(z.read(name))' "$work"/wheel/torchft-*.whl "$so_dir" ||
-    fail "no torchft/_torchft*.so in $(ls "$work"/wheel)"
-  so=$(ls "$so_dir"/_torchft*.so | head -n 1)
-fi
-python3 -c "import importlib.util as u; s = u.spec_from_file_location('_torchft', '$so'); m = u.module_from_spec(s); s.loader.exec_module(m); m.LighthouseClient" ||
-  fail "torchft's extension $so does not load"
-export TORCHFT_SO=$so
+# shellcheck source=tests/e2e/torchft_extension.sh
+source "$here/torchft_extension.sh"
+torchft_extension "$cache" "$work"
+export TORCHFT_SO
+so=$TORCHFT_SO
 
 # The same settings on both lighthouses: min_replicas 2, join_timeout 30 s, quorum_tick
 # 100 ms, heartbeat_timeout 1 s.

@@ -104,6 +104,9 @@ TEST_CASE("rdzv_conf takes the lighthouse's settings and refuses bad ones with o
   CHECK(c.agent.lighthouse.join_timeout == absl::Seconds(30));
   CHECK(c.agent.lighthouse.quorum_tick == absl::Milliseconds(50));
   CHECK(c.agent.lighthouse.heartbeat_timeout == absl::Milliseconds(2500));
+  REQUIRE(ApplyRdzvConf("lighthouse_run=llama-ft", &c).ok());
+  CHECK(c.agent.lighthouse.run_id == "llama-ft");
+  CHECK_FALSE(ApplyRdzvConf("lighthouse_run=", &c).ok());
   REQUIRE(ApplyRdzvConf("lighthouse=0", &c).ok());
   CHECK_FALSE(c.agent.lighthouse.enabled);
   absl::Status s = ApplyRdzvConf("lighthouse_quorum_tick=0", &c);

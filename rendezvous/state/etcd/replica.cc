@@ -152,6 +152,7 @@ struct Replica::Impl {
       t.previous_leader = gate->leader() == options.advertise ? "" : gate->leader();
       t.load_time = absl::Now() - t0;
       t.lease_ttl_s = options.lease_ttl_s;
+      if (std::optional<LeaderInfo> self = election->Self()) t.election_revision = self->create_revision;
       hooks.on_lead(*records, t);
     }
     {

@@ -74,6 +74,10 @@ struct Takeover {
   // etcd lease TTL: a dead leader is replaced up to that long after it died.
   absl::Duration load_time;
   int64_t lease_ttl_s = 0;
+  // The create revision of this replica's election key: larger for every
+  // later term (etcd's revisions only grow), so numbers derived from it
+  // never go back across a failover (the lighthouses' quorum ids).
+  int64_t election_revision = 0;
 };
 
 struct ReplicaHooks {

@@ -30,17 +30,6 @@ struct Fixture {
     stub = std::make_unique<testing::ServerStubs>(
         grpc::CreateChannel(server->endpoint(), grpc::InsecureChannelCredentials()));
   }
-  // A run the server has: a store write makes one (a store-only run).
-  void MakeRun(const std::string& run, const std::string& token) {
-    grpc::ClientContext ctx;
-    pb::KvSetRequest req;
-    req.mutable_run()->set_run_id(run);
-    req.mutable_run()->set_token(token);
-    req.set_key("k");
-    req.set_value("v");
-    pb::KvSetResponse resp;
-    REQUIRE(stub->store->KvSet(&ctx, req, &resp).ok());
-  }
   grpc::Status Quorum(const std::string& run, const std::string& token, const std::string& group,
                       int64_t min_replicas, std::chrono::milliseconds timeout, pb::LighthouseQuorumResponse* resp) {
     grpc::ClientContext ctx;
@@ -63,11 +52,7 @@ TEST_CASE("lighthouse over gRPC: the token, the run and the settings are checked
   pb::LighthouseQuorumResponse resp;
   CHECK(f.Quorum("job", "wrong", "g0", 1, std::chrono::seconds(5), &resp).error_code() ==
         grpc::StatusCode::UNAUTHENTICATED);
-  grpc::Status s = f.Quorum("job", "secret", "g0", 1, std::chrono::seconds(5), &resp);
-  CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
-  CHECK(s.error_message() == "no run 'job' on this rendezvous server");
-  f.MakeRun("job", "secret");
-  s = f.Quorum("job", "secret", "g0", -1, std::chrono::seconds(5), &resp);
+  grpc::Status s = f.Quorum("job", "secret", "g0", -1, std::chrono::seconds(5), &resp);
   CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(s.error_message() == "lighthouse min_replicas=-1: allowed: 0 (the default, 1) or 1..4096 (max_replica_groups)");
   CHECK(f.Quorum("job", "secret", "", 1, std::chrono::seconds(5), &resp).error_code() ==
@@ -79,12 +64,23 @@ TEST_CASE("lighthouse over gRPC: the token, the run and the settings are checked
   CHECK(resp.participants(0).replica_id() == "g0");
   CHECK(resp.participants(0).step() == 5);
   CHECK(resp.created_unix_ns() > 0);
+  // A run id the server did not have is a store-only run now (a lighthouse
+  // jobs share), with its lighthouse in Status.
+  grpc::ClientContext ctx;
+  pb::StatusRequest sreq;
+  sreq.mutable_run()->set_run_id("job");
+  sreq.mutable_run()->set_token("secret");
+  pb::StatusResponse sresp;
+  REQUIRE(f.stub->admin->Status(&ctx, sreq, &sresp).ok());
+  REQUIRE(sresp.runs_size() == 1);
+  REQUIRE(sresp.lighthouses_size() == 1);
+  CHECK(sresp.lighthouses(0).quorum_id() == 1);
+  CHECK(sresp.lighthouses(0).quorum_members() == 1);
 }
 
 TEST_CASE("lighthouse over gRPC: a call under min_replicas ends at its deadline, and shutdown answers a waiting one",
           "[server][lighthouse]") {
   Fixture f("");
-  f.MakeRun("job", "");
   pb::LighthouseQuorumResponse resp;
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(f.Quorum("job", "", "g0", 2, std::chrono::milliseconds(300), &resp).error_code() ==
@@ -92,7 +88,6 @@ TEST_CASE("lighthouse over gRPC: a call under min_replicas ends at its deadline,
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
   // (g0 stays a candidate of "job"'s next quorum, as in torchft: another
   // run's lighthouse, min_replicas 3, keeps the next call waiting.)
-  f.MakeRun("job2", "");
   auto waiting = std::async(std::launch::async, [&] {
     pb::LighthouseQuorumResponse r;
     return f.Quorum("job2", "", "g1", 3, std::chrono::seconds(60), &r);

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "rendezvous/lighthouse/lighthouse.h"
+#include "rendezvous/lighthouse/lighthouse_registry.h"
 #include "rendezvous/lighthouse/quorum.h"
 
 namespace lh = meshrun::rendezvous::lighthouse;
@@ -189,4 +190,38 @@ TEST_CASE("lighthouse: cancelled calls, the bound on groups, close", "[lighthous
   CHECK(b.got[0].status().code() == absl::StatusCode::kUnavailable);
   CHECK(a.got.empty());
   CHECK(l.Join(Member("g1"), kT0, b.For()).status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("lighthouse registry: quorum ids never go back across a close or a raised floor", "[lighthouse]") {
+  lh::RegistryOptions o;
+  lh::LighthouseRegistry r(o);
+  lh::LighthouseSettings s;  // min_replicas 1: each Join is a quorum.
+  auto first = r.Get("job", s);
+  REQUIRE(first.ok());
+  Answers a;
+  REQUIRE((*first)->Join(Member("g0"), absl::Now(), a.For()).ok());
+  REQUIRE((*first)->Join(Member("g1"), absl::Now(), a.For()).ok());  // Waits: g0 is not back.
+  REQUIRE((*first)->Join(Member("g0"), absl::Now(), a.For()).ok());  // Fast quorum + g1: a new membership.
+  REQUIRE(a.got.size() == 3);
+  CHECK(a.got[1]->quorum_id == 2);
+  CHECK(a.got[2]->quorum_id == 2);
+  // Closed (this replica stood by, or reloaded): the next lighthouse of the
+  // run goes on above 2.
+  r.CloseAll(absl::UnavailableError("reload"));
+  auto second = r.Get("job", s);
+  REQUIRE(second.ok());
+  REQUIRE((*second)->Join(Member("g0"), absl::Now(), a.For()).ok());
+  CHECK(a.got[3]->quorum_id == 3);
+  // A new term's floor (its election revision x 2^24) is above all.
+  r.RaiseQuorumIdFloor(int64_t{7} << 24);
+  r.CloseAll(absl::UnavailableError("failover"));
+  auto third = r.Get("job", s);
+  REQUIRE(third.ok());
+  REQUIRE((*third)->Join(Member("g0"), absl::Now(), a.For()).ok());
+  CHECK(a.got[4]->quorum_id == (int64_t{7} << 24) + 1);
+  // Another run's lighthouse starts above the floor too (ids are per run).
+  auto other = r.Get("other", s);
+  REQUIRE(other.ok());
+  REQUIRE((*other)->Join(Member("g0"), absl::Now(), a.For()).ok());
+  CHECK(a.got[5]->quorum_id == (int64_t{7} << 24) + 1);
 }
