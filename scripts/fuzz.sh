@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 SECONDS_EACH="${FUZZ_SECONDS:-25}"
-TARGETS="${FUZZ_TARGETS:-rendezvous endpoint rdzv_conf error_file mesh_cmd command_line etcd_url tcpstore}"
+TARGETS="${FUZZ_TARGETS:-rendezvous endpoint rdzv_conf error_file mesh_cmd command_line etcd_url tcpstore lighthouse}"
 
 start=$(date +%s)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
