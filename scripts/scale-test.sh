@@ -4,9 +4,10 @@
 # must catch each lie), apart from the README's suite (scripts/test.sh, 10
 # minutes): run by CI after it, on the same build. Today: a failover with
 # 786,432 store keys on a real etcd (about 45 s) and two lies (about 25 s
-# each). Builds first when there is no build yet.
+# each), and the rendezvous benchmark at small N (label "bench", about 150 s).
+# Builds first when there is no build yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -f build/CTestTestfile.cmake ]] || bash scripts/build.sh
 cd build
-bash ../scripts/run-ctest.sh --output-on-failure --timeout 300 -L 'scale|jepsen'
+bash ../scripts/run-ctest.sh --output-on-failure --timeout 300 -L 'scale|jepsen|bench'

@@ -8,4 +8,4 @@ cd build
 # The tests labelled "scale" (minutes each, at full scale) and "lies" (the
 # Jepsen-style checker against replicas that lie on purpose) run in CI apart:
 # scripts/scale-test.sh.
-bash ../scripts/run-ctest.sh --output-on-failure -j2 --timeout 300 -LE 'scale|jepsen'
+bash ../scripts/run-ctest.sh --output-on-failure -j2 --timeout 300 -LE 'scale|jepsen|bench'
