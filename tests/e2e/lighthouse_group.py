@@ -68,7 +68,15 @@ def heartbeats():
 # Every group heartbeats first: the first quorum then waits for all three (join_timeout),
 # where two alone would otherwise form one.
 client.heartbeat(replica_id=me)
-threading.Thread(target=heartbeats, daemon=True).start()
+beater = threading.Thread(target=heartbeats, daemon=True)
+beater.start()
+
+
+def leave():
+    """Stops this group's heartbeats, and joins their thread: one left inside torchft's
+    extension as the interpreter ends aborts the process ("FATAL: exception not rethrown")."""
+    beating.set()
+    beater.join(timeout=10)
 barrier("p0", 3)
 q1 = ask(10 * rank)
 base = q1.quorum_id - 1  # Ids compared from the first: torchft's starts at 1, a replica's elsewhere.
@@ -78,7 +86,7 @@ q2 = ask(10 * rank + 1)
 lines.append(show("2", q2, base))
 barrier("p2", 3)
 if rank == 2:
-    beating.set()  # Group 2 leaves: no more heartbeats.
+    leave()  # Group 2 leaves: no more heartbeats.
     print("\n".join(lines), flush=True)
     sys.exit(0)
 t0 = time.monotonic()
@@ -88,7 +96,7 @@ lines.append(show("3", q3, base) + (" (after group 2's heartbeat timed out)" if 
                                      " (before group 2's heartbeat timed out!)"))
 barrier("p3", 2)
 if rank == 1:
-    beating.set()  # Group 1 leaves: group 0 is alone.
+    leave()  # Group 1 leaves: group 0 is alone.
     print("\n".join(lines), flush=True)
     sys.exit(0)
 if rank == 0:
@@ -100,3 +108,4 @@ if rank == 0:
         waited = time.monotonic() - t0
         lines.append(f"{me} 4: no quorum alone ({'timed out' if 0.9 <= waited < 5 else f'after {waited:.1f} s'})")
 print("\n".join(lines), flush=True)
+leave()

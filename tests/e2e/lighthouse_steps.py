@@ -39,7 +39,8 @@ def heartbeats():
             pass
 
 
-threading.Thread(target=heartbeats, daemon=True).start()
+beater = threading.Thread(target=heartbeats, daemon=True)
+beater.start()
 client = ft.LighthouseClient(lighthouse, connect_timeout=timedelta(seconds=10))
 deadline = time.monotonic() + 120
 with open(os.path.join(out, f"{me}.steps"), "a", buffering=1) as log:
@@ -64,3 +65,6 @@ with open(os.path.join(out, f"{me}.steps"), "a", buffering=1) as log:
         step += 1
         time.sleep(0.05)
 stop.set()
+# Joined before the interpreter ends: a thread left inside torchft's extension then aborts
+# the process ("FATAL: exception not rethrown").
+beater.join(timeout=10)

@@ -72,7 +72,9 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
       // GLOO_SOCKET_IFNAME: the interface of the node's advertised address,
       // set when unset so PyTorch's Gloo does not bind 127.0.1.1 (docs/design.md §3).
       if (k.rfind("MESHRUN_", 0) == 0 || k == "PYTHON_EXEC" || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" ||
-          k == "GLOO_SOCKET_IFNAME" || k == "TORCHELASTIC_SIGNALS_TO_HANDLE") {
+          k == "GLOO_SOCKET_IFNAME" || k == "TORCHELASTIC_SIGNALS_TO_HANDLE" ||
+          // torchft's lighthouse at the node's agent (docs/worker-environment.md).
+          k == "TORCHFT_LIGHTHOUSE") {
         continue;
       }
       INFO("rank " << rank << " meshrun-only variable " << k);
@@ -81,6 +83,7 @@ TEST_CASE("worker variables match torchrun's, but for the documented ones", "[e2
     CHECK(ours.at("GLOO_SOCKET_IFNAME") == "lo");  // Standalone: loopback.
     CHECK(ours.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
     CHECK(ours.at("MESHRUN_NODE_ADDR") == "127.0.0.1");
+    CHECK(ours.at("TORCHFT_LIGHTHOUSE").rfind("http://127.0.0.1:", 0) == 0);
     CHECK(ours.at("MASTER_PORT") != "");
     CHECK(ours.at("TORCHELASTIC_ERROR_FILE") != "");
   }
