@@ -180,8 +180,10 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
                key == "lighthouse_heartbeat_timeout") {
       auto d = ParseSeconds(key, value);
       if (!d.ok()) return d.status();
-      if (*d < absl::Milliseconds(1)) {
-        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a number of seconds, at least 0.001"));
+      const bool tick = key == "lighthouse_quorum_tick";
+      if (*d < absl::Milliseconds(tick ? 10 : 1) || (tick && *d > absl::Seconds(60))) {
+        return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be a number of seconds, ",
+                                                       tick ? "0.01..60" : "at least 0.001"));
       }
       (key == "lighthouse_join_timeout"   ? a.lighthouse.join_timeout
        : key == "lighthouse_quorum_tick" ? a.lighthouse.quorum_tick

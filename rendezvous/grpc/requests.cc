@@ -109,6 +109,12 @@ absl::StatusOr<lighthouse::LighthouseSettings> LighthouseSettingsFromProto(const
       !st.ok()) {
     return st;
   }
+  // A lighthouse looks at its groups every tick: 10 ms at the least, so no
+  // caller makes the server spin.
+  if (s.quorum_tick_ms() > 0 && s.quorum_tick_ms() < 10) {
+    return absl::InvalidArgumentError(absl::StrCat("lighthouse quorum_tick_ms=", s.quorum_tick_ms(),
+                                                   ": allowed: 0 (the default) or 10..60000"));
+  }
   if (absl::Status st = SettingMs("heartbeat_timeout_ms", s.heartbeat_timeout_ms(), limits.max_wait, "max_wait",
                                   &out.heartbeat_timeout);
       !st.ok()) {

@@ -56,7 +56,7 @@ absl::Status CheckKvBatch(const v1::KvBatchRequest& req, const ServerLimits& lim
 // (min_replicas 1, join_timeout 60 s, quorum_tick 100 ms, heartbeat_timeout
 // 5 s); INVALID_ARGUMENT naming the field and what is allowed for a
 // negative value, min_replicas above limits.max_replica_groups, a
-// quorum_tick above 60 s, a timeout above limits.max_wait; and for an empty
+// quorum_tick under 10 ms or above 60 s, a timeout above limits.max_wait; and for an empty
 // replica id or one longer than limits.max_node_id_bytes, and for a
 // requester (`member_bytes`, its encoded size; 0 for a heartbeat) longer than
 // limits.max_quorum_member_bytes.

@@ -8,16 +8,33 @@
 
 namespace meshrun::rendezvous::lighthouse {
 
-Lighthouse::Lighthouse(LighthouseSettings settings, int64_t max_replica_groups, int64_t first_quorum_id)
-    : settings_(settings), max_replica_groups_(max_replica_groups), quorum_id_(first_quorum_id) {}
+Lighthouse::Lighthouse(LighthouseSettings settings, int64_t max_replica_groups, int64_t first_quorum_id,
+                       int64_t max_quorum_bytes)
+    : settings_(settings),
+      max_replica_groups_(max_replica_groups),
+      max_quorum_bytes_(max_quorum_bytes),
+      quorum_id_(first_quorum_id) {}
+
+namespace {
+
+int64_t MemberBytes(const QuorumMember& m) {
+  return static_cast<int64_t>(m.replica_id.size() + m.address.size() + m.store_address.size() + m.data.size()) + 32;
+}
+
+}  // namespace
 
 bool Lighthouse::Knows(const std::string& replica_id) const {
   return state_.heartbeats.contains(replica_id) || state_.participants.contains(replica_id);
 }
 
 void Lighthouse::ForgetStale(absl::Time now) {
+  // A group silent past heartbeat_timeout with no call waiting: it is no
+  // candidate (not healthy), and holds no place.
   std::erase_if(state_.heartbeats, [&](const auto& h) {
-    return now - h.second >= settings_.heartbeat_timeout && !state_.participants.contains(h.first);
+    return now - h.second >= settings_.heartbeat_timeout && !waits_of_.contains(h.first);
+  });
+  std::erase_if(state_.participants, [&](const auto& p) {
+    return !state_.heartbeats.contains(p.first) && !waits_of_.contains(p.first);
   });
 }
 
@@ -33,13 +50,23 @@ absl::StatusOr<uint64_t> Lighthouse::Join(QuorumMember member, absl::Time now, A
                                                        " replica groups already (max_replica_groups); '",
                                                        member.replica_id, "' is one more"));
     }
-    if (static_cast<int64_t>(waiters_.size()) >= kWaitsPerGroup * max_replica_groups_) {
-      return absl::ResourceExhaustedError(absl::StrCat(waiters_.size(), " Quorum calls wait already (",
-                                                       kWaitsPerGroup, " per group of max_replica_groups)"));
+    if (auto w = waits_of_.find(member.replica_id); w != waits_of_.end() && w->second >= kWaitsPerGroup) {
+      return absl::ResourceExhaustedError(absl::StrCat("replica group '", member.replica_id.substr(0, 64), "' has ",
+                                                       w->second, " Quorum calls waiting already (at most ",
+                                                       kWaitsPerGroup, ")"));
+    }
+    int64_t bytes = MemberBytes(member);
+    for (const auto& [id, p] : state_.participants) {
+      if (id != member.replica_id) bytes += MemberBytes(p.member);
+    }
+    if (bytes > max_quorum_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat("the waiting replica groups' members would take ", bytes,
+                                                       " bytes, past max_quorum_bytes (", max_quorum_bytes_, ")"));
     }
     state_.heartbeats[member.replica_id] = now;
     state_.participants[member.replica_id] = Participant{now, member};
     ticket = next_ticket_++;
+    ++waits_of_[member.replica_id];
     waiters_.emplace(ticket, Waiter{std::move(member), std::move(answer)});
     answers = TickLocked(now);
   }
@@ -47,9 +74,18 @@ absl::StatusOr<uint64_t> Lighthouse::Join(QuorumMember member, absl::Time now, A
   return ticket;
 }
 
+void Lighthouse::Unwait(const std::string& replica_id) {
+  auto w = waits_of_.find(replica_id);
+  if (w != waits_of_.end() && --w->second <= 0) waits_of_.erase(w);
+}
+
 bool Lighthouse::Cancel(uint64_t ticket) {
   absl::MutexLock lock(&mu_);
-  return waiters_.erase(ticket) == 1;
+  auto it = waiters_.find(ticket);
+  if (it == waiters_.end()) return false;
+  Unwait(it->second.member.replica_id);
+  waiters_.erase(it);
+  return true;
 }
 
 absl::Status Lighthouse::Heartbeat(const std::string& replica_id, absl::Time now) {
@@ -90,6 +126,7 @@ std::vector<std::pair<Lighthouse::Answer, Quorum>> Lighthouse::TickLocked(absl::
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (in.contains(it->second.member.replica_id)) {
       answers.emplace_back(std::move(it->second.answer), q);
+      Unwait(it->second.member.replica_id);
       it = waiters_.erase(it);
     } else {
       // Left out: it waits for the next quorum, from now (torchft's loop).
@@ -107,6 +144,7 @@ void Lighthouse::Close(const absl::Status& why) {
     if (!closed_.ok()) return;
     closed_ = why.ok() ? absl::UnavailableError("the lighthouse closed") : why;
     waiters.swap(waiters_);
+    waits_of_.clear();
   }
   for (auto& [ticket, w] : waiters) w.answer(absl::UnavailableError(why.message()));
 }

@@ -29,12 +29,18 @@ class Lighthouse {
   // or an error (UNAVAILABLE from Close).
   using Answer = absl::AnyInvocable<void(absl::StatusOr<Quorum>)>;
   static constexpr int64_t kWaitsPerGroup = 4;
+  // The members a quorum may hold, bytes (ids, addresses, user data; each
+  // answer carries them all): torchft's client decodes at most 4 MiB.
+  static constexpr int64_t kDefaultMaxQuorumBytes = 1 << 20;
 
   // `max_replica_groups`: groups known at once (heartbeating or waiting);
-  // a Join or Heartbeat of one more is refused, as is a Join while
-  // kWaitsPerGroup x max_replica_groups calls wait. `first_quorum_id`: the id
+  // a Join or Heartbeat of one more is refused, as is a group's Join while
+  // kWaitsPerGroup of its calls wait, and a Join whose member would take the
+  // waiting members past `max_quorum_bytes`. A group that is not healthy
+  // and has no call waiting is forgotten (it holds no place). `first_quorum_id`: the id
   // the last quorum had (a replica that took over keeps counting up).
-  Lighthouse(LighthouseSettings settings, int64_t max_replica_groups, int64_t first_quorum_id = 0);
+  Lighthouse(LighthouseSettings settings, int64_t max_replica_groups, int64_t first_quorum_id = 0,
+             int64_t max_quorum_bytes = kDefaultMaxQuorumBytes);
 
   // A group's Quorum call (torchft's LighthouseService.Quorum): a heartbeat,
   // and a place in the next quorum, formed at once when the rule allows.
@@ -84,9 +90,14 @@ class Lighthouse {
   // Drops heartbeats older than heartbeat_timeout (unhealthy either way).
   void ForgetStale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Knows(const std::string& replica_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One call of `replica_id` waits no more.
+  void Unwait(const std::string& replica_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const LighthouseSettings settings_;
   const int64_t max_replica_groups_;
+  const int64_t max_quorum_bytes_;
+  // Calls waiting per replica id.
+  std::map<std::string, int64_t> waits_of_ ABSL_GUARDED_BY(mu_);
   mutable absl::Mutex mu_;
   QuorumState state_ ABSL_GUARDED_BY(mu_);
   int64_t quorum_id_ ABSL_GUARDED_BY(mu_);

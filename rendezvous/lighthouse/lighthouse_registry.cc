@@ -32,7 +32,8 @@ absl::StatusOr<std::shared_ptr<Lighthouse>> LighthouseRegistry::Get(const std::s
     return absl::ResourceExhaustedError(absl::StrCat(lighthouses_.size(),
                                                      " runs have a lighthouse already (max_lighthouses)"));
   }
-  auto lh = std::make_shared<Lighthouse>(settings, options_.max_replica_groups, quorum_id_floor_);
+  auto lh = std::make_shared<Lighthouse>(settings, options_.max_replica_groups, quorum_id_floor_,
+                                         options_.max_quorum_bytes);
   lighthouses_.emplace(run_id, Entry{lh, absl::Now() + settings.quorum_tick});
   return lh;
 }

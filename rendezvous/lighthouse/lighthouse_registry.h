@@ -25,6 +25,7 @@ namespace meshrun::rendezvous::lighthouse {
 struct RegistryOptions {
   int64_t max_lighthouses = 1024;      // Runs with a lighthouse at once.
   int64_t max_replica_groups = 4096;   // Per lighthouse (lighthouse.h).
+  int64_t max_quorum_bytes = Lighthouse::kDefaultMaxQuorumBytes;  // Per lighthouse (lighthouse.h).
   // Whether a run id names a run the server has: a lighthouse is made only
   // for one, and dropped once it has none. Always true when unset.
   std::function<bool(const std::string&)> run_exists;

@@ -44,6 +44,7 @@ constexpr IntLimit kIntLimits[] = {
     {"max_health_watchers", &ServerLimits::max_health_watchers},
     {"max_replica_groups", &ServerLimits::max_replica_groups},
     {"max_quorum_member_bytes", &ServerLimits::max_quorum_member_bytes},
+    {"max_quorum_bytes", &ServerLimits::max_quorum_bytes},
     {"max_nproc", &ServerLimits::max_nproc},
     {"max_world_size", &ServerLimits::max_world_size},
     {"max_nodes", &ServerLimits::max_nodes},

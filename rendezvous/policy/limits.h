@@ -77,6 +77,9 @@ struct ServerLimits {
   // One group's quorum request (its QuorumMember, encoded: ids, addresses
   // and torchft's user data), bytes.
   int64_t max_quorum_member_bytes = 64 << 10;
+  // The members one quorum may hold, bytes (every answer carries them all;
+  // torchft's client decodes at most 4 MiB).
+  int64_t max_quorum_bytes = 1 << 20;
   // Job shape.
   int64_t max_nproc = 65536;             // Workers of one node.
   int64_t max_world_size = 1 << 24;      // Workers of one round, all nodes.

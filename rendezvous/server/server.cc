@@ -314,6 +314,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     lighthouse::RegistryOptions lo;
     lo.max_lighthouses = options.limits.max_runs;
     lo.max_replica_groups = options.limits.max_replica_groups;
+    lo.max_quorum_bytes = options.limits.max_quorum_bytes;
     lo.run_exists = [registry = impl->registry.get()](const std::string& id) { return registry->Find(id) != nullptr; };
     impl->lighthouses = std::make_unique<lighthouse::LighthouseRegistry>(std::move(lo));
   }

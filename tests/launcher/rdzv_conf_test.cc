@@ -111,7 +111,9 @@ TEST_CASE("rdzv_conf takes the lighthouse's settings and refuses bad ones with o
   CHECK_FALSE(c.agent.lighthouse.enabled);
   absl::Status s = ApplyRdzvConf("lighthouse_quorum_tick=0", &c);
   REQUIRE_FALSE(s.ok());
-  CHECK(std::string(s.message()) == "lighthouse_quorum_tick=0: must be a number of seconds, at least 0.001");
+  CHECK(std::string(s.message()) == "lighthouse_quorum_tick=0: must be a number of seconds, 0.01..60");
+  CHECK_FALSE(ApplyRdzvConf("lighthouse_quorum_tick=61", &c).ok());
+  CHECK_FALSE(ApplyRdzvConf("lighthouse_join_timeout=0", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("lighthouse_min_replicas=0", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("lighthouse_join_timeout=-1", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("lighthouse=sometimes", &c).ok());

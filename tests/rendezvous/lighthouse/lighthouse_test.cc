@@ -184,7 +184,10 @@ TEST_CASE("lighthouse: cancelled calls, the bound on groups, close", "[lighthous
   CHECK(l.Heartbeat("g3", kT0).code() == absl::StatusCode::kResourceExhausted);
   CHECK(l.Heartbeat("g0", kT0).ok());
   // A known group's heartbeat times out: room for another.
-  CHECK(l.Heartbeat("g3", kT0 + absl::Seconds(10)).code() == absl::StatusCode::kResourceExhausted);  // g1 waits
+  // g0's call was cancelled and its heartbeat timed out: it holds no place
+  // (g1 waits and keeps its own).
+  CHECK(l.Heartbeat("g3", kT0 + absl::Seconds(10)).ok());
+  CHECK(l.Heartbeat("g4", kT0 + absl::Seconds(10)).code() == absl::StatusCode::kResourceExhausted);
   l.Close(absl::UnavailableError("this replica stopped leading"));
   REQUIRE(b.got.size() == 1);
   CHECK(b.got[0].status().code() == absl::StatusCode::kUnavailable);
@@ -224,4 +227,34 @@ TEST_CASE("lighthouse registry: quorum ids never go back across a close or a rai
   REQUIRE(other.ok());
   REQUIRE((*other)->Join(Member("g0"), absl::Now(), a.For()).ok());
   CHECK(a.got[5]->quorum_id == (int64_t{7} << 24) + 1);
+}
+
+TEST_CASE("lighthouse: one group's waiting calls, the quorum's bytes, and dead groups are bounded", "[lighthouse]") {
+  lh::LighthouseSettings s;
+  s.min_replicas = 8;
+  s.heartbeat_timeout = absl::Seconds(1);
+  lh::Lighthouse l(s, 8, 0, 4096);
+  Answers a;
+  // 4 calls of one group wait; the 5th is refused, naming the group.
+  for (int i = 0; i < 4; ++i) REQUIRE(l.Join(Member("same"), kT0, a.For()).ok());
+  absl::StatusOr<uint64_t> fifth = l.Join(Member("same"), kT0, a.For());
+  CHECK(fifth.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(fifth.status().message()).find("'same' has 4 Quorum calls waiting") != std::string::npos);
+  // Members past max_quorum_bytes: refused.
+  lh::QuorumMember big = Member("big");
+  big.data.assign(5000, 'x');
+  CHECK(l.Join(big, kT0, a.For()).status().code() == absl::StatusCode::kResourceExhausted);
+  // 7 groups ask once, their calls end, they go silent: once their
+  // heartbeats time out they hold no place, and 8 live groups get in.
+  lh::Lighthouse w(s, 8);
+  for (int i = 0; i < 7; ++i) {
+    absl::StatusOr<uint64_t> t = w.Join(Member("dead" + std::to_string(i)), kT0, a.For());
+    REQUIRE(t.ok());
+    REQUIRE(w.Cancel(*t));
+  }
+  const absl::Time later = kT0 + absl::Seconds(2);
+  for (int i = 0; i < 8; ++i) REQUIRE(w.Join(Member("live" + std::to_string(i)), later, a.For()).ok());
+  REQUIRE(a.got.size() == 8);
+  CHECK(a.got.back()->participants.size() == 8);
+  CHECK(a.got.back()->participants[0].replica_id == "live0");
 }
