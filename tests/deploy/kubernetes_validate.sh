@@ -9,9 +9,13 @@ KV_VERSION=1.37.0
 kubernetes_validate_setup() {
   local cache=$1 work=$2 venv=$1/kubernetes-validate-$KV_VERSION
   kv=$venv/bin/kubernetes-validate
+  mkdir -p "$cache" || skip "cannot create $cache"
+  # One test at a time makes or checks the venv: two tests starting together on a fresh cache
+  # removed each other's (both skipped, "does not run"). Released when the caller exits.
+  exec {kv_lock}>"$cache/kubernetes-validate.lock"
+  flock -w 300 "$kv_lock" || skip "the kubernetes-validate venv stayed locked for 300 s ($cache)"
   if ! "$kv" --version 2>/dev/null | grep -qx "$KV_VERSION"; then
     rm -rf "$venv"
-    mkdir -p "$cache" || skip "cannot create $cache"
     /usr/bin/python3 -m venv "$venv" >"$work/venv.log" 2>&1 || skip "python3 -m venv failed: $(tail -n 1 "$work/venv.log")"
     if ! timeout 120 "$venv/bin/pip" install -q --disable-pip-version-check --timeout 20 --retries 2 \
         "kubernetes-validate==$KV_VERSION" >"$work/pip.log" 2>&1; then
@@ -20,4 +24,5 @@ kubernetes_validate_setup() {
     fi
   fi
   "$kv" --version >/dev/null 2>&1 || skip "kubernetes-validate does not run"
+  flock -u "$kv_lock"
 }
