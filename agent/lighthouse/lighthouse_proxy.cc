@@ -42,18 +42,10 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
   std::atomic<int> pending_{2};  // gRPC's OnDone and the forwarded call's answer.
 };
 
-void ToMeshrun(const torchft::QuorumMember& m, v1::QuorumMember* out) {
-  out->set_replica_id(m.replica_id());
-  out->set_address(m.address());
-  out->set_store_address(m.store_address());
-  out->set_step(m.step());
-  out->set_world_size(m.world_size());
-  out->set_shrink_only(m.shrink_only());
-  out->set_commit_failures(m.commit_failures());
-  out->set_data(m.data());
-}
-
-void ToTorchft(const v1::QuorumMember& m, torchft::QuorumMember* out) {
+// torchft's QuorumMember and meshrun's carry the same fields by the same
+// names (proto/torchft.proto, proto/rendezvous.proto): one copy, either way.
+template <typename From, typename To>
+void CopyMember(const From& m, To* out) {
   out->set_replica_id(m.replica_id());
   out->set_address(m.address());
   out->set_store_address(m.store_address());
@@ -128,14 +120,14 @@ grpc::ServerUnaryReactor* LighthouseProxy::Quorum(grpc::CallbackServerContext* c
   std::shared_ptr<grpc::ClientContext> up = NewContext(ctx, &stub);
   auto* call = new ForwardedCall<v1::LighthouseQuorumRequest, v1::LighthouseQuorumResponse>(up, stub);
   Fill(call->req.mutable_run(), call->req.mutable_settings());
-  ToMeshrun(req->requester(), call->req.mutable_requester());
+  CopyMember(req->requester(), call->req.mutable_requester());
   call->Start(
       [](v1::Lighthouse::Stub* s, grpc::ClientContext* c, const v1::LighthouseQuorumRequest* q,
          v1::LighthouseQuorumResponse* r, std::function<void(grpc::Status)> f) { s->async()->Quorum(c, q, r, f); },
       [resp](const v1::LighthouseQuorumResponse& r) {
         torchft::Quorum* q = resp->mutable_quorum();
         q->set_quorum_id(r.quorum_id());
-        for (const v1::QuorumMember& m : r.participants()) ToTorchft(m, q->add_participants());
+        for (const v1::QuorumMember& m : r.participants()) CopyMember(m, q->add_participants());
         q->mutable_created()->set_seconds(r.created_unix_ns() / 1'000'000'000);
         q->mutable_created()->set_nanos(static_cast<int32_t>(r.created_unix_ns() % 1'000'000'000));
       });
