@@ -73,6 +73,14 @@ struct AgentOptions {
   int min_nodes = 1;                // --nnodes MIN.
   int max_nodes = 1;                // --nnodes MAX.
   int node_rank = -1;               // --node_rank, -1 when not given.
+  // --replica_groups=R (0: none): the job is R replica groups, each a run of
+  // its own ("<run id>-group-<g>", rendezvous/run/replica_group_placer.h)
+  // of min_nodes..max_nodes nodes (per group: the launcher divides --nnodes
+  // by R), sharing the lighthouse of `run_id`. The agent asks the server
+  // for its group before its first join, and again every
+  // keep_alive_interval while every group is full (a standby), within
+  // join_timeout.
+  int replica_groups = 0;
   std::string role = "default";     // --role.
   int max_restarts = 0;             // --max_restarts (job-wide).
   bool is_endpoint_host = false;    // This agent runs on the endpoint's host.

@@ -51,6 +51,7 @@ class Session {
   using RunEvent = rendezvous::RunEvent;
   using WorkerFailure = rendezvous::WorkerFailure;
 
+  // `o` is copied: with --replica_groups the placement changes its run id.
   explicit Session(const AgentOptions& o) : o_(o), log_(Logger("agent")) {}
   // The agent store's connections close before the store proxy goes (its
   // WAITs then end quietly).
@@ -88,6 +89,11 @@ class Session {
   // store proxy is started with the first membership and follows the
   // agent's connection to later ones.
   absl::Status NewMembership();
+  // With --replica_groups: asks the server for this node's group (standing
+  // by while every group is full, within join_timeout) and makes the
+  // group's run this agent's run id (client_ included); the job's run id
+  // stays the lighthouse's run. Cancelled by a stop signal.
+  absl::Status PlaceInReplicaGroup();
   // Stops the heartbeats and the event stream.
   void EndMembership();
   // The whole job: join, run, and on failure restart through the server.
@@ -141,7 +147,10 @@ class Session {
   // All of this node's workers exited 0: the exit barrier.
   std::optional<int> Finish();
 
-  const AgentOptions& o_;
+  // The options; with --replica_groups, run_id becomes the group's run id
+  // once placed (PlaceInReplicaGroup), before any other use of it.
+  AgentOptions o_;
+  int replica_group_ = -1;  // With --replica_groups: this node's group once placed.
   std::shared_ptr<spdlog::logger> log_;
   EventQueue q_;
   std::deque<Event> deferred_;

@@ -37,6 +37,9 @@ absl::Status Session::NewMembership() {
   }
   if (!client.ok()) return client.status();
   client_ = std::move(*client);
+  if (o_.replica_groups > 0 && replica_group_ < 0) {
+    if (absl::Status s = PlaceInReplicaGroup(); !s.ok()) return s;
+  }
   client_->set_server_silence_timeout(o_.server_silence_timeout);
   client_->set_failover_timeout(o_.leader_grace);
   // Joins are answered on the event stream, which opens right after the
@@ -110,6 +113,45 @@ absl::Status Session::NewMembership() {
     }
   });
   return absl::OkStatus();
+}
+
+absl::Status Session::PlaceInReplicaGroup() {
+  const std::string job = o_.run_id;
+  const absl::Time deadline = absl::Now() + o_.join_timeout;
+  bool said_standby = false;
+  for (;;) {  // Bounded by join_timeout.
+    if (const int signo = stop_signal_.load(); signo != 0) {
+      return absl::CancelledError(absl::StrCat("received ", SignalName(signo), " while waiting for a replica group"));
+    }
+    absl::StatusOr<std::pair<int, std::string>> place = client_->PlaceReplicaGroup(
+        node_.node_id, o_.replica_groups, o_.min_nodes, o_.max_nodes, o_.read_timeout);
+    if (place.ok() && place->first >= 0) {
+      replica_group_ = place->first;
+      if (o_.lighthouse.run_id.empty()) o_.lighthouse.run_id = job;  // One lighthouse for every group.
+      o_.run_id = place->second;
+      client_->UseRunId(o_.run_id);
+      log_->info("replica group {} of {} of run '{}': joining its run '{}'", replica_group_, o_.replica_groups, job,
+                 o_.run_id);
+      return absl::OkStatus();
+    }
+    const bool retry = place.ok() || absl::IsUnavailable(place.status()) || absl::IsDeadlineExceeded(place.status());
+    if (!retry) return place.status();
+    if (place.ok() && !said_standby) {
+      log_->info("every replica group of run '{}' has its {} node(s): this node stands by until one loses a node",
+                 job, o_.max_nodes);
+      said_standby = true;
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no replica group of run '", job, "' at ", o_.endpoint, " had room for this node within join_timeout (",
+          absl::FormatDuration(o_.join_timeout), "): ",
+          place.ok() ? absl::StrCat("all ", o_.replica_groups, " groups have their ", o_.max_nodes, " node(s)")
+                     : std::string(place.status().message())));
+    }
+    // Ask again after keep_alive_interval; a stop signal ends the wait.
+    const absl::Time next = std::min(deadline, absl::Now() + o_.keep_alive_interval);
+    while (absl::Now() < next && stop_signal_.load() == 0) absl::SleepFor(absl::Milliseconds(50));
+  }
 }
 
 void Session::EndMembership() {

@@ -38,6 +38,10 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   set(env::kRunId, in.run_id);
   set(env::kUseAgentStore, in.agent_store ? "True" : "False");
   if (!in.torchft_lighthouse.empty()) set(env::kTorchftLighthouse, in.torchft_lighthouse);
+  if (in.num_replica_groups > 0) {
+    set(env::kReplicaGroupId, absl::StrCat(in.replica_group));
+    set(env::kNumReplicaGroups, absl::StrCat(in.num_replica_groups));
+  }
   set(env::kErrorFile, in.error_file);
   // Either name set by the user wins for both (newer PyTorch reads the
   // TORCH_ name first, so a lone NCCL_ASYNC_ERROR_HANDLING=0 must carry over).

@@ -40,6 +40,10 @@ struct WorkerEnvInput {
   // (agent/lighthouse/lighthouse_proxy.h), "http://127.0.0.1:PORT"; not set
   // when empty (rdzv_conf lighthouse=0), so a user's own stays.
   std::string torchft_lighthouse;
+  // REPLICA_GROUP_ID and NUM_REPLICA_GROUPS (meshrun --replica_groups):
+  // not set when num_replica_groups is 0.
+  int replica_group = 0;
+  int num_replica_groups = 0;
 };
 
 // Returns `base` (the agent's own environment, "K=V" strings) with the

@@ -151,6 +151,22 @@ class RendezvousClient {
   // its next store call.
   absl::StatusOr<int64_t> Heartbeat(const std::string& node_id, int64_t round, absl::Duration timeout);
 
+  // Which replica group `node_id` joins (meshrun --replica_groups): asks
+  // the server (rendezvous/run/replica_group_placer.h) for a group of this
+  // client's run id, of `replica_groups` groups of MIN..MAX nodes each.
+  // Returns the group's index and run id, or -1 and "" when every group is
+  // full (a standby: ask again). Blocking, bounded by `timeout`; the
+  // server's refusal as it came (FAILED_PRECONDITION: every group ended).
+  // Call before the membership starts (before UseRunId).
+  absl::StatusOr<std::pair<int, std::string>> PlaceReplicaGroup(const std::string& node_id, int replica_groups,
+                                                                int min_nodes_per_group,
+                                                                int max_nodes_per_group, absl::Duration timeout);
+  // From now on this client's calls name `run_id` (the replica group's run
+  // that PlaceReplicaGroup gave). Not thread-safe: call it before any other
+  // call of the membership (Join, Heartbeat, Watch).
+  void UseRunId(std::string run_id) { run_id_ = std::move(run_id); }
+  const std::string& run_id() const { return run_id_; }
+
   // Reports a worker failure; the verdict says restart or stop. Blocking,
   // bounded by `timeout`.
   absl::StatusOr<rendezvous::FailureVerdict> ReportFailure(const rendezvous::WorkerFailure& failure,
@@ -241,7 +257,7 @@ class RendezvousClient {
   // Any answer of the server (an event on the stream) shows it is there.
   void NoteAnswer();
 
-  const std::string run_id_;
+  std::string run_id_;  // Set once by UseRunId, before the membership's calls.
   const std::string token_;
   const TcpRoute route_;
   // Replicas: every endpoint given (one for a single server), and how to dial them.

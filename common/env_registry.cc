@@ -11,7 +11,7 @@ namespace {
 constexpr Var kAll[] = {
     kRank, kLocalRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize,
     kRoleRank, kRoleName, kRoleWorldSize, kMasterAddr, kMasterPort, kRunId,
-    kRestartCount, kMaxRestarts, kSignalsToHandle, kUseAgentStore, kTorchftLighthouse, kErrorFile, kOmpNumThreads,
+    kRestartCount, kMaxRestarts, kSignalsToHandle, kUseAgentStore, kTorchftLighthouse, kReplicaGroupId, kNumReplicaGroups, kErrorFile, kOmpNumThreads,
     kTorchNcclAsyncErrorHandling, kNcclAsyncErrorHandling, kStoreEndpoint,
     kMeshrunRunId, kRound, kNodeRank, kNodeAddr, kGlooSocketIfname, kPermanentFailureExitCode, kToken, kTokenFile,
     kTlsCert, kTlsKey, kTlsCa, kPythonExec, kLogLevel, kShutdownTimeoutEnv, kCudaVisibleDevices,

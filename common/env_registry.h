@@ -45,6 +45,8 @@ inline constexpr Var kSignalsToHandle{"TORCHELASTIC_SIGNALS_TO_HANDLE", Type::kS
 inline constexpr Var kMaxRestarts{"TORCHELASTIC_MAX_RESTARTS", Type::kInt, Use::kSetForWorkers, "The job-wide restart budget (--max_restarts)."};
 inline constexpr Var kUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", Type::kBool, Use::kSetForWorkers, "'True' (the default): env:// connects to the agent store at MASTER_ADDR:MASTER_PORT as a client; 'False' with rdzv_conf agent_store=0 (worker rank 0 then hosts the TCPStore)."};
 inline constexpr Var kTorchftLighthouse{"TORCHFT_LIGHTHOUSE", Type::kString, Use::kSetForWorkers, "The node agent's lighthouse endpoint for torchft's Manager, http://127.0.0.1:PORT (the run's lighthouse in the rendezvous server); not set with rdzv_conf lighthouse=0."};
+inline constexpr Var kReplicaGroupId{"REPLICA_GROUP_ID", Type::kInt, Use::kSetForWorkers, "With --replica_groups=R: this node's replica group, 0..R-1 (what torchft's examples read; one torchrun per group sets it by hand). Not set without --replica_groups."};
+inline constexpr Var kNumReplicaGroups{"NUM_REPLICA_GROUPS", Type::kInt, Use::kSetForWorkers, "With --replica_groups=R: R. Not set without --replica_groups."};
 inline constexpr Var kErrorFile{"TORCHELASTIC_ERROR_FILE", Type::kString, Use::kSetForWorkers, "Where a worker writes its error JSON (torchrun's @record format)."};
 inline constexpr Var kOmpNumThreads{"OMP_NUM_THREADS", Type::kInt, Use::kSetForWorkers, "Set to 1 when unset and nproc_per_node > 1, as torchrun does."};
 inline constexpr Var kTorchNcclAsyncErrorHandling{"TORCH_NCCL_ASYNC_ERROR_HANDLING", Type::kInt, Use::kSetForWorkers, "1 unless the user set it or NCCL_ASYNC_ERROR_HANDLING (then that value)."};

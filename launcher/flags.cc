@@ -91,7 +91,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   std::string role = "default", master_addr = "127.0.0.1", local_addr, log_dir, start_method, signals;
   std::string shutdown_timeout, redirects, tee, local_ranks_filter;
   std::string prefix_template, dup_stdout, dup_stderr, numa_binding, logs_specs, event_log_handler;
-  int node_rank = -1, master_port = 29500, max_restarts = 0, permanent_code = 78;
+  int node_rank = -1, master_port = 29500, max_restarts = 0, permanent_code = 78, replica_groups = 0;
   double monitor_interval = 0;
   bool standalone = false, module = false, no_python = false, help_env = false, keep_orphans = false;
   bool run_path = false, virtual_local_rank = false;
@@ -170,6 +170,10 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   app.add_option("--max_restarts,--max-restarts", max_restarts,
                  "Job-wide restarts allowed after worker failures")
       ->envname("PET_MAX_RESTARTS")->group(g_fault)->default_str("0");
+  app.add_option("--replica_groups,--replica-groups", replica_groups,
+                 "Split the job into R replica groups, each its own restart scope (run '<rdzv_id>-group-<g>' of "
+                 "--nnodes / R nodes), sharing one torchft lighthouse")
+      ->envname("PET_REPLICA_GROUPS")->group(g_fault);
   app.add_option("--shutdown_timeout,--shutdown-timeout", shutdown_timeout,
                  "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)")
       ->envname("PET_SHUTDOWN_TIMEOUT")->group(g_fault);
@@ -415,6 +419,24 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       cfg.endpoint_host = ep->host;
       cfg.endpoint_port = ep->port;
     }
+  }
+
+  // --replica_groups=R: R runs of --nnodes / R nodes each (agent/node_agent.h).
+  if (replica_groups != 0) {
+    const std::string flag = absl::StrCat("--replica_groups=", replica_groups);
+    if (replica_groups < 1) return {std::nullopt, UsageError(absl::StrCat(flag, ": must be >= 1"))};
+    if (cfg.backend == Backend::kStatic) {
+      return {std::nullopt, UsageError(absl::StrCat(flag, ": needs the rendezvous server (--rdzv_backend=c10d or "
+                                                          "meshrun): each group is a run of it; the static backend has none"))};
+    }
+    if (a.min_nodes % replica_groups != 0 || a.max_nodes % replica_groups != 0) {
+      return {std::nullopt, UsageError(absl::StrCat(flag, ": --nnodes=", nnodes, " must be a multiple of ",
+                                                    replica_groups, " (MIN and MAX): each group has --nnodes / ",
+                                                    replica_groups, " nodes"))};
+    }
+    a.replica_groups = replica_groups;
+    a.min_nodes /= replica_groups;
+    a.max_nodes /= replica_groups;
   }
 
   // The worker command, like torchrun (worker_command.h); a program that

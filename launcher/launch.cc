@@ -4,6 +4,7 @@
 #include "launcher/health_port.h"
 #include "launcher/hosting.h"
 
+#include <algorithm>
 #include <signal.h>
 #include <unistd.h>
 
@@ -192,12 +193,13 @@ int Launch(LaunchConfig config) {
                                               : config.endpoint_list;
   }
   if (open_files) {
+    const int job_nodes = a.max_nodes * std::max(1, a.replica_groups);  // (max_nodes is per replica group.)
     const std::string need_for =
-        server ? absl::StrCat("the rendezvous server for --nnodes MAX=", a.max_nodes, " with this node's ", a.nproc,
+        server ? absl::StrCat("the rendezvous server for --nnodes MAX=", job_nodes, " with this node's ", a.nproc,
                               " worker(s)")
                : absl::StrCat("this node's ", a.nproc, " worker(s)");
     const std::string w =
-        OpenFilesWarning(*open_files, DescriptorsNeeded(server ? a.max_nodes : 0, a.nproc), need_for);
+        OpenFilesWarning(*open_files, DescriptorsNeeded(server ? job_nodes : 0, a.nproc), need_for);
     if (!w.empty()) std::fprintf(stderr, "meshrun: warning: %s\n", w.c_str());
   }
   if (config.standalone && a.nproc > 1 && !env::Get(env::kOmpNumThreads)) {

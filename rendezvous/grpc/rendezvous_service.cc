@@ -157,4 +157,22 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFinished(grpc::CallbackServer
   return reactor.get();
 }
 
+grpc::ServerUnaryReactor* RendezvousService::PlaceReplicaGroup(grpc::CallbackServerContext* ctx,
+                                                               const pb::PlaceReplicaGroupRequest* req,
+                                                               pb::PlaceReplicaGroupResponse* resp) {
+  if (auto s = core_->Admit(M::kPlaceReplicaGroup, *req, req->run()); !s.ok()) {
+    return core_->Reply(M::kPlaceReplicaGroup, ctx, s);
+  }
+  if (absl::Status s = requests::CheckPlaceReplicaGroup(*req, core_->limits()); !s.ok()) {
+    return core_->Reply(M::kPlaceReplicaGroup, ctx, ToGrpc(s));
+  }
+  absl::StatusOr<int> group =
+      core_->placer()->Place(req->run().run_id(), req->node_id(), req->replica_groups(),
+                             req->min_nodes_per_group(), req->max_nodes_per_group());
+  if (!group.ok()) return core_->Reply(M::kPlaceReplicaGroup, ctx, ToGrpc(group.status()));
+  resp->set_replica_group(*group);
+  if (*group >= 0) resp->set_group_run_id(ReplicaGroupPlacer::GroupRunId(req->run().run_id(), *group));
+  return core_->Reply(M::kPlaceReplicaGroup, ctx, grpc::Status::OK);
+}
+
 }  // namespace meshrun::rendezvous

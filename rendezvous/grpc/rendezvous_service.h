@@ -34,6 +34,10 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   grpc::ServerUnaryReactor* ReportFinished(grpc::CallbackServerContext* ctx,
                                            const v1::ReportFinishedRequest* req,
                                            v1::ReportFinishedResponse* resp) override;
+  // Which replica group a node joins (ReplicaGroupPlacer::Place); answers at once.
+  grpc::ServerUnaryReactor* PlaceReplicaGroup(grpc::CallbackServerContext* ctx,
+                                              const v1::PlaceReplicaGroupRequest* req,
+                                              v1::PlaceReplicaGroupResponse* resp) override;
 
  private:
   ServiceCore* const core_;

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/security.h"
+#include "rendezvous/run/replica_group_placer.h"
 
 namespace meshrun::rendezvous::requests {
 namespace {
@@ -47,6 +48,26 @@ absl::StatusOr<JoinArgs> JoinFromProto(const pb::JoinRequest& req, const std::st
 
 absl::Status CheckWatch(const pb::WatchRequest& req, const ServerLimits& limits) {
   return CheckLength("node id", req.node_id(), limits.max_node_id_bytes, "max_node_id_bytes");
+}
+
+absl::Status CheckPlaceReplicaGroup(const pb::PlaceReplicaGroupRequest& req, const ServerLimits& limits) {
+  if (req.replica_groups() < 1 || req.replica_groups() > limits.max_replica_groups) {
+    return absl::InvalidArgumentError(absl::StrCat("replica_groups=", req.replica_groups(), ": allowed: 1..",
+                                                   limits.max_replica_groups, " (max_replica_groups)"));
+  }
+  if (req.min_nodes_per_group() < 1 || req.max_nodes_per_group() < req.min_nodes_per_group() ||
+      req.max_nodes_per_group() > limits.max_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("nodes per replica group ", req.min_nodes_per_group(), ":",
+                                                   req.max_nodes_per_group(), ": allowed: 1 <= MIN <= MAX <= ",
+                                                   limits.max_nodes, " (max_nodes)"));
+  }
+  if (absl::Status s = CheckLength("node id", req.node_id(), limits.max_node_id_bytes, "max_node_id_bytes");
+      !s.ok()) {
+    return s;
+  }
+  return CheckLength("replica group run id",
+                     ReplicaGroupPlacer::GroupRunId(req.run().run_id(), req.replica_groups() - 1),
+                     limits.max_run_id_bytes, "max_run_id_bytes");
 }
 
 absl::StatusOr<absl::Duration> BarrierTimeout(const pb::ReportFinishedRequest& req, const ServerLimits& limits) {

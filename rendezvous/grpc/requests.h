@@ -48,6 +48,14 @@ absl::Status CheckWatch(const v1::WatchRequest& req, const ServerLimits& limits 
 absl::StatusOr<absl::Duration> BarrierTimeout(const v1::ReportFinishedRequest& req,
                                               const ServerLimits& limits = ServerLimits());
 
+// A PlaceReplicaGroup request, after Admit: OK, or INVALID_ARGUMENT naming
+// the field, the value and what is allowed: replica_groups 1..
+// limits.max_replica_groups, 1 <= min_nodes_per_group <= max_nodes_per_group
+// <= limits.max_nodes, a node id of 1..max_node_id_bytes, and group run ids
+// ("<run id>-group-<R-1>") within max_run_id_bytes.
+absl::Status CheckPlaceReplicaGroup(const v1::PlaceReplicaGroupRequest& req,
+                                    const ServerLimits& limits = ServerLimits());
+
 // A KvBatch request, after Admit: INVALID_ARGUMENT for more than
 // limits.max_batch_items items.
 absl::Status CheckKvBatch(const v1::KvBatchRequest& req, const ServerLimits& limits = ServerLimits());

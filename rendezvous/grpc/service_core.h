@@ -21,6 +21,7 @@
 #include "meshrun/proto/rendezvous.pb.h"
 #include "rendezvous/lighthouse/lighthouse_registry.h"
 #include "rendezvous/run/run.h"
+#include "rendezvous/run/replica_group_placer.h"
 #include "rendezvous/run/run_registry.h"
 #include "rendezvous/policy/memory_release.h"
 #include "rendezvous/server/metrics.h"
@@ -36,7 +37,7 @@ class ServiceCore {
   enum Method {
     kJoin, kHeartbeat, kWatch, kReportFailure, kReportFinished, kKvSet, kKvGet, kKvAdd,
     kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kKvBatch, kStatus,
-    kLighthouseQuorum, kLighthouseHeartbeat, kNumMethods
+    kLighthouseQuorum, kLighthouseHeartbeat, kPlaceReplicaGroup, kNumMethods
   };
   // "Join", "KvSet", ... (the method's name in its service; the
   // Lighthouse service's: "LighthouseQuorum", "LighthouseHeartbeat").
@@ -121,6 +122,8 @@ class ServiceCore {
   absl::StatusOr<std::shared_ptr<Run>> AdmitStore(grpc::CallbackServerContext* ctx,
                                                   const google::protobuf::Message& req, const v1::RunRef& run,
                                                   int64_t keys_read);
+  // Which replica group a node joins (PlaceReplicaGroup).
+  ReplicaGroupPlacer* placer() { return &placer_; }
   // Warns when `max_nodes` agents need more descriptors than the open
   // files limit.
   void CheckOpenFiles(int64_t max_nodes);
@@ -132,6 +135,7 @@ class ServiceCore {
   const ServerLimits limits_;
   ServerMetrics* const metrics_;
   TrafficCounters* const traffic_;
+  ReplicaGroupPlacer placer_{registry_, limits_};
   int port_ = 0;
   OpenFilesLimit open_files_;
   std::atomic<int64_t> warned_nodes_{0};

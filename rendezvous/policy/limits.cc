@@ -45,6 +45,7 @@ constexpr IntLimit kIntLimits[] = {
     {"max_replica_groups", &ServerLimits::max_replica_groups},
     {"max_quorum_member_bytes", &ServerLimits::max_quorum_member_bytes},
     {"max_quorum_bytes", &ServerLimits::max_quorum_bytes},
+    {"max_replica_group_places", &ServerLimits::max_replica_group_places},
     {"max_nproc", &ServerLimits::max_nproc},
     {"max_world_size", &ServerLimits::max_world_size},
     {"max_nodes", &ServerLimits::max_nodes},
@@ -66,6 +67,7 @@ constexpr DurationLimit kDurationLimits[] = {
     {"nodeless_run_ttl", &ServerLimits::nodeless_run_ttl},
     {"listener_check_interval", &ServerLimits::listener_check_interval},
     {"memory_release_delay", &ServerLimits::memory_release_delay},
+    {"replica_group_place_hold", &ServerLimits::replica_group_place_hold},
 };
 
 std::string Shown(absl::string_view v) {

@@ -80,6 +80,11 @@ struct ServerLimits {
   // The members one quorum may hold, bytes (every answer carries them all;
   // torchft's client decodes at most 4 MiB).
   int64_t max_quorum_bytes = 1 << 20;
+  // Replica group placement (rendezvous/run/replica_group_placer.h): the
+  // places held for nodes that have not joined their group's run yet,
+  // server-wide, and how long one is held for its node.
+  int64_t max_replica_group_places = 65536;
+  absl::Duration replica_group_place_hold = absl::Seconds(30);
   // Job shape.
   int64_t max_nproc = 65536;             // Workers of one node.
   int64_t max_world_size = 1 << 24;      // Workers of one round, all nodes.

@@ -205,6 +205,17 @@ class Run : public std::enable_shared_from_this<Run> {
   // removes after nodeless_run_ttl. Thread-safe; takes the run's lock (and
   // then its store's) only when the activity time says idle.
   bool IdleNodeless(absl::Time cutoff) const;
+  // What a replica group's placement (replica_group_placer.h) needs of
+  // this run, one of the job's groups: whether it ended, how many nodes
+  // take part (joining, members, being re-formed; a node declared lost no
+  // longer does), and whether `node_id` is one of them. Thread-safe; takes
+  // the run's lock; O(its nodes).
+  struct Occupancy {
+    bool ended = false;
+    int participants = 0;
+    bool has_node = false;
+  };
+  Occupancy OccupancyOf(const std::string& node_id) const;
   // True while no node was ever admitted (a store-only run), and the time
   // of its last activity (Unix ns). Thread-safe, O(1).
   bool store_only() const { return !had_node_.load(); }

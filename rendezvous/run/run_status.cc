@@ -3,10 +3,24 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "rendezvous/run/run.h"
 
 namespace meshrun::rendezvous {
+
+Run::Occupancy Run::OccupancyOf(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  Occupancy o;
+  o.ended = state_ == State::kFinished || state_ == State::kFailed;
+  absl::flat_hash_set<absl::string_view> ids;
+  for (const auto& m : members_) ids.insert(m.node.node_id);
+  for (const auto& m : reforming_) ids.insert(m.node.node_id);
+  for (const auto& j : pending_) ids.insert(j.node.node_id);
+  o.participants = static_cast<int>(ids.size());
+  o.has_node = IsParticipantLocked(node_id);
+  return o;
+}
 
 bool Run::IdleNodeless(absl::Time cutoff) const {
   // The atomics first: a run in use is passed over without its lock.

@@ -10,10 +10,17 @@
 # restarts its worker (restart count 1), which rejoins: quorums of both again, with a larger
 # id; quorum ids never go back; both jobs exit 0. groupA's longest stall is printed.
 #
-# usage: lighthouse_groups_test.sh MESHRUN [CACHE_DIR]   (0 pass, 1 fail, 77 skip)
+# FORM replica_groups: the same two groups as one job, `meshrun --nnodes=2 --replica_groups=2`
+# (runs ft-group-0 and ft-group-1, whose workers share the job's lighthouse by default),
+# instead of two jobs joined by lighthouse_run.
+#
+# usage: lighthouse_groups_test.sh MESHRUN [CACHE_DIR] [FORM]   (0 pass, 1 fail, 77 skip)
 set -uo pipefail
-meshrun=$(readlink -f "${1:?usage: lighthouse_groups_test.sh MESHRUN [CACHE_DIR]}")
+meshrun=$(readlink -f "${1:?usage: lighthouse_groups_test.sh MESHRUN [CACHE_DIR] [FORM]}")
 cache=${2:-${MESHRUN_TEST_CACHE:-$HOME/.cache/meshrun-tests}}
+[[ $cache == - ]] && cache=${MESHRUN_TEST_CACHE:-$HOME/.cache/meshrun-tests}
+form=${3:-jobs}
+[[ $form == jobs || $form == replica_groups ]] || { echo "FORM: jobs or replica_groups, not '$form'"; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/support/wait_for.sh
 source "$here/../support/wait_for.sh"
@@ -43,13 +50,22 @@ pids+=($!)
 listening() { [[ -s $work/port ]]; }
 wait_for 20 listening || fail "the server did not listen within 20 s"
 endpoint=127.0.0.1:$(cat "$work/port")
-# job GROUP [ENV...]: one replica group's job; its exit code lands in $work/GROUP.rc.
+# job GROUP [ENV...]: one replica group's job (FORM jobs), or one node of the job of two groups
+# (FORM replica_groups); its exit code lands in $work/GROUP.rc. GROUP is the torchft replica id.
+if [[ $form == jobs ]]; then
+  shape=(--nnodes=1)
+  conf=lighthouse_run=ft,
+else
+  shape=(--nnodes=2 --replica_groups=2)
+  conf=
+fi
 job() {
-  local g=$1
+  local g=$1 id=$1
   shift
-  (env OUT="$work" GROUP="$g" "$@" "$meshrun" --nnodes=1 --nproc_per_node=1 --rdzv_endpoint="$endpoint" \
-     --rdzv_id="$g" --max_restarts=1 \
-     --rdzv_conf lighthouse_run=ft,lighthouse_min_replicas=1,lighthouse_heartbeat_timeout=2 \
+  [[ $form == replica_groups ]] && id=ft
+  (env OUT="$work" GROUP="$g" "$@" "$meshrun" "${shape[@]}" --nproc_per_node=1 --rdzv_endpoint="$endpoint" \
+     --rdzv_id="$id" --max_restarts=1 \
+     --rdzv_conf "${conf}lighthouse_min_replicas=1,lighthouse_heartbeat_timeout=2" \
      --no_python sh -c 'echo "$TORCHELASTIC_RESTART_COUNT" >> "$OUT/$GROUP.start"; exec python3 '"$here"'/lighthouse_steps.py' \
      >"$work/$g.log" 2>&1
    echo $? >"$work/$g.rc") &
@@ -103,4 +119,4 @@ print("groupA's quorums: " + ", ".join(f"{n} x [{m}]" for m, n in phases))
 print(f"groupA's longest stall between two steps: {stall:.2f} s (lighthouse_heartbeat_timeout 2 s: groupB is "
       f"left out once its heartbeat times out)")
 PY
-echo "PASS: groupB's worker died and its job alone restarted it; groupA stepped on (started once) and both ended 0"
+echo "PASS ($form): groupB's worker died and its group alone restarted it; groupA stepped on (started once) and both ended 0"

@@ -28,6 +28,7 @@
 #include "rendezvous/run/run.h"
 #include "rendezvous/run/run_registry.h"
 #include "rendezvous/policy/timer.h"
+#include "rendezvous/run/replica_group_placer.h"
 #include "proto/wire.h"
 
 namespace {
@@ -38,7 +39,7 @@ using rdzv::requests::Admit;
 
 enum Method {
   kJoin, kHeartbeat, kWatch, kReportFailure, kReportFinished, kKvSet, kKvGet, kKvAdd, kKvCompareSet,
-  kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kCancel, kNumMethods
+  kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kCancel, kPlaceReplicaGroup, kNumMethods
 };
 
 // Collects what the domain answers, from any thread (the timer's too).
@@ -272,6 +273,14 @@ class Harness {
         (void)registry_.Status();
         return;
       }
+      case kPlaceReplicaGroup: {
+        pb::PlaceReplicaGroupRequest req;
+        if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
+        if (!rdzv::requests::CheckPlaceReplicaGroup(req, limits_).ok()) return;
+        (void)placer_.Place(req.run().run_id(), req.node_id(), req.replica_groups(), req.min_nodes_per_group(),
+                            req.max_nodes_per_group());
+        return;
+      }
       case kCancel: {
         if (parked_.empty() || size == 0) return;
         size_t i = data[0] % parked_.size();
@@ -315,6 +324,7 @@ class Harness {
   // Declared first: destroyed last, after the registry closed every run.
   rdzv::DeadlineTimer timer_;
   rdzv::RunRegistry registry_;
+  rdzv::ReplicaGroupPlacer placer_{&registry_, limits_};
   std::shared_ptr<Answers> answers_ = std::make_shared<Answers>();
   std::shared_ptr<Sessions> sessions_ = std::make_shared<Sessions>();
   std::shared_ptr<rdzv::Run> scratch_;

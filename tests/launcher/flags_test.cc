@@ -168,3 +168,20 @@ TEST_CASE("a misspelled flag gets the nearest flags, in the user's spelling, and
   CHECK(NearestNames("tls_xx", {"tls_cb", "tls_ca"}) == std::vector<std::string>{"tls_cb", "tls_ca"});  // A tie: given order.
   CHECK(NearestNames("", {"a", "abc"}).size() == 1);
 }
+
+TEST_CASE("the --replica_groups flag: R groups of --nnodes / R nodes each, bad values refused", "[flags]") {
+  auto c = Parse({"--nnodes=4:6", "--replica-groups=2", "--rdzv_endpoint=h:1", "--rdzv_id=job"});
+  REQUIRE(c);
+  CHECK(c->agent.replica_groups == 2);
+  CHECK(c->agent.min_nodes == 2);
+  CHECK(c->agent.max_nodes == 3);
+  CHECK(c->agent.run_id == "job");
+  auto none = Parse({"--nnodes=4", "--rdzv_endpoint=h:1", "--rdzv_id=job"});
+  REQUIRE(none);
+  CHECK(none->agent.replica_groups == 0);
+  CHECK(none->agent.max_nodes == 4);
+  CHECK_FALSE(Parse({"--nnodes=3", "--replica_groups=2", "--rdzv_endpoint=h:1"}));   // Not a multiple.
+  CHECK_FALSE(Parse({"--nnodes=2:4", "--replica_groups=4", "--rdzv_endpoint=h:1"}));  // MIN not a multiple.
+  CHECK_FALSE(Parse({"--nnodes=2", "--replica_groups=-1", "--rdzv_endpoint=h:1"}));
+  CHECK_FALSE(Parse({"--nnodes=2", "--replica_groups=2", "--rdzv_backend=static", "--master_addr=h"}));
+}

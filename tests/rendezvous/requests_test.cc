@@ -80,6 +80,35 @@ TEST_CASE("requests: an exit barrier's wait is bounded by max_wait", "[rdzv]") {
   }
 }
 
+TEST_CASE("requests: a replica group placement's groups, node counts, node id and run ids are bounded", "[rdzv]") {
+  ServerLimits limits;
+  limits.max_replica_groups = 8;
+  limits.max_nodes = 100;
+  limits.max_run_id_bytes = 16;
+  v1::PlaceReplicaGroupRequest r;
+  r.mutable_run()->set_run_id("job");
+  r.set_node_id("a");
+  r.set_replica_groups(8);
+  r.set_min_nodes_per_group(1);
+  r.set_max_nodes_per_group(100);
+  CHECK(CheckPlaceReplicaGroup(r, limits).ok());
+  auto refused = [&](auto change, const std::string& says) {
+    v1::PlaceReplicaGroupRequest bad = r;
+    change(bad);
+    absl::Status s = CheckPlaceReplicaGroup(bad, limits);
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK_THAT(std::string(s.message()), Catch::Contains(says));
+  };
+  refused([](auto& b) { b.set_replica_groups(0); }, "replica_groups=0: allowed: 1..8 (max_replica_groups)");
+  refused([](auto& b) { b.set_replica_groups(9); }, "replica_groups=9");
+  refused([](auto& b) { b.set_min_nodes_per_group(0); }, "nodes per replica group 0:100");
+  refused([](auto& b) { b.set_min_nodes_per_group(5); b.set_max_nodes_per_group(4); }, "5:4");
+  refused([](auto& b) { b.set_max_nodes_per_group(101); }, "<= 100 (max_nodes)");
+  refused([](auto& b) { b.set_node_id(""); }, "empty node id");
+  // "job-group-7" fits 16 bytes; "jobjob-group-7" too; "jobjobjob-group-7" does not.
+  refused([](auto& b) { b.mutable_run()->set_run_id("jobjobjob"); }, "replica group run id of 17 bytes");
+}
+
 TEST_CASE("requests: a watch's node id and a store batch's items are bounded", "[rdzv]") {
   ServerLimits l;
   l.max_node_id_bytes = 4;
