@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Per-step fault tolerance with PyTorch and torchft under `meshrun --replica_groups` (issue 33):
+# 3 replica groups x 2 workers (3 agents on loopback, one `meshrun server`), each worker a
+# torchft 0.2.0 DDP loop over Gloo on CPU (tests/py/torchft_ddp.py), 200 steps of 50 ms. At
+# group 1's step 50, its rank 0 is killed with SIGKILL.
+#   - groups 0 and 2 keep stepping: their workers start once, and their longest stall between
+#     two committed steps is printed (and must stay under 30 s);
+#   - group 1 alone restarts (restart count 1), heals from a peer (torchft's checkpoint
+#     transport) and steps on;
+#   - every worker reaches step 200, and the final parameters are equal on all 6 workers (a
+#     group that started over instead of healing would differ);
+#   - every agent exits 0.
+# Needs PyTorch 2.x from PyPI (scripts/torch2-venv.sh, cached) and torchft 0.2.0 with its
+# pinned dependencies (tests/py/torchft-requirements.txt), installed here into a venv cached
+# beside it that sees the PyTorch venv's packages: exit 77 (skipped) without them.
+# usage: torchft_ddp_test.sh MESHRUN SOURCE_DIR   (0 pass, 1 fail, 77 skip)
+set -uo pipefail
+meshrun=$(readlink -f "${1:?usage: torchft_ddp_test.sh MESHRUN SOURCE_DIR}")
+src=$(readlink -f "${2:?usage: torchft_ddp_test.sh MESHRUN SOURCE_DIR}")
+# shellcheck source=tests/support/wait_for.sh
+source "$src/tests/support/wait_for.sh"
+cache=${MESHRUN_TEST_CACHE:-$HOME/.cache/meshrun-tests}
+torch_version=2.15.0
+torch_venv=${MESHRUN_TORCH2_VENV:-$cache/torch-$torch_version}
+[[ -x $torch_venv/bin/python ]] || { echo "SKIPPED: no PyTorch $torch_version venv at $torch_venv (scripts/torch2-venv.sh makes it)"; exit 77; }
+venv=$cache/torchft-train-0.2.0-torch-$torch_version
+reqs=$src/tests/py/torchft-requirements.txt
+stamp="$(md5sum <"$reqs" | cut -c1-32)"
+mkdir -p "$cache"
+exec 8>"$venv.lock"
+flock -w 600 8 || { echo "FAIL: $venv.lock held for 10 min"; exit 1; }
+if [[ $(cat "$venv/.meshrun-stamp" 2>/dev/null) != "$stamp" ]]; then
+  rm -rf -- "$venv"
+  /usr/bin/python3 -m venv "$venv" || { echo "SKIPPED: python3 -m venv failed"; exit 77; }
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$torch_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/meshrun-torch.pth"
+  if ! timeout 600 "$venv/bin/pip" install -q --no-deps -r "$reqs" >"$cache/torchft-train-pip.log" 2>&1; then
+    tail -n 3 "$cache/torchft-train-pip.log"
+    rm -rf -- "$venv"
+    echo "SKIPPED: pip could not install $reqs (PyPI unreachable?)"
+    exit 77
+  fi
+  echo "$stamp" >"$venv/.meshrun-stamp"
+fi
+exec 8>&-
+python=$venv/bin/python
+"$python" -c 'import torch, torchft' 2>/dev/null || { echo "FAIL: torch and torchft do not import in $venv"; exit 1; }
+
+work=$(mktemp -d /tmp/meshrun-torchft-ddp.XXXXXX)
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  [[ -z ${TORCHFT_DDP_KEEP:-} && $work == /tmp/meshrun-torchft-ddp.* ]] && rm -rf -- "$work"
+}
+fail() {
+  local f
+  echo "FAIL: $*"
+  for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- ${f##*/} (last 12 lines)"; tail -n 12 "$f"; }; done
+  for f in "$work"/*.steps; do [[ -f $f ]] && echo "--- ${f##*/}: $(wc -l <"$f") steps, last: $(tail -n 1 "$f")"; done
+  exit 1
+}
+trap cleanup EXIT
+
+"$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port" >"$work/server.log" 2>&1 &
+pids+=($!)
+listening() { [[ -s $work/port ]]; }
+wait_for 20 listening || fail "the server did not listen within 20 s"
+endpoint=127.0.0.1:$(cat "$work/port")
+for n in 0 1 2; do
+  (env OUT="$work" STEPS=200 STEP_SECONDS=0.05 TIME_LIMIT=240 "$meshrun" --nnodes=3 --replica_groups=3 \
+     --nproc_per_node=2 --rdzv_endpoint="$endpoint" --rdzv_id=ddp --max_restarts=2 \
+     --rdzv_conf lighthouse_min_replicas=1,lighthouse_heartbeat_timeout=2 \
+     --no_python sh -c 'echo "$TORCHELASTIC_RESTART_COUNT $$" >> "$OUT/g${REPLICA_GROUP_ID}r$RANK.start"; exec "$0" "$@"' \
+     "$python" "$src/tests/py/torchft_ddp.py" >"$work/agent$n.log" 2>&1 &
+   echo $! >"$work/agent$n.pid"
+   wait $!
+   echo $? >"$work/agent$n.rc") &
+  pids+=($!)
+done
+steps_of() { [[ -f $work/$1.steps ]] && wc -l <"$work/$1.steps" || echo 0; }
+at_50() { (($(steps_of g1r0) >= 50)); }
+wait_for 180 at_50 || fail "group 1 did not reach step 50 within 180 s"
+victim=$(awk '{ print $2 }' "$work/g1r0.start" | tail -n 1)
+kill -KILL "$victim" || fail "could not kill group 1's rank 0 (pid $victim)"
+echo "group 1's rank 0 (pid $victim) killed with SIGKILL at its step $(steps_of g1r0)"
+finals() { local f; for f in g0r0 g0r1 g1r0 g1r1 g2r0 g2r1; do [[ -s $work/$f.final ]] || return 1; done; }
+wait_for 240 finals || fail "not every worker reached step 200 within 240 s of the kill"
+ended() { local n; for n in 0 1 2; do [[ -s $work/agent$n.rc ]] || return 1; done; }
+wait_for 60 ended || fail "the agents did not end within 60 s of the last step"
+for n in 0 1 2; do [[ $(cat "$work/agent$n.rc") == 0 ]] || fail "agent $n exited $(cat "$work/agent$n.rc")"; done
+
+python3 - "$work" <<'PY' || fail "the run's record is wrong (above)"
+import os, sys
+work = sys.argv[1]
+def lines(name):
+    return [l.split() for l in open(os.path.join(work, name))]
+for g in "02":
+    for r in "01":
+        starts = lines(f"g{g}r{r}.start")
+        if [s[0] for s in starts] != ["0"]:
+            sys.exit(f"group {g} rank {r} started {len(starts)} times (restart counts {[s[0] for s in starts]})")
+for r in "01":
+    counts = [s[0] for s in lines(f"g1r{r}.start")]
+    if counts != ["0", "1"]:
+        sys.exit(f"group 1 rank {r}: restart counts {counts}, not [0, 1]")
+finals = {f"g{g}r{r}": lines(f"g{g}r{r}.final")[0] for g in "012" for r in "01"}
+if {v[1] for v in finals.values()} != {"200"}:
+    sys.exit(f"final steps: { {k: v[1] for k, v in finals.items()} }")
+if len({v[0] for v in finals.values()}) != 1:
+    sys.exit(f"final parameters differ: { {k: v[0][:12] for k, v in finals.items()} }")
+# Group 1's restarted workers healed: their first committed step is far past 1.
+rest = [l for l in lines("g1r0.steps") if l[2] == "1"]
+if not rest or int(rest[0][0]) <= 50:
+    sys.exit(f"group 1's restarted rank 0 did not resume past step 50 (first step {rest[0][0] if rest else None})")
+stalls = {}
+for g in "02":
+    t = [float(l[1]) for l in lines(f"g{g}r0.steps")]
+    stalls[g] = max(b - a for a, b in zip(t, t[1:]))
+    if stalls[g] > 30:
+        sys.exit(f"group {g} stalled {stalls[g]:.1f} s")
+print(f"groups 0 and 2 started once; longest stall {stalls['0']:.2f} s and {stalls['2']:.2f} s "
+      f"(lighthouse_heartbeat_timeout 2 s, Gloo timeout 5 s); group 1 restarted once and resumed at step "
+      f"{rest[0][0]}; all 6 workers at step 200 with equal parameters")
+PY
+echo "PASS: 3 torchft DDP replica groups under meshrun --replica_groups: group 1's crash restarted it alone, it healed from a peer, all ended equal"
