@@ -9,11 +9,14 @@ number), so all replicas stay equal exactly when a restarted group healed from a
 started over from its initial weights would differ at the end. Each worker appends
 "step unix_time restart_count participants" to OUT/g<group>r<rank>.steps after each committed
 step and writes OUT/g<group>r<rank>.final (its parameters' SHA-256 and the step) once it reached
-STEPS (default 200). STEP_SECONDS (default 0) is added to each step, as a larger model's compute
-would take. Bounded: TIME_LIMIT seconds (default 300) in all. Exit 0, or 1 with one
-line on stderr."""
+STEPS (default 200). STEP_SECONDS (default 0) is added to each step, as a larger model's
+compute would take. KILL_AT=N: rank KILL_RANK (default 0) of group KILL_GROUP (default 1) kills
+itself with SIGKILL after its committed step N at its first start, as a crashed worker would
+(for the benchmark bench/replica_groups/step_loss.sh; the test kills from outside). Bounded:
+TIME_LIMIT seconds (default 300) in all. Exit 0, or 1 with one line on stderr."""
 import hashlib
 import os
+import signal
 import struct
 import sys
 import time
@@ -29,6 +32,8 @@ restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 out = os.environ["OUT"]
 steps = int(os.environ.get("STEPS", "200"))
 step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
+kill_at = int(os.environ.get("KILL_AT", "-1"))
+kill_me = group == int(os.environ.get("KILL_GROUP", "1")) and rank == int(os.environ.get("KILL_RANK", "0"))
 deadline = time.monotonic() + float(os.environ.get("TIME_LIMIT", "300"))
 me = f"g{group}r{rank}"
 
@@ -75,6 +80,8 @@ with open(os.path.join(out, f"{me}.steps"), "a", buffering=1) as log:
         opt.step()  # Commits (or not) through the quorum: current_step grows on a commit.
         if manager.current_step() > before:
             log.write(f"{manager.current_step()} {time.time():.3f} {restart} {manager.num_participants()}\n")
+            if kill_me and restart == "0" and manager.current_step() == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
 
 params = [v for p in model.parameters() for v in p.detach().flatten().tolist()]
 digest = hashlib.sha256(struct.pack(f"{len(params)}d", *params)).hexdigest()
