@@ -7,11 +7,14 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <fstream>
 #include <iterator>
 #include <vector>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -37,13 +40,44 @@ socklen_t AbstractAddress(const std::string& name, sockaddr_un* addr) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
-// Whether a process of this namespace listens on the abstract address.
-bool Held(const sockaddr_un& addr, socklen_t len) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool held = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0;
-  ::close(fd);
-  return held;
+// The inode of the socket bound to abstract `name` in this network
+// namespace (/proc/net/unix), 0 when none is.
+uint64_t AbstractSocketInode(const std::string& name) {
+  std::ifstream f("/proc/net/unix");
+  std::string line;
+  std::getline(f, line);  // Header.
+  const std::string path = "@" + name;
+  for (int n = 0; n < 1000000 && std::getline(f, line); ++n) {  // Bounded: the namespace's sockets.
+    std::vector<absl::string_view> cols = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (cols.size() < 8 || cols[7] != path) continue;
+    uint64_t inode = 0;
+    if (absl::SimpleAtoi(cols[6], &inode)) return inode;
+  }
+  return 0;
+}
+
+// Whether a process of this namespace holds abstract `name`. Read from
+// /proc/net/unix: no connection is made (a holder never accepts, so
+// connections would queue on it until its backlog filled and a later
+// connect blocked) and nothing is bound (a probe's bind would, for a
+// moment, look like a holder to a meshrun starting beside it).
+bool Held(const std::string& name) { return AbstractSocketInode(name) != 0; }
+
+// The pid of a process with `inode`'s socket open, 0 when none is found
+// (another user's process, or gone). O(processes x their descriptors).
+pid_t SocketOwner(uint64_t inode) {
+  const std::string target = absl::StrCat("socket:[", inode, "]");
+  std::error_code ec;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(proc.path().filename().string(), &pid)) continue;
+    std::error_code fd_ec;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      if (std::filesystem::read_symlink(fd.path(), link_ec).string() == target) return pid;
+    }
+  }
+  return 0;
 }
 
 // The run id a meshrun command line names (--rdzv_id=X, --rdzv-id X, ...),
@@ -59,30 +93,23 @@ std::string RunIdOf(const std::vector<std::string>& args) {
   return "";
 }
 
-// "pid 1234 (meshrun --nnodes=2 ..., run 'job1')" for the process listening
-// on `addr`, or a plain phrase when it cannot be found.
-std::string Holder(const sockaddr_un& addr, socklen_t len) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "another process";
-  std::string who = "another process";
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
-    ucred cred{};
-    socklen_t clen = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 && cred.pid > 0) {
-      who = absl::StrCat("pid ", cred.pid);
-      std::ifstream f(absl::StrCat("/proc/", cred.pid, "/cmdline"));
-      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());  // A gone process reads as empty.
-      while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
-      std::vector<std::string> args = absl::StrSplit(cmd, '\0');
-      const std::string run_id = RunIdOf(args);
-      std::string shown = absl::StrJoin(args, " ");
-      if (shown.size() > 120) shown = shown.substr(0, 117) + "...";
-      if (!cmd.empty()) {
-        absl::StrAppend(&who, " (", shown, run_id.empty() ? "" : absl::StrCat(", run '", run_id, "'"), ")");
-      }
-    }
+// "pid 1234 (meshrun --nnodes=2 ..., run 'job1')" for the process holding
+// abstract `name`, or a plain phrase when it cannot be found.
+std::string Holder(const std::string& name) {
+  const uint64_t inode = AbstractSocketInode(name);
+  const pid_t pid = inode == 0 ? 0 : SocketOwner(inode);
+  if (pid <= 0) return "another process";
+  std::string who = absl::StrCat("pid ", pid);
+  std::ifstream f(absl::StrCat("/proc/", pid, "/cmdline"));
+  std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());  // A gone process reads as empty.
+  while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
+  std::vector<std::string> args = absl::StrSplit(cmd, '\0');
+  const std::string run_id = RunIdOf(args);
+  std::string shown = absl::StrJoin(args, " ");
+  if (shown.size() > 120) shown = shown.substr(0, 117) + "...";
+  if (!cmd.empty()) {
+    absl::StrAppend(&who, " (", shown, run_id.empty() ? "" : absl::StrCat(", run '", run_id, "'"), ")");
   }
-  ::close(fd);
   return who;
 }
 
@@ -93,11 +120,9 @@ absl::StatusOr<HostClaim> HostClaim::Take(int port, absl::string_view host) {
                                                : absl::StrCat("port ", port, " on ", host);
   if (!IsAnyAddress(host)) {
     // A server on every address serves this one too.
-    sockaddr_un any;
-    const socklen_t any_len = AbstractAddress(ClaimName(port, ""), &any);
-    if (Held(any, any_len)) {
+    if (Held(ClaimName(port, ""))) {
       return absl::AlreadyExistsError(
-          absl::StrCat(Holder(any, any_len), " in this network namespace already hosts port ", port,
+          absl::StrCat(Holder(ClaimName(port, "")), " in this network namespace already hosts port ", port,
                        " on every address"));
     }
   }
@@ -110,16 +135,12 @@ absl::StatusOr<HostClaim> HostClaim::Take(int port, absl::string_view host) {
     const int err = errno;
     ::close(fd);
     if (err == EADDRINUSE) {
-      return absl::AlreadyExistsError(absl::StrCat(Holder(addr, len), " in this network namespace already hosts ", where));
+      return absl::AlreadyExistsError(absl::StrCat(Holder(name), " in this network namespace already hosts ", where));
     }
     return PosixError(err, "bind", absl::StrCat("@", name));
   }
-  // Listening lets a later claimant ask who holds it (SO_PEERCRED).
-  if (::listen(fd, 4) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return PosixError(err, "listen", absl::StrCat("@", name));
-  }
+  // Bound, not listening: a later claimant finds the holder through
+  // /proc/net/unix and /proc/<pid>/fd, without connecting.
   return HostClaim(fd);
 }
 

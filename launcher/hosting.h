@@ -11,7 +11,7 @@
 namespace meshrun::launcher {
 
 // The right to host port `port`'s rendezvous server on an address in this
-// network namespace: a listening abstract Unix socket, "meshrun-host-<port>"
+// network namespace: a bound abstract Unix socket, "meshrun-host-<port>"
 // for a server on every address, "meshrun-host-<port>-<address>" for one on
 // one address (as torchrun's store on 127.0.0.1:P and another on [::1]:P
 // both run). Abstract sockets belong to the network namespace and vanish
@@ -23,7 +23,8 @@ class HostClaim {
   // "::" or "0.0.0.0": every address). ALREADY_EXISTS when another process
   // of this network namespace holds it, or, for one address, holds the
   // every-address claim; the message names that process (pid and command,
-  // from SO_PEERCRED and /proc) when it can be found. A claim on every
+  // from /proc/net/unix and /proc) when it can be found; no connection is
+  // made to the holder (none could queue on it). A claim on every
   // address does not see claims on one address: then the TCP bind decides.
   // Other errors (e.g. no Unix sockets) come back as their POSIX status;
   // the caller may then let the TCP bind decide. Thread-safe.

@@ -89,6 +89,23 @@ TEST_CASE("a job on the host of a meshrun server daemon finds the daemon and say
   CHECK(r.err.empty());
 }
 
+TEST_CASE("many jobs one after the other beside a meshrun server daemon all run: none waits on the host claim",
+          "[e2e][hosting][daemon]") {
+  // Each job finds the daemon's claim on its port. When that took a
+  // connection to the claim's socket (which nobody accepts), the sixth job
+  // on a host blocked in connect() for good (an attack found it).
+  std::string dir = TempDir();
+  Daemon d;
+  StartDaemon(d, dir);
+  for (int i = 0; i < 12; ++i) {
+    RunResult r = RunCommand({MeshrunBinary(), "--nnodes=1", "--rdzv_endpoint=127.0.0.1:" + std::to_string(d.port),
+                              "--rdzv_id=after" + std::to_string(i), "/bin/true"},
+                             {}, 30);
+    INFO("job " << i << ": " << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+}
+
 TEST_CASE("the daemon prints a usable metrics URL: the host name for an any-address host, loopback without a token",
           "[e2e][daemon][metrics]") {
   std::string dir = TempDir();
