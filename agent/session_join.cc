@@ -118,7 +118,7 @@ absl::Status Session::NewMembership() {
 absl::Status Session::PlaceInReplicaGroup() {
   const std::string job = o_.run_id;
   const absl::Time deadline = absl::Now() + o_.join_timeout;
-  bool said_standby = false;
+  bool said_standby = false, said_refusal = false;
   for (;;) {  // Bounded by join_timeout.
     if (const int signo = stop_signal_.load(); signo != 0) {
       return absl::CancelledError(absl::StrCat("received ", SignalName(signo), " while waiting for a replica group"));
@@ -134,8 +134,16 @@ absl::Status Session::PlaceInReplicaGroup() {
                  o_.run_id);
       return absl::OkStatus();
     }
-    const bool retry = place.ok() || absl::IsUnavailable(place.status()) || absl::IsDeadlineExceeded(place.status());
+    // Every group full, the server away for a moment, or its places all
+    // held (they pass within replica_group_place_hold): ask again.
+    const bool retry = place.ok() || absl::IsUnavailable(place.status()) ||
+                       absl::IsDeadlineExceeded(place.status()) || absl::IsResourceExhausted(place.status());
     if (!retry) return place.status();
+    if (!place.ok() && !said_refusal) {
+      log_->warn("replica group placement: {}; asking again every {}", std::string(place.status().message()),
+                 absl::FormatDuration(o_.keep_alive_interval));
+      said_refusal = true;
+    }
     if (place.ok() && !said_standby) {
       log_->info("every replica group of run '{}' has its {} node(s): this node stands by until one loses a node",
                  job, o_.max_nodes);

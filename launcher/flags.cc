@@ -1,5 +1,6 @@
 // `meshrun [flags] prog [args...]`: CLI11 flags and torchrun's command-line forms
 // (standalone, static, meshrun) resolved into a LaunchConfig (launch_config.h).
+#include <limits>
 #include <unistd.h>
 
 #include <cstdio>
@@ -91,7 +92,10 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   std::string role = "default", master_addr = "127.0.0.1", local_addr, log_dir, start_method, signals;
   std::string shutdown_timeout, redirects, tee, local_ranks_filter;
   std::string prefix_template, dup_stdout, dup_stderr, numa_binding, logs_specs, event_log_handler;
-  int node_rank = -1, master_port = 29500, max_restarts = 0, permanent_code = 78, replica_groups = 0;
+  int node_rank = -1, master_port = 29500, max_restarts = 0, permanent_code = 78;
+  // --replica_groups: unset unless given (0 is refused like any R < 1).
+  constexpr int kNoReplicaGroups = std::numeric_limits<int>::min();
+  int replica_groups = kNoReplicaGroups;
   double monitor_interval = 0;
   bool standalone = false, module = false, no_python = false, help_env = false, keep_orphans = false;
   bool run_path = false, virtual_local_rank = false;
@@ -422,10 +426,14 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   }
 
   // --replica_groups=R: R runs of --nnodes / R nodes each (agent/node_agent.h).
-  if (replica_groups != 0) {
+  if (replica_groups != kNoReplicaGroups) {
     const std::string flag = absl::StrCat("--replica_groups=", replica_groups);
     if (replica_groups < 1) return {std::nullopt, UsageError(absl::StrCat(flag, ": must be >= 1"))};
-    if (cfg.backend == Backend::kStatic) {
+    if (cfg.standalone && replica_groups > 1) {
+      return {std::nullopt, UsageError(absl::StrCat(flag, ": --standalone runs one node; replica groups need "
+                                                    "--nnodes of at least ", replica_groups, " and --rdzv_endpoint"))};
+    }
+    if (cfg.backend == Backend::kStatic && !cfg.standalone) {
       return {std::nullopt, UsageError(absl::StrCat(flag, ": needs the rendezvous server (--rdzv_backend=c10d or "
                                                           "meshrun): each group is a run of it; the static backend has none"))};
     }

@@ -22,20 +22,45 @@ int64_t ReplicaGroupPlacer::held() const {
   return held_;
 }
 
+int64_t ReplicaGroupPlacer::expiry_entries() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(expiries_.size());
+}
+
 void ReplicaGroupPlacer::ExpireLocked(absl::Time now) {
   while (!expiries_.empty() && expiries_.front().until <= now) {
     const Expiry& e = expiries_.front();
-    if (auto job = holds_.find(e.run_id); job != holds_.end()) {
+    if (auto job = jobs_.find(e.run_id); job != jobs_.end()) {
       // A hold renewed since has a later time and its own entry.
-      if (auto h = job->second.find(e.node_id); h != job->second.end() && h->second.until == e.until) {
-        job->second.erase(h);
+      if (auto h = job->second.holds.find(e.node_id); h != job->second.holds.end() && h->second.until == e.until) {
+        job->second.holds.erase(h);
         --held_;
-        if (job->second.empty()) holds_.erase(job);
+        if (job->second.holds.empty()) jobs_.erase(job);
       }
     }
     expiries_.pop_front();
   }
+  if (static_cast<int64_t>(expiries_.size()) > 2 * held_ + 1024) {  // Entries of holds gone early.
+    std::deque<Expiry> kept;
+    for (const Expiry& e : expiries_) {
+      auto job = jobs_.find(e.run_id);
+      if (job == jobs_.end()) continue;
+      auto h = job->second.holds.find(e.node_id);
+      if (h != job->second.holds.end() && h->second.until == e.until) kept.push_back(e);
+    }
+    expiries_.swap(kept);
+  }
 }
+
+namespace {
+
+std::string ShapeText(int groups, int min_nodes, int max_nodes) {
+  return absl::StrCat(groups, " replica group(s) of ",
+                      min_nodes == max_nodes ? absl::StrCat(max_nodes) : absl::StrCat(min_nodes, "..", max_nodes),
+                      " node(s)");
+}
+
+}  // namespace
 
 absl::StatusOr<int> ReplicaGroupPlacer::Place(const std::string& run_id, const std::string& node_id,
                                               int replica_groups, int min_nodes_per_group,
@@ -43,6 +68,23 @@ absl::StatusOr<int> ReplicaGroupPlacer::Place(const std::string& run_id, const s
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   ExpireLocked(now);
+
+  // The job's shape: the holds' (while any is held), and no group past R.
+  auto job = jobs_.find(run_id);
+  if (job != jobs_.end() && (job->second.groups != replica_groups || job->second.min_nodes != min_nodes_per_group ||
+                             job->second.max_nodes != max_nodes_per_group)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run '", run_id.substr(0, 64), "' has ",
+        ShapeText(job->second.groups, job->second.min_nodes, job->second.max_nodes),
+        " (its other nodes' --nnodes and --replica_groups); this node asks for ",
+        ShapeText(replica_groups, min_nodes_per_group, max_nodes_per_group)));
+  }
+  if (std::shared_ptr<Run> beyond = registry_->Find(GroupRunId(run_id, replica_groups));
+      beyond != nullptr && !beyond->OccupancyOf(node_id).ended) {
+    return absl::FailedPreconditionError(absl::StrCat("run '", run_id.substr(0, 64), "' has a replica group ",
+                                                      replica_groups, " (its other nodes' --replica_groups is larger); this node asks for ",
+                                                      ShapeText(replica_groups, min_nodes_per_group, max_nodes_per_group)));
+  }
 
   // Each group's run (null: none yet) and who takes part in it.
   std::vector<std::shared_ptr<Run>> runs(replica_groups);
@@ -56,26 +98,25 @@ absl::StatusOr<int> ReplicaGroupPlacer::Place(const std::string& run_id, const s
 
   // The places held for nodes that have not joined yet; a node that has
   // joined its group's run counts there, and its hold goes.
-  auto job = holds_.find(run_id);
   std::vector<int> held(replica_groups, 0);
-  if (job != holds_.end()) {
-    for (auto it = job->second.begin(); it != job->second.end();) {
-      const Hold& h = it->second;
-      const bool joined = h.group < replica_groups && runs[h.group] != nullptr &&
-                          runs[h.group]->OccupancyOf(it->first).has_node;
+  if (job != jobs_.end()) {
+    auto& holds = job->second.holds;
+    for (auto it = holds.begin(); it != holds.end();) {
+      const Hold& h = it->second;  // (h.group < R: the shape is the job's.)
+      const bool joined = runs[h.group] != nullptr && runs[h.group]->OccupancyOf(it->first).has_node;
       const bool own = it->first == node_id;
-      if (own && !joined && h.group < replica_groups && !occupancy[h.group].ended) return h.group;  // Still held.
-      if (joined || own || h.group >= replica_groups) {  // (Its own, in a group that ended: placed again.)
-        job->second.erase(it++);
+      if (own && !joined && !occupancy[h.group].ended) return h.group;  // Its place, still held.
+      if (joined || own) {  // (Its own, in a group that ended: placed again.)
+        holds.erase(it++);
         --held_;
         continue;
       }
       ++held[h.group];
       ++it;
     }
-    if (job->second.empty()) {
-      holds_.erase(job);
-      job = holds_.end();
+    if (holds.empty()) {
+      jobs_.erase(job);
+      job = jobs_.end();
     }
   }
 
@@ -100,7 +141,11 @@ absl::StatusOr<int> ReplicaGroupPlacer::Place(const std::string& run_id, const s
                                                      "(max_replica_group_places)"));
   }
   const absl::Time until = now + limits_.replica_group_place_hold;
-  holds_[run_id][node_id] = Hold{chosen, until};
+  Job& j = jobs_[run_id];
+  j.groups = replica_groups;
+  j.min_nodes = min_nodes_per_group;
+  j.max_nodes = max_nodes_per_group;
+  j.holds[node_id] = Hold{chosen, until};
   ++held_;
   expiries_.push_back(Expiry{run_id, node_id, until});
   return chosen;

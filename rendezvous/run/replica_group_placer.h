@@ -55,18 +55,28 @@ class ReplicaGroupPlacer {
   // ended is full (a standby: ask again). FAILED_PRECONDITION when every
   // group's run has ended; RESOURCE_EXHAUSTED when max_replica_group_places
   // places are held. The caller checks the arguments (1 <= R <=
-  // max_replica_groups, 1 <= MIN <= MAX). Thread-safe; O(R + places held
-  // in this job) run lookups.
+  // max_replica_groups, 1 <= MIN <= MAX). FAILED_PRECONDITION too when the
+  // job's shape differs from this call's: places are held for it with
+  // another R, MIN or MAX (the other nodes' --nnodes and --replica_groups),
+  // or group R's run exists (the job has more groups). Thread-safe; O(R +
+  // places held in this job) run lookups.
   absl::StatusOr<int> Place(const std::string& run_id, const std::string& node_id, int replica_groups,
                             int min_nodes_per_group, int max_nodes_per_group);
 
   // Places held now (every job).
   int64_t held() const;
+  // Entries of the expiry list (for tests: at most 2 x held() + 1025).
+  int64_t expiry_entries() const;
 
  private:
   struct Hold {
     int group = 0;
     absl::Time until;
+  };
+  // One job's places held, and the shape they were given for.
+  struct Job {
+    int groups = 0, min_nodes = 0, max_nodes = 0;
+    absl::flat_hash_map<std::string, Hold> holds;  // By node id.
   };
   // Drops the holds past their time. O(dropped).
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -75,10 +85,11 @@ class ReplicaGroupPlacer {
   const ServerLimits limits_;
   const Clock clock_;
   mutable absl::Mutex mu_;
-  // Per job: node id -> its hold.
-  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, Hold>> holds_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);  // By run id.
   // (job, node, until) in the order given: every hold lasts as long, so
-  // the front expires first.
+  // the front expires first. A hold that went early (its node joined)
+  // leaves its entry until then; the list is rebuilt from the holds when
+  // it passes twice their number (so it stays O(places held)).
   struct Expiry {
     std::string run_id, node_id;
     absl::Time until;

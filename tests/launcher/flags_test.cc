@@ -183,5 +183,10 @@ TEST_CASE("the --replica_groups flag: R groups of --nnodes / R nodes each, bad v
   CHECK_FALSE(Parse({"--nnodes=3", "--replica_groups=2", "--rdzv_endpoint=h:1"}));   // Not a multiple.
   CHECK_FALSE(Parse({"--nnodes=2:4", "--replica_groups=4", "--rdzv_endpoint=h:1"}));  // MIN not a multiple.
   CHECK_FALSE(Parse({"--nnodes=2", "--replica_groups=-1", "--rdzv_endpoint=h:1"}));
+  CHECK_FALSE(Parse({"--nnodes=2", "--replica_groups=0", "--rdzv_endpoint=h:1"}));  // 0 is not "unset".
+  CHECK_FALSE(Parse({"--standalone", "--replica_groups=2"}));
+  auto one = Parse({"--standalone", "--replica_groups=1"});  // One group of one node.
+  REQUIRE(one);
+  CHECK(one->agent.replica_groups == 1);
   CHECK_FALSE(Parse({"--nnodes=2", "--replica_groups=2", "--rdzv_backend=static", "--master_addr=h"}));
 }

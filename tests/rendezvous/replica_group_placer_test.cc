@@ -159,3 +159,38 @@ TEST_CASE("replica groups: the places held are bounded (max_replica_group_places
   f.ahead_s = absl::ToInt64Seconds(limits.replica_group_place_hold) + 1;
   CHECK(f.Place("c", 4, 1, 1) == 0);  // The holds passed (a and b never joined).
 }
+
+TEST_CASE("replica groups: a node asking with another shape than the job's is refused, naming both",
+          "[replica_groups]") {
+  Fixture f;
+  REQUIRE(f.Place("a", 2, 1, 1) == 0);
+  REQUIRE(f.Place("b", 2, 1, 1) == 1);
+  absl::StatusOr<int> smaller = f.placer->Place("job", "evil", 1, 1, 1);
+  REQUIRE(absl::IsFailedPrecondition(smaller.status()));
+  CHECK(std::string(smaller.status().message()) ==
+        "run 'job' has 2 replica group(s) of 1 node(s) (its other nodes' --nnodes and --replica_groups); this node "
+        "asks for 1 replica group(s) of 1 node(s)");
+  CHECK(absl::IsFailedPrecondition(f.placer->Place("job", "x", 2, 1, 2).status()));
+  CHECK(f.Place("b", 2, 1, 1) == 1);  // b keeps its place: the refused calls changed nothing.
+  CHECK(f.placer->held() == 2);
+  // Once nothing is held, a group past R still tells a smaller R apart.
+  f.Join(0, "a", 1, 1);
+  f.Join(1, "b", 1, 1);
+  f.ahead_s = absl::ToInt64Seconds(f.limits.replica_group_place_hold) + 1;
+  absl::StatusOr<int> fewer = f.placer->Place("job", "c", 1, 1, 1);
+  REQUIRE(absl::IsFailedPrecondition(fewer.status()));
+  CHECK(std::string(fewer.status().message()).find("has a replica group 1") != std::string::npos);
+}
+
+TEST_CASE("replica groups: the expiry list stays within twice the places held, however many went early",
+          "[replica_groups]") {
+  Fixture f;
+  constexpr int kNodes = 3000;
+  for (int i = 0; i < kNodes; ++i) {
+    const std::string node = "n" + std::to_string(i);
+    REQUIRE(f.Place(node, 1, kNodes, kNodes) == 0);
+    f.Join(0, node, kNodes, kNodes);  // Joined: its hold goes at the next placement.
+  }
+  CHECK(f.placer->held() <= 1);
+  CHECK(f.placer->expiry_entries() <= 2 * f.placer->held() + 1025);
+}
