@@ -145,7 +145,9 @@ absl::Status Session::PlaceInReplicaGroup() {
       said_refusal = true;
     }
     if (place.ok() && !said_standby) {
-      log_->info("every replica group of run '{}' has its {} node(s): this node stands by until one loses a node",
+      // (A warning, so that it shows at the default log level, as the
+      // wait for nodes does.)
+      log_->warn("every replica group of run '{}' has its {} node(s): this node stands by until one loses a node",
                  job, o_.max_nodes);
       said_standby = true;
     }

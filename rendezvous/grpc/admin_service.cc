@@ -2,6 +2,7 @@
 
 #include "proto/wire.h"
 #include "rendezvous/grpc/reactors.h"
+#include "rendezvous/run/replica_group_placer.h"
 
 namespace meshrun::rendezvous {
 
@@ -17,9 +18,19 @@ grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* ctx,
   RunRegistry* registry = core_->registry();
   if (req->run().run_id().empty()) {
     for (const RunStatus& r : registry->Status(req->events())) ToProto(r, resp->add_runs());
-  } else if (std::optional<RunStatus> r = registry->StatusOf(req->run().run_id(), req->events())) {
+  } else {
     // One run costs that run, however many the server holds.
-    ToProto(*r, resp->add_runs());
+    if (std::optional<RunStatus> r = registry->StatusOf(req->run().run_id(), req->events())) {
+      ToProto(*r, resp->add_runs());
+    }
+    // A job of replica groups (--replica_groups): its groups' runs too, from
+    // group 0 to the first one the server does not hold.
+    for (int g = 0; g < core_->limits().max_replica_groups; ++g) {
+      std::optional<RunStatus> r =
+          registry->StatusOf(ReplicaGroupPlacer::GroupRunId(req->run().run_id(), g), req->events());
+      if (!r) break;
+      ToProto(*r, resp->add_runs());
+    }
   }
   for (int i = 0; i < ServiceCore::kNumMethods; ++i) {
     const auto m = static_cast<M>(i);

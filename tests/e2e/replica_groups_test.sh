@@ -104,7 +104,8 @@ taken() { (($(starts 2) >= 4)); }
 wait_for 60 taken || fail "the standby did not start group 2's workers within 60 s of the loss"
 echo "the standby ran group 2's workers $(($(now_ms) - t0)) ms after the loss"
 grep -q "replica group 2 of 3" "$work/agent3.log" || fail "the standby's log does not say it took group 2"
-status=$("$meshrun" status --rdzv_endpoint="$endpoint" 2>&1) || fail "meshrun status: $status"
+# The job's id names its groups' runs too.
+status=$("$meshrun" status --rdzv_endpoint="$endpoint" --rdzv_id=job 2>&1) || fail "meshrun status: $status"
 echo "$status" | grep "^run 'job"
 touch "$work/release"
 ended() { local n; for n in 0 1 3; do [[ -s $work/agent$n.rc ]] || [[ $n == "$g2" ]] || return 1; done; }
