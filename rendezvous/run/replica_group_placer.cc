@@ -80,7 +80,7 @@ absl::StatusOr<int> ReplicaGroupPlacer::Place(const std::string& run_id, const s
         ShapeText(replica_groups, min_nodes_per_group, max_nodes_per_group)));
   }
   if (std::shared_ptr<Run> beyond = registry_->Find(GroupRunId(run_id, replica_groups));
-      beyond != nullptr && !beyond->OccupancyOf(node_id).ended) {
+      beyond != nullptr && !beyond->terminal()) {
     return absl::FailedPreconditionError(absl::StrCat("run '", run_id.substr(0, 64), "' has a replica group ",
                                                       replica_groups, " (its other nodes' --replica_groups is larger); this node asks for ",
                                                       ShapeText(replica_groups, min_nodes_per_group, max_nodes_per_group)));
@@ -103,7 +103,8 @@ absl::StatusOr<int> ReplicaGroupPlacer::Place(const std::string& run_id, const s
     auto& holds = job->second.holds;
     for (auto it = holds.begin(); it != holds.end();) {
       const Hold& h = it->second;  // (h.group < R: the shape is the job's.)
-      const bool joined = runs[h.group] != nullptr && runs[h.group]->OccupancyOf(it->first).has_node;
+      // (O(1) per hold: the participants' count is the group's, once.)
+      const bool joined = runs[h.group] != nullptr && runs[h.group]->TakesPart(it->first);
       const bool own = it->first == node_id;
       if (own && !joined && !occupancy[h.group].ended) return h.group;  // Its place, still held.
       if (joined || own) {  // (Its own, in a group that ended: placed again.)

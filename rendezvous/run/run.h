@@ -216,6 +216,9 @@ class Run : public std::enable_shared_from_this<Run> {
     bool has_node = false;
   };
   Occupancy OccupancyOf(const std::string& node_id) const;
+  // Whether `node_id` takes part in the run (Occupancy::has_node alone):
+  // O(1). Thread-safe; takes the run's lock.
+  bool TakesPart(const std::string& node_id) const;
   // True while no node was ever admitted (a store-only run), and the time
   // of its last activity (Unix ns). Thread-safe, O(1).
   bool store_only() const { return !had_node_.load(); }

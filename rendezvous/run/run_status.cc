@@ -22,6 +22,11 @@ Run::Occupancy Run::OccupancyOf(const std::string& node_id) const {
   return o;
 }
 
+bool Run::TakesPart(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  return IsParticipantLocked(node_id);
+}
+
 bool Run::IdleNodeless(absl::Time cutoff) const {
   // The atomics first: a run in use is passed over without its lock.
   if (!had_node_.load() || last_activity_.load(std::memory_order_relaxed) >= absl::ToUnixNanos(cutoff)) {
