@@ -25,7 +25,12 @@ struct BarrierDone { absl::StatusOr<rendezvous::BarrierResult> result; };
 struct ServerEvent { rendezvous::RunEvent event; int gen; };
 struct StreamClosed { absl::Status status; int gen; };
 struct Stale { std::string why; int gen; };
-using Event = std::variant<ChildExit, SignalReceived, JoinDone, BarrierDone, ServerEvent, StreamClosed, Stale>;
+// --min_replica_groups: fewer groups of the job are alive than it needs
+// (`why`: ReplicaGroupJob::summary; `failed` of `groups` failed); from the
+// heartbeat thread.
+struct ReplicaGroupsBelowMin { std::string why; int failed; int groups; int gen; };
+using Event = std::variant<ChildExit, SignalReceived, JoinDone, BarrierDone, ServerEvent, StreamClosed, Stale,
+                           ReplicaGroupsBelowMin>;
 
 // A FIFO of events. Push from any thread; Pop from the agent's thread.
 // Waiting is a condition wait, never a sleep. Thread-safe.

@@ -42,8 +42,9 @@ std::string FormatFailureSummary(const std::optional<rendezvous::WorkerFailure>&
       const bool by_code =
           f.signal == 0 && c.permanent_failure_exit_code != 0 && f.exit_code == c.permanent_failure_exit_code;
       absl::StrAppend(&out, "  permanent : yes, not restarted (",
-                      by_code ? absl::StrCat("exit code ", f.exit_code, " is --permanent_failure_exit_code")
-                              : std::string("its error file says \"permanent\": true"),
+                      by_code    ? absl::StrCat("exit code ", f.exit_code, " is --permanent_failure_exit_code")
+                      : f.rank < 0 ? std::string("meshrun's, not a worker's: see the message")
+                                   : std::string("its error file says \"permanent\": true"),
                       "); restarts used: ", c.restart_count, " of ", c.max_restarts, "\n");
     }
     if (!f.message.empty()) {

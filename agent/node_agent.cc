@@ -73,6 +73,8 @@ int Session::Run() {
   if (absl::Status s = NewMembership(); !s.ok()) return MembershipFailed(s);
   int code = Loop();
   EndOfJob();
+  // A job of replica groups ends as one: every agent waits for its groups.
+  if (o_.replica_groups > 0 && replica_group_ >= 0 && received_signal_ == 0) code = AwaitReplicaGroups(code);
   proxy_.reset();   // The workers are gone: their store goes (its folder is removed).
   EndMembership();  // Stops the watch and heartbeat threads before the queue goes away.
   CleanLogDir(code);
@@ -85,6 +87,9 @@ int Session::Fatal(const std::string& msg) {
 }
 
 int Session::MembershipFailed(const absl::Status& s) {
+  if (o_.replica_groups > 0 && replica_group_ < 0 && client_) {
+    if (std::optional<int> code = StandbyAtJobEnd(s)) return *code;  // A standby not needed.
+  }
   const int signo = stop_signal_.load();
   if (signo == 0 || !absl::IsCancelled(s)) return Fatal(std::string(s.message()));
   std::fprintf(stderr, "meshrun: %s; exiting\n", std::string(s.message()).c_str());

@@ -81,6 +81,14 @@ struct AgentOptions {
   // keep_alive_interval while every group is full (a standby), within
   // join_timeout.
   int replica_groups = 0;
+  // --min_replica_groups=M (with replica_groups; 1..R): the job fails once
+  // fewer than M groups are alive (every agent of the groups still running
+  // reports it, a permanent failure of its group: the group's run fails),
+  // and succeeds when at least M groups finished. Every agent waits, after
+  // its group ended, until no group is in progress (one exit barrier
+  // across the groups: agent/replica_group_job.h), and exits with the
+  // job's result.
+  int min_replica_groups = 1;
   std::string role = "default";     // --role.
   int max_restarts = 0;             // --max_restarts (job-wide).
   bool is_endpoint_host = false;    // This agent runs on the endpoint's host.

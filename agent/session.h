@@ -6,6 +6,8 @@
 //   session_workers.cc spawning and supervising this node's workers, failures
 //   session_finish.cc  the end of the job: exit barrier, failure summary,
 //                      what the workers left behind
+//   session_job.cc     a job of replica groups: --min_replica_groups and the
+//                      exit barrier across the groups
 //   session_logs.cc    the run's log folder and where each worker's output goes
 // Everything runs on the agent's one thread (the caller of Run), fed by the
 // event queue (events.h); not thread-safe otherwise.
@@ -129,6 +131,9 @@ class Session {
   std::optional<int> Supervise();
   // Reports a failed worker; nullopt to restart (join the next round).
   std::optional<int> OnWorkerFailure(const Worker& w);
+  // Reports `f` (this node's), stops the workers, and returns the failure
+  // summary's exit code, or nullopt when the server's verdict is a restart.
+  std::optional<int> ReportAndStop(WorkerFailure f);
   // See agent/worker_stop.h: the signal to each main process, the grace,
   // then everything left below this agent. `by_signal`: meshrun itself
   // received `signo`. Returns a stop signal that arrived meanwhile and was
@@ -136,6 +141,28 @@ class Session {
   int StopWorkers(int signo, absl::Duration grace, bool by_signal = false);
   // Marks the workers still running as stopped by meshrun (the summary).
   void MarkStopped();
+
+  // ---- session_job.cc: a job of replica groups (--replica_groups)
+  // Fewer groups than --min_replica_groups are alive (`e`): reports it as
+  // this node's permanent failure (no worker's: rank -1), so that its
+  // group's run fails and the group's other nodes stop too; returns the
+  // failure summary's exit code (nullopt: another failure of the round
+  // came first and restarts the group; the next heartbeat tells again).
+  std::optional<int> FailBelowMinReplicaGroups(const ReplicaGroupsBelowMin& e);
+  // After this node's group ended with `code` (its run finished or failed):
+  // waits until no group of the job is in progress (the exit barrier
+  // across the groups: agent/replica_group_job.h), asking the server every
+  // keep_alive_interval, and returns the job's result: 0 when at least
+  // --min_replica_groups groups finished, else `code` (1 when it is 0).
+  // Returns `code` at once when the group's run has not ended (this node
+  // stopped for a reason of its own) or the server cannot say; a stop
+  // signal ends the wait (128+n); so does the server unreachable for
+  // exit_barrier_timeout in a row (`code`).
+  int AwaitReplicaGroups(int code);
+  // A standby refused because every group of the job ended (`refusal`):
+  // the job's result as above, said in one line; nullopt when the refusal
+  // is another one.
+  std::optional<int> StandbyAtJobEnd(const absl::Status& refusal);
 
   // ---- session_finish.cc
   // Prints the failure summary (failure_summary.h) and returns the root
@@ -151,6 +178,7 @@ class Session {
   // once placed (PlaceInReplicaGroup), before any other use of it.
   AgentOptions o_;
   int replica_group_ = -1;  // With --replica_groups: this node's group once placed.
+  std::string job_run_id_;  // With --replica_groups: the job's run id (set before the heartbeats start).
   std::shared_ptr<spdlog::logger> log_;
   EventQueue q_;
   std::deque<Event> deferred_;

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "agent/replica_group_job.h"
 #include "common/net.h"
 #include "common/setting.h"
 #include "agent/signal_policy.h"
@@ -103,12 +104,23 @@ absl::Status Session::NewMembership() {
   watch_pending_ = true;
   const int gen = gen_;
   hb_stop_ = std::make_shared<absl::Notification>();
-  hb_thread_ = std::thread([this, gen, stop = hb_stop_, client = client_.get(), id = node_.node_id] {
+  // --min_replica_groups above 1: the job's groups are looked at with each
+  // heartbeat (one O(R) call), so that the groups still running fail once
+  // too few are alive.
+  const bool watch_groups = o_.replica_groups > 0 && o_.min_replica_groups > 1;
+  hb_thread_ = std::thread([this, gen, stop = hb_stop_, client = client_.get(), id = node_.node_id, watch_groups] {
     while (!stop->WaitForNotificationWithTimeout(o_.keep_alive_interval)) {
       absl::StatusOr<int64_t> r = client->Heartbeat(id, hb_round_.load(), o_.keep_alive_interval + absl::Seconds(2));
       if (IsStale(r.status())) {
         q_.Push(Stale{std::string(r.status().message()), gen});
         return;
+      }
+      if (!watch_groups) continue;
+      absl::StatusOr<std::vector<rendezvous::ReplicaGroupState>> groups =
+          client->ReplicaGroupStates(job_run_id_, o_.replica_groups, o_.keep_alive_interval + absl::Seconds(2));
+      if (!groups.ok()) continue;  // The next heartbeat asks again.
+      if (ReplicaGroupJob j = JudgeReplicaGroups(*groups, o_.min_replica_groups); j.below_min) {
+        q_.Push(ReplicaGroupsBelowMin{j.summary, j.failed, j.groups, gen});
       }
     }
   });
@@ -117,6 +129,7 @@ absl::Status Session::NewMembership() {
 
 absl::Status Session::PlaceInReplicaGroup() {
   const std::string job = o_.run_id;
+  job_run_id_ = job;
   const absl::Time deadline = absl::Now() + o_.join_timeout;
   bool said_standby = false, said_refusal = false;
   for (;;) {  // Bounded by join_timeout.

@@ -174,6 +174,10 @@ std::optional<int> Session::Supervise() {
       }
       continue;
     }
+    if (auto* rg = std::get_if<ReplicaGroupsBelowMin>(&*ev)) {
+      if (rg->gen != gen_) continue;
+      return FailBelowMinReplicaGroups(*rg);
+    }
     if (auto* sc = std::get_if<StreamClosed>(&*ev)) {
       if (sc->gen != gen_ || sc->status.ok()) continue;
       if (IsStale(sc->status)) {
@@ -218,6 +222,10 @@ std::optional<int> Session::OnWorkerFailure(const Worker& w) {
   if (f.message.size() > 4096) f.message = "..." + f.message.substr(f.message.size() - 4096);
   f.round = round_.round;
   failed_error_file_ = std::filesystem::exists(w.error_file) ? w.error_file : "";
+  return ReportAndStop(std::move(f));
+}
+
+std::optional<int> Session::ReportAndStop(WorkerFailure f) {
   // Report first, so the other nodes stop or restart while this one is
   // still stopping its own workers.
   MarkStopped();

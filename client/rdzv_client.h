@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
@@ -161,6 +162,13 @@ class RendezvousClient {
   absl::StatusOr<std::pair<int, std::string>> PlaceReplicaGroup(const std::string& node_id, int replica_groups,
                                                                 int min_nodes_per_group,
                                                                 int max_nodes_per_group, absl::Duration timeout);
+  // How each of the `replica_groups` groups of the job `job_run_id` stands
+  // (ReplicaGroupPlacer::States), group 0 first. Blocking, bounded by
+  // `timeout`; the server's refusal as it came. Thread-safe (with the
+  // membership's calls).
+  absl::StatusOr<std::vector<rendezvous::ReplicaGroupState>> ReplicaGroupStates(const std::string& job_run_id,
+                                                                                int replica_groups,
+                                                                                absl::Duration timeout);
   // From now on this client's calls name `run_id` (the replica group's run
   // that PlaceReplicaGroup gave). Not thread-safe: call it before any other
   // call of the membership (Join, Heartbeat, Watch).

@@ -96,6 +96,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
   // --replica_groups: unset unless given (0 is refused like any R < 1).
   constexpr int kNoReplicaGroups = std::numeric_limits<int>::min();
   int replica_groups = kNoReplicaGroups;
+  int min_replica_groups = kNoReplicaGroups;  // --min_replica_groups: 1 unless given.
   double monitor_interval = 0;
   bool standalone = false, module = false, no_python = false, help_env = false, keep_orphans = false;
   bool run_path = false, virtual_local_rank = false;
@@ -178,6 +179,10 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
                  "Split the job into R replica groups, each its own restart scope (run '<rdzv_id>-group-<g>' of "
                  "--nnodes / R nodes), sharing one torchft lighthouse")
       ->envname("PET_REPLICA_GROUPS")->group(g_fault);
+  app.add_option("--min_replica_groups,--min-replica-groups", min_replica_groups,
+                 "With --replica_groups: the job fails when fewer than M groups are alive (not failed), and "
+                 "succeeds when at least M groups finished")
+      ->envname("PET_MIN_REPLICA_GROUPS")->group(g_fault)->default_str("1");
   app.add_option("--shutdown_timeout,--shutdown-timeout", shutdown_timeout,
                  "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)")
       ->envname("PET_SHUTDOWN_TIMEOUT")->group(g_fault);
@@ -445,6 +450,16 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     a.replica_groups = replica_groups;
     a.min_nodes /= replica_groups;
     a.max_nodes /= replica_groups;
+    if (min_replica_groups != kNoReplicaGroups) {
+      if (min_replica_groups < 1 || min_replica_groups > replica_groups) {
+        return {std::nullopt, UsageError(absl::StrCat("--min_replica_groups=", min_replica_groups, ": allowed: 1..",
+                                                      replica_groups, " (--replica_groups)"))};
+      }
+      a.min_replica_groups = min_replica_groups;
+    }
+  } else if (min_replica_groups != kNoReplicaGroups) {
+    return {std::nullopt, UsageError(absl::StrCat("--min_replica_groups=", min_replica_groups,
+                                                  ": needs --replica_groups (the job has no replica groups)"))};
   }
 
   // The worker command, like torchrun (worker_command.h); a program that

@@ -112,6 +112,21 @@ struct BarrierResult {
   int node_count = 0;
 };
 
+// How one replica group of a job stands (meshrun --replica_groups): its
+// run's state, as the agents judge the job by (ReplicaGroupStates).
+struct ReplicaGroupState {
+  // kNone: the server holds no run for the group (no node joined it yet,
+  // or its run went after all its nodes left).
+  enum class State { kNone, kJoining, kRunning, kFinished, kFailed };
+  State state = State::kNone;
+  // A node takes part in its run: a member, a member being re-formed or a
+  // node whose join waits.
+  bool has_nodes = false;
+  int restart_count = 0;
+  // kFailed: why (the root cause, one line); else empty.
+  std::string failure;
+};
+
 // One node as the server sees it, for `meshrun status`.
 struct NodeStatus {
   std::string node_id;

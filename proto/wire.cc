@@ -266,4 +266,24 @@ RunStatus FromProto(const v1::RunStatus& r) {
   return out;
 }
 
+void ToProto(const ReplicaGroupState& g, v1::ReplicaGroupStatus* out) {
+  out->set_state(static_cast<v1::ReplicaGroupStatus::State>(static_cast<int>(g.state)));
+  out->set_has_nodes(g.has_nodes);
+  out->set_restart_count(g.restart_count);
+  out->set_failure(g.failure);
+}
+
+ReplicaGroupState FromProto(const v1::ReplicaGroupStatus& g) {
+  ReplicaGroupState out;
+  // A state this build does not know (a newer server) counts as none.
+  const int state = static_cast<int>(g.state());
+  out.state = state >= 0 && state <= static_cast<int>(ReplicaGroupState::State::kFailed)
+                  ? static_cast<ReplicaGroupState::State>(state)
+                  : ReplicaGroupState::State::kNone;
+  out.has_nodes = g.has_nodes();
+  out.restart_count = g.restart_count();
+  out.failure = g.failure();
+  return out;
+}
+
 }  // namespace meshrun::rendezvous::wire

@@ -37,6 +37,8 @@ v1::RunEvent ToProto(const RunEvent& e);
 RunEvent FromProto(const v1::RunEvent& e);
 void ToProto(const RunStatus& r, v1::RunStatus* out);
 RunStatus FromProto(const v1::RunStatus& r);
+void ToProto(const ReplicaGroupState& g, v1::ReplicaGroupStatus* out);
+ReplicaGroupState FromProto(const v1::ReplicaGroupStatus& g);
 
 // The numeric IP address in a gRPC peer string ("ipv4:10.0.0.1:5000",
 // "ipv6:[fd00::1]:5000", also percent-encoded as newer gRPC writes it),

@@ -175,4 +175,19 @@ grpc::ServerUnaryReactor* RendezvousService::PlaceReplicaGroup(grpc::CallbackSer
   return core_->Reply(M::kPlaceReplicaGroup, ctx, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* RendezvousService::ReplicaGroupStates(grpc::CallbackServerContext* ctx,
+                                                                const pb::ReplicaGroupStatesRequest* req,
+                                                                pb::ReplicaGroupStatesResponse* resp) {
+  if (auto s = core_->Admit(M::kReplicaGroupStates, *req, req->run()); !s.ok()) {
+    return core_->Reply(M::kReplicaGroupStates, ctx, s);
+  }
+  if (absl::Status s = requests::CheckReplicaGroupStates(*req, core_->limits()); !s.ok()) {
+    return core_->Reply(M::kReplicaGroupStates, ctx, ToGrpc(s));
+  }
+  for (const ReplicaGroupState& g : core_->placer()->States(req->run().run_id(), req->replica_groups())) {
+    ToProto(g, resp->add_groups());
+  }
+  return core_->Reply(M::kReplicaGroupStates, ctx, grpc::Status::OK);
+}
+
 }  // namespace meshrun::rendezvous

@@ -38,6 +38,10 @@ class RendezvousService final : public ::meshrun::v1::Rendezvous::CallbackServic
   grpc::ServerUnaryReactor* PlaceReplicaGroup(grpc::CallbackServerContext* ctx,
                                               const v1::PlaceReplicaGroupRequest* req,
                                               v1::PlaceReplicaGroupResponse* resp) override;
+  // How each replica group of a job stands (ReplicaGroupPlacer::States); answers at once.
+  grpc::ServerUnaryReactor* ReplicaGroupStates(grpc::CallbackServerContext* ctx,
+                                               const v1::ReplicaGroupStatesRequest* req,
+                                               v1::ReplicaGroupStatesResponse* resp) override;
 
  private:
   ServiceCore* const core_;

@@ -70,6 +70,16 @@ absl::Status CheckPlaceReplicaGroup(const pb::PlaceReplicaGroupRequest& req, con
                      limits.max_run_id_bytes, "max_run_id_bytes");
 }
 
+absl::Status CheckReplicaGroupStates(const pb::ReplicaGroupStatesRequest& req, const ServerLimits& limits) {
+  if (req.replica_groups() < 1 || req.replica_groups() > limits.max_replica_groups) {
+    return absl::InvalidArgumentError(absl::StrCat("replica_groups=", req.replica_groups(), ": allowed: 1..",
+                                                   limits.max_replica_groups, " (max_replica_groups)"));
+  }
+  return CheckLength("replica group run id",
+                     ReplicaGroupPlacer::GroupRunId(req.run().run_id(), req.replica_groups() - 1),
+                     limits.max_run_id_bytes, "max_run_id_bytes");
+}
+
 absl::StatusOr<absl::Duration> BarrierTimeout(const pb::ReportFinishedRequest& req, const ServerLimits& limits) {
   const absl::Duration timeout = FromMs(req.timeout_ms());
   if (timeout < absl::ZeroDuration() || timeout > limits.max_wait) {

@@ -56,6 +56,12 @@ absl::StatusOr<absl::Duration> BarrierTimeout(const v1::ReportFinishedRequest& r
 absl::Status CheckPlaceReplicaGroup(const v1::PlaceReplicaGroupRequest& req,
                                     const ServerLimits& limits = ServerLimits());
 
+// A ReplicaGroupStates request, after Admit: OK, or INVALID_ARGUMENT for
+// replica_groups outside 1..limits.max_replica_groups or group run ids
+// past max_run_id_bytes.
+absl::Status CheckReplicaGroupStates(const v1::ReplicaGroupStatesRequest& req,
+                                     const ServerLimits& limits = ServerLimits());
+
 // A KvBatch request, after Admit: INVALID_ARGUMENT for more than
 // limits.max_batch_items items.
 absl::Status CheckKvBatch(const v1::KvBatchRequest& req, const ServerLimits& limits = ServerLimits());

@@ -46,6 +46,7 @@ constexpr IntLimit kIntLimits[] = {
     {"max_quorum_member_bytes", &ServerLimits::max_quorum_member_bytes},
     {"max_quorum_bytes", &ServerLimits::max_quorum_bytes},
     {"max_replica_group_places", &ServerLimits::max_replica_group_places},
+    {"max_replica_group_jobs", &ServerLimits::max_replica_group_jobs},
     {"max_nproc", &ServerLimits::max_nproc},
     {"max_world_size", &ServerLimits::max_world_size},
     {"max_nodes", &ServerLimits::max_nodes},

@@ -85,6 +85,10 @@ struct ServerLimits {
   // server-wide, and how long one is held for its node.
   int64_t max_replica_group_places = 65536;
   absl::Duration replica_group_place_hold = absl::Seconds(30);
+  // Jobs whose replica groups' ends the server remembers (States: a group
+  // whose run was removed, ended_run_ttl after it ended, still counts as it
+  // ended); past it the least recently asked about is forgotten.
+  int64_t max_replica_group_jobs = 4096;
   // Job shape.
   int64_t max_nproc = 65536;             // Workers of one node.
   int64_t max_world_size = 1 << 24;      // Workers of one round, all nodes.

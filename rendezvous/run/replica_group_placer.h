@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -31,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/types.h"
 #include "rendezvous/policy/limits.h"
 
 namespace meshrun::rendezvous {
@@ -62,6 +64,17 @@ class ReplicaGroupPlacer {
   // places held in this job) run lookups.
   absl::StatusOr<int> Place(const std::string& run_id, const std::string& node_id, int replica_groups,
                             int min_nodes_per_group, int max_nodes_per_group);
+
+  // How each of the job's `replica_groups` groups stands, group 0 first
+  // (kNone for a group the server holds no run of; has_nodes also for a
+  // place held for a node yet to join): what the agents judge
+  // --min_replica_groups and the job's end by. A group seen ended here
+  // stays ended for later calls after its run is removed (ended_run_ttl):
+  // each group's agents ask as soon as it ends. Remembered for
+  // max_replica_group_jobs jobs (the least recently asked about is
+  // forgotten), in the leader's memory. Thread-safe; O(R + places held in
+  // the job) run lookups.
+  std::vector<ReplicaGroupState> States(const std::string& run_id, int replica_groups);
 
   // Places held now (every job).
   int64_t held() const;
@@ -96,6 +109,17 @@ class ReplicaGroupPlacer {
   };
   std::deque<Expiry> expiries_ ABSL_GUARDED_BY(mu_);
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The groups of a job seen ended (States), by run id: each group's state
+  // (kNone: not seen ended) and the first failed one's root cause.
+  struct JobEnds {
+    std::vector<ReplicaGroupState::State> ended;
+    int failure_group = -1;
+    std::string failure;
+    absl::Time asked;
+  };
+  absl::Mutex ends_mu_;  // Never held with mu_.
+  absl::flat_hash_map<std::string, JobEnds> ends_ ABSL_GUARDED_BY(ends_mu_);
 };
 
 }  // namespace meshrun::rendezvous

@@ -219,6 +219,10 @@ class Run : public std::enable_shared_from_this<Run> {
   // Whether `node_id` takes part in the run (Occupancy::has_node alone):
   // O(1). Thread-safe; takes the run's lock.
   bool TakesPart(const std::string& node_id) const;
+  // The run as one replica group of a job (ReplicaGroupPlacer::States):
+  // its state, whether a node takes part, its restarts and, once failed,
+  // its root cause. O(1); thread-safe, takes the run's lock.
+  ReplicaGroupState AsReplicaGroup() const;
   // True while no node was ever admitted (a store-only run), and the time
   // of its last activity (Unix ns). Thread-safe, O(1).
   bool store_only() const { return !had_node_.load(); }

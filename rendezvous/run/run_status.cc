@@ -27,6 +27,23 @@ bool Run::TakesPart(const std::string& node_id) const {
   return IsParticipantLocked(node_id);
 }
 
+ReplicaGroupState Run::AsReplicaGroup() const {
+  absl::MutexLock lock(&mu_);
+  ReplicaGroupState g;
+  switch (state_) {
+    case State::kJoining: g.state = ReplicaGroupState::State::kJoining; break;
+    case State::kRunning: g.state = ReplicaGroupState::State::kRunning; break;
+    case State::kFinished: g.state = ReplicaGroupState::State::kFinished; break;
+    case State::kFailed: g.state = ReplicaGroupState::State::kFailed; break;
+  }
+  g.has_nodes = !members_.empty() || !reforming_.empty() || !pending_.empty();
+  g.restart_count = restarts_.spent();
+  if (state_ == State::kFailed) {
+    g.failure = restarts_.has_root_cause() ? DescribeRootCause(restarts_.root_cause()) : "failed";
+  }
+  return g;
+}
+
 bool Run::IdleNodeless(absl::Time cutoff) const {
   // The atomics first: a run in use is passed over without its lock.
   if (!had_node_.load() || last_activity_.load(std::memory_order_relaxed) >= absl::ToUnixNanos(cutoff)) {

@@ -39,7 +39,7 @@ using rdzv::requests::Admit;
 
 enum Method {
   kJoin, kHeartbeat, kWatch, kReportFailure, kReportFinished, kKvSet, kKvGet, kKvAdd, kKvCompareSet,
-  kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kCancel, kPlaceReplicaGroup, kNumMethods
+  kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kCancel, kPlaceReplicaGroup, kReplicaGroupStates, kNumMethods
 };
 
 // Collects what the domain answers, from any thread (the timer's too).
@@ -279,6 +279,13 @@ class Harness {
         if (!rdzv::requests::CheckPlaceReplicaGroup(req, limits_).ok()) return;
         (void)placer_.Place(req.run().run_id(), req.node_id(), req.replica_groups(), req.min_nodes_per_group(),
                             req.max_nodes_per_group());
+        return;
+      }
+      case kReplicaGroupStates: {
+        pb::ReplicaGroupStatesRequest req;
+        if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
+        if (!rdzv::requests::CheckReplicaGroupStates(req, limits_).ok()) return;
+        (void)placer_.States(req.run().run_id(), req.replica_groups());
         return;
       }
       case kCancel: {

@@ -190,3 +190,15 @@ TEST_CASE("the --replica_groups flag: R groups of --nnodes / R nodes each, bad v
   CHECK(one->agent.replica_groups == 1);
   CHECK_FALSE(Parse({"--nnodes=2", "--replica_groups=2", "--rdzv_backend=static", "--master_addr=h"}));
 }
+
+TEST_CASE("the --min_replica_groups flag: 1..R, only with --replica_groups", "[flags]") {
+  auto c = Parse({"--nnodes=3", "--replica_groups=3", "--min-replica-groups=2", "--rdzv_endpoint=h:1"});
+  REQUIRE(c);
+  CHECK(c->agent.min_replica_groups == 2);
+  auto d = Parse({"--nnodes=3", "--replica_groups=3", "--rdzv_endpoint=h:1"});
+  REQUIRE(d);
+  CHECK(d->agent.min_replica_groups == 1);
+  CHECK_FALSE(Parse({"--nnodes=3", "--replica_groups=3", "--min_replica_groups=4", "--rdzv_endpoint=h:1"}));
+  CHECK_FALSE(Parse({"--nnodes=3", "--replica_groups=3", "--min_replica_groups=0", "--rdzv_endpoint=h:1"}));
+  CHECK_FALSE(Parse({"--nnodes=3", "--min_replica_groups=1", "--rdzv_endpoint=h:1"}));  // No replica groups.
+}

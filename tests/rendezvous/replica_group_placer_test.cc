@@ -130,6 +130,7 @@ void FailGroup(Fixture& f, int g, const std::string& node) {
   failure.node_id = node;
   failure.round = (*a)->round;
   failure.exit_code = 3;
+  failure.message = "a node failed: code 3";  // (No rank: the message is the root cause's text.)
   REQUIRE((*run)->ReportFailure(failure, (*a)->session).ok());
   REQUIRE((*run)->terminal());
 }
@@ -193,4 +194,62 @@ TEST_CASE("replica groups: the expiry list stays within twice the places held, h
   }
   CHECK(f.placer->held() <= 1);
   CHECK(f.placer->expiry_entries() <= 2 * f.placer->held() + 1025);
+}
+
+TEST_CASE("replica groups: States says how each group stands, and a group seen ended stays so after its run goes",
+          "[replica_groups]") {
+  using State = ReplicaGroupState::State;
+  Fixture f;
+  REQUIRE(f.Place("n0", 3, 1, 1) == 0);
+  f.Join(0, "n0", 1, 1);  // Group 0 runs; group 1 has a node joining (of 2); group 2 has no run.
+  f.Join(1, "n1", 2, 2);
+  std::vector<ReplicaGroupState> s = f.placer->States("job", 3);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0].state == State::kRunning);
+  CHECK(s[0].has_nodes);
+  CHECK(s[1].state == State::kJoining);
+  CHECK(s[1].has_nodes);
+  CHECK(s[2].state == State::kNone);
+  CHECK_FALSE(s[2].has_nodes);
+
+  FailGroup(f, 2, "n2");
+  s = f.placer->States("job", 3);
+  CHECK(s[2].state == State::kFailed);
+  CHECK(s[2].failure.find("code 3") != std::string::npos);
+  // ended_run_ttl later the failed run is removed; the placer still says it failed.
+  f.ahead_s = absl::ToInt64Seconds(f.limits.ended_run_ttl) + 1;
+  REQUIRE(f.registry->SweepEnded() == 1);
+  REQUIRE(f.registry->Find(ReplicaGroupPlacer::GroupRunId("job", 2)) == nullptr);
+  s = f.placer->States("job", 3);
+  CHECK(s[2].state == State::kFailed);
+  CHECK(s[2].failure.find("code 3") != std::string::npos);
+  CHECK(s[0].state == State::kRunning);
+  // Another job's groups are its own.
+  CHECK(f.placer->States("other", 3)[2].state == State::kNone);
+}
+
+TEST_CASE("replica groups: the jobs whose ended groups are remembered are bounded (max_replica_group_jobs)",
+          "[replica_groups]") {
+  using State = ReplicaGroupState::State;
+  ServerLimits limits;
+  limits.max_replica_group_jobs = 1;
+  Fixture f(limits);
+  FailGroup(f, 0, "n0");
+  REQUIRE(f.placer->States("job", 1)[0].state == State::kFailed);
+  f.ahead_s = absl::ToInt64Seconds(f.limits.ended_run_ttl) + 1;
+  REQUIRE(f.registry->SweepEnded() == 1);
+  CHECK(f.placer->States("job", 1)[0].state == State::kFailed);  // Remembered.
+  // A second job with an ended group takes the one place: the first is forgotten.
+  absl::StatusOr<std::shared_ptr<Run>> run = f.registry->ForJoin(ReplicaGroupPlacer::GroupRunId("job2", 0), -1);
+  REQUIRE(run.ok());
+  std::optional<absl::StatusOr<Assignment>> a;
+  (*run)->Join(Node("m0"), Config(1, 1), -1, "", [&](absl::StatusOr<Assignment> got) { a = std::move(got); });
+  REQUIRE((a.has_value() && a->ok()));
+  WorkerFailure failure;
+  failure.node_id = "m0";
+  failure.round = (*a)->round;
+  failure.exit_code = 3;
+  REQUIRE((*run)->ReportFailure(failure, (*a)->session).ok());
+  CHECK(f.placer->States("job2", 1)[0].state == State::kFailed);
+  CHECK(f.placer->States("job", 1)[0].state == State::kNone);
 }

@@ -109,6 +109,25 @@ TEST_CASE("requests: a replica group placement's groups, node counts, node id an
   refused([](auto& b) { b.mutable_run()->set_run_id("jobjobjob"); }, "replica group run id of 17 bytes");
 }
 
+TEST_CASE("requests: a ReplicaGroupStates request's R and group run ids are bounded", "[requests]") {
+  ServerLimits limits;
+  limits.max_replica_groups = 8;
+  limits.max_run_id_bytes = 16;
+  v1::ReplicaGroupStatesRequest r;
+  r.mutable_run()->set_run_id("job");
+  r.set_replica_groups(8);
+  CHECK(CheckReplicaGroupStates(r, limits).ok());
+  r.set_replica_groups(0);
+  CHECK_THAT(std::string(CheckReplicaGroupStates(r, limits).message()),
+             Catch::Contains("replica_groups=0: allowed: 1..8 (max_replica_groups)"));
+  r.set_replica_groups(9);
+  CHECK(absl::IsInvalidArgument(CheckReplicaGroupStates(r, limits)));
+  r.set_replica_groups(8);
+  r.mutable_run()->set_run_id("jobjobjob");
+  CHECK_THAT(std::string(CheckReplicaGroupStates(r, limits).message()),
+             Catch::Contains("replica group run id of 17 bytes"));
+}
+
 TEST_CASE("requests: a watch's node id and a store batch's items are bounded", "[rdzv]") {
   ServerLimits l;
   l.max_node_id_bytes = 4;
