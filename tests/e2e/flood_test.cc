@@ -46,6 +46,13 @@ struct Flood {
   // The flood must have been refused by the budget (not only held by the
   // per-connection caps): it reached the budget.
   bool budget_refuses = false;
+  // The server's peak RSS may reach this many times the budget: what it
+  // holds is charged, and the rest is calls in flight (each connection's
+  // max_streams_per_connection gRPC call arenas, refused or not yet read).
+  double peak_bound = 1.25;
+  // When above 0: the RSS while flooded, steady, may reach this many times
+  // the budget.
+  double steady_bound = 0;
 };
 
 // "flood: ... refused N ..." of the flood client's last line; -1 if none.
@@ -103,7 +110,8 @@ void RunFlood(const Flood& f) {
   CHECK(WaitCommand(flood_pid, 30) == 0);
   stop_flood.pid = -1;
   const absl::Time stopped = absl::Now();
-  const bool back = WaitFor([&] { return d.RssMiB() <= 2 * idle; }, 10 + (f.mode == "keys" || f.mode == "runs" ? 10 : 0), 0.2);
+  const bool back = WaitFor([&] { return d.RssMiB() <= 2 * idle; },
+                            10 + (f.mode == "keys" || f.mode == "runs" || f.mode == "parked" ? 10 : 0), 0.2);
   const double back_s = absl::ToDoubleSeconds(absl::Now() - stopped);
   const double peak = PeakRssMiB(d.pid);
   WARN("flood " << f.mode << ": server RSS idle " << idle << " MiB, flooded " << flooded << " MiB, peak " << peak
@@ -113,8 +121,9 @@ void RunFlood(const Flood& f) {
   // (Under AddressSanitizer objects cost more than charged: not held to it.)
   if (f.budget_refuses && kRssBounds) CHECK(RefusedCount(ReadFile(flood_out)) > 0);
   if (kRssBounds) {
-    CHECK(peak_during <= 1.25 * (kBudget >> 20));
-    CHECK(peak <= 1.25 * (kBudget >> 20));
+    if (f.steady_bound > 0) CHECK(flooded <= f.steady_bound * (kBudget >> 20));
+    CHECK(peak_during <= f.peak_bound * (kBudget >> 20));
+    CHECK(peak <= f.peak_bound * (kBudget >> 20));
     CHECK(back);
   }
 }
@@ -166,6 +175,15 @@ TEST_CASE("flood 4: health Watch streams stay within the memory budget, and a jo
 TEST_CASE("flood 7: parked joins stay within the memory budget, and a job still runs", "[e2e][flood]") {
   Flood f{"parked", {"--connections=96", "--runs=96", "--count=96000"}, {}};
   f.budget_refuses = true;
+  // Refused joins are re-sent at once over 96 connections: their call
+  // arenas, not charged and bounded only per connection, come and go with
+  // the server's speed. The peak reached 317-406 MiB (1.24-1.59x) whether
+  // a parked join was charged 32 or 40 KiB, while the steady RSS, what is
+  // held and charged, stayed at 105-160 MiB (docs/performance.md). Held to
+  // the budget: the steady RSS (below); the peak only to 2x, against the
+  // 6.9x (1,762 MiB) this flood reached when joins were charged as nodes.
+  f.peak_bound = 2.0;
+  f.steady_bound = 1.0;
   RunFlood(f);
 }
 

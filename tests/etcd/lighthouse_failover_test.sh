@@ -11,11 +11,17 @@
 # after the failover is above every id before it (the next leader numbers its quorums above
 # its election revision x 2^24, lighthouse_registry.h). The groups' longest stall is printed.
 #
-# usage: lighthouse_failover_test.sh MESHRUN_BINARY [CACHE_DIR]
+# FORM replica_groups: the same job as 2 nodes under `--replica_groups=2` (2 agents, one group
+# each, a run of its own per group); besides the above, neither group's run re-forms and both
+# agents exit 0 (one exit barrier across the groups).
+#
+# usage: lighthouse_failover_test.sh MESHRUN_BINARY [CACHE_DIR] [FORM]
 #        (0 pass, 1 fail, 77 skip: no etcd, no Python 3.11, or torchft's wheel unreachable)
 set -uo pipefail
 meshrun=$(readlink -f "${1:?usage: lighthouse_failover_test.sh MESHRUN_BINARY [CACHE_DIR]}")
-cache=${2:-${MESHRUN_TEST_CACHE:-$HOME/.cache/meshrun-tests}}
+cache=${2:--}  # "-": the default.
+[[ $cache != - ]] || cache=${MESHRUN_TEST_CACHE:-$HOME/.cache/meshrun-tests}
+form=${3:-workers}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/etcd/etcd_cluster.sh
 source "$here/etcd_cluster.sh"
@@ -26,10 +32,10 @@ source "$here/../support/wait_for.sh"
 source "$here/../e2e/torchft_extension.sh"
 
 work=$(mktemp -d /tmp/meshrun-lighthouse-failover.XXXXXX)
-server_pid=() agent_pid=
+server_pid=() agent_pids=()
 cleanup() {
   local p
-  for p in $agent_pid "${server_pid[@]}"; do
+  for p in "${agent_pids[@]}" "${server_pid[@]}"; do
     [[ -n $p ]] && kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null
   done
   etcd_down
@@ -38,7 +44,7 @@ cleanup() {
 fail() {
   local f
   echo "FAIL: $*"
-  for f in "$work"/server*.log "$work"/agent.log "$work"/group*.steps; do
+  for f in "$work"/server*.log "$work"/agent*.log "$work"/group*.steps; do
     [[ -f $f ]] || continue
     echo "--- ${f##*/} (last 15 lines)"
     tail -n 15 "$f"
@@ -75,11 +81,22 @@ wait_for 30 led || fail "no replica led within 30 s"
 leader=$(leader_now)
 
 # The job: 2 workers, each a replica group; min_replicas 2 (a quorum needs both).
-OUT=$work "$meshrun" --nnodes=1 --nproc_per_node=2 --rdzv_endpoint="$endpoints" --rdzv_id=lh --max_restarts=3 \
-  --rdzv_conf leader_grace=60,lighthouse_min_replicas=2,lighthouse_heartbeat_timeout=5 \
-  --no_python sh -c 'echo "$TORCHELASTIC_RESTART_COUNT" >> "$OUT/start.$RANK"; exec python3 '"$here"'/../e2e/lighthouse_steps.py' \
-  >"$work/agent.log" 2>&1 &
-agent_pid=$!
+conf=leader_grace=60,lighthouse_min_replicas=2,lighthouse_heartbeat_timeout=5
+if [[ $form == replica_groups ]]; then
+  for n in 0 1; do
+    OUT=$work "$meshrun" --nnodes=2 --replica_groups=2 --nproc_per_node=1 --rdzv_endpoint="$endpoints" --rdzv_id=lh \
+      --max_restarts=3 --rdzv_conf "$conf" --no_python sh -c 'echo "$TORCHELASTIC_RESTART_COUNT" >> \
+        "$OUT/start.$REPLICA_GROUP_ID"; GROUP=group$REPLICA_GROUP_ID exec python3 '"$here"'/../e2e/lighthouse_steps.py' \
+      >"$work/agent$n.log" 2>&1 &
+    agent_pids+=($!)
+  done
+else
+  OUT=$work "$meshrun" --nnodes=1 --nproc_per_node=2 --rdzv_endpoint="$endpoints" --rdzv_id=lh --max_restarts=3 \
+    --rdzv_conf "$conf" \
+    --no_python sh -c 'echo "$TORCHELASTIC_RESTART_COUNT" >> "$OUT/start.$RANK"; exec python3 '"$here"'/../e2e/lighthouse_steps.py' \
+    >"$work/agent.log" 2>&1 &
+  agent_pids+=($!)
+fi
 steps() { [[ -f $work/group$1.steps ]] && wc -l <"$work/group$1.steps" || echo 0; }
 stepped() { (($(steps 0) >= $1 && $(steps 1) >= $1)); }
 wait_for 60 stepped 5 || fail "the groups did not step 5 times within 60 s"
@@ -91,12 +108,17 @@ wait "${server_pid[leader]}" 2>/dev/null
 server_pid[leader]=
 wait_for 60 stepped $((before + 5)) || fail "the groups did not step 5 more times within 60 s of the kill"
 touch "$work/release"
-agent_done() { ! kill -0 "$agent_pid" 2>/dev/null; }
+agent_done() { local p; for p in "${agent_pids[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 wait_for 60 agent_done || fail "the job did not end within 60 s of the release"
-wait "$agent_pid"
-rc=$?
-agent_pid=
-((rc == 0)) || fail "the job exited $rc"
+for p in "${agent_pids[@]}"; do
+  wait "$p"
+  rc=$?
+  ((rc == 0)) || fail "an agent of the job exited $rc"
+done
+agent_pids=()
+if [[ $form == replica_groups ]]; then
+  ! grep -q "re-forming\|restarting workers" "$work"/agent*.log || fail "a group's run re-formed or restarted"
+fi
 [[ $(cat "$work/start.0" "$work/start.1" | tr '\n' ' ') == "0 0 " ]] ||
   fail "a worker restarted: starts $(cat "$work"/start.* | tr '\n' ' ')"
 

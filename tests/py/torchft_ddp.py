@@ -53,14 +53,18 @@ def load_state_dict(sd):
 
 
 manager = Manager(
-    # A peer that died fails the collective at once (its connection resets); the timeouts
-    # bound a peer that hangs, and leave room for a loaded machine (2 cores, 6 workers).
-    pg=ProcessGroupGloo(timeout=timedelta(seconds=20)),
+    # A peer that died fails the collective: at once where its connection resets, after the
+    # process group's timeout for a rank waiting on data the dead peer was to relay. The
+    # Manager's timeout (its should_commit vote, which waits for every rank of the group)
+    # must be longer: at equal timeouts (torchft's defaults are both 60 s) a healthy rank
+    # whose collective failed at once gave up on the vote just before its peer, still in the
+    # collective, voted, and crashed its healthy group (2 runs in 7 here, at 20 s each).
+    pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
     min_replica_size=1,
     load_state_dict=load_state_dict,
     state_dict=state_dict,
     replica_id=f"ddp_{group}",
-    timeout=timedelta(seconds=20),
+    timeout=timedelta(seconds=30),
     quorum_timeout=timedelta(seconds=30),
     connect_timeout=timedelta(seconds=30),
 )
