@@ -39,8 +39,9 @@ absl::StatusOr<ServerStatus> QueryServerStatus(const Connection& server, const s
   out.replica_self = resp.replica_self();
   if (resp.leading_since_unix_ms() > 0) out.leading_since = absl::FromUnixMillis(resp.leading_since_unix_ms());
   for (const auto& l : resp.lighthouses()) {
-    out.lighthouses.push_back(
-        {l.run_id(), l.quorum_id(), l.quorum_members(), l.waiting(), l.replica_groups(), l.reason()});
+    ServerStatus::Lighthouse& lh = out.lighthouses.emplace_back();
+    lh = {l.run_id(), l.quorum_id(), l.quorum_members(), l.waiting(), l.replica_groups(), l.reason(), {}};
+    for (const auto& m : l.member_steps()) lh.member_steps.emplace_back(m.replica_id(), m.step());
   }
   if (!run_id.empty() && out.runs.empty() && out.replica_role != "standby") {
     return absl::NotFoundError(absl::StrCat("the server at ", server.endpoint, " has no run '", run_id, "'"));

@@ -55,6 +55,9 @@ struct ServerStatus {
     int64_t waiting = 0;
     int64_t replica_groups = 0;
     std::string reason;
+    // The last quorum's members (torchft's replica ids, sorted) and the
+    // step each had.
+    std::vector<std::pair<std::string, int64_t>> member_steps;
   };
   std::vector<Lighthouse> lighthouses;
 };

@@ -176,6 +176,17 @@ std::string FormatStatusTable(const client::ServerStatus& status, const std::str
       absl::StrAppend(&out, "  lighthouse (torchft): quorum ", l.quorum_id, " of ", l.quorum_members,
                       " replica groups; ", l.replica_groups, " known, ", l.waiting, " waiting",
                       l.reason.empty() ? "" : absl::StrCat("; last look: ", l.reason), "\n");
+      if (!l.member_steps.empty()) {
+        // Each group's step as of the last quorum (the first 16; --json has all).
+        absl::StrAppend(&out, "  steps at that quorum:");
+        const size_t shown = std::min<size_t>(l.member_steps.size(), 16);
+        for (size_t i = 0; i < shown; ++i) {
+          absl::StrAppend(&out, i == 0 ? " " : ", ", l.member_steps[i].first.substr(0, 64), " ",
+                          l.member_steps[i].second);
+        }
+        if (shown < l.member_steps.size()) absl::StrAppend(&out, ", ... ", l.member_steps.size() - shown, " more");
+        absl::StrAppend(&out, "\n");
+      }
     }
     if (r.node_list.empty()) {
       absl::StrAppend(&out, "  (no nodes)\n");
@@ -263,6 +274,10 @@ std::string FormatStatusJson(const client::ServerStatus& status, const std::stri
       run["lighthouse"] = {{"quorum_id", l.quorum_id},           {"quorum_members", l.quorum_members},
                            {"replica_groups", l.replica_groups}, {"waiting", l.waiting},
                            {"reason", l.reason}};
+      run["lighthouse"]["member_steps"] = nlohmann::json::array();
+      for (const auto& [replica_id, step] : l.member_steps) {
+        run["lighthouse"]["member_steps"].push_back({{"replica_id", replica_id}, {"step", step}});
+      }
     }
     j["runs"].push_back(run);
   }

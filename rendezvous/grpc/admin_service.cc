@@ -54,6 +54,11 @@ grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* ctx,
       out->set_waiting(v.waiting);
       out->set_replica_groups(v.replica_groups);
       out->set_reason(v.reason);
+      for (const auto& [replica_id, step] : v.member_steps) {
+        pb::LighthouseMemberStep* m = out->add_member_steps();
+        m->set_replica_id(replica_id);
+        m->set_step(step);
+      }
     }
   }
   resp->set_port(core_->port());

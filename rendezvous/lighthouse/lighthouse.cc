@@ -162,6 +162,10 @@ Lighthouse::View Lighthouse::view() const {
   v.waiting = static_cast<int64_t>(waiters_.size());
   v.replica_groups = static_cast<int64_t>(state_.heartbeats.size());
   v.reason = last_reason_;
+  if (state_.previous.has_value()) {
+    v.member_steps.reserve(state_.previous->participants.size());
+    for (const QuorumMember& m : state_.previous->participants) v.member_steps.emplace_back(m.replica_id, m.step);
+  }
   return v;
 }
 

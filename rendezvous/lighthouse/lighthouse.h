@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -69,6 +71,9 @@ class Lighthouse {
     int64_t waiting = 0;
     int64_t replica_groups = 0;
     std::string reason;
+    // The last quorum's members (torchft's replica ids) and the step each
+    // had, sorted by replica id.
+    std::vector<std::pair<std::string, int64_t>> member_steps;
   };
   View view() const;
 

@@ -87,6 +87,11 @@ done
 steps_of() { [[ -f $work/$1.steps ]] && wc -l <"$work/$1.steps" || echo 0; }
 at_50() { (($(steps_of g1r0) >= 50)); }
 wait_for 180 at_50 || fail "group 1 did not reach step 50 within 180 s"
+# meshrun status: the job's lighthouse, with each group's step at its last quorum.
+status=$("$meshrun" status --rdzv_endpoint="$endpoint" --rdzv_id=ddp 2>&1) || fail "meshrun status: $status"
+grep "steps at that quorum: ddp_0" <<<"$status" | grep -q "ddp_2" ||
+  fail "meshrun status does not show the groups' steps: $status"
+grep "steps at that quorum" <<<"$status"
 victim=$(awk '{ print $2 }' "$work/g1r0.start" | tail -n 1)
 kill -KILL "$victim" || fail "could not kill group 1's rank 0 (pid $victim)"
 echo "group 1's rank 0 (pid $victim) killed with SIGKILL at its step $(steps_of g1r0)"

@@ -76,6 +76,10 @@ TEST_CASE("lighthouse over gRPC: the token, the run and the settings are checked
   REQUIRE(sresp.lighthouses_size() == 1);
   CHECK(sresp.lighthouses(0).quorum_id() == 1);
   CHECK(sresp.lighthouses(0).quorum_members() == 1);
+  // Each member's step at that quorum (meshrun status shows each group's step).
+  REQUIRE(sresp.lighthouses(0).member_steps_size() == 1);
+  CHECK(sresp.lighthouses(0).member_steps(0).replica_id() == "g0");
+  CHECK(sresp.lighthouses(0).member_steps(0).step() == 5);
 }
 
 TEST_CASE("lighthouse over gRPC: a call under min_replicas ends at its deadline, and shutdown answers a waiting one",
