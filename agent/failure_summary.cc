@@ -21,7 +21,7 @@ std::string DescribeFailure(const rendezvous::WorkerFailure& f) {
 std::string FormatFailureSummary(const std::optional<rendezvous::WorkerFailure>& root, const SummaryContext& c) {
   const std::string bar(60, '=');
   const std::string line(60, '-');
-  std::string out = absl::StrCat(bar, "\nmeshrun: job FAILED (run '", c.run_id, "', round ", c.round, ")",
+  std::string out = absl::StrCat(bar, "\nmeshrun: ", c.scope, " FAILED (run '", c.run_id, "', round ", c.round, ")",
                                  root && root->permanent ? ": a permanent failure, not restarted" : "", "\n", line,
                                  "\n");
   if (root) {

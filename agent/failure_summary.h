@@ -25,6 +25,9 @@ struct SummaryContext {
   // exited 0 before. Both 0: none (a node between rounds, or one worker).
   int others_stopped = 0;
   int others_exited_ok = 0;
+  // What failed, for the title: "job", or "replica group <g>" (a job of
+  // replica groups: the group's run failed, the job may go on).
+  std::string scope = "job";
 };
 
 // meshrun's exit code for a failure: its exit code, or 128+n for signal n.

@@ -15,6 +15,7 @@ namespace meshrun::agent {
 int Session::Summary(const std::optional<WorkerFailure>& root) {
   SummaryContext c{o_.run_id,           round_.round,        node_.hostname,  node_.node_id, failed_error_file_,
                    round_.restart_count, o_.max_restarts, o_.permanent_failure_exit_code};
+  if (replica_group_ >= 0) c.scope = absl::StrCat("replica group ", replica_group_);
   for (const Worker& w : workers_) {
     const bool is_root = root && root->node_id == node_.node_id && root->local_rank == w.local_rank;
     if (is_root) continue;

@@ -14,8 +14,8 @@
 namespace meshrun::agent {
 
 std::optional<int> Session::FailBelowMinReplicaGroups(const ReplicaGroupsBelowMin& e) {
-  std::fprintf(stderr, "meshrun: fewer than --min_replica_groups=%d replica groups are alive (%s); stopping group %d\n",
-               o_.min_replica_groups, e.why.c_str(), replica_group_);
+  std::fprintf(stderr, "meshrun: too few replica groups are alive (%s); stopping group %d\n", e.why.c_str(),
+               replica_group_);
   WorkerFailure f;
   f.node_id = node_.node_id;
   f.hostname = node_.hostname;

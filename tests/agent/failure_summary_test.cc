@@ -30,6 +30,9 @@ TEST_CASE("the failure summary names the root cause and why it was not restarted
   CHECK(Has(s, "  rank      : 3 (local_rank: 1)\n"));
   CHECK(Has(s, "  permanent : yes, not restarted (exit code 78 is --permanent_failure_exit_code); restarts used: 0 of 3\n"));
   CHECK(Has(s, "  message   : line1\n              line2\n"));
+  // In a job of replica groups it is the group's run that failed.
+  c.scope = "replica group 1";
+  CHECK(Has(FormatFailureSummary(f, c), "meshrun: replica group 1 FAILED (run 'job', round 0)"));
   CHECK_FALSE(Has(s, "error_file"));  // Another node's failure.
   CHECK(Has(s, "Other workers on this node (hosta): none\n"));  // None counted.
   CHECK(ExitCodeOfFailure(f) == 78);
