@@ -41,9 +41,7 @@ int Session::AwaitReplicaGroups(int code) {
         client_->ReplicaGroupStates(job_run_id_, o_.replica_groups, o_.read_timeout);
     if (groups.ok() && static_cast<int>(groups->size()) == o_.replica_groups) {
       answered = absl::Now();
-      using State = rendezvous::ReplicaGroupState::State;
-      const State own = (*groups)[replica_group_].state;
-      if (own != State::kFinished && own != State::kFailed) return code;  // This node's own end.
+      if (!(*groups)[replica_group_].ended()) return code;  // This node's own end.
       const ReplicaGroupJob j = JudgeReplicaGroups(*groups, m, absl::Now() < unformed_until);
       if (j.over && j.succeeded) {
         if (code != 0) {

@@ -125,6 +125,8 @@ struct ReplicaGroupState {
   int restart_count = 0;
   // kFailed: why (the root cause, one line); else empty.
   std::string failure;
+  // Its run finished or failed.
+  bool ended() const { return state == State::kFinished || state == State::kFailed; }
 };
 
 // One node as the server sees it, for `meshrun status`.

@@ -12,7 +12,10 @@
 namespace meshrun::rendezvous {
 
 ReplicaGroupPlacer::ReplicaGroupPlacer(const RunRegistry* registry, const ServerLimits& limits, Clock clock)
-    : registry_(registry), limits_(limits), clock_(clock ? std::move(clock) : Clock([] { return absl::Now(); })) {}
+    : registry_(registry),
+      limits_(limits),
+      clock_(clock ? std::move(clock) : Clock([] { return absl::Now(); })),
+      ends_(limits.max_replica_group_jobs) {}
 
 std::string ReplicaGroupPlacer::GroupRunId(absl::string_view run_id, int group) {
   return absl::StrCat(run_id, "-group-", group);
@@ -29,7 +32,6 @@ int64_t ReplicaGroupPlacer::expiry_entries() const {
 }
 
 std::vector<ReplicaGroupState> ReplicaGroupPlacer::States(const std::string& run_id, int replica_groups) {
-  using State = ReplicaGroupState::State;
   const size_t r = static_cast<size_t>(std::max(0, replica_groups));
   std::vector<ReplicaGroupState> out(r);
   for (int g = 0; g < replica_groups; ++g) {
@@ -45,37 +47,7 @@ std::vector<ReplicaGroupState> ReplicaGroupPlacer::States(const std::string& run
       }
     }
   }
-  absl::MutexLock lock(&ends_mu_);
-  auto it = ends_.find(run_id);
-  const bool any_ended = std::any_of(out.begin(), out.end(), [](const ReplicaGroupState& s) {
-    return s.state == State::kFinished || s.state == State::kFailed;
-  });
-  if (it == ends_.end() && !any_ended) return out;
-  if (it == ends_.end()) {
-    if (static_cast<int64_t>(ends_.size()) >= std::max<int64_t>(1, limits_.max_replica_group_jobs)) {
-      // O(jobs remembered), only when a job is first remembered at the bound.
-      auto oldest = std::min_element(ends_.begin(), ends_.end(),
-                                     [](const auto& a, const auto& b) { return a.second.asked < b.second.asked; });
-      ends_.erase(oldest);
-    }
-    it = ends_.emplace(run_id, JobEnds{}).first;
-  }
-  JobEnds& e = it->second;
-  e.asked = clock_();
-  if (e.ended.size() < r) e.ended.resize(r, State::kNone);
-  for (size_t g = 0; g < r; ++g) {
-    ReplicaGroupState& s = out[g];
-    if (s.state == State::kFinished || s.state == State::kFailed) {
-      e.ended[g] = s.state;
-      if (s.state == State::kFailed && e.failure_group < 0) {
-        e.failure_group = static_cast<int>(g);
-        e.failure = s.failure.substr(0, 300);
-      }
-    } else if (s.state == State::kNone && e.ended[g] != State::kNone) {
-      s.state = e.ended[g];  // Its run was removed after it ended.
-      if (static_cast<int>(g) == e.failure_group) s.failure = e.failure;
-    }
-  }
+  ends_.Merge(run_id, out, clock_());
   return out;
 }
 

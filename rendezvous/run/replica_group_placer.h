@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "proto/types.h"
 #include "rendezvous/policy/limits.h"
+#include "rendezvous/run/replica_group_ends.h"
 
 namespace meshrun::rendezvous {
 
@@ -70,9 +71,7 @@ class ReplicaGroupPlacer {
   // place held for a node yet to join): what the agents judge
   // --min_replica_groups and the job's end by. A group seen ended here
   // stays ended for later calls after its run is removed (ended_run_ttl):
-  // each group's agents ask as soon as it ends. Remembered for
-  // max_replica_group_jobs jobs (the least recently asked about is
-  // forgotten), in the leader's memory. Thread-safe; O(R + places held in
+  // each group's agents ask as soon as it ends (replica_group_ends.h). Thread-safe; O(R + places held in
   // the job) run lookups.
   std::vector<ReplicaGroupState> States(const std::string& run_id, int replica_groups);
 
@@ -110,16 +109,8 @@ class ReplicaGroupPlacer {
   std::deque<Expiry> expiries_ ABSL_GUARDED_BY(mu_);
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // The groups of a job seen ended (States), by run id: each group's state
-  // (kNone: not seen ended) and the first failed one's root cause.
-  struct JobEnds {
-    std::vector<ReplicaGroupState::State> ended;
-    int failure_group = -1;
-    std::string failure;
-    absl::Time asked;
-  };
-  absl::Mutex ends_mu_;  // Never held with mu_.
-  absl::flat_hash_map<std::string, JobEnds> ends_ ABSL_GUARDED_BY(ends_mu_);
+  // The groups seen ended, for States (its own lock, never held with mu_).
+  ReplicaGroupEnds ends_;
 };
 
 }  // namespace meshrun::rendezvous

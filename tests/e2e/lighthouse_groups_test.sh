@@ -24,6 +24,8 @@ form=${3:-jobs}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/support/wait_for.sh
 source "$here/../support/wait_for.sh"
+# shellcheck source=tests/support/rdzv_server.sh
+source "$here/../support/rdzv_server.sh"
 # shellcheck source=tests/e2e/torchft_extension.sh
 source "$here/torchft_extension.sh"
 work=$(mktemp -d /tmp/meshrun-lighthouse-groups.XXXXXX)
@@ -45,11 +47,7 @@ trap cleanup EXIT
 torchft_extension "$cache" "$work"
 export TORCHFT_SO
 
-"$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port" >"$work/server.log" 2>&1 &
-pids+=($!)
-listening() { [[ -s $work/port ]]; }
-wait_for 20 listening || fail "the server did not listen within 20 s"
-endpoint=127.0.0.1:$(cat "$work/port")
+start_rdzv_server "$meshrun" "$work" || fail "the server did not listen within 20 s"
 # job GROUP [ENV...]: one replica group's job (FORM jobs), or one node of the job of two groups
 # (FORM replica_groups); its exit code lands in $work/GROUP.rc. GROUP is the torchft replica id.
 if [[ $form == jobs ]]; then

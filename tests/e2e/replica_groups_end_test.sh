@@ -15,6 +15,8 @@ meshrun=$(readlink -f "${1:?usage: replica_groups_end_test.sh MESHRUN}")
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/support/wait_for.sh
 source "$here/../support/wait_for.sh"
+# shellcheck source=tests/support/rdzv_server.sh
+source "$here/../support/rdzv_server.sh"
 work=$(mktemp -d /tmp/meshrun-replica-end.XXXXXX)
 pids=()
 cleanup() {
@@ -35,11 +37,7 @@ fail() {
 trap cleanup EXIT
 mkdir -p "$work/a" "$work/b"
 
-"$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port" >"$work/server.log" 2>&1 &
-pids+=($!)
-listening() { [[ -s $work/port ]]; }
-wait_for 20 listening || fail "the server did not listen within 20 s"
-endpoint=127.0.0.1:$(cat "$work/port")
+start_rdzv_server "$meshrun" "$work" || fail "the server did not listen within 20 s"
 
 # agent JOB G [FLAGS...]: a node of job JOB (a or b) that is placed in group G (agents are
 # started one by one, and groups fill in order); its exit code lands in JOB-G.rc.

@@ -16,6 +16,8 @@ meshrun=$(readlink -f "${1:?usage: replica_groups_test.sh MESHRUN}")
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/support/wait_for.sh
 source "$here/../support/wait_for.sh"
+# shellcheck source=tests/support/rdzv_server.sh
+source "$here/../support/rdzv_server.sh"
 work=$(mktemp -d /tmp/meshrun-replica-groups.XXXXXX)
 pids=()
 cleanup() {
@@ -36,11 +38,7 @@ fail() {
 }
 trap cleanup EXIT
 
-"$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port" >"$work/server.log" 2>&1 &
-pids+=($!)
-listening() { [[ -s $work/port ]]; }
-wait_for 20 listening || fail "the server did not listen within 20 s"
-endpoint=127.0.0.1:$(cat "$work/port")
+start_rdzv_server "$meshrun" "$work" || fail "the server did not listen within 20 s"
 # agent N: one node's meshrun; its pid lands in $work/agentN.pid, its exit code in agentN.rc.
 agent() {
   (env OUT="$work" FAIL_GROUP=1 MESHRUN_LOG_LEVEL=info "$meshrun" --nnodes=3 --replica_groups=3 \

@@ -20,6 +20,8 @@ meshrun=$(readlink -f "${1:?usage: torchft_ddp_test.sh MESHRUN SOURCE_DIR}")
 src=$(readlink -f "${2:?usage: torchft_ddp_test.sh MESHRUN SOURCE_DIR}")
 # shellcheck source=tests/support/wait_for.sh
 source "$src/tests/support/wait_for.sh"
+# shellcheck source=tests/support/rdzv_server.sh
+source "$src/tests/support/rdzv_server.sh"
 cache=${MESHRUN_TEST_CACHE:-$HOME/.cache/meshrun-tests}
 torch_version=2.15.0
 torch_venv=${MESHRUN_TORCH2_VENV:-$cache/torch-$torch_version}
@@ -68,11 +70,7 @@ fail() {
 }
 trap cleanup EXIT
 
-"$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port" >"$work/server.log" 2>&1 &
-pids+=($!)
-listening() { [[ -s $work/port ]]; }
-wait_for 20 listening || fail "the server did not listen within 20 s"
-endpoint=127.0.0.1:$(cat "$work/port")
+start_rdzv_server "$meshrun" "$work" || fail "the server did not listen within 20 s"
 for n in 0 1 2; do
   (env OUT="$work" STEPS=200 STEP_SECONDS=0.05 TIME_LIMIT=240 "$meshrun" --nnodes=3 --replica_groups=3 \
      --nproc_per_node=2 --rdzv_endpoint="$endpoint" --rdzv_id=ddp --max_restarts=2 \
