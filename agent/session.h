@@ -96,6 +96,13 @@ class Session {
   // group's run this agent's run id (client_ included); the job's run id
   // stays the lighthouse's run. Cancelled by a stop signal.
   absl::Status PlaceInReplicaGroup();
+  // The run whose lighthouse (and shared store) the workers use: rdzv_conf
+  // lighthouse_run, the job's run id with --replica_groups (once placed),
+  // else the node's run; empty with rdzv_conf lighthouse=0.
+  std::string LighthouseRunId() const {
+    if (!o_.lighthouse.enabled) return "";
+    return o_.lighthouse.run_id.empty() ? o_.run_id : o_.lighthouse.run_id;
+  }
   // Stops the heartbeats and the event stream.
   void EndMembership();
   // The whole job: join, run, and on failure restart through the server.

@@ -59,6 +59,7 @@ absl::Status Session::NewMembership() {
   } else {
     StoreProxyOptions po;
     po.run_id = o_.run_id;
+    po.shared_run_id = LighthouseRunId();
     po.token = o_.auth.token;
     po.cache = o_.store_cache;
     po.max_message_bytes = o_.store_proxy_max_message_bytes;
@@ -74,7 +75,7 @@ absl::Status Session::NewMembership() {
     lighthouse_->SetUpstream(client_->channel(), node_.node_id);
   } else if (o_.lighthouse.enabled) {
     LighthouseProxyOptions lo;
-    lo.run_id = o_.lighthouse.run_id.empty() ? o_.run_id : o_.lighthouse.run_id;
+    lo.run_id = LighthouseRunId();
     lo.token = o_.auth.token;
     lo.min_replicas = o_.lighthouse.min_replicas;
     lo.join_timeout_ms = absl::ToInt64Milliseconds(o_.lighthouse.join_timeout);

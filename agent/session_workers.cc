@@ -64,7 +64,7 @@ std::optional<int> Session::RunRound(const Assignment& a) {
     WorkerEnvInput in{a,           lr,     o_.nproc, o_.role, o_.run_id, store_endpoint, w.error_file,
                       ifname,      o_.permanent_failure_exit_code, o_.virtual_local_rank, signals_text,
                       agent_store_ != nullptr, lighthouse_ ? lighthouse_->address() : std::string(),
-                      replica_group_, o_.replica_groups};
+                      lighthouse_ ? LighthouseRunId() : std::string(), replica_group_, o_.replica_groups};
     absl::StatusOr<std::pair<int, int>> pipes = pump_.Add(lr, Routes(lr, rank, attempt));
     if (!pipes.ok()) {
       StopWorkers(SIGKILL, absl::ZeroDuration());

@@ -38,6 +38,7 @@ std::vector<std::string> BuildWorkerEnv(const std::vector<std::string>& base, co
   set(env::kRunId, in.run_id);
   set(env::kUseAgentStore, in.agent_store ? "True" : "False");
   if (!in.torchft_lighthouse.empty()) set(env::kTorchftLighthouse, in.torchft_lighthouse);
+  if (!in.lighthouse_run_id.empty()) set(env::kLighthouseRunId, in.lighthouse_run_id);
   if (in.num_replica_groups > 0) {
     set(env::kReplicaGroupId, absl::StrCat(in.replica_group));
     set(env::kNumReplicaGroups, absl::StrCat(in.num_replica_groups));

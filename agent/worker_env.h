@@ -40,6 +40,10 @@ struct WorkerEnvInput {
   // (agent/lighthouse/lighthouse_proxy.h), "http://127.0.0.1:PORT"; not set
   // when empty (rdzv_conf lighthouse=0), so a user's own stays.
   std::string torchft_lighthouse;
+  // MESHRUN_LIGHTHOUSE_RUN_ID: the run of that lighthouse, whose store the
+  // node's proxy also serves (libmesh's fault-tolerance manager); not set
+  // when empty.
+  std::string lighthouse_run_id;
   // REPLICA_GROUP_ID and NUM_REPLICA_GROUPS (meshrun --replica_groups):
   // not set when num_replica_groups is 0.
   int replica_group = 0;

@@ -87,8 +87,13 @@ class ProxyService final : public pb::Store::CallbackService {
  public:
   // `max_forwarded`: calls sent on as they are, held at once (the
   // cache bounds its own by the same figure, store_proxy_max_waiters).
-  ProxyService(std::string run_id, GrpcUpstream* upstream, StoreCache* cache, int64_t max_forwarded)
-      : run_id_(std::move(run_id)), upstream_(upstream), cache_(cache), max_forwarded_(max_forwarded) {}
+  ProxyService(std::string run_id, std::string shared_run_id, GrpcUpstream* upstream, StoreCache* cache,
+               int64_t max_forwarded)
+      : run_id_(std::move(run_id)),
+        shared_run_id_(std::move(shared_run_id)),
+        upstream_(upstream),
+        cache_(cache),
+        max_forwarded_(max_forwarded) {}
 
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const pb::KvSetRequest* req,
                                   pb::KvSetResponse* resp) override {
@@ -120,7 +125,7 @@ class ProxyService final : public pb::Store::CallbackService {
   }
   grpc::ServerUnaryReactor* KvCheck(grpc::CallbackServerContext* ctx, const pb::KvCheckRequest* req,
                                     pb::KvCheckResponse* resp) override {
-    if (Admit(*req, req->run()).ok() && !req->keys().empty() &&
+    if (Admit(*req, req->run()).ok() && req->run().run_id() == run_id_ && !req->keys().empty() &&
         cache_->AllCached(req->round(), {req->keys().begin(), req->keys().end()})) {
       resp->set_all_present(true);
       return Answer(ctx, grpc::Status::OK);
@@ -129,21 +134,21 @@ class ProxyService final : public pb::Store::CallbackService {
   }
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const pb::KvGetRequest* req,
                                   pb::KvGetResponse* resp) override {
-    if (!Cached(req->round(), {req->key()})) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvGet), nullptr);
+    if (!Cached(req->run(), req->round(), {req->key()})) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvGet), nullptr);
     StoreRequest r{req->round(), {}, {}, {req->key()}, absl::Milliseconds(req->wait_ms())};
     return Submit(ctx, *req, req->run(), std::move(r), [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); });
   }
   grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* ctx, const pb::KvWaitRequest* req,
                                    pb::KvWaitResponse* resp) override {
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    if (!Cached(req->round(), keys)) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvWait), nullptr);
+    if (!Cached(req->run(), req->round(), keys)) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvWait), nullptr);
     StoreRequest r{req->round(), {}, {}, std::move(keys), absl::Milliseconds(req->wait_ms())};
     return Submit(ctx, *req, req->run(), std::move(r), [](std::vector<std::string>&) {});
   }
   grpc::ServerUnaryReactor* KvMultiGet(grpc::CallbackServerContext* ctx, const pb::KvMultiGetRequest* req,
                                        pb::KvMultiGetResponse* resp) override {
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    if (!Cached(req->round(), keys)) {
+    if (!Cached(req->run(), req->round(), keys)) {
       return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvMultiGet), [this, req](const pb::KvMultiGetResponse& r) {
         cache_->LearnWrites(req->round(), {req->set_keys().begin(), req->set_keys().end()},
                             {req->set_values().begin(), req->set_values().end()});
@@ -187,15 +192,20 @@ class ProxyService final : public pb::Store::CallbackService {
 
   absl::Status Admit(const google::protobuf::Message& req, const pb::RunRef& run) const {
     if (absl::Status s = rendezvous::wire::CheckWellFormed(req); !s.ok()) return s;
-    if (run.run_id() == run_id_) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat("this node's store proxy serves run '", run_id_,
-                                                    "' only, not '", run.run_id().substr(0, 256), "'"));
+    if (run.run_id() == run_id_ || (!shared_run_id_.empty() && run.run_id() == shared_run_id_)) {
+      return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this node's store proxy serves run '", run_id_, "'",
+        shared_run_id_.empty() ? std::string() : absl::StrCat(" and its lighthouse's run '", shared_run_id_, "'"),
+        " only, not '", run.run_id().substr(0, 256), "'"));
   }
 
-  // True when the cache takes these keys: all write-once, of the current
-  // round (else the request goes to the server as it is).
-  bool Cached(int64_t round, const std::vector<std::string>& keys) const {
-    return !keys.empty() && round == cache_->round() &&
+  // True when the cache takes these keys: the node's run's, all
+  // write-once, of the current round (else the request goes to the server
+  // as it is).
+  bool Cached(const pb::RunRef& run, int64_t round, const std::vector<std::string>& keys) const {
+    return run.run_id() == run_id_ && !keys.empty() && round == cache_->round() &&
            std::all_of(keys.begin(), keys.end(), [](const std::string& k) { return IsWriteOnceKey(k); });
   }
 
@@ -235,11 +245,14 @@ class ProxyService final : public pb::Store::CallbackService {
     auto call = std::make_shared<Call>();
     call->req = worker_req;
     upstream_->FillRun(call->req.mutable_run());
+    // The shared run's answers go around the cache (it holds the node's run's round).
+    const bool shared = check_run && worker_req.run().run_id() != run_id_;
+    if (shared) call->req.mutable_run()->set_run_id(shared_run_id_);
     call->ctx = upstream_->NewContext(ctx->deadline(), &call->stub);
     auto* reactor = new ProxyReactor();
-    std::function<void(grpc::Status)> done = [this, call, resp, reactor, learn](grpc::Status s) {
+    std::function<void(grpc::Status)> done = [this, call, resp, reactor, learn, shared](grpc::Status s) {
       if constexpr (!std::is_same_v<Learn, std::nullptr_t>) {
-        if (s.ok()) learn(*resp);
+        if (s.ok() && !shared) learn(*resp);
       }
       reactor->Complete(s);
       upstream_->CallEnded();
@@ -250,6 +263,7 @@ class ProxyService final : public pb::Store::CallbackService {
   }
 
   const std::string run_id_;
+  const std::string shared_run_id_;
   GrpcUpstream* const upstream_;
   StoreCache* const cache_;
   const int64_t max_forwarded_;
@@ -374,7 +388,7 @@ absl::StatusOr<std::unique_ptr<StoreProxy>> StoreProxy::Start(StoreProxyOptions 
   if (options.cache.label.empty()) options.cache.label = options.run_id;
   impl->batcher = std::make_unique<StoreBatcher>(impl->upstream.get(), options.batch);
   impl->cache = std::make_unique<StoreCache>(impl->batcher.get(), options.cache);
-  impl->service = std::make_unique<ProxyService>(options.run_id, impl->upstream.get(), impl->cache.get(),
+  impl->service = std::make_unique<ProxyService>(options.run_id, options.shared_run_id, impl->upstream.get(), impl->cache.get(),
                                                  options.cache.max_waiters);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(proxy->endpoint_, grpc::InsecureServerCredentials());

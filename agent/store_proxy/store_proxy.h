@@ -33,7 +33,13 @@ class Server;
 namespace meshrun::agent {
 
 struct StoreProxyOptions {
-  std::string run_id;  // The only run it serves (PERMISSION_DENIED for others).
+  std::string run_id;  // The node's run: the cache serves its round's write-once keys.
+  // A second run it serves, uncached, or empty: the run of the job's
+  // lighthouse (a store-only run), whose store the replica groups of a job
+  // share (libmesh's fault-tolerance manager builds each quorum's mesh
+  // there; the workers find it in MESHRUN_LIGHTHOUSE_RUN_ID). Any other run
+  // is refused PERMISSION_DENIED.
+  std::string shared_run_id;
   std::string token;   // Sent to the server on every request (MESHRUN_TOKEN).
   StoreCacheOptions cache;
   // Which requests share a server call (store_batcher.h): the agent sets

@@ -165,6 +165,31 @@ TEST_CASE("store proxy: only its own run, and its folder goes with it", "[store_
   CHECK_FALSE(std::filesystem::exists(dir));
 }
 
+TEST_CASE("store proxy: the lighthouse's run is served too, around the cache", "[store_proxy]") {
+  agent::StoreProxyOptions o;
+  o.run_id = "job-group-1";
+  o.shared_run_id = "job";
+  Setup s(o);
+  auto own = s.Worker("job-group-1");
+  auto shared = s.Worker("job");
+  REQUIRE(own->Set("mesh/k", "group").ok());
+  REQUIRE(shared->Set("mesh/k", "job").ok());
+  // Two stores: the same key in each run holds its own value, on the server too.
+  CHECK(*own->Get("mesh/k", absl::ZeroDuration()) == "group");
+  CHECK(*shared->Get("mesh/k", absl::ZeroDuration()) == "job");
+  CHECK(*shared->MultiGet({"mesh/k"}, absl::ZeroDuration()) == std::vector<std::string>{"job"});
+  GrpcStoreOptions direct;
+  direct.endpoint = s.server->endpoint();
+  direct.run_id = "job";
+  direct.token = "s3cret";
+  auto server_side = ConnectGrpcStore(direct);
+  REQUIRE(server_side.ok());
+  CHECK(*(*server_side)->Get("mesh/k", absl::ZeroDuration()) == "job");
+  absl::Status refused = s.Worker("job-group-2")->Set("k", "v");
+  CHECK(absl::IsPermissionDenied(refused));
+  CHECK(absl::StrContains(refused.message(), "serves run 'job-group-1' and its lighthouse's run 'job' only"));
+}
+
 TEST_CASE("store proxy: a worker's request larger than the limit is refused", "[store_proxy]") {
   agent::StoreProxyOptions o;
   o.max_message_bytes = 64 << 10;

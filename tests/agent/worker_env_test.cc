@@ -57,9 +57,12 @@ TEST_CASE("worker environment follows torchrun's contract", "[env]") {
   CHECK(env["MESHRUN_STORE_ENDPOINT"] == "unix:/tmp/meshrun-store-Ab12Cd/store.sock");
   CHECK(env.count("MESHRUN_TOKEN") == 0);
   CHECK(env.count("TORCHFT_LIGHTHOUSE") == 0);  // None given (rdzv_conf lighthouse=0).
+  CHECK(env.count("MESHRUN_LIGHTHOUSE_RUN_ID") == 0);
   in.agent_store = false;  // rdzv_conf agent_store=0: worker rank 0 hosts PyTorch's TCPStore.
   in.torchft_lighthouse = "http://127.0.0.1:40123";
+  in.lighthouse_run_id = "job";
   auto off = AsMap(BuildWorkerEnv({}, in));
+  CHECK(off["MESHRUN_LIGHTHOUSE_RUN_ID"] == "job");
   CHECK(off["TORCHELASTIC_USE_AGENT_STORE"] == "False");
   CHECK(off["TORCHFT_LIGHTHOUSE"] == "http://127.0.0.1:40123");  // The node's lighthouse endpoint.
 }
