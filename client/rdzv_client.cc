@@ -427,9 +427,32 @@ absl::StatusOr<rendezvous::FailureVerdict> RendezvousClient::ReportFailure(
   ToProto(failure, req.mutable_failure());
   req.set_session(session());
   pb::ReportFailureResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  grpc::Status s = stubs()->stub->ReportFailure(&ctx, req, &resp);
+  std::shared_ptr<Stubs> stubs = this->stubs();
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::Status s = stubs->stub->ReportFailure(ctx.get(), req, &resp);
+  // Replicas: the leader was lost (a failover while a worker failed). Once
+  // the watch has found the next leader, the failure is reported there
+  // (a report the old leader had saved makes this one secondary: same
+  // verdict), within the failover timeout.
+  absl::Time deadline;
+  {
+    absl::MutexLock lock(&mu_);
+    deadline = absl::Now() + std::max(timeout, failover_timeout_);
+  }
+  for (int tries = 0; endpoints_.size() > 1 && s.error_code() == grpc::StatusCode::UNAVAILABLE && tries < 10; ++tries) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto moved = [this, &stubs]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stubs_ != stubs || stopping_; };
+      if (!mu_.AwaitWithTimeout(absl::Condition(&moved), deadline - absl::Now()) || stopping_) break;
+      stubs = stubs_;
+      req.set_session(session_);
+    }
+    Logger("agent")->warn("reporting the worker failure again, to the new leader");
+    ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + timeout)));
+    s = stubs->stub->ReportFailure(ctx.get(), req, &resp);
+  }
   if (!s.ok()) return FromGrpc(s, absl::StrCat("report failure to ", endpoint()));
   rendezvous::FailureVerdict v;
   v.decision = resp.decision() == pb::ReportFailureResponse::RESTART ? rendezvous::Decision::kRestart

@@ -176,7 +176,9 @@ class RendezvousClient {
   const std::string& run_id() const { return run_id_; }
 
   // Reports a worker failure; the verdict says restart or stop. Blocking,
-  // bounded by `timeout`.
+  // bounded by `timeout`; with replicas, a call that found the leader gone
+  // (UNAVAILABLE) is made again to the next leader the watch finds, within
+  // the failover timeout (set_failover_timeout).
   absl::StatusOr<rendezvous::FailureVerdict> ReportFailure(const rendezvous::WorkerFailure& failure,
                                                            absl::Duration timeout);
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +47,27 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectStore(const World& world, const st
 
 std::string Escalated(absl::string_view what, const absl::Status& s) {
   return absl::StrCat(what, ": ", s.message());
+}
+
+// Calls `op` (a store call that may be repeated: a Set of one value, a
+// SetThenMultiGet of this rank's vote, a Get, a Delete) again every 100 ms
+// while it fails UNAVAILABLE (the server's leader changing under the
+// node's proxy), until `wait` has passed; `op` is given what is left.
+template <typename Op>
+auto RetryUnavailable(absl::Duration wait, Op op) -> decltype(op(wait)) {
+  const absl::Time deadline = absl::Now() + wait;
+  for (;;) {  // Bounded by `deadline`.
+    auto result = op(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    const absl::Status& s = [&]() -> const absl::Status& {
+      if constexpr (std::is_same_v<decltype(result), absl::Status>) {
+        return result;
+      } else {
+        return result.status();
+      }
+    }();
+    if (!absl::IsUnavailable(s) || absl::Now() + absl::Milliseconds(100) >= deadline) return result;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
 }
 
 }  // namespace
@@ -119,12 +141,15 @@ absl::StatusOr<ft::Quorum> FaultToleranceManager::Impl::AgreeOnQuorum() {
   if (group_rank() == 0) {
     absl::StatusOr<ft::Quorum> q =
         lighthouse->AskQuorum(ft::Member{replica_id, step, world.world_size}, o.quorum_timeout);
-    if (absl::Status s = group_store->Set(key, ft::EncodeQuorum(q)); !s.ok()) {
+    const std::string text = ft::EncodeQuorum(q);
+    if (absl::Status s = RetryUnavailable(o.mesh.timeout, [&](absl::Duration) { return group_store->Set(key, text); });
+        !s.ok()) {
       return absl::Status(s.code(), Escalated("handing the quorum to the group", s));
     }
     return q;
   }
-  absl::StatusOr<std::string> text = group_store->Get(key, o.quorum_timeout + o.mesh.timeout);
+  absl::StatusOr<std::string> text = RetryUnavailable(
+      o.quorum_timeout + o.mesh.timeout, [&](absl::Duration left) { return group_store->Get(key, left); });
   if (!text.ok()) {
     return absl::Status(text.status().code(), Escalated("waiting for group rank 0's quorum", text.status()));
   }
@@ -345,17 +370,25 @@ absl::StatusOr<bool> FaultToleranceManager::ShouldCommit(bool local_ok) {
       vote = 0;
     }
   }
-  // Across the group, through its store: every rank reads every vote.
+  // Across the group, through its store: every rank reads every vote. A
+  // rank may reach it one mesh timeout late (a row collective with a peer
+  // that hung), so the wait is two.
   std::vector<std::string> keys;
   for (int r = 0; r < m.world.world_size; ++r) keys.push_back(absl::StrCat(m.Key("vote", m.seq), "/", r));
-  absl::StatusOr<std::vector<std::string>> votes = m.group_store->SetThenMultiGet(
-      {keys[m.group_rank()]}, {vote == 1 ? "1" : "0"}, keys, m.o.mesh.timeout);
+  const std::string mine = vote == 1 ? "1" : "0";
+  absl::StatusOr<std::vector<std::string>> votes = RetryUnavailable(2 * m.o.mesh.timeout, [&](absl::Duration left) {
+    return m.group_store->SetThenMultiGet({keys[m.group_rank()]}, {mine}, keys, left);
+  });
   if (!votes.ok()) {
     return absl::Status(votes.status().code(), Escalated("the group's commit vote", votes.status()));
   }
   // Every rank has read the last step's votes and this step's quorum.
-  (void)m.group_store->Delete(absl::StrCat(m.Key("vote", m.seq - 1), "/", m.group_rank()));
-  if (m.group_rank() == 0) (void)m.group_store->Delete(m.Key("quorum", m.seq));
+  const std::string last_vote = absl::StrCat(m.Key("vote", m.seq - 1), "/", m.group_rank());
+  (void)RetryUnavailable(m.o.mesh.timeout, [&](absl::Duration) { return m.group_store->Delete(last_vote); });
+  if (m.group_rank() == 0) {
+    const std::string quorum = m.Key("quorum", m.seq);
+    (void)RetryUnavailable(m.o.mesh.timeout, [&](absl::Duration) { return m.group_store->Delete(quorum); });
+  }
   const bool commit = std::all_of(votes->begin(), votes->end(), [](const std::string& v) { return v == "1"; });
   if (commit) {
     ++m.step;

@@ -185,7 +185,7 @@ class FaultToleranceManager {
   // this group and, over the replicate row, every participant reports no
   // error for this step (and `local_ok`). When true, step() advances by
   // one. Errors: the group store's (a rank of the group that never votes:
-  // DEADLINE_EXCEEDED at the mesh timeout); then exit non-zero.
+  // DEADLINE_EXCEEDED at twice the mesh timeout); then exit non-zero.
   absl::StatusOr<bool> ShouldCommit(bool local_ok = true);
 
   // Committed steps so far (torchft's current_step).
