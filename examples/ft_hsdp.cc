@@ -17,6 +17,7 @@
 // same rank when the groups' weights are equal). It exits non-zero when the
 // model did not learn (the final loss is not below a tenth of the untrained
 // weights').
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
   int64_t steps = 200;
   int step_ms = 0;
   int restart_delay_ms = 0;
+  int64_t kill_at_step = -1;
   CLI::App app{"ft_hsdp: fault-tolerant HSDP over libmesh's fault-tolerance manager", "ft_hsdp"};
   app.add_option("--device", device, "cpu (Gloo) or cuda (NCCL for the replicate row)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -96,6 +98,9 @@ int main(int argc, char** argv) {
                  "A restarted worker (TORCHELASTIC_RESTART_COUNT > 0) waits this long first, ms (stands for "
                  "loading the model)")
       ->check(CLI::Range(0, 600000));
+  app.add_option("--kill_at_step,--kill-at-step", kill_at_step,
+                 "Group 1's rank 0 kills itself (SIGKILL) after committing this step, at its first start, as a "
+                 "crashed worker would (for bench/replica_groups/step_loss.sh; the tests kill from outside)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -170,6 +175,11 @@ int main(int argc, char** argv) {
       for (int i = 0; i < shard_size; ++i) shard[i] -= kLr * grad_shard[i];
       std::printf("step %lld quorum %lld replicas %d time %.3f\n", static_cast<long long>(ft->step()),
                   static_cast<long long>(q.quorum_id), q.replica_world_size, NowSeconds());
+      if (ft->step() == kill_at_step && group == 1 && world.rank == 0 &&
+          (restart_env == nullptr || std::atoi(restart_env) == 0)) {
+        std::fflush(stdout);
+        raise(SIGKILL);
+      }
     } else {
       std::printf("step %lld not committed (quorum %lld)\n", static_cast<long long>(ft->step() + 1),
                   static_cast<long long>(q.quorum_id));

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Step-seconds lost to one worker failure (issue 33): a job of R = 4 replicas (1 worker each,
 # CPU, Gloo), STEPS steps of STEP_SECONDS, one worker killed with SIGKILL after step KILL_AT, in
-# four forms side by side, in one run:
+# five forms side by side, in one run:
 #   replica groups  meshrun --nnodes=4 --replica_groups=4 (4 agents, one `meshrun server`),
 #                   torchft 0.2.0's Manager (tests/py/torchft_ddp.py): the failed group restarts
 #                   alone and heals from a peer;
+#   libmesh         the same with examples/ft_hsdp (C++, libmesh's fault-tolerance manager; a
+#                   linear model, not the same as the Python forms', so only its lost time and
+#                   stall compare);
 #   meshrun         meshrun --standalone --nproc_per_node=4 --max_restarts=1, plain DDP
 #                   (bench/replica_groups/ddp_checkpoint.py, a checkpoint every CKPT_EVERY steps):
 #                   every worker restarts and redoes the steps since the checkpoint;
@@ -18,13 +21,15 @@
 # time without failure: idle, restarting and redone steps), and the longest stall of a worker
 # that did not fail.
 #
-# usage: step_loss.sh MESHRUN SOURCE_DIR
+# usage: step_loss.sh MESHRUN SOURCE_DIR [FT_HSDP]   (FT_HSDP: default MESHRUN's build's
+#        examples/ft_hsdp)
 #   STEPS=300 STEP_SECONDS=0.05 KILL_AT=110 CKPT_EVERY=25 by default.
 # Needs the venvs tests/e2e/torchft_ddp_test.sh uses (PyTorch 2.x, torchft 0.2.0; run that test
 # once to make them).
 set -uo pipefail
 meshrun=$(readlink -f "${1:?usage: step_loss.sh MESHRUN SOURCE_DIR}")
 src=$(readlink -f "${2:?usage: step_loss.sh MESHRUN SOURCE_DIR}")
+ft_hsdp=$(readlink -f "${3:-$(dirname "$meshrun")/../examples/ft_hsdp}")
 source "$src/tests/support/wait_for.sh"
 cache=${MESHRUN_TEST_CACHE:-$HOME/.cache/meshrun-tests}
 torch_venv=${MESHRUN_TORCH2_VENV:-$cache/torch-2.15.0}
@@ -37,9 +42,10 @@ root=$(mktemp -d /tmp/meshrun-step-loss.XXXXXX)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf -- "$root"' EXIT
 
-# replica_groups DIR [KILL_AT]: one run of the replica-group form; waits for its 4 agents.
+# replica_groups DIR [KILL_AT [libmesh]]: one run of the replica-group form (torchft, or
+# examples/ft_hsdp); waits for its 4 agents.
 replica_groups() {
-  local dir=$1 n
+  local dir=$1 n program
   mkdir -p "$dir"
   "$meshrun" server --host 127.0.0.1 --port 0 --port_file "$dir/port" >"$dir/server.log" 2>&1 &
   local server=$!
@@ -47,11 +53,14 @@ replica_groups() {
   listening() { [[ -s $dir/port ]]; }
   wait_for 20 listening || { echo "the server did not listen"; exit 1; }
   local agents=()
+  program=("$ft_python" "$src/tests/py/torchft_ddp.py")
+  [[ ${3:-} == libmesh ]] && program=("$ft_hsdp" --steps="$STEPS" --step_ms="$(python3 -c "print(round($STEP_SECONDS * 1000))")"
+                                      --kill_at_step="${2:--1}")
   for n in 0 1 2 3; do
     env OUT="$dir" KILL_AT="${2:--1}" TIME_LIMIT=600 "$meshrun" --nnodes=4 --replica_groups=4 --nproc_per_node=1 \
       --rdzv_endpoint="127.0.0.1:$(cat "$dir/port")" --rdzv_id=bench --max_restarts=1 \
       --rdzv_conf lighthouse_min_replicas=1,lighthouse_heartbeat_timeout=2 \
-      --no_python "$ft_python" "$src/tests/py/torchft_ddp.py" >"$dir/agent$n.log" 2>&1 &
+      --no_python "${program[@]}" >"$dir/agent$n.log" 2>&1 &
     agents+=($!)
     pids+=($!)
   done
@@ -81,12 +90,21 @@ world() {
   fi
 }
 
-for form in replica_groups meshrun torchrun torchrun-unshared; do
+for form in replica_groups libmesh meshrun torchrun torchrun-unshared; do
   for run in base fail; do
     k=-1
     [[ $run == fail ]] && k=$kill_at
     start=$(now_ms)
-    if [[ $form == replica_groups ]]; then replica_groups "$root/$form-$run" "$k"; else world "$form" "$root/$form-$run" "$k"; fi
+    if [[ $form == replica_groups ]]; then replica_groups "$root/$form-$run" "$k"
+    elif [[ $form == libmesh ]]; then
+      replica_groups "$root/$form-$run" "$k" libmesh
+      # ft_hsdp prints its steps: "step N ... time T" after "ft_hsdp: group G rank R pid P restart C".
+      for n in 0 1 2 3; do
+        awk '/ft_hsdp: group/ { restart = $NF; next }
+             / step [0-9]+ quorum [0-9]+ replicas [0-9]+ time / { print $3, $NF, restart }' \
+          "$root/$form-$run/agent$n.log" >"$root/$form-$run/agent$n.steps"
+      done
+    else world "$form" "$root/$form-$run" "$k"; fi
     echo "$form $run: $(( $(now_ms) - start )) ms" >&2
   done
 done
@@ -104,10 +122,11 @@ def wall(w):
     return max(r[1] for v in w.values() for r in v) - min(r[1] for v in w.values() for r in v)
 print(f"| form | step time, no failure (ms) | job delay (s) | workers' lost time (s) | longest stall of a worker that did not fail (s) |")
 print("| --- | ---: | ---: | ---: | ---: |")
-names = {"replica_groups": "meshrun --replica_groups=4 (torchft)", "meshrun": "meshrun, restart the world",
+names = {"replica_groups": "meshrun --replica_groups=4 (torchft)",
+         "libmesh": "meshrun --replica_groups=4 (libmesh, examples/ft_hsdp)", "meshrun": "meshrun, restart the world",
          "torchrun": "torchrun 2.x, restart the world",
          "torchrun-unshared": "torchrun 2.x, restart the world, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"}
-for form in ("replica_groups", "meshrun", "torchrun", "torchrun-unshared"):
+for form in ("replica_groups", "libmesh", "meshrun", "torchrun", "torchrun-unshared"):
     failed = [r for r in ("base", "fail") if os.path.exists(os.path.join(root, f"{form}-{r}", "failed"))]
     if failed:
         why = open(os.path.join(root, f"{form}-{failed[0]}", "failed")).read().strip()

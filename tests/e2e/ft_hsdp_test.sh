@@ -33,6 +33,8 @@ fail() {
   for f in "$work"/*.log; do
     [[ -f $f ]] && { echo "--- ${f#"$work"/} (last 20 lines)"; tail -n 20 "$f"; }
   done
+  echo "--- the workers' errors and the agents' failure lines"
+  grep -H "ft_hsdp: [a-z_]*: \|failed with" "$work"/g*.log | head -n 20
   exit 1
 }
 trap cleanup EXIT

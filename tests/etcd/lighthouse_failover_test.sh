@@ -28,6 +28,8 @@ source "$here/etcd_cluster.sh"
 etcd_require
 # shellcheck source=tests/support/wait_for.sh
 source "$here/../support/wait_for.sh"
+# shellcheck source=tests/etcd/replicas.sh
+source "$here/replicas.sh"
 # shellcheck source=tests/e2e/torchft_extension.sh
 source "$here/../e2e/torchft_extension.sh"
 
@@ -57,25 +59,8 @@ export TORCHFT_SO
 etcd_up 3 || fail "etcd did not come up"
 trap cleanup EXIT  # etcd_up sets its own: ours calls etcd_down too.
 
-for i in 0 1 2; do
-  members=${ETCD_CLIENT[i]}
-  for j in 0 1 2; do ((j != i)) && members+=",${ETCD_CLIENT[j]}"; done
-  "$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port$i" --state "etcd://$members/lighthouse-test" \
-    --state_lease_ttl 2 >>"$work/server$i.log" 2>&1 &
-  server_pid[i]=$!
-done
-ports_written() { [[ -s $work/port0 && -s $work/port1 && -s $work/port2 ]]; }
-wait_for 20 ports_written || fail "the 3 replicas did not all listen within 20 s"
-endpoints=
-for i in 0 1 2; do endpoints+="${endpoints:+,}127.0.0.1:$(cat "$work/port$i")"; done
-leader_now() {
-  local line i
-  line=$("$meshrun" status --rdzv_endpoint="$endpoints" --timeout 2 2>/dev/null | grep -m1 "^replicas")
-  for i in 0 1 2; do
-    [[ $line == *": 127.0.0.1:$(cat "$work/port$i") (leader)"* ]] && { echo "$i"; return 0; }
-  done
-  return 1
-}
+start_replicas "$meshrun" "$work" lighthouse-test --state_lease_ttl 2 ||
+  fail "the 3 replicas did not all listen within 20 s"
 led() { leader_now >/dev/null; }
 wait_for 30 led || fail "no replica led within 30 s"
 leader=$(leader_now)

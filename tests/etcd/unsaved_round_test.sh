@@ -41,6 +41,8 @@ source "$here/etcd_cluster.sh"
 etcd_require
 # shellcheck source=tests/support/wait_for.sh
 source "$here/../support/wait_for.sh"
+# shellcheck source=tests/etcd/replicas.sh
+source "$here/replicas.sh"
 lease_ttl=${UNSAVED_LEASE_TTL:-10}
 leader_grace=60
 # The agents' "joined run ... round N" lines are info (MESHRUN_LOG_LEVEL=debug for more).
@@ -73,26 +75,8 @@ etcd_up 3 || fail "etcd did not come up"
 trap cleanup EXIT  # etcd_up sets its own: ours calls etcd_down too.
 
 # 1. Three replicas, each with its own etcd member first.
-for i in 0 1 2; do
-  members=${ETCD_CLIENT[i]}
-  for j in 0 1 2; do ((j != i)) && members+=",${ETCD_CLIENT[j]}"; done
-  MESHRUN_LOG_LEVEL=$log_level "$meshrun" server --host 127.0.0.1 --port 0 --port_file "$work/port$i" --state "etcd://$members/unsaved-test" \
-    --state_lease_ttl "$lease_ttl" >>"$work/server$i.log" 2>&1 &
-  server_pid[i]=$!
-done
-ports_written() { [[ -s $work/port0 && -s $work/port1 && -s $work/port2 ]]; }
-wait_for 20 ports_written || fail "the 3 replicas did not all listen within 20 s"
-endpoints=
-for i in 0 1 2; do endpoints+="${endpoints:+,}127.0.0.1:$(cat "$work/port$i")"; done
-# leader_now: the index (0..2) of the replica that leads now, from meshrun status.
-leader_now() {
-  local line i
-  line=$("$meshrun" status --rdzv_endpoint="$endpoints" --timeout 2 2>/dev/null | grep -m1 "^replicas")
-  for i in 0 1 2; do
-    [[ $line == *": 127.0.0.1:$(cat "$work/port$i") (leader)"* ]] && { echo "$i"; return 0; }
-  done
-  return 1
-}
+MESHRUN_LOG_LEVEL=$log_level start_replicas "$meshrun" "$work" unsaved-test --state_lease_ttl "$lease_ttl" ||
+  fail "the 3 replicas did not all listen within 20 s"
 # serving_leader: a replica leads and serves the run 'unsaved' (meshrun status); sets $leader.
 serving_leader() {
   local i
