@@ -157,6 +157,7 @@ class FaultToleranceManager {
   // goes on, its step not counting.
   // After an error, exit (non-zero): the agent restarts the group, which
   // then heals.
+  // FAILED_PRECONDITION when the last step was not voted on (ShouldCommit).
   absl::StatusOr<QuorumInfo> StartQuorum();
 
   // The group's own mesh (group_shape named group_dim_names), built by
@@ -168,23 +169,26 @@ class FaultToleranceManager {
   ProcessGroup* replicate() const;
 
   // Sums `count` elements over the replicate dimension, in place (ranks
-  // at the same group coordinate of every participating group). An error
-  // (a peer group died) is returned, makes this step's ShouldCommit false
-  // and drops the mesh (closing its connections, so that the other
-  // members fail at once rather than at the timeout).
+  // at the same group coordinate of every participating group; device
+  // memory on `stream` for "cuda", host memory for "cpu"). An error (a
+  // peer group died) is returned, makes this step's ShouldCommit false and
+  // drops the row (closing its connections, so that the other members fail
+  // at once rather than at the timeout). UNAVAILABLE when the row already
+  // failed in this step. Units: elements.
   absl::Status AllReduce(void* buffer, size_t count, DataType type, void* stream = nullptr);
   template <typename T>
   absl::Status AllReduce(T* buffer, size_t count, void* stream = nullptr) {
     return AllReduce(static_cast<void*>(buffer), count, DataTypeOf<T>(), stream);
   }
   // Records an error of this step's work (torchft's report_error): this
-  // step's ShouldCommit is false.
+  // step's ShouldCommit is false, and the row is dropped.
   void ReportError(const absl::Status& error);
 
   // The commit vote (torchft's should_commit): true when every rank of
   // this group and, over the replicate row, every participant reports no
   // error for this step (and `local_ok`). When true, step() advances by
-  // one. Errors: the group store's (a rank of the group that never votes:
+  // one. FAILED_PRECONDITION when called twice for one StartQuorum. Errors:
+  // the group store's (a rank of the group that never votes:
   // DEADLINE_EXCEEDED at twice the mesh timeout); then exit non-zero.
   absl::StatusOr<bool> ShouldCommit(bool local_ok = true);
 
