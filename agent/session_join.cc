@@ -85,6 +85,7 @@ absl::Status Session::NewMembership() {
         LighthouseProxy::Start(std::move(lo), client_->channel(), node_.node_id);
     if (!l.ok()) return l.status();
     lighthouse_ = std::move(*l);
+    lighthouse_->SetFollowLeader(client_->replicated());
   }
   if (!agent_store_) agent_store_ = o_.agent_store;
   if (!agent_store_ && o_.agent_store_enabled) {

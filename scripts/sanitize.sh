@@ -21,4 +21,4 @@ export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_sup
 # instrumented too (an uninstrumented main before libasan crashes at start).
 export CXXFLAGS="$SAN" LDFLAGS="-fsanitize=address,undefined"
 cd build-asan
-bash ../scripts/run-ctest.sh --output-on-failure -j2 --timeout 600 -LE 'scale|jepsen|bench'  # Full-scale bounds hold in the plain build only.
+bash ../scripts/run-ctest.sh --output-on-failure -j2 --timeout 600 -LE 'scale|jepsen|bench|long'  # Full-scale bounds hold in the plain build only.

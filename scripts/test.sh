@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 cd build
-# The tests labelled "scale" (minutes each, at full scale) and "lies" (the
-# Jepsen-style checker against replicas that lie on purpose) run in CI apart:
+# The tests labelled "scale" (minutes each, at full scale), "jepsen" (the
+# Jepsen-style checker, and replicas that lie on purpose), "bench" and "long"
+# (one that must run alone for about a minute) run in CI apart:
 # scripts/scale-test.sh.
-bash ../scripts/run-ctest.sh --output-on-failure -j2 --timeout 300 -LE 'scale|jepsen|bench'
+bash ../scripts/run-ctest.sh --output-on-failure -j2 --timeout 300 -LE 'scale|jepsen|bench|long'

@@ -1,6 +1,8 @@
 #include "agent/lighthouse/lighthouse_proxy.h"
 
 #include <chrono>
+#include <functional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -12,33 +14,81 @@ namespace meshrun::agent {
 namespace {
 
 // One forwarded call: the worker's call (this reactor) and the server's
-// (ctx, request, response), alive until both are done.
+// (ctx, request, response), alive until both are done. With `keep` (a
+// Quorum call, which may be sent twice), an answer UNAVAILABLE (the
+// server's leader went away) does not finish it: `keep` holds it until the
+// agent names the next leader (Resend) or the proxy stops (Finish).
 template <typename Request, typename Response>
 class ForwardedCall : public grpc::ServerUnaryReactor {
  public:
+  using SendFn = std::function<void(v1::Lighthouse::Stub*, grpc::ClientContext*, const Request*, Response*,
+                                    std::function<void(grpc::Status)>)>;
+  using KeepFn = std::function<bool(ForwardedCall*, const grpc::Status&)>;
+
   ForwardedCall(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<v1::Lighthouse::Stub> stub)
       : ctx_(std::move(ctx)), stub_(std::move(stub)) {}
   Request req;
   Response resp;
   // The worker went away: so does the forwarded call (its answer still
   // comes, CANCELLED, and finishes this one).
-  void OnCancel() override { ctx_->TryCancel(); }
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    ctx_->TryCancel();
+  }
   void OnDone() override {
     if (pending_.fetch_sub(1) == 1) delete this;
   }
   // Sends req; `done` fills the worker's response when the answer is OK.
-  template <typename Send, typename Done>
-  void Start(Send send, Done done) {
-    send(stub_.get(), ctx_.get(), &req, &resp, [this, done = std::move(done)](grpc::Status s) mutable {
-      if (s.ok()) done(resp);
-      Finish(s);
-      if (pending_.fetch_sub(1) == 1) delete this;
-    });
+  void Start(SendFn send, std::function<void(const Response&)> done, KeepFn keep) {
+    send_ = std::move(send);
+    done_ = std::move(done);
+    keep_ = std::move(keep);
+    Send();
+  }
+  // Sends req again on `stub` (the next leader) with `ctx`.
+  void Resend(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<v1::Lighthouse::Stub> stub) {
+    {
+      absl::MutexLock lock(&mu_);
+      ctx_ = std::move(ctx);
+      stub_ = std::move(stub);
+      if (cancelled_) ctx_->TryCancel();
+    }
+    Send();
+  }
+  // Answers the worker `s` (a kept call the proxy gives up on).
+  void End(const grpc::Status& s) {
+    Finish(s);
+    if (pending_.fetch_sub(1) == 1) delete this;
   }
 
  private:
-  std::shared_ptr<grpc::ClientContext> ctx_;
-  std::shared_ptr<v1::Lighthouse::Stub> stub_;
+  void Send() {
+    grpc::ClientContext* ctx;
+    v1::Lighthouse::Stub* stub;
+    {
+      absl::MutexLock lock(&mu_);
+      ctx = ctx_.get();
+      stub = stub_.get();
+    }
+    send_(stub, ctx, &req, &resp, [this](grpc::Status s) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && keep_ && resends_ < 3) {
+        ++resends_;
+        if (keep_(this, s)) return;
+      }
+      if (s.ok()) done_(resp);
+      End(s);
+    });
+  }
+
+  SendFn send_;
+  std::function<void(const Response&)> done_;
+  KeepFn keep_;
+  int resends_ = 0;
+  absl::Mutex mu_;
+  std::shared_ptr<grpc::ClientContext> ctx_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<v1::Lighthouse::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int> pending_{2};  // gRPC's OnDone and the forwarded call's answer.
 };
 
@@ -77,6 +127,13 @@ absl::StatusOr<std::unique_ptr<LighthouseProxy>> LighthouseProxy::Start(Lighthou
 }
 
 LighthouseProxy::~LighthouseProxy() {
+  std::vector<std::function<void(bool)>> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    kept.swap(kept_);
+  }
+  for (auto& resend : kept) resend(false);
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     server_->Wait();
@@ -85,9 +142,26 @@ LighthouseProxy::~LighthouseProxy() {
 
 void LighthouseProxy::SetUpstream(std::shared_ptr<grpc::Channel> server, std::string node_id) {
   auto stub = std::make_shared<v1::Lighthouse::Stub>(std::move(server));
+  std::vector<std::function<void(bool)>> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    stub_ = std::move(stub);
+    node_id_ = std::move(node_id);
+    kept.swap(kept_);
+  }
+  for (auto& resend : kept) resend(true);
+}
+
+void LighthouseProxy::SetFollowLeader(bool follow) {
   absl::MutexLock lock(&mu_);
-  stub_ = std::move(stub);
-  node_id_ = std::move(node_id);
+  follow_leader_ = follow;
+}
+
+bool LighthouseProxy::Keep(std::function<void(bool)> resend) {
+  absl::MutexLock lock(&mu_);
+  if (!follow_leader_ || stopping_) return false;
+  kept_.push_back(std::move(resend));
+  return true;
 }
 
 std::shared_ptr<grpc::ClientContext> LighthouseProxy::NewContext(grpc::CallbackServerContext* worker,
@@ -130,6 +204,16 @@ grpc::ServerUnaryReactor* LighthouseProxy::Quorum(grpc::CallbackServerContext* c
         for (const v1::QuorumMember& m : r.participants()) CopyMember(m, q->add_participants());
         q->mutable_created()->set_seconds(r.created_unix_ns() / 1'000'000'000);
         q->mutable_created()->set_nanos(static_cast<int32_t>(r.created_unix_ns() % 1'000'000'000));
+      },
+      [this, ctx](auto* kept, const grpc::Status& s) {
+        // A quorum call that met a leader gone away waits for the next one
+        // (torchft's Manager does not ask again by default: quorum_retries 0).
+        return Keep([this, ctx, kept, s](bool resend) {
+          if (!resend) return kept->End(s);
+          std::shared_ptr<v1::Lighthouse::Stub> next;
+          std::shared_ptr<grpc::ClientContext> up = NewContext(ctx, &next);
+          kept->Resend(std::move(up), std::move(next));
+        });
       });
   return call;
 }
@@ -146,7 +230,7 @@ grpc::ServerUnaryReactor* LighthouseProxy::Heartbeat(grpc::CallbackServerContext
   call->Start(
       [](v1::Lighthouse::Stub* s, grpc::ClientContext* c, const v1::LighthouseHeartbeatRequest* q,
          v1::LighthouseHeartbeatResponse* r, std::function<void(grpc::Status)> f) { s->async()->Heartbeat(c, q, r, f); },
-      [](const v1::LighthouseHeartbeatResponse&) {});
+      [](const v1::LighthouseHeartbeatResponse&) {}, nullptr);
   return call;
 }
 

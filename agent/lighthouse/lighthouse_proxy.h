@@ -5,8 +5,11 @@
 // the agent's token and node id, which torchft's client cannot send. The
 // workers find it in TORCHFT_LIGHTHOUSE ("http://127.0.0.1:PORT", what
 // torchft's Manager reads). A replicated server: SetUpstream follows the
-// leader; a call that reached a standby or a lost leader fails UNAVAILABLE,
-// which torchft's Manager retries (its quorum_retries).
+// leader; with SetFollowLeader, a Quorum call that met a lost leader
+// (UNAVAILABLE) is kept until SetUpstream names the next one and sent
+// again there (at most 3 times; torchft's Manager does not ask again by
+// default), within the worker's deadline; a heartbeat fails UNAVAILABLE
+// (torchft's Manager logs it and sends the next).
 //
 // A worker's deadline passes through (torchft sets one on every call);
 // a cancelled call cancels its forwarded one. Thread-safe.
@@ -14,7 +17,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -55,8 +60,12 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
 
   // "http://127.0.0.1:PORT": the workers' TORCHFT_LIGHTHOUSE.
   const std::string& address() const { return address_; }
-  // The channel and node id for calls from now on (the leader changed).
+  // The channel and node id for calls from now on (the leader changed);
+  // Quorum calls kept for the next leader are sent again on it.
   void SetUpstream(std::shared_ptr<grpc::Channel> server, std::string node_id);
+  // Replicas: keep Quorum calls whose server went away for the next
+  // leader (above). Off (default): they fail UNAVAILABLE at once.
+  void SetFollowLeader(bool follow);
 
   grpc::ServerUnaryReactor* Quorum(grpc::CallbackServerContext* ctx, const torchft::LighthouseQuorumRequest* req,
                                    torchft::LighthouseQuorumResponse* resp) override;
@@ -70,11 +79,17 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
   std::shared_ptr<grpc::ClientContext> NewContext(grpc::CallbackServerContext* worker,
                                                   std::shared_ptr<v1::Lighthouse::Stub>* stub);
   void Fill(v1::RunRef* run, v1::LighthouseSettings* settings) const;
+  // Holds `resend` for the next SetUpstream (resend(true)) or the proxy's
+  // end (resend(false)); false when not following a leader.
+  bool Keep(std::function<void(bool)> resend);
 
   const LighthouseProxyOptions o_;
   absl::Mutex mu_;
   std::shared_ptr<v1::Lighthouse::Stub> stub_ ABSL_GUARDED_BY(mu_);
   std::string node_id_ ABSL_GUARDED_BY(mu_);
+  bool follow_leader_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::function<void(bool)>> kept_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -97,16 +97,20 @@ class ProxyService final : public pb::Store::CallbackService {
 
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const pb::KvSetRequest* req,
                                   pb::KvSetResponse* resp) override {
-    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvSet), [this, req](const pb::KvSetResponse&) {
-      cache_->LearnWrites(req->round(), {req->key()}, {req->value()});
-    });
+    return Forward(
+        ctx, *req, resp, MESHRUN_ASYNC(KvSet),
+        [this, req](const pb::KvSetResponse&) { cache_->LearnWrites(req->round(), {req->key()}, {req->value()}); },
+        /*check_run=*/true, /*resend_safe=*/true);
   }
   grpc::ServerUnaryReactor* KvMultiSet(grpc::CallbackServerContext* ctx, const pb::KvMultiSetRequest* req,
                                        pb::KvMultiSetResponse* resp) override {
-    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvMultiSet), [this, req](const pb::KvMultiSetResponse&) {
-      cache_->LearnWrites(req->round(), {req->keys().begin(), req->keys().end()},
-                          {req->values().begin(), req->values().end()});
-    });
+    return Forward(
+        ctx, *req, resp, MESHRUN_ASYNC(KvMultiSet),
+        [this, req](const pb::KvMultiSetResponse&) {
+          cache_->LearnWrites(req->round(), {req->keys().begin(), req->keys().end()},
+                              {req->values().begin(), req->values().end()});
+        },
+        /*check_run=*/true, /*resend_safe=*/true);
   }
   grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* ctx, const pb::KvAddRequest* req,
                                   pb::KvAddResponse* resp) override {
@@ -114,7 +118,7 @@ class ProxyService final : public pb::Store::CallbackService {
   }
   grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* ctx, const pb::KvDeleteRequest* req,
                                      pb::KvDeleteResponse* resp) override {
-    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvDelete), nullptr);
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvDelete), nullptr, /*check_run=*/true, /*resend_safe=*/true);
   }
   grpc::ServerUnaryReactor* KvCompareSet(grpc::CallbackServerContext* ctx, const pb::KvCompareSetRequest* req,
                                          pb::KvCompareSetResponse* resp) override {
@@ -130,18 +134,22 @@ class ProxyService final : public pb::Store::CallbackService {
       resp->set_all_present(true);
       return Answer(ctx, grpc::Status::OK);
     }
-    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvCheck), nullptr);
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvCheck), nullptr, /*check_run=*/true, /*resend_safe=*/true);
   }
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const pb::KvGetRequest* req,
                                   pb::KvGetResponse* resp) override {
-    if (!Cached(req->run(), req->round(), {req->key()})) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvGet), nullptr);
+    if (!Cached(req->run(), req->round(), {req->key()})) {
+      return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvGet), nullptr, /*check_run=*/true, /*resend_safe=*/true);
+    }
     StoreRequest r{req->round(), {}, {}, {req->key()}, absl::Milliseconds(req->wait_ms())};
     return Submit(ctx, *req, req->run(), std::move(r), [resp](std::vector<std::string>& v) { resp->set_value(std::move(v[0])); });
   }
   grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* ctx, const pb::KvWaitRequest* req,
                                    pb::KvWaitResponse* resp) override {
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    if (!Cached(req->run(), req->round(), keys)) return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvWait), nullptr);
+    if (!Cached(req->run(), req->round(), keys)) {
+      return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvWait), nullptr, /*check_run=*/true, /*resend_safe=*/true);
+    }
     StoreRequest r{req->round(), {}, {}, std::move(keys), absl::Milliseconds(req->wait_ms())};
     return Submit(ctx, *req, req->run(), std::move(r), [](std::vector<std::string>&) {});
   }
@@ -149,12 +157,15 @@ class ProxyService final : public pb::Store::CallbackService {
                                        pb::KvMultiGetResponse* resp) override {
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
     if (!Cached(req->run(), req->round(), keys)) {
-      return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvMultiGet), [this, req](const pb::KvMultiGetResponse& r) {
-        cache_->LearnWrites(req->round(), {req->set_keys().begin(), req->set_keys().end()},
-                            {req->set_values().begin(), req->set_values().end()});
-        cache_->LearnWrites(req->round(), {req->keys().begin(), req->keys().end()},
-                            {r.values().begin(), r.values().end()});
-      });
+      return Forward(
+          ctx, *req, resp, MESHRUN_ASYNC(KvMultiGet),
+          [this, req](const pb::KvMultiGetResponse& r) {
+            cache_->LearnWrites(req->round(), {req->set_keys().begin(), req->set_keys().end()},
+                                {req->set_values().begin(), req->set_values().end()});
+            cache_->LearnWrites(req->round(), {req->keys().begin(), req->keys().end()},
+                                {r.values().begin(), r.values().end()});
+          },
+          /*check_run=*/true, /*resend_safe=*/true);
     }
     StoreRequest r{req->round(),
                    {req->set_keys().begin(), req->set_keys().end()},
@@ -224,10 +235,15 @@ class ProxyService final : public pb::Store::CallbackService {
   }
 
   // Sends the worker's request on as it is, with the agent's token and node
-  // id and the worker's deadline; `learn` sees a successful answer.
+  // id and the worker's deadline; `learn` sees a successful answer. With
+  // `resend_safe` (a request whose repetition changes nothing more: a set,
+  // a delete, a read), one that met a server gone away (UNAVAILABLE) is
+  // kept until the agent finds the next leader and sent again there (at
+  // most kMaxResends times), as the batches' reads are
+  // (GrpcUpstream::KeepCall).
   template <typename StubT = Stub, typename Req, typename Resp, typename Method, typename Learn>
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx, const Req& worker_req, Resp* resp,
-                                    Method method, Learn learn, bool check_run = true) {
+                                    Method method, Learn learn, bool check_run = true, bool resend_safe = false) {
     if (absl::Status s = check_run ? Admit(worker_req, worker_req.run()) : rendezvous::wire::CheckWellFormed(worker_req);
         !s.ok()) {
       return Answer(ctx, ToGrpc(s));
@@ -237,29 +253,76 @@ class ProxyService final : public pb::Store::CallbackService {
                                       absl::StrCat("store proxy has ", n,
                                                    " requests in flight: store_proxy_max_waiters=", max_forwarded_)));
     }
-    struct Call {
-      Req req;
-      std::shared_ptr<grpc::ClientContext> ctx;
-      std::shared_ptr<StubT> stub;
-    };
-    auto call = std::make_shared<Call>();
+    auto call = std::make_shared<Forwarded<StubT, Req>>();
     call->req = worker_req;
+    call->deadline = ctx->deadline();
+    call->resend_safe = resend_safe;
     upstream_->FillRun(call->req.mutable_run());
     // The shared run's answers go around the cache (it holds the node's run's round).
     const bool shared = check_run && worker_req.run().run_id() != run_id_;
     if (shared) call->req.mutable_run()->set_run_id(shared_run_id_);
-    call->ctx = upstream_->NewContext(ctx->deadline(), &call->stub);
     auto* reactor = new ProxyReactor();
-    std::function<void(grpc::Status)> done = [this, call, resp, reactor, learn, shared](grpc::Status s) {
+    auto learn_ok = [learn, resp, shared](const grpc::Status& s) {
       if constexpr (!std::is_same_v<Learn, std::nullptr_t>) {
         if (s.ok() && !shared) learn(*resp);
       }
+    };
+    Send(call, method, resp, reactor, std::move(learn_ok));
+    reactor->SetOnCancel([call] {
+      absl::MutexLock lock(&call->mu);
+      call->cancelled = true;
+      if (call->ctx) call->ctx->TryCancel();
+    });
+    return reactor;
+  }
+
+  static constexpr int kMaxResends = 3;
+
+  // One forwarded call, and what it takes to send it again.
+  template <typename StubT, typename Req>
+  struct Forwarded {
+    Req req;
+    std::chrono::system_clock::time_point deadline;
+    bool resend_safe = false;
+    int resends = 0;
+    absl::Mutex mu;
+    std::shared_ptr<grpc::ClientContext> ctx ABSL_GUARDED_BY(mu);
+    std::shared_ptr<StubT> stub ABSL_GUARDED_BY(mu);
+    bool cancelled ABSL_GUARDED_BY(mu) = false;
+  };
+
+  template <typename Call, typename Method, typename Resp, typename LearnOk>
+  void Send(std::shared_ptr<Call> call, Method method, Resp* resp, ProxyReactor* reactor, LearnOk learn_ok) {
+    grpc::ClientContext* ctx = nullptr;
+    decltype(call->stub.get()) stub = nullptr;
+    {
+      absl::MutexLock lock(&call->mu);
+      call->ctx = upstream_->NewContext(call->deadline, &call->stub);
+      if (call->cancelled) call->ctx->TryCancel();
+      ctx = call->ctx.get();
+      stub = call->stub.get();
+    }
+    std::function<void(grpc::Status)> done = [this, call, method, resp, reactor, learn_ok](grpc::Status s) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && call->resend_safe && call->resends < kMaxResends &&
+          std::chrono::system_clock::now() < call->deadline) {
+        const bool kept = upstream_->KeepCall([this, call, method, resp, reactor, learn_ok, s](bool resend) {
+          if (!resend) {
+            reactor->Complete(s);
+            return;
+          }
+          ++call->resends;
+          Send(call, method, resp, reactor, learn_ok);
+        });
+        if (kept) {
+          upstream_->CallEnded();
+          return;
+        }
+      }
+      learn_ok(s);
       reactor->Complete(s);
       upstream_->CallEnded();
     };
-    method(call->stub.get(), call->ctx.get(), &call->req, resp, std::move(done));
-    reactor->SetOnCancel([call] { call->ctx->TryCancel(); });
-    return reactor;
+    method(stub, ctx, &call->req, resp, std::move(done));
   }
 
   const std::string run_id_;

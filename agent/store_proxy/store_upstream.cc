@@ -157,8 +157,10 @@ GrpcUpstream::~GrpcUpstream() = default;
 
 void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::string node_id) {
   std::vector<BatchItem> kept;
+  std::vector<absl::AnyInvocable<void(bool)>> calls;
   {
     absl::MutexLock lock(&mu_);
+    calls.swap(kept_calls_);
     stub_ = std::shared_ptr<Stub>(pb::Store::NewStub(channel));
     admin_stub_ = std::shared_ptr<pb::Admin::Stub>(pb::Admin::NewStub(std::move(channel)));
     node_id_ = std::move(node_id);
@@ -168,6 +170,14 @@ void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::strin
   }
   // Sent again to the next leader, as one batch (their waits as they are left).
   if (!kept.empty()) StartBatch(std::move(kept), [] {});
+  for (auto& resend : calls) resend(true);
+}
+
+bool GrpcUpstream::KeepCall(absl::AnyInvocable<void(bool resend)> resend) {
+  absl::MutexLock lock(&mu_);
+  if (!follow_leader_ || stopping_) return false;
+  kept_calls_.push_back(std::move(resend));
+  return true;
 }
 
 void GrpcUpstream::SetFollowLeader(bool follow) {
@@ -270,9 +280,11 @@ void GrpcUpstream::BatchEnded(const std::vector<StoreUpstream::Id>& ids, KvBatch
 
 bool GrpcUpstream::Drain(absl::Duration timeout) {
   std::vector<BatchItem> kept;
+  std::vector<absl::AnyInvocable<void(bool)>> calls;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    calls.swap(kept_calls_);
     for (KvBatchCall* call : calls_) call->TryCancel();
     for (auto& [id, item] : kept_) {
       items_.erase(id);
@@ -281,6 +293,7 @@ bool GrpcUpstream::Drain(absl::Duration timeout) {
     kept_.clear();
   }
   for (BatchItem& item : kept) item.done(absl::CancelledError("the store proxy stopped"));
+  for (auto& resend : calls) resend(false);
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);

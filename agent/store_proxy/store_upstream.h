@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -45,6 +46,14 @@ class GrpcUpstream : public BatchUpstream {
   // or cancel, or Drain, answers one kept meanwhile. Off (default): they
   // get the error at once. Thread-safe.
   void SetFollowLeader(bool follow);
+
+  // Replicas: keeps a forwarded call whose server went away until
+  // SetChannel names the next leader, then calls `resend(true)` (the
+  // caller sends it again there); Drain calls `resend(false)` (the caller
+  // answers it). False, keeping nothing, when not following a leader or
+  // stopping: the caller answers at once. Thread-safe; `resend` runs
+  // without the upstream's lock.
+  bool KeepCall(absl::AnyInvocable<void(bool resend)> resend);
 
   // A context for one forwarded call: the node id, and `deadline` (a
   // worker's own deadline passes through; max() for none). Counts the call
@@ -89,6 +98,7 @@ class GrpcUpstream : public BatchUpstream {
   // next leader, in kept_).
   absl::flat_hash_map<StoreUpstream::Id, KvBatchCall*> items_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<StoreUpstream::Id, BatchItem> kept_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::AnyInvocable<void(bool)>> kept_calls_ ABSL_GUARDED_BY(mu_);  // KeepCall's.
   bool follow_leader_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // Drain was called.
   // Batch calls in flight (cancelled when the upstream stops).

@@ -7,8 +7,11 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 #include <filesystem>
@@ -188,6 +191,49 @@ TEST_CASE("store proxy: the lighthouse's run is served too, around the cache", "
   absl::Status refused = s.Worker("job-group-2")->Set("k", "v");
   CHECK(absl::IsPermissionDenied(refused));
   CHECK(absl::StrContains(refused.message(), "serves run 'job-group-1' and its lighthouse's run 'job' only"));
+}
+
+TEST_CASE("store proxy: a write that met a server gone away is sent again to the next leader", "[store_proxy]") {
+  Setup s;
+  // The agent's channel now names a server that is gone (a port nobody listens on), as after
+  // a leader's death, and the proxy follows the leader (replicas).
+  const int dead_port = [] {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    close(fd);  // Bound, then closed: nothing listens there.
+    return static_cast<int>(ntohs(a.sin_port));
+  }();
+  s.proxy->SetFollowLeader(true);
+  s.proxy->SetUpstream(grpc::CreateChannel(absl::StrCat("127.0.0.1:", dead_port), grpc::InsecureChannelCredentials()),
+                       "node-a");
+  auto store = s.Worker();
+  // An ADD is not sent twice (it might have been applied): its error comes at once.
+  CHECK(absl::IsUnavailable(store->Add("counter", 1).status()));
+  absl::Status set = absl::UnknownError("not answered");
+  std::atomic<bool> answered{false};
+  std::thread writer([&] {
+    set = store->Set("k", "v");
+    answered = true;
+  });
+  // The write is kept, not failed: for half a second (a bounded window for a negative) it has
+  // no answer; once the agent names the next leader it goes there.
+  absl::SleepFor(absl::Milliseconds(500));
+  CHECK_FALSE(answered.load());
+  s.proxy->SetUpstream(s.channel, "node-a");
+  writer.join();
+  CHECK(set.ok());
+  GrpcStoreOptions direct;
+  direct.endpoint = s.server->endpoint();
+  direct.run_id = "job";
+  direct.token = "s3cret";
+  auto server_side = ConnectGrpcStore(direct);
+  REQUIRE(server_side.ok());
+  CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
 }
 
 TEST_CASE("store proxy: a worker's request larger than the limit is refused", "[store_proxy]") {
