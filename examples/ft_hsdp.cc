@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   int step_ms = 0;
   int restart_delay_ms = 0;
   int64_t kill_at_step = -1;
+  int timeout_s = 30;
   CLI::App app{"ft_hsdp: fault-tolerant HSDP over libmesh's fault-tolerance manager", "ft_hsdp"};
   app.add_option("--device", device, "cpu (Gloo) or cuda (NCCL for the replicate row)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -101,6 +102,9 @@ int main(int argc, char** argv) {
   app.add_option("--kill_at_step,--kill-at-step", kill_at_step,
                  "Group 1's rank 0 kills itself (SIGKILL) after committing this step, at its first start, as a "
                  "crashed worker would (for bench/replica_groups/step_loss.sh; the tests kill from outside)");
+  app.add_option("--timeout_s,--timeout-s", timeout_s,
+                 "Bound of each collective, mesh creation and the group's vote, seconds (MeshOptions::timeout)")
+      ->check(CLI::Range(1, 3600));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -132,7 +136,7 @@ int main(int argc, char** argv) {
   FaultToleranceOptions o;
   o.group_shape = {shards};
   o.group_dim_names = {"shard"};
-  o.mesh.timeout = absl::Seconds(30);
+  o.mesh.timeout = absl::Seconds(timeout_s);
   o.state_dict = [&]() -> absl::StatusOr<std::string> {
     return std::string(reinterpret_cast<const char*>(shard.data()), shard.size() * sizeof(float));
   };
@@ -157,6 +161,8 @@ int main(int argc, char** argv) {
   while (ft->step() < steps) {
     QuorumInfo q = examples::Must("ft_hsdp: quorum", ft->StartQuorum());
     if (q.healed) std::printf("healed to step %lld\n", static_cast<long long>(ft->step()));
+    for (const std::string& g : q.left_out) std::printf("replica group %s left out of quorum %lld\n", g.c_str(),
+                                                          static_cast<long long>(q.quorum_id));
     // Forward and backward: the full weights from the shards.
     examples::Must("ft_hsdp: all_gather", shard_group->AllGather(shard.data(), w.data(), shard_size));
     loss = Gradient(w, truth, ft->step(), q.replica_rank, world.rank, &grad);

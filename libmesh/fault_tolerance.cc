@@ -82,7 +82,8 @@ struct FaultToleranceManager::Impl {
 
   int64_t seq = 0;   // StartQuorum calls of this incarnation (group store keys).
   int64_t step = 0;  // Committed steps.
-  int failed_commits = 0;
+  int failed_commits = 0;        // In a row.
+  int64_t commit_failures = 0;   // In all (told to the lighthouse).
   absl::Status step_error;
   bool voted = true;  // The last StartQuorum's step was voted on.
 
@@ -91,7 +92,7 @@ struct FaultToleranceManager::Impl {
   // participating group, over the mesh's device, and for "cuda" also over
   // Gloo (host bytes: healing and the vote).
   std::optional<DeviceMesh> group_mesh;
-  int64_t mesh_quorum_id = -1;
+  std::pair<int64_t, int64_t> row_key{-1, -1};  // (quorum id, row epoch) the rows were built for.
   std::optional<DeviceMesh> row;
   std::optional<DeviceMesh> host_row;
   QuorumInfo info;
@@ -140,7 +141,7 @@ absl::StatusOr<ft::Quorum> FaultToleranceManager::Impl::AgreeOnQuorum() {
   const std::string key = Key("quorum", seq);
   if (group_rank() == 0) {
     absl::StatusOr<ft::Quorum> q =
-        lighthouse->AskQuorum(ft::Member{replica_id, step, world.world_size}, o.quorum_timeout);
+        lighthouse->AskQuorum(ft::Member{replica_id, step, world.world_size, commit_failures}, o.quorum_timeout);
     const std::string text = ft::EncodeQuorum(q);
     if (absl::Status s = RetryUnavailable(o.mesh.timeout, [&](absl::Duration) { return group_store->Set(key, text); });
         !s.ok()) {
@@ -173,7 +174,7 @@ absl::Status FaultToleranceManager::Impl::BuildRows(const ft::Quorum& q, const f
   std::vector<int> ranks;
   for (int g = 0; g < plan.replica_world_size; ++g) ranks.push_back(g * s + world.rank);
   MeshOptions mo = o.mesh;
-  mo.mesh_id = absl::StrCat("ft-", o.name, "-q", q.quorum_id, "-r", world.rank);
+  mo.mesh_id = absl::StrCat("ft-", o.name, "-q", q.quorum_id, "-e", plan.row_epoch, "-r", world.rank);
   absl::StatusOr<DeviceMesh> r =
       InitDeviceMeshFromRanks(device, ranks, {plan.replica_world_size}, {o.replicate_dim_name}, qw, mo);
   if (!r.ok()) return r.status();
@@ -185,7 +186,7 @@ absl::Status FaultToleranceManager::Impl::BuildRows(const ft::Quorum& q, const f
     if (!h.ok()) return h.status();
     host_row = std::move(*h);
   }
-  mesh_quorum_id = q.quorum_id;
+  row_key = {q.quorum_id, plan.row_epoch};
   return absl::OkStatus();
 }
 
@@ -264,7 +265,8 @@ absl::StatusOr<std::unique_ptr<FaultToleranceManager>> FaultToleranceManager::Cr
   if (o.lighthouse.empty()) o.lighthouse = env::Get(env::kTorchftLighthouse).value_or("");
   if (o.lighthouse.empty()) {
     return absl::FailedPreconditionError(
-        "no lighthouse: TORCHFT_LIGHTHOUSE is not set (run under meshrun, or set FaultToleranceOptions::lighthouse)");
+        "no lighthouse: TORCHFT_LIGHTHOUSE is not set (run under meshrun, without --rdzv_conf lighthouse=0, or set "
+        "FaultToleranceOptions::lighthouse)");
   }
   if (o.shared_run_id.empty()) o.shared_run_id = env::Get(env::kLighthouseRunId).value_or("");
   if (o.shared_run_id.empty()) {
@@ -305,32 +307,33 @@ absl::StatusOr<QuorumInfo> FaultToleranceManager::StartQuorum() {
   m.step_error = absl::OkStatus();
   absl::StatusOr<ft::Quorum> q = m.AgreeOnQuorum();
   if (!q.ok()) return q.status();
-  absl::StatusOr<ft::QuorumPlan> plan = ft::PlanQuorum(*q, m.replica_id, m.world.world_size);
+  absl::StatusOr<ft::QuorumPlan> plan = ft::PlanQuorum(*q, m.replica_id);
   if (!plan.ok()) return plan.status();
   QuorumInfo info;
   info.quorum_id = q->quorum_id;
   info.replica_rank = plan->replica_rank;
   info.replica_world_size = plan->replica_world_size;
   info.max_step = plan->max_step;
-  for (const ft::Member& p : q->participants) info.participants.push_back(p.replica_id);
-  if (q->quorum_id != m.mesh_quorum_id || !m.row) {
-    if (q->quorum_id == m.mesh_quorum_id) {
-      // This quorum's mesh failed and its members did not change: its keys
-      // are spent (write-once), so no new one can be built under its id.
-      return absl::AbortedError(absl::StrCat("the replicate row of quorum ", q->quorum_id,
-                                             " failed and the quorum did not change: ", m.step_error.ToString()));
+  for (int i : plan->members) info.participants.push_back(q->participants[i].replica_id);
+  info.left_out = plan->left_out;
+  // A failure anywhere in the quorum raised its row epoch: every member
+  // builds its row anew, under new keys. A build that fails (a member that
+  // died after the quorum formed) fails this step only, as a failed
+  // collective does; the next quorum leaves the dead member out.
+  if (std::pair(q->quorum_id, plan->row_epoch) != m.row_key || !m.row) {
+    if (absl::Status s = m.BuildRows(*q, *plan); !s.ok()) {
+      ReportError(s);
+      m.info = info;
+      return info;
     }
-    if (absl::Status s = m.BuildRows(*q, *plan); !s.ok()) return s;
     info.mesh_changed = true;
   }
   if (plan->anyone_behind) {
-    absl::Status s = m.Heal(*plan);
-    if (!s.ok()) {
-      if (plan->behind) return s;  // The agent restarts this group; it heals next time.
-      m.step_error = s;            // A healthy group goes on; this step does not count.
-      m.DropRows();
+    if (absl::Status s = m.Heal(*plan); !s.ok()) {
+      ReportError(s);  // This step does not count; a group still behind heals next time.
+    } else {
+      info.healed = plan->behind;
     }
-    info.healed = plan->behind;
   }
   m.info = info;
   return info;
@@ -395,6 +398,7 @@ absl::StatusOr<bool> FaultToleranceManager::ShouldCommit(bool local_ok) {
     m.failed_commits = 0;
   } else {
     ++m.failed_commits;
+    ++m.commit_failures;
     if (m.step_error.ok()) m.step_error = absl::AbortedError("another participant's step failed");
   }
   return commit;

@@ -28,6 +28,7 @@ class GrpcLighthouseClient final : public LighthouseClient {
     m->set_replica_id(me.replica_id);
     m->set_step(me.step);
     m->set_world_size(static_cast<uint64_t>(me.world_size));
+    m->set_commit_failures(me.commit_failures);
     const absl::Time deadline = absl::Now() + timeout;
     for (;;) {  // Bounded by `deadline`.
       grpc::ClientContext ctx;
@@ -38,7 +39,8 @@ class GrpcLighthouseClient final : public LighthouseClient {
         Quorum q;
         q.quorum_id = resp.quorum().quorum_id();
         for (const torchft::QuorumMember& p : resp.quorum().participants()) {
-          q.participants.push_back(Member{p.replica_id(), p.step(), static_cast<int64_t>(p.world_size())});
+          q.participants.push_back(
+              Member{p.replica_id(), p.step(), static_cast<int64_t>(p.world_size()), p.commit_failures()});
         }
         return q;
       }

@@ -21,6 +21,10 @@ struct Member {
   std::string replica_id;
   int64_t step = 0;
   int64_t world_size = 0;
+  // Steps the group failed to commit (torchft's commit_failures): a
+  // change makes the quorum's groups build their replicate rows anew
+  // (quorum_plan.h's row_epoch).
+  int64_t commit_failures = 0;
 };
 
 struct Quorum {

@@ -1,6 +1,7 @@
 #include "ft/quorum_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -10,35 +11,51 @@
 
 namespace meshrun::mesh::ft {
 
-absl::StatusOr<QuorumPlan> PlanQuorum(const Quorum& quorum, const std::string& me, int64_t world_size) {
-  QuorumPlan plan;
-  plan.replica_world_size = static_cast<int>(quorum.participants.size());
+absl::StatusOr<QuorumPlan> PlanQuorum(const Quorum& quorum, const std::string& me) {
+  const std::vector<Member>& all = quorum.participants;
   int mine = -1;
-  for (int i = 0; i < plan.replica_world_size; ++i) {
-    const Member& m = quorum.participants[i];
-    if (m.replica_id == me) mine = i;
-    if (m.world_size != world_size) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "quorum ", quorum.quorum_id, ": replica group '", m.replica_id, "' has ", m.world_size,
-          " ranks and this one ", world_size, ": every replica group needs the same world size"));
-    }
-    plan.max_step = i == 0 ? m.step : std::max(plan.max_step, m.step);
+  std::map<int64_t, int> sizes;  // World size -> participants of it.
+  for (int i = 0; i < static_cast<int>(all.size()); ++i) {
+    if (all[i].replica_id == me) mine = i;
+    ++sizes[all[i].world_size];
   }
   if (mine < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("quorum ", quorum.quorum_id, " does not include replica group '", me, "'"));
   }
-  plan.replica_rank = mine;
-  for (int i = plan.replica_world_size - 1; i >= 0; --i) {
-    const Member& m = quorum.participants[i];
-    if (m.step == plan.max_step) plan.heal_source = i;
+  int64_t taken = all[0].world_size;
+  for (const auto& [size, n] : sizes) {
+    if (n > sizes[taken]) taken = size;
+  }
+  if (all[mine].world_size != taken) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "quorum ", quorum.quorum_id, ": this replica group ('", me, "') has ", all[mine].world_size,
+        " ranks, and ", sizes[taken], " of the quorum's ", all.size(), " groups have ", taken,
+        ": every replica group needs the same world size"));
+  }
+  QuorumPlan plan;
+  for (int i = 0; i < static_cast<int>(all.size()); ++i) {
+    if (all[i].world_size != taken) {
+      plan.left_out.push_back(all[i].replica_id);
+      continue;
+    }
+    if (i == mine) plan.replica_rank = static_cast<int>(plan.members.size());
+    plan.max_step = plan.members.empty() ? all[i].step : std::max(plan.max_step, all[i].step);
+    plan.row_epoch += all[i].commit_failures;
+    plan.members.push_back(i);
+  }
+  plan.replica_world_size = static_cast<int>(plan.members.size());
+  for (int r = plan.replica_world_size - 1; r >= 0; --r) {
+    const Member& m = all[plan.members[r]];
+    if (m.step == plan.max_step) plan.heal_source = r;
     if (m.step < plan.max_step) plan.anyone_behind = true;
   }
-  plan.behind = quorum.participants[mine].step < plan.max_step;
+  plan.behind = all[mine].step < plan.max_step;
   return plan;
 }
 
-// "ok <quorum id>\n" then "<step> <world size> <escaped replica id>\n" per
+// "ok <quorum id>\n" then "<step> <world size> <commit failures> <escaped
+// replica id>\n" per
 // participant; or "error <code>\n<escaped message>".
 std::string EncodeQuorum(const absl::StatusOr<Quorum>& quorum) {
   if (!quorum.ok()) {
@@ -47,7 +64,7 @@ std::string EncodeQuorum(const absl::StatusOr<Quorum>& quorum) {
   }
   std::string out = absl::StrCat("ok ", quorum->quorum_id, "\n");
   for (const Member& m : quorum->participants) {
-    absl::StrAppend(&out, m.step, " ", m.world_size, " ", absl::CEscape(m.replica_id), "\n");
+    absl::StrAppend(&out, m.step, " ", m.world_size, " ", m.commit_failures, " ", absl::CEscape(m.replica_id), "\n");
   }
   return out;
 }
@@ -68,10 +85,10 @@ absl::StatusOr<Quorum> DecodeQuorum(const std::string& text) {
   Quorum q;
   if (head.size() != 2 || head[0] != "ok" || !absl::SimpleAtoi(head[1], &q.quorum_id)) return bad();
   for (size_t i = 1; i < lines.size(); ++i) {
-    std::vector<std::string> f = absl::StrSplit(lines[i], absl::MaxSplits(' ', 2));
+    std::vector<std::string> f = absl::StrSplit(lines[i], absl::MaxSplits(' ', 3));
     Member m;
-    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &m.step) || !absl::SimpleAtoi(f[1], &m.world_size) ||
-        !absl::CUnescape(f[2], &m.replica_id)) {
+    if (f.size() != 4 || !absl::SimpleAtoi(f[0], &m.step) || !absl::SimpleAtoi(f[1], &m.world_size) ||
+        !absl::SimpleAtoi(f[2], &m.commit_failures) || !absl::CUnescape(f[3], &m.replica_id)) {
       return bad();
     }
     q.participants.push_back(std::move(m));

@@ -83,8 +83,13 @@ bool Lighthouse::Cancel(uint64_t ticket) {
   absl::MutexLock lock(&mu_);
   auto it = waiters_.find(ticket);
   if (it == waiters_.end()) return false;
-  Unwait(it->second.member.replica_id);
+  const std::string replica_id = it->second.member.replica_id;
+  Unwait(replica_id);
   waiters_.erase(it);
+  // Its last call gone (its process died, or gave up): no longer a
+  // candidate, so that a dead group is not put in the next quorum while
+  // its heartbeat is still fresh. It stays healthy until then.
+  if (!waits_of_.contains(replica_id)) state_.participants.erase(replica_id);
   return true;
 }
 

@@ -52,8 +52,10 @@ class Lighthouse {
   absl::StatusOr<uint64_t> Join(QuorumMember member, absl::Time now, Answer answer);
   // The call ended without an answer (its deadline, or cancelled): true
   // when its answer will never be called; false when it was, or is being.
-  // Its group stays a candidate until a quorum forms or its heartbeat
-  // times out (torchft keeps it too).
+  // A group with no call left waiting is no candidate for the next quorum
+  // (a dead process's call is cancelled: torchft keeps such a group until
+  // its heartbeat times out, and may put a dead member in a quorum); it
+  // stays healthy until its heartbeat times out.
   bool Cancel(uint64_t ticket);
   // torchft's LighthouseService.Heartbeat. RESOURCE_EXHAUSTED as Join.
   absl::Status Heartbeat(const std::string& replica_id, absl::Time now);

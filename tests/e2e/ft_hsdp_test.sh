@@ -10,10 +10,19 @@
 #     the one it died at ("healed to step N", N > 55: the others trained on meanwhile);
 #   - every worker reaches step 200, every agent exits 0, and the final weights are equal
 #     across the three groups, shard by shard (a digest of each rank's shard).
-# usage: ft_hsdp_test.sh MESHRUN FT_HSDP   (0 pass, 1 fail)
+#   - a healthy group's committed step never goes back (a group that started over would
+#     still end equal).
+# FORM stop: instead of the kill, group 1's rank 1 is stopped (SIGSTOP) for 8 s, longer than
+# the collectives' timeout (--timeout_s=5): the others' collectives with it fail, their step
+# does not commit, and their replicate rows are built anew (new keys) whether or not the
+# quorum's groups changed; group 1 restarts or not (whether its own collective with the
+# stopped rank timed out); groups 0 and 2 must not restart nor go back, and all end equal.
+# (Before: with the same groups in the next quorum, every group aborted and restarted.)
+# usage: ft_hsdp_test.sh MESHRUN FT_HSDP [FORM]   (0 pass, 1 fail)
 set -uo pipefail
 meshrun=$(readlink -f "${1:?usage: ft_hsdp_test.sh MESHRUN FT_HSDP}")
 example=$(readlink -f "${2:?usage: ft_hsdp_test.sh MESHRUN FT_HSDP}")
+form=${3:-kill}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/support/wait_for.sh
 source "$here/../support/wait_for.sh"
@@ -24,6 +33,7 @@ pids=()
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  grep -ho 'pid [0-9]*' "$work"/g*.log 2>/dev/null | awk '{ print $2 }' | xargs -r kill -CONT 2>/dev/null
   grep -ho 'pid [0-9]*' "$work"/g*.log 2>/dev/null | awk '{ print $2 }' | xargs -r kill -KILL 2>/dev/null
   [[ -z ${FT_HSDP_KEEP:-} && $work == /tmp/meshrun-ft-hsdp.* ]] && rm -rf -- "$work"
 }
@@ -42,13 +52,17 @@ trap cleanup EXIT
 start_rdzv_server "$meshrun" "$work" || fail "the server did not listen within 20 s"
 
 steps=200
+# The stop form: group 1 is away for about 12 s (8 s stopped, its restart, 3 s of load), which
+# 200 steps would not outlast: the others would finish first (a group back after the others
+# finished finds no quorum of 2).
+[[ $form == stop ]] && steps=600
 # Agents one by one: groups fill in order. lighthouse_min_replicas=2: a quorum goes on with
 # two groups; heartbeat_timeout 1 s: a dead group is left out of the quorum after 1 s.
 for g in 0 1 2; do
   (MESHRUN_LOG_LEVEL=info "$meshrun" --nnodes=3 --replica_groups=3 --nproc_per_node=2 \
      --rdzv_endpoint="$endpoint" --rdzv_id=ft --max_restarts=3 \
      --rdzv_conf lighthouse_min_replicas=2,lighthouse_heartbeat_timeout=1 \
-     --no_python "$example" --steps=$steps --step_ms=20 --restart_delay_ms=3000 >"$work/g$g.log" 2>&1 &
+     --no_python "$example" --steps=$steps --step_ms=20 --restart_delay_ms=3000 --timeout_s=5 >"$work/g$g.log" 2>&1 &
    echo $! >"$work/g$g.pid"
    wait $!
    echo $? >"$work/g$g.rc") &
@@ -63,8 +77,15 @@ at50="grep -q '\] step 50 quorum' $work/g1.log"
 wait_for 60 eval "$at50" || fail "group 1 did not reach step 50 within 60 s"
 victim=$(grep -o 'group 1 rank 1 pid [0-9]* restart 0' "$work/g1.log" | awk '{ print $6 }')
 [[ -n $victim ]] || fail "no pid for group 1's rank 1"
-kill -KILL "$victim"
-echo "killed group 1's rank 1 (pid $victim) after its step 50"
+if [[ $form == stop ]]; then
+  kill -STOP "$victim"
+  echo "stopped group 1's rank 1 (pid $victim) after its step 50, for 8 s"
+  sleep 8  # The fault itself: a worker hung for 8 s (not a wait for a state).
+  kill -CONT "$victim" 2>/dev/null
+else
+  kill -KILL "$victim"
+  echo "killed group 1's rank 1 (pid $victim) after its step 50"
+fi
 
 rc() { [[ -s $work/$1.rc ]] && cat "$work/$1.rc"; }
 ended() { [[ -n $(rc g0) && -n $(rc g1) && -n $(rc g2) ]]; }
@@ -74,12 +95,24 @@ for g in 0 1 2; do [[ $(rc g$g) == 0 ]] || fail "the agent of group $g exited $(
 for g in 0 2; do
   starts=$(grep -c "ft_hsdp: group $g rank" "$work/g$g.log")
   [[ $starts == 2 ]] || fail "group $g's workers started $starts times, not once each (2)"
-  grep -q "replicas 2 time" "$work/g$g.log" || fail "group $g committed no step with 2 groups while group 1 was away"
+  [[ $form == stop ]] || grep -q "replicas 2 time" "$work/g$g.log" ||
+    fail "group $g committed no step with 2 groups while group 1 was away"
 done
+for g in 0 2; do
+  for r in 0 1; do
+    back=$(grep -o "n0:r$r\] step [0-9]* quorum" "$work/g$g.log" | awk '{ print $3 }' |
+           awk 'NR > 1 && $1 < prev { print prev " -> " $1; exit } { prev = $1 }')
+    [[ -z $back ]] || fail "group $g rank $r's committed step went back: $back"
+  done
+done
+if [[ $form == stop ]]; then
+  echo "groups 0 and 2 never restarted nor went back; group 1's workers started $(grep -c "ft_hsdp: group 1 rank" "$work/g1.log") times"
+else
 grep -q "ft_hsdp: group 1 rank 0 pid [0-9]* restart 1" "$work/g1.log" || fail "group 1 did not restart"
 healed=$(grep -o 'healed to step [0-9]*' "$work/g1.log" | awk '{ print $4 }' | sort -n | tail -n 1)
 [[ -n $healed && $healed -gt 55 ]] || fail "group 1 did not heal from a peer to a step past 55 after its restart (${healed:-none})"
-echo "group 1 restarted alone and healed to step $healed; groups 0 and 2 never restarted"
+echo "group 1 restarted alone and healed to step $healed; groups 0 and 2 never restarted nor went back"
+fi
 
 for r in 0 1; do
   digests=$(grep -ho "final group [0-2] rank $r step $steps loss [0-9.]* weights [0-9a-f]*" "$work"/g*.log |

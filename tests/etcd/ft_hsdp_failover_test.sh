@@ -95,6 +95,13 @@ for r in 0 1; do
             awk '{ print $NF }' | sort -u)
   [[ $(wc -l <<<"$digests") == 1 ]] || fail "rank $r's weights differ across the groups: $(echo $digests)"
 done
+for g in 0 2; do
+  for r in 0 1; do
+    back=$(grep -o "n0:r$r\] step [0-9]* quorum" "$work/g$g.log" | awk '{ print $3 }' |
+           awk 'NR > 1 && $1 < prev { print prev " -> " $1; exit } { prev = $1 }')
+    [[ -z $back ]] || fail "group $g rank $r's committed step went back: $back"
+  done
+done
 grep -q "ft_hsdp: group 1 rank 1 pid [0-9]* restart 1" "$work/g1.log" || fail "group 1 did not restart"
 grep -q "healed to step" "$work/g1.log" || fail "group 1 did not heal from a peer after its restart"
 echo "groups 0 and 2 never restarted, group 1 restarted once and healed; all 3 reached step $steps with equal weights"

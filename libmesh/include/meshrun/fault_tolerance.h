@@ -116,6 +116,9 @@ struct QuorumInfo {
   bool mesh_changed = false;
   // The participants' replica ids, in replica rank order.
   std::vector<std::string> participants;
+  // Groups of the quorum left out of this step: their world size is not
+  // the one most of the quorum's groups have.
+  std::vector<std::string> left_out;
 };
 
 // Thread-safety: one thread drives a manager (StartQuorum, AllReduce,
@@ -141,23 +144,25 @@ class FaultToleranceManager {
   ~FaultToleranceManager();
 
   // Starts a step (torchft's start_quorum, synchronous): group rank 0 asks
-  // the lighthouse for a quorum with this group's step; every rank of the
-  // group gets the same answer. When the quorum id changed, the previous
-  // replicate row is dropped and a new one built over the quorum's groups
-  // (collective with the row's members). When this group is behind, it receives the state from
-  // the first participant at max_step over the replicate row
-  // (load_state_dict) and step() becomes max_step; when any participant
-  // is behind, the others send it. Errors: DEADLINE_EXCEEDED when no
-  // quorum came within quorum_timeout; FAILED_PRECONDITION when the
-  // quorum's groups differ in world size, or this group is not in it;
-  // ABORTED after max_failed_commits steps in a row failed to commit, or
-  // when this rank's row failed and the quorum did not change (the row's
-  // keys are spent); the row's creation errors (a peer that never came);
-  // load_state_dict's error. A healthy group whose heal broadcast fails
-  // goes on, its step not counting.
-  // After an error, exit (non-zero): the agent restarts the group, which
-  // then heals.
-  // FAILED_PRECONDITION when the last step was not voted on (ShouldCommit).
+  // the lighthouse for a quorum with this group's step and commit failures;
+  // every rank of the group gets the same answer. The participants are the
+  // quorum's groups of its most common world size (others are left out of
+  // the step, listed in left_out). When the quorum id or the participants'
+  // commit failures changed (a step failed somewhere), the replicate row
+  // is built anew (collective with the row's members). When this group is
+  // behind, it receives the state from the first participant at max_step
+  // over the row (load_state_dict) and step() becomes max_step; when any
+  // participant is behind, the others send it. A row that cannot be built
+  // (a member died after the quorum formed) or a heal that fails makes
+  // this step fail (ShouldCommit false), not the call: the next quorum
+  // leaves the dead member out.
+  // Errors: DEADLINE_EXCEEDED when no quorum came within quorum_timeout;
+  // FAILED_PRECONDITION when this group's world size is not the quorum's
+  // (naming both), or when the last step was not voted on (ShouldCommit);
+  // ABORTED after max_failed_commits steps in a row failed to commit (a
+  // state_dict or load_state_dict error fails the step, as a failed heal
+  // does). After an error, exit (non-zero): the agent restarts the group,
+  // which then heals.
   absl::StatusOr<QuorumInfo> StartQuorum();
 
   // The group's own mesh (group_shape named group_dim_names), built by

@@ -195,6 +195,26 @@ TEST_CASE("lighthouse: cancelled calls, the bound on groups, close", "[lighthous
   CHECK(l.Join(Member("g1"), kT0, b.For()).status().code() == absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("lighthouse: a group whose last call was cancelled is put in no quorum", "[lighthouse]") {
+  lh::LighthouseSettings s;
+  s.min_replicas = 2;
+  lh::Lighthouse l(s, 8);
+  Answers a, b, dead;
+  // A group's process asks, then dies: its call is cancelled while its heartbeat is fresh.
+  absl::StatusOr<uint64_t> t = l.Join(Member("g1:dead"), kT0, dead.For());
+  REQUIRE(t.ok());
+  REQUIRE(l.Cancel(*t));
+  REQUIRE(l.Join(Member("g0"), kT0, a.For()).ok());
+  REQUIRE(l.Join(Member("g2"), kT0, b.For()).ok());
+  // It still counts as healthy (its heartbeat), so the quorum waits for it up to join_timeout
+  // or its heartbeat's end; it is never a member.
+  l.Tick(kT0 + s.heartbeat_timeout + absl::Milliseconds(1));
+  REQUIRE(a.got.size() == 1);
+  REQUIRE(a.got[0].ok());
+  CHECK(Ids(a.got[0]->participants) == std::vector<std::string>{"g0", "g2"});
+  CHECK(dead.got.empty());
+}
+
 TEST_CASE("lighthouse registry: quorum ids never go back across a close or a raised floor", "[lighthouse]") {
   lh::RegistryOptions o;
   lh::LighthouseRegistry r(o);
