@@ -23,7 +23,7 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
  public:
   using SendFn = std::function<void(v1::Lighthouse::Stub*, grpc::ClientContext*, const Request*, Response*,
                                     std::function<void(grpc::Status)>)>;
-  using KeepFn = std::function<bool(ForwardedCall*, const grpc::Status&)>;
+  using KeepFn = std::function<bool(ForwardedCall*, const v1::Lighthouse::Stub*, const grpc::Status&)>;
 
   ForwardedCall(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<v1::Lighthouse::Stub> stub)
       : ctx_(std::move(ctx)), stub_(std::move(stub)) {}
@@ -71,10 +71,10 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
       ctx = ctx_.get();
       stub = stub_.get();
     }
-    send_(stub, ctx, &req, &resp, [this](grpc::Status s) {
+    send_(stub, ctx, &req, &resp, [this, stub](grpc::Status s) {
       if (s.error_code() == grpc::StatusCode::UNAVAILABLE && keep_ && resends_ < 3) {
         ++resends_;
-        if (keep_(this, s)) return;
+        if (keep_(this, stub, s)) return;
       }
       if (s.ok()) done_(resp);
       End(s);
@@ -157,10 +157,16 @@ void LighthouseProxy::SetFollowLeader(bool follow) {
   follow_leader_ = follow;
 }
 
-bool LighthouseProxy::Keep(std::function<void(bool)> resend) {
-  absl::MutexLock lock(&mu_);
-  if (!follow_leader_ || stopping_) return false;
-  kept_.push_back(std::move(resend));
+bool LighthouseProxy::Keep(const v1::Lighthouse::Stub* sent_on, std::function<void(bool)> resend) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!follow_leader_ || stopping_) return false;
+    if (stub_.get() == sent_on) {
+      kept_.push_back(std::move(resend));
+      return true;
+    }
+  }
+  resend(true);  // The next leader is known already.
   return true;
 }
 
@@ -205,10 +211,10 @@ grpc::ServerUnaryReactor* LighthouseProxy::Quorum(grpc::CallbackServerContext* c
         q->mutable_created()->set_seconds(r.created_unix_ns() / 1'000'000'000);
         q->mutable_created()->set_nanos(static_cast<int32_t>(r.created_unix_ns() % 1'000'000'000));
       },
-      [this, ctx](auto* kept, const grpc::Status& s) {
+      [this, ctx](auto* kept, const v1::Lighthouse::Stub* sent_on, const grpc::Status& s) {
         // A quorum call that met a leader gone away waits for the next one
         // (torchft's Manager does not ask again by default: quorum_retries 0).
-        return Keep([this, ctx, kept, s](bool resend) {
+        return Keep(sent_on, [this, ctx, kept, s](bool resend) {
           if (!resend) return kept->End(s);
           std::shared_ptr<v1::Lighthouse::Stub> next;
           std::shared_ptr<grpc::ClientContext> up = NewContext(ctx, &next);

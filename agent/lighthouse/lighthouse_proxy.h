@@ -80,8 +80,10 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
                                                   std::shared_ptr<v1::Lighthouse::Stub>* stub);
   void Fill(v1::RunRef* run, v1::LighthouseSettings* settings) const;
   // Holds `resend` for the next SetUpstream (resend(true)) or the proxy's
-  // end (resend(false)); false when not following a leader.
-  bool Keep(std::function<void(bool)> resend);
+  // end (resend(false)); runs resend(true) at once when the call went out
+  // on another stub than the current one (the next leader is known);
+  // false when not following a leader.
+  bool Keep(const v1::Lighthouse::Stub* sent_on, std::function<void(bool)> resend);
 
   const LighthouseProxyOptions o_;
   absl::Mutex mu_;

@@ -302,20 +302,22 @@ class ProxyService final : public pb::Store::CallbackService {
       ctx = call->ctx.get();
       stub = call->stub.get();
     }
-    std::function<void(grpc::Status)> done = [this, call, method, resp, reactor, learn_ok](grpc::Status s) {
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && call->resend_safe && call->resends < kMaxResends &&
-          std::chrono::system_clock::now() < call->deadline) {
-        const bool kept = upstream_->KeepCall([this, call, method, resp, reactor, learn_ok, s](bool resend) {
-          if (!resend) {
-            reactor->Complete(s);
+    std::function<void(grpc::Status)> done = [this, call, method, resp, reactor, learn_ok, stub](grpc::Status s) {
+      if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(stub)>>, GrpcUpstream::Stub>) {
+        if (s.error_code() == grpc::StatusCode::UNAVAILABLE && call->resend_safe && call->resends < kMaxResends &&
+            std::chrono::system_clock::now() < call->deadline) {
+          ++call->resends;
+          const bool kept = upstream_->KeepCall(stub, [this, call, method, resp, reactor, learn_ok, s](bool resend) {
+            if (!resend) {
+              reactor->Complete(s);
+              return;
+            }
+            Send(call, method, resp, reactor, learn_ok);
+          });
+          if (kept) {
+            upstream_->CallEnded();
             return;
           }
-          ++call->resends;
-          Send(call, method, resp, reactor, learn_ok);
-        });
-        if (kept) {
-          upstream_->CallEnded();
-          return;
         }
       }
       learn_ok(s);

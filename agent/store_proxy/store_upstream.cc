@@ -173,10 +173,16 @@ void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::strin
   for (auto& resend : calls) resend(true);
 }
 
-bool GrpcUpstream::KeepCall(absl::AnyInvocable<void(bool resend)> resend) {
-  absl::MutexLock lock(&mu_);
-  if (!follow_leader_ || stopping_) return false;
-  kept_calls_.push_back(std::move(resend));
+bool GrpcUpstream::KeepCall(const Stub* sent_on, absl::AnyInvocable<void(bool resend)> resend) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!follow_leader_ || stopping_) return false;
+    if (stub_.get() == sent_on) {
+      kept_calls_.push_back(std::move(resend));
+      return true;
+    }
+  }
+  resend(true);  // The next leader is known already.
   return true;
 }
 

@@ -50,10 +50,11 @@ class GrpcUpstream : public BatchUpstream {
   // Replicas: keeps a forwarded call whose server went away until
   // SetChannel names the next leader, then calls `resend(true)` (the
   // caller sends it again there); Drain calls `resend(false)` (the caller
-  // answers it). False, keeping nothing, when not following a leader or
-  // stopping: the caller answers at once. Thread-safe; `resend` runs
-  // without the upstream's lock.
-  bool KeepCall(absl::AnyInvocable<void(bool resend)> resend);
+  // answers it). `sent_on`: the stub the call went out on; when SetChannel
+  // has named another since, `resend(true)` runs at once. False, keeping
+  // nothing, when not following a leader or stopping: the caller answers
+  // at once. Thread-safe; `resend` runs without the upstream's lock.
+  bool KeepCall(const Stub* sent_on, absl::AnyInvocable<void(bool resend)> resend);
 
   // A context for one forwarded call: the node id, and `deadline` (a
   // worker's own deadline passes through; max() for none). Counts the call

@@ -37,7 +37,7 @@ TEST_CASE("quorum plan: place, highest step, who heals from whom", "[ft]") {
   CHECK_FALSE(even->anyone_behind);
 }
 
-TEST_CASE("quorum plan: a group not in the quorum is refused; groups of another size are left out", "[ft]") {
+TEST_CASE("quorum plan: a group not in the quorum is refused, groups of another size are left out", "[ft]") {
   auto out = PlanQuorum(Three(1, 1, 1), "3:0");
   CHECK(absl::IsFailedPrecondition(out.status()));
   CHECK(absl::StrContains(out.status().message(), "does not include replica group '3:0'"));
