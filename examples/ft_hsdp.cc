@@ -80,123 +80,144 @@ double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Flags {
   std::string device = "cpu";
   int64_t steps = 200;
   int step_ms = 0;
   int restart_delay_ms = 0;
   int64_t kill_at_step = -1;
   int timeout_s = 30;
+};
+
+// Parses the flags; exits 2 with one line on a bad one.
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
   CLI::App app{"ft_hsdp: fault-tolerant HSDP over libmesh's fault-tolerance manager", "ft_hsdp"};
-  app.add_option("--device", device, "cpu (Gloo) or cuda (NCCL for the replicate row)")
+  app.add_option("--device", f.device, "cpu (Gloo) or cuda (NCCL for the replicate row)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--steps", steps, "Steps to train")->check(CLI::Range(int64_t{1}, int64_t{1000000}));
-  app.add_option("--step_ms,--step-ms", step_ms, "Extra time per step, ms (stands for compute)")
+  app.add_option("--steps", f.steps, "Steps to train")->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  app.add_option("--step_ms,--step-ms", f.step_ms, "Extra time per step, ms (stands for compute)")
       ->check(CLI::Range(0, 60000));
-  app.add_option("--restart_delay_ms,--restart-delay-ms", restart_delay_ms,
+  app.add_option("--restart_delay_ms,--restart-delay-ms", f.restart_delay_ms,
                  "A restarted worker (TORCHELASTIC_RESTART_COUNT > 0) waits this long first, ms (stands for "
                  "loading the model)")
       ->check(CLI::Range(0, 600000));
-  app.add_option("--kill_at_step,--kill-at-step", kill_at_step,
+  app.add_option("--kill_at_step,--kill-at-step", f.kill_at_step,
                  "Group 1's rank 0 kills itself (SIGKILL) after committing this step, at its first start, as a "
                  "crashed worker would (for bench/replica_groups/step_loss.sh; the tests kill from outside)");
-  app.add_option("--timeout_s,--timeout-s", timeout_s,
+  app.add_option("--timeout_s,--timeout-s", f.timeout_s,
                  "Bound of each collective, mesh creation and the group's vote, seconds (MeshOptions::timeout)")
       ->check(CLI::Range(1, 3600));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    std::exit(app.exit(e));
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     for (char& c : msg) c = c == '\n' ? ' ' : c;
     std::fprintf(stderr, "ft_hsdp: error: %s\n", msg.c_str());
-    return 2;
+    std::exit(2);
   }
-  const World world = examples::Must("ft_hsdp", WorldFromEnv());
-  const int shards = world.world_size;  // The group's ranks shard the weights.
-  if (kDim % shards != 0) {
-    std::fprintf(stderr, "ft_hsdp: error: %d ranks per replica group: must divide %d\n", shards, kDim);
-    return 2;
-  }
-  const int shard_size = kDim / shards;
-  const char* group_env = std::getenv("REPLICA_GROUP_ID");
-  const int group = group_env ? std::atoi(group_env) : 0;
-  const char* restart_env = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  std::printf("ft_hsdp: group %d rank %d pid %d restart %s\n", group, world.rank, static_cast<int>(getpid()),
-              restart_env ? restart_env : "0");
-  std::fflush(stdout);
-  if (restart_env != nullptr && std::atoi(restart_env) > 0 && restart_delay_ms > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(restart_delay_ms));
-  }
+  return f;
+}
 
-  std::vector<float> shard(shard_size, 0.f);  // This rank's weights.
-  FaultToleranceOptions o;
-  o.group_shape = {shards};
-  o.group_dim_names = {"shard"};
-  o.mesh.timeout = absl::Seconds(timeout_s);
-  o.state_dict = [&]() -> absl::StatusOr<std::string> {
-    return std::string(reinterpret_cast<const char*>(shard.data()), shard.size() * sizeof(float));
-  };
-  o.load_state_dict = [&](absl::string_view bytes) -> absl::Status {
-    if (bytes.size() != shard.size() * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat("state of ", bytes.size(), " bytes, expected ",
-                                                     shard.size() * sizeof(float)));
-    }
-    std::memcpy(shard.data(), bytes.data(), bytes.size());
-    return absl::OkStatus();
-  };
-  std::unique_ptr<FaultToleranceManager> ft = examples::Must("ft_hsdp", FaultToleranceManager::Create(device, o));
-  ProcessGroup* shard_group = examples::Must("ft_hsdp", ft->group_mesh().GetGroup("shard"));
-  const int shard_rank = shard_group->rank();
+// One rank's training: its shard of the weights, and one step at a time.
+struct Trainer {
+  int group = 0;       // REPLICA_GROUP_ID.
+  int rank = 0;        // In the group.
+  bool first_start = true;
+  int shards = 1;
+  std::vector<float> shard;  // This rank's weights.
+  std::vector<float> truth = TrueWeights();
+  std::vector<float> w = std::vector<float>(kDim), grad, grad_shard;
+  float loss = 0.f;
 
-  const std::vector<float> truth = TrueWeights();
-  std::vector<float> w(kDim), grad, grad_shard(shard_size);
-  // The loss of untrained (zero) weights: the check's reference, the same
-  // for a group that joined late and healed.
-  const float first_loss = Gradient(std::vector<float>(kDim, 0.f), truth, 0, 0, world.rank, &grad);
-  float loss = first_loss;
-  while (ft->step() < steps) {
-    QuorumInfo q = examples::Must("ft_hsdp: quorum", ft->StartQuorum());
-    if (q.healed) std::printf("healed to step %lld\n", static_cast<long long>(ft->step()));
-    for (const std::string& g : q.left_out) std::printf("replica group %s left out of quorum %lld\n", g.c_str(),
-                                                          static_cast<long long>(q.quorum_id));
-    // Forward and backward: the full weights from the shards.
-    examples::Must("ft_hsdp: all_gather", shard_group->AllGather(shard.data(), w.data(), shard_size));
-    loss = Gradient(w, truth, ft->step(), q.replica_rank, world.rank, &grad);
-    // The shard's gradient, averaged over the group's ranks ...
-    examples::Must("ft_hsdp: reduce_scatter", shard_group->ReduceScatter(grad.data(), grad_shard.data(), shard_size));
-    // ... and over the quorum's groups. A failure here leaves the step out.
-    bool ok = true;
-    if (ft->AllReduce(grad_shard.data(), grad_shard.size()).ok()) {
-      const float scale = 1.f / (static_cast<float>(shards) * static_cast<float>(q.replica_world_size));
-      for (float& g : grad_shard) g *= scale;
-    } else {
-      ok = false;
+  // One step: quorum, forward and backward over the full weights, the
+  // shard's gradient averaged over the group's ranks and the quorum's
+  // groups, the vote; prints the step when committed.
+  void Step(FaultToleranceManager& ft, ProcessGroup* shard_group, const Flags& f) {
+    QuorumInfo q = examples::Must("ft_hsdp: quorum", ft.StartQuorum());
+    if (q.healed) std::printf("healed to step %lld\n", static_cast<long long>(ft.step()));
+    for (const std::string& g : q.left_out) {
+      std::printf("replica group %s left out of quorum %lld\n", g.c_str(), static_cast<long long>(q.quorum_id));
     }
-    if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-    if (examples::Must("ft_hsdp: commit", ft->ShouldCommit(ok))) {
-      for (int i = 0; i < shard_size; ++i) shard[i] -= kLr * grad_shard[i];
-      std::printf("step %lld quorum %lld replicas %d time %.3f\n", static_cast<long long>(ft->step()),
+    const size_t n = shard.size();
+    examples::Must("ft_hsdp: all_gather", shard_group->AllGather(shard.data(), w.data(), n));
+    loss = Gradient(w, truth, ft.step(), q.replica_rank, rank, &grad);
+    examples::Must("ft_hsdp: reduce_scatter", shard_group->ReduceScatter(grad.data(), grad_shard.data(), n));
+    // A failure over the quorum's groups leaves the step out.
+    const bool ok = ft.AllReduce(grad_shard.data(), n).ok();
+    const float scale = 1.f / (static_cast<float>(shards) * static_cast<float>(q.replica_world_size));
+    if (f.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.step_ms));
+    if (examples::Must("ft_hsdp: commit", ft.ShouldCommit(ok))) {
+      for (size_t i = 0; i < n; ++i) shard[i] -= kLr * grad_shard[i] * scale;
+      std::printf("step %lld quorum %lld replicas %d time %.3f\n", static_cast<long long>(ft.step()),
                   static_cast<long long>(q.quorum_id), q.replica_world_size, NowSeconds());
-      if (ft->step() == kill_at_step && group == 1 && world.rank == 0 &&
-          (restart_env == nullptr || std::atoi(restart_env) == 0)) {
+      if (ft.step() == f.kill_at_step && group == 1 && rank == 0 && first_start) {
         std::fflush(stdout);
         raise(SIGKILL);
       }
     } else {
-      std::printf("step %lld not committed (quorum %lld)\n", static_cast<long long>(ft->step() + 1),
+      std::printf("step %lld not committed (quorum %lld)\n", static_cast<long long>(ft.step() + 1),
                   static_cast<long long>(q.quorum_id));
     }
     std::fflush(stdout);
   }
-  std::printf("final group %d rank %d step %lld loss %.6f weights %016llx\n", group, shard_rank,
-              static_cast<long long>(ft->step()), loss, static_cast<unsigned long long>(Digest(shard)));
-  if (!(loss < first_loss / 10)) {
-    std::fprintf(stderr, "ft_hsdp: the model did not learn: loss %g untrained, %g at the last step\n", first_loss,
-                 loss);
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags f = ParseFlags(argc, argv);
+  const World world = examples::Must("ft_hsdp", WorldFromEnv());
+  Trainer t;
+  t.shards = world.world_size;  // The group's ranks shard the weights.
+  if (kDim % t.shards != 0) {
+    std::fprintf(stderr, "ft_hsdp: error: %d ranks per replica group: must divide %d\n", t.shards, kDim);
+    return 2;
+  }
+  t.rank = world.rank;
+  t.shard.assign(kDim / t.shards, 0.f);
+  t.grad_shard.resize(t.shard.size());
+  const char* group_env = std::getenv("REPLICA_GROUP_ID");
+  t.group = group_env ? std::atoi(group_env) : 0;
+  const char* restart_env = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  t.first_start = restart_env == nullptr || std::atoi(restart_env) == 0;
+  std::printf("ft_hsdp: group %d rank %d pid %d restart %s\n", t.group, world.rank, static_cast<int>(getpid()),
+              restart_env ? restart_env : "0");
+  std::fflush(stdout);
+  if (!t.first_start && f.restart_delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(f.restart_delay_ms));
+  }
+
+  FaultToleranceOptions o;
+  o.group_shape = {t.shards};
+  o.group_dim_names = {"shard"};
+  o.mesh.timeout = absl::Seconds(f.timeout_s);
+  o.state_dict = [&t]() -> absl::StatusOr<std::string> {
+    return std::string(reinterpret_cast<const char*>(t.shard.data()), t.shard.size() * sizeof(float));
+  };
+  o.load_state_dict = [&t](absl::string_view bytes) -> absl::Status {
+    if (bytes.size() != t.shard.size() * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrCat("state of ", bytes.size(), " bytes, expected ",
+                                                     t.shard.size() * sizeof(float)));
+    }
+    std::memcpy(t.shard.data(), bytes.data(), bytes.size());
+    return absl::OkStatus();
+  };
+  std::unique_ptr<FaultToleranceManager> ft = examples::Must("ft_hsdp", FaultToleranceManager::Create(f.device, o));
+  ProcessGroup* shard_group = examples::Must("ft_hsdp", ft->group_mesh().GetGroup("shard"));
+
+  // The loss of untrained (zero) weights: the check's reference, the same
+  // for a group that joined late and healed.
+  const float untrained = Gradient(std::vector<float>(kDim, 0.f), t.truth, 0, 0, world.rank, &t.grad);
+  t.loss = untrained;
+  while (ft->step() < f.steps) t.Step(*ft, shard_group, f);
+  std::printf("final group %d rank %d step %lld loss %.6f weights %016llx\n", t.group, shard_group->rank(),
+              static_cast<long long>(ft->step()), t.loss, static_cast<unsigned long long>(Digest(t.shard)));
+  if (!(t.loss < untrained / 10)) {
+    std::fprintf(stderr, "ft_hsdp: the model did not learn: loss %g untrained, %g at the last step\n", untrained,
+                 t.loss);
     return 1;
   }
   return 0;
