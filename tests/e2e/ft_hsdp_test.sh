@@ -28,6 +28,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../support/wait_for.sh"
 # shellcheck source=tests/support/rdzv_server.sh
 source "$here/../support/rdzv_server.sh"
+# shellcheck source=tests/support/ft_hsdp_log.sh
+source "$here/../support/ft_hsdp_log.sh"
 work=$(mktemp -d /tmp/meshrun-ft-hsdp.XXXXXX)
 pids=()
 cleanup() {
@@ -100,8 +102,7 @@ for g in 0 2; do
 done
 for g in 0 2; do
   for r in 0 1; do
-    back=$(grep -o "n0:r$r\] step [0-9]* quorum" "$work/g$g.log" | awk '{ print $3 }' |
-           awk 'NR > 1 && $1 < prev { print prev " -> " $1; exit } { prev = $1 }')
+    back=$(step_went_back "$work/g$g.log" "$r")
     [[ -z $back ]] || fail "group $g rank $r's committed step went back: $back"
   done
 done

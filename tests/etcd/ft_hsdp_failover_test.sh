@@ -23,6 +23,8 @@ etcd_require
 source "$here/../support/wait_for.sh"
 # shellcheck source=tests/etcd/replicas.sh
 source "$here/replicas.sh"
+# shellcheck source=tests/support/ft_hsdp_log.sh
+source "$here/../support/ft_hsdp_log.sh"
 
 work=$(mktemp -d /tmp/meshrun-ft-failover.XXXXXX)
 server_pid=() agent_pids=()
@@ -97,8 +99,7 @@ for r in 0 1; do
 done
 for g in 0 2; do
   for r in 0 1; do
-    back=$(grep -o "n0:r$r\] step [0-9]* quorum" "$work/g$g.log" | awk '{ print $3 }' |
-           awk 'NR > 1 && $1 < prev { print prev " -> " $1; exit } { prev = $1 }')
+    back=$(step_went_back "$work/g$g.log" "$r")
     [[ -z $back ]] || fail "group $g rank $r's committed step went back: $back"
   done
 done
