@@ -17,7 +17,8 @@ namespace {
 // (ctx, request, response), alive until both are done. With `keep` (a
 // Quorum call, which may be sent twice), an answer UNAVAILABLE (the
 // server's leader went away) does not finish it: `keep` holds it until the
-// agent names the next leader (Resend) or the proxy stops (Finish).
+// agent names the next leader (Resend), the proxy stops (End) or the
+// worker's call ends (OnCancel answers it CANCELLED).
 template <typename Request, typename Response>
 class ForwardedCall : public grpc::ServerUnaryReactor {
  public:
@@ -29,12 +30,21 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
       : ctx_(std::move(ctx)), stub_(std::move(stub)) {}
   Request req;
   Response resp;
-  // The worker went away: so does the forwarded call (its answer still
-  // comes, CANCELLED, and finishes this one).
+  // The worker went away or its deadline passed: so does the forwarded
+  // call (its answer still comes, CANCELLED, and finishes this one); a call
+  // kept for the next leader is answered CANCELLED at once.
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    ctx_->TryCancel();
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      ctx_->TryCancel();
+      if (!held_) return;
+      held_ = false;
+    }
+    // The kept call's resend function still holds this call: it frees it (Release).
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the worker's call ended (cancelled, or its deadline passed) while the agent waited for the "
+                        "next leader"));
   }
   void OnDone() override {
     if (pending_.fetch_sub(1) == 1) delete this;
@@ -45,6 +55,20 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
     done_ = std::move(done);
     keep_ = std::move(keep);
     Send();
+  }
+  // Ends the wait of a kept call: false when OnCancel answered it meanwhile
+  // (this call is then freed, or left to gRPC's OnDone, and must not be
+  // touched again by the caller).
+  bool Release() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (held_) {
+        held_ = false;
+        return true;
+      }
+    }
+    if (pending_.fetch_sub(1) == 1) delete this;
+    return false;
   }
   // Sends req again on `stub` (the next leader) with `ctx`.
   void Resend(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<v1::Lighthouse::Stub> stub) {
@@ -72,13 +96,21 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
       stub = stub_.get();
     }
     send_(stub, ctx, &req, &resp, [this, stub](grpc::Status s) {
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && keep_ && resends_ < 3) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && keep_ && resends_ < 3 && Hold()) {
         ++resends_;
-        if (keep_(this, stub, s)) return;
+        if (keep_(this, stub, s) || !Release()) return;
       }
       if (s.ok()) done_(resp);
       End(s);
     });
+  }
+
+  // True, and the call held, unless the worker's call was cancelled.
+  bool Hold() {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return false;
+    held_ = true;
+    return true;
   }
 
   SendFn send_;
@@ -89,6 +121,7 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
   std::shared_ptr<grpc::ClientContext> ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<v1::Lighthouse::Stub> stub_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;  // Kept for the next leader (keep_).
   std::atomic<int> pending_{2};  // gRPC's OnDone and the forwarded call's answer.
 };
 
@@ -215,6 +248,7 @@ grpc::ServerUnaryReactor* LighthouseProxy::Quorum(grpc::CallbackServerContext* c
         // A quorum call that met a leader gone away waits for the next one
         // (torchft's Manager does not ask again by default: quorum_retries 0).
         return Keep(sent_on, [this, ctx, kept, s](bool resend) {
+          if (!kept->Release()) return;  // Answered when the worker's call ended.
           if (!resend) return kept->End(s);
           std::shared_ptr<v1::Lighthouse::Stub> next;
           std::shared_ptr<grpc::ClientContext> up = NewContext(ctx, &next);

@@ -1,5 +1,6 @@
 #include "agent/store_proxy/store_proxy.h"
 
+#include "agent/store_proxy/forwarded_call.h"
 #include "agent/store_proxy/store_batcher.h"
 #include "agent/store_proxy/store_upstream.h"
 
@@ -9,7 +10,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -39,42 +39,6 @@ constexpr int kMaxSweptEntries = 100000;
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
-
-// A worker's call answered later, from any thread, exactly once (by
-// Complete); its cancellation runs the function that leads to Complete.
-class ProxyReactor : public grpc::ServerUnaryReactor {
- public:
-  void Complete(const grpc::Status& s) {
-    if (!finished_.exchange(true)) Finish(s);
-  }
-  // Runs `fn` on cancellation (at once when the call was cancelled already).
-  void SetOnCancel(absl::AnyInvocable<void()> fn) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!cancelled_) {
-        on_cancel_ = std::move(fn);
-        return;
-      }
-    }
-    fn();
-  }
-  void OnCancel() override {
-    absl::AnyInvocable<void()> fn;
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled_ = true;
-      fn = std::move(on_cancel_);
-    }
-    if (fn) fn();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  std::atomic<bool> finished_{false};
-  absl::Mutex mu_;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  absl::AnyInvocable<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
-};
 
 // Calls method `m` of the stub's callback API (a callable, since the method
 // is overloaded and cannot be named by a member pointer).
@@ -238,9 +202,8 @@ class ProxyService final : public pb::Store::CallbackService {
   // id and the worker's deadline; `learn` sees a successful answer. With
   // `resend_safe` (a request whose repetition changes nothing more: a set,
   // a delete, a read), one that met a server gone away (UNAVAILABLE) is
-  // kept until the agent finds the next leader and sent again there (at
-  // most kMaxResends times), as the batches' reads are
-  // (GrpcUpstream::KeepCall).
+  // kept until the agent finds the next leader and sent again there, as
+  // the batches' reads are (forwarded_call.h says when it gives up).
   template <typename StubT = Stub, typename Req, typename Resp, typename Method, typename Learn>
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* ctx, const Req& worker_req, Resp* resp,
                                     Method method, Learn learn, bool check_run = true, bool resend_safe = false) {
@@ -253,78 +216,20 @@ class ProxyService final : public pb::Store::CallbackService {
                                       absl::StrCat("store proxy has ", n,
                                                    " requests in flight: store_proxy_max_waiters=", max_forwarded_)));
     }
-    auto call = std::make_shared<Forwarded<StubT, Req>>();
-    call->req = worker_req;
-    call->deadline = ctx->deadline();
-    call->resend_safe = resend_safe;
-    upstream_->FillRun(call->req.mutable_run());
+    Req forwarded = worker_req;
+    upstream_->FillRun(forwarded.mutable_run());
     // The shared run's answers go around the cache (it holds the node's run's round).
     const bool shared = check_run && worker_req.run().run_id() != run_id_;
-    if (shared) call->req.mutable_run()->set_run_id(shared_run_id_);
+    if (shared) forwarded.mutable_run()->set_run_id(shared_run_id_);
     auto* reactor = new ProxyReactor();
-    auto learn_ok = [learn, resp, shared](const grpc::Status& s) {
+    auto answered = [learn, resp, shared](const grpc::Status& s) {
       if constexpr (!std::is_same_v<Learn, std::nullptr_t>) {
         if (s.ok() && !shared) learn(*resp);
       }
     };
-    Send(call, method, resp, reactor, std::move(learn_ok));
-    reactor->SetOnCancel([call] {
-      absl::MutexLock lock(&call->mu);
-      call->cancelled = true;
-      if (call->ctx) call->ctx->TryCancel();
-    });
+    ForwardedCall<StubT, Req, Resp>::Start(upstream_, reactor, std::move(forwarded), resp, ctx->deadline(), resend_safe,
+                                           method, std::move(answered));
     return reactor;
-  }
-
-  static constexpr int kMaxResends = 3;
-
-  // One forwarded call, and what it takes to send it again.
-  template <typename StubT, typename Req>
-  struct Forwarded {
-    Req req;
-    std::chrono::system_clock::time_point deadline;
-    bool resend_safe = false;
-    int resends = 0;
-    absl::Mutex mu;
-    std::shared_ptr<grpc::ClientContext> ctx ABSL_GUARDED_BY(mu);
-    std::shared_ptr<StubT> stub ABSL_GUARDED_BY(mu);
-    bool cancelled ABSL_GUARDED_BY(mu) = false;
-  };
-
-  template <typename Call, typename Method, typename Resp, typename LearnOk>
-  void Send(std::shared_ptr<Call> call, Method method, Resp* resp, ProxyReactor* reactor, LearnOk learn_ok) {
-    grpc::ClientContext* ctx = nullptr;
-    decltype(call->stub.get()) stub = nullptr;
-    {
-      absl::MutexLock lock(&call->mu);
-      call->ctx = upstream_->NewContext(call->deadline, &call->stub);
-      if (call->cancelled) call->ctx->TryCancel();
-      ctx = call->ctx.get();
-      stub = call->stub.get();
-    }
-    std::function<void(grpc::Status)> done = [this, call, method, resp, reactor, learn_ok, stub](grpc::Status s) {
-      if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(stub)>>, GrpcUpstream::Stub>) {
-        if (s.error_code() == grpc::StatusCode::UNAVAILABLE && call->resend_safe && call->resends < kMaxResends &&
-            std::chrono::system_clock::now() < call->deadline) {
-          ++call->resends;
-          const bool kept = upstream_->KeepCall(stub, [this, call, method, resp, reactor, learn_ok, s](bool resend) {
-            if (!resend) {
-              reactor->Complete(s);
-              return;
-            }
-            Send(call, method, resp, reactor, learn_ok);
-          });
-          if (kept) {
-            upstream_->CallEnded();
-            return;
-          }
-        }
-      }
-      learn_ok(s);
-      reactor->Complete(s);
-      upstream_->CallEnded();
-    };
-    method(stub, ctx, &call->req, resp, std::move(done));
   }
 
   const std::string run_id_;

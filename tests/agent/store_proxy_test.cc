@@ -12,9 +12,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -30,6 +33,19 @@ using namespace meshrun;
 using namespace meshrun::client;
 
 namespace {
+
+// A loopback port nobody listens on (bound, then closed), as a server gone away.
+int DeadPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
 
 struct Setup {
   std::unique_ptr<rendezvous::RendezvousServer> server;
@@ -197,17 +213,7 @@ TEST_CASE("store proxy: a write that met a server gone away is sent again to the
   Setup s;
   // The agent's channel now names a server that is gone (a port nobody listens on), as after
   // a leader's death, and the proxy follows the leader (replicas).
-  const int dead_port = [] {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    close(fd);  // Bound, then closed: nothing listens there.
-    return static_cast<int>(ntohs(a.sin_port));
-  }();
+  const int dead_port = DeadPort();
   s.proxy->SetFollowLeader(true);
   s.proxy->SetUpstream(grpc::CreateChannel(absl::StrCat("127.0.0.1:", dead_port), grpc::InsecureChannelCredentials()),
                        "node-a");
@@ -234,6 +240,37 @@ TEST_CASE("store proxy: a write that met a server gone away is sent again to the
   auto server_side = ConnectGrpcStore(direct);
   REQUIRE(server_side.ok());
   CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
+}
+
+TEST_CASE("store proxy: a write kept for the next leader ends with its worker's deadline, and the proxy stops without one",
+          "[store_proxy]") {
+  Setup s;
+  s.proxy->SetFollowLeader(true);
+  s.proxy->SetUpstream(grpc::CreateChannel(absl::StrCat("127.0.0.1:", DeadPort()), grpc::InsecureChannelCredentials()),
+                       "node-a");
+  GrpcStoreOptions o;
+  o.endpoint = s.proxy->endpoint();
+  o.run_id = "job";
+  o.connect_timeout = absl::Seconds(5);
+  o.rpc_slack = absl::Seconds(1);  // The worker's deadline: 1 s for a set.
+  auto store = ConnectGrpcStore(o);
+  REQUIRE(store.ok());
+  // Kept (the server went away, no next leader is named), then ended by the worker's deadline.
+  absl::Status set = (*store)->Set("k", "v");
+  CHECK(absl::IsDeadlineExceeded(set));
+  // No leader is ever named: the proxy still stops, within its own bounds (100 ms for its
+  // server's calls, 5 s for its server requests). Before, the kept call was never answered
+  // and the proxy's gRPC server waited for it forever (an agent that never exits).
+  std::promise<void> stopped;
+  std::thread stopper([&] {
+    s.proxy.reset();
+    stopped.set_value();
+  });
+  if (stopped.get_future().wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    std::fprintf(stderr, "FAIL: the store proxy did not stop within 20 s with a kept call whose worker had gone\n");
+    std::_Exit(1);  // The stopper thread is stuck on the proxy: nothing else can end this process.
+  }
+  stopper.join();
 }
 
 TEST_CASE("store proxy: a worker's request larger than the limit is refused", "[store_proxy]") {
