@@ -21,7 +21,6 @@ namespace pb = ::meshrun::v1;
 namespace wire = ::meshrun::rendezvous::wire;
 using rendezvous::Assignment;
 using rendezvous::RunEvent;
-using rendezvous::WorkerFailure;
 
 }  // namespace
 
@@ -417,101 +416,6 @@ void RendezvousClient::NoteHeartbeat(const grpc::Status& s) {
                               ")");
   Logger("agent")->debug("rendezvous server at {}: {}", endpoint_, server_lost_);  // Under mu_.
   if (watch_ctx_) watch_ctx_->TryCancel();  // The stream's end says why (StartWatch).
-}
-
-absl::StatusOr<rendezvous::FailureVerdict> RendezvousClient::ReportFailure(
-    const WorkerFailure& failure, absl::Duration timeout) {
-  pb::ReportFailureRequest req;
-  req.mutable_run()->set_run_id(run_id_);
-  req.mutable_run()->set_token(token_);
-  ToProto(failure, req.mutable_failure());
-  req.set_session(session());
-  pb::ReportFailureResponse resp;
-  std::shared_ptr<Stubs> stubs = this->stubs();
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  grpc::Status s = stubs->stub->ReportFailure(ctx.get(), req, &resp);
-  // Replicas: the leader was lost (a failover while a worker failed). Once
-  // the watch has found the next leader, the failure is reported there
-  // (a report the old leader had saved makes this one secondary: same
-  // verdict), within the failover timeout.
-  absl::Time deadline;
-  {
-    absl::MutexLock lock(&mu_);
-    deadline = absl::Now() + std::max(timeout, failover_timeout_);
-  }
-  for (int tries = 0; endpoints_.size() > 1 && s.error_code() == grpc::StatusCode::UNAVAILABLE && tries < 10; ++tries) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto moved = [this, &stubs]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stubs_ != stubs || stopping_; };
-      if (!mu_.AwaitWithTimeout(absl::Condition(&moved), deadline - absl::Now()) || stopping_) break;
-      stubs = stubs_;
-      req.set_session(session_);
-    }
-    Logger("agent")->warn("reporting the worker failure again, to the new leader");
-    ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + timeout)));
-    s = stubs->stub->ReportFailure(ctx.get(), req, &resp);
-  }
-  if (!s.ok()) return FromGrpc(s, absl::StrCat("report failure to ", endpoint()));
-  rendezvous::FailureVerdict v;
-  v.decision = resp.decision() == pb::ReportFailureResponse::RESTART ? rendezvous::Decision::kRestart
-                                                                     : rendezvous::Decision::kStop;
-  v.next_round = resp.next_round();
-  v.root_cause = FromProto(resp.root_cause());
-  v.is_root_cause = resp.is_root_cause();
-  return v;
-}
-
-void RendezvousClient::ReportFinishedAsync(
-    const std::string& node_id, int64_t round, absl::Duration timeout,
-    std::function<void(absl::StatusOr<rendezvous::BarrierResult>)> done) {
-  auto req = std::make_shared<pb::ReportFinishedRequest>();
-  req->mutable_run()->set_run_id(run_id_);
-  req->mutable_run()->set_token(token_);
-  req->set_node_id(node_id);
-  req->set_round(round);
-  req->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  req->set_session(session());
-  auto resp = std::make_shared<pb::ReportFinishedResponse>();
-  auto ctx = std::make_shared<grpc::ClientContext>();
-  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
-  {
-    absl::MutexLock lock(&mu_);
-    finish_ctx_ = ctx;
-  }
-  const absl::Time deadline = absl::Now() + timeout + absl::Seconds(5);
-  StartCall([this, req, resp, ctx, deadline, done = std::move(done)]() mutable {
-    std::shared_ptr<Stubs> stubs = this->stubs();
-    grpc::Status s = stubs->stub->ReportFinished(ctx.get(), *req, resp.get());
-    // Replicas: the leader was lost while this node waited at the barrier
-    // (its arrival is durable): once the watch has found the next leader,
-    // the arrival is reported there again. Bounded by the call's deadline.
-    for (int tries = 0; endpoints_.size() > 1 && s.error_code() == grpc::StatusCode::UNAVAILABLE && tries < 10;
-         ++tries) {
-      {
-        absl::MutexLock lock(&mu_);
-        auto moved = [this, &stubs]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stubs_ != stubs || stopping_; };
-        if (!mu_.AwaitWithTimeout(absl::Condition(&moved), deadline - absl::Now()) || stopping_) break;
-        stubs = stubs_;
-        ctx = std::make_shared<grpc::ClientContext>();
-        ctx->set_deadline(absl::ToChronoTime(deadline));
-        finish_ctx_ = ctx;
-        req->set_session(session_);
-      }
-      Logger("agent")->warn("exit barrier: reporting this node's finish again, to the new leader");
-      s = stubs->stub->ReportFinished(ctx.get(), *req, resp.get());
-    }
-    if (!s.ok()) {
-      done(FromGrpc(s, "exit barrier"));
-      return;
-    }
-    rendezvous::BarrierResult r;
-    r.all_finished = resp->all_finished();
-    r.finished_nodes = resp->finished_nodes();
-    r.node_count = resp->node_count();
-    done(r);
-  });
 }
 
 }  // namespace meshrun::client

@@ -177,14 +177,15 @@ class RendezvousClient {
 
   // Reports a worker failure; the verdict says restart or stop. Blocking,
   // bounded by `timeout`; with replicas, a call that found the leader gone
-  // (UNAVAILABLE) is made again to the next leader the watch finds, within
+  // (UNAVAILABLE, or a standby's refusal) is made again to the next leader the watch finds, within
   // the failover timeout (set_failover_timeout).
   absl::StatusOr<rendezvous::FailureVerdict> ReportFailure(const rendezvous::WorkerFailure& failure,
                                                            absl::Duration timeout);
 
   // The exit barrier; `done` runs on a gRPC thread. The RPC deadline is
   // `timeout` plus a few seconds. With several replicas, a leader lost
-  // while this node waits is not the barrier's end: once the watch follows
+  // while this node waits (UNAVAILABLE, or a standby's refusal) is not the
+  // barrier's end: once the watch follows
   // the next leader (StartWatch), the finish is reported there again
   // (arrivals are durable), within the same deadline.
   void ReportFinishedAsync(const std::string& node_id, int64_t round, absl::Duration timeout,

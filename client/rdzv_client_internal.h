@@ -1,5 +1,5 @@
-// What rdzv_client.cc, rdzv_watch.cc and rdzv_failover.cc (the parts of
-// RendezvousClient) share; not part of the client's interface.
+// What rdzv_client.cc, rdzv_watch.cc, rdzv_failover.cc and rdzv_reports.cc
+// (the parts of RendezvousClient) share; not part of the client's interface.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
