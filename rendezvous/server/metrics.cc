@@ -140,6 +140,23 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
     AddGauge(&leader, {}, source_.replica_leader());
     out.push_back(std::move(leader));
   }
+  if (source_.replica_leads) {
+    prometheus::MetricFamily leads = GaugeFamily(
+        "meshrun_replica_leads_total",
+        "Times this replica began to lead (won the etcd election and loaded the state; a pause is not one).");
+    leads.type = prometheus::MetricType::Counter;
+    prometheus::ClientMetric m;
+    m.counter.value = static_cast<double>(source_.replica_leads());
+    leads.metric.push_back(std::move(m));
+    out.push_back(std::move(leads));
+  }
+  if (source_.replica_leading_since) {
+    prometheus::MetricFamily since = GaugeFamily("meshrun_replica_leading_since_seconds",
+                                                 "When this replica began to lead, Unix seconds; 0 while it does not.");
+    const absl::Time t = source_.replica_leading_since();
+    AddGauge(&since, {}, t == absl::InfinitePast() ? 0.0 : absl::ToDoubleSeconds(t - absl::UnixEpoch()));
+    out.push_back(std::move(since));
+  }
   std::vector<prometheus::MetricFamily> registered = registry_->Collect();
   out.insert(out.end(), std::make_move_iterator(registered.begin()), std::make_move_iterator(registered.end()));
   return out;

@@ -18,6 +18,12 @@
 //   meshrun_store_keys_read_total{node}   keys those requests asked to read
 //   meshrun_replica_leader                a replica (meshrun server --state): 1 while it leads
 //                                         and serves, 0 otherwise; absent for a single server
+//   meshrun_replica_leads_total           a replica: times it began to lead (won the etcd
+//                                         election and loaded the state; a pause is not one);
+//                                         the failovers of a deployment are the sum over its
+//                                         replicas less 1
+//   meshrun_replica_leading_since_seconds a replica: when it began to lead, Unix seconds; 0
+//                                         while it does not lead
 // The per-run gauges are computed at scrape time from the registry's status
 // (a Collectable), the counters and the histogram are prometheus-cpp's.
 #pragma once
@@ -33,6 +39,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "absl/time/time.h"
 #include "proto/types.h"
 #include "rendezvous/server/traffic_counters.h"
 
@@ -50,6 +57,10 @@ class ServerMetrics : public prometheus::Collectable {
     // 1 while this replica leads and serves, 0 while not; empty for a
     // single server.
     std::function<int()> replica_leader;
+    // Times this replica began to lead, and since when it leads
+    // (absl::InfinitePast() while it does not); empty for a single server.
+    std::function<int64_t()> replica_leads;
+    std::function<absl::Time()> replica_leading_since;
   };
 
   ServerMetrics();

@@ -361,6 +361,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
                                  {}};
     if (const state::ServingGate* gate = options.gate) {
       source.replica_leader = [gate] { return gate->serving() ? 1 : 0; };
+      source.replica_leads = [gate] { return gate->leads(); };
+      source.replica_leading_since = [gate] { return gate->leading_since(); };
     }
     raw->metrics->SetSource(std::move(source));
     MetricsEndpoint::Options mo;

@@ -101,10 +101,18 @@ class ServingGate : public ServingCheck {
   }
   // When this replica began to lead (it won the election and loaded the
   // state; a pause does not change it); absl::InfinitePast() while it does
-  // not lead. Wall clock, for `meshrun status`'s leader age.
+  // not lead. Wall clock, for `meshrun status`'s leader age. Each change
+  // from InfinitePast to a time counts one lead (leads()).
   void SetLeadingSince(absl::Time t) {
     absl::MutexLock lock(&mu_);
+    if (leading_since_ == absl::InfinitePast() && t != absl::InfinitePast()) ++leads_;
     leading_since_ = t;
+  }
+  // Times this replica began to lead since it started (a pause while it
+  // leads is not counted): the metrics' meshrun_replica_leads_total.
+  int64_t leads() const {
+    absl::MutexLock lock(&mu_);
+    return leads_;
   }
   absl::Time leading_since() const {
     absl::MutexLock lock(&mu_);
@@ -163,6 +171,7 @@ class ServingGate : public ServingCheck {
   mutable absl::Mutex mu_;
   std::string leader_ ABSL_GUARDED_BY(mu_);
   absl::Time leading_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t leads_ ABSL_GUARDED_BY(mu_) = 0;
   std::string self_ ABSL_GUARDED_BY(mu_);
   std::string paused_ ABSL_GUARDED_BY(mu_);
   std::function<std::vector<ReplicaView>()> replicas_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 #include "rendezvous/server/metrics.h"
 #include "rendezvous/server/metrics_exposer.h"
 #include "rendezvous/server.h"
+#include "rendezvous/state/serving_gate.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -60,6 +61,33 @@ TEST_CASE("a replica's scrape says whether it leads, a single server's has no su
   leads = 0;  // Read at every scrape.
   text = prometheus::TextSerializer().Serialize(replica.Collect());
   CHECK(text.find("meshrun_replica_leader 0\n") != std::string::npos);
+}
+
+TEST_CASE("a replica's scrape counts its leads and says since when it leads", "[metrics]") {
+  meshrun::rendezvous::state::ServingGate gate;
+  meshrun::rendezvous::ServerMetrics replica;
+  meshrun::rendezvous::ServerMetrics::Source source{[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, {}};
+  source.replica_leads = [&gate] { return gate.leads(); };
+  source.replica_leading_since = [&gate] { return gate.leading_since(); };
+  replica.SetSource(std::move(source));
+  auto scrape = [&] { return prometheus::TextSerializer().Serialize(replica.Collect()); };
+  std::string text = scrape();
+  INFO(text);
+  CHECK(text.find("# TYPE meshrun_replica_leads_total counter\nmeshrun_replica_leads_total 0\n") != std::string::npos);
+  CHECK(text.find("meshrun_replica_leading_since_seconds 0\n") != std::string::npos);
+  // Leads from 1,700,000,000 s; still the same lead when told again (a pause ended).
+  gate.SetLeadingSince(absl::FromUnixSeconds(1'700'000'000));
+  gate.SetLeadingSince(absl::FromUnixSeconds(1'700'000'000));
+  text = scrape();
+  CHECK(text.find("meshrun_replica_leads_total 1\n") != std::string::npos);
+  CHECK(text.find("meshrun_replica_leading_since_seconds 1700000000\n") != std::string::npos);
+  // Lost the lead, then won it again: two leads, the second's start.
+  gate.SetLeadingSince(absl::InfinitePast());
+  CHECK(scrape().find("meshrun_replica_leading_since_seconds 0\n") != std::string::npos);
+  gate.SetLeadingSince(absl::FromUnixSeconds(1'700'000'100));
+  text = scrape();
+  CHECK(text.find("meshrun_replica_leads_total 2\n") != std::string::npos);
+  CHECK(text.find("meshrun_replica_leading_since_seconds 1700000100\n") != std::string::npos);
 }
 
 TEST_CASE("rpc metric labels: method names and status code names", "[metrics]") {
