@@ -19,6 +19,8 @@
 #include "launcher/health_port.h"
 #include "launcher/hosting.h"
 #include "rendezvous/server.h"
+#include "absl/status/status.h"
+#include "rendezvous/server/metrics.h"
 #include "rendezvous/state/etcd/client/etcd_options.h"
 #include "rendezvous/state/etcd/leader_apart.h"
 #include "rendezvous/state/etcd/replica.h"
@@ -210,6 +212,11 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
     rendezvous::state::etcd::ReplicaOptions ro;
     ro.local_member = state_local_member;
     ro.connection = std::move(*conn);
+    // The replica's etcd calls, from its first, in the server's metrics.
+    so.metrics = std::make_shared<rendezvous::ServerMetrics>();
+    ro.connection.client.on_call = [m = so.metrics](const std::string& op, absl::StatusCode code, absl::Duration took) {
+      m->RecordStateCall(op, absl::StatusCodeToString(code), absl::ToDoubleSeconds(took));
+    };
     ro.id = absl::StrCat(Hostname(), ":", getpid());
     ro.lease_ttl_s = state_lease_ttl;
     ro.journal.load_timeout = absl::Seconds(state_load_timeout);

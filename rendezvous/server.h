@@ -18,6 +18,8 @@ class Channel;
 
 namespace meshrun::rendezvous {
 
+class ServerMetrics;
+
 struct ServerOptions {
   // Address to bind: "0.0.0.0" (all IPv4), "::" (all), "127.0.0.1"
   // (loopback only, as --standalone uses), or any numeric address.
@@ -56,6 +58,9 @@ struct ServerOptions {
   // ahead of the journal, and their callers were answered UNAVAILABLE. A
   // replica closes its gate and reloads its state (Replica::Reload).
   std::function<void(const absl::Status&)> on_durability_lost;
+  // The metrics the server records into and serves; null (the default):
+  // its own. A replica passes the ones its etcd calls are recorded in.
+  std::shared_ptr<ServerMetrics> metrics;
 };
 
 // The service name the standard health service reports for the rendezvous

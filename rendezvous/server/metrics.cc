@@ -37,7 +37,15 @@ ServerMetrics::ServerMetrics()
       failures_(prometheus::BuildCounter()
                     .Name("meshrun_failures_total")
                     .Help("Worker failures accepted as a round's root cause, by cause.")
-                    .Register(*registry_)) {
+                    .Register(*registry_)),
+      state_calls_(prometheus::BuildCounter()
+                       .Name("meshrun_etcd_requests_total")
+                       .Help("A replica's calls to etcd (retries and fail-over included), by kind and status code.")
+                       .Register(*registry_)),
+      state_latency_(prometheus::BuildHistogram()
+                         .Name("meshrun_etcd_request_duration_seconds")
+                         .Help("Duration of a replica's calls to etcd, retries and fail-over included, by kind.")
+                         .Register(*registry_)) {
   // Every cause is shown from the start (at 0), so a rate() sees the first one.
   for (const char* cause : {"exit_code", "signal", "permanent"}) failures_.Add({{"cause", cause}});
 }
@@ -52,6 +60,11 @@ void ServerMetrics::RecordRpc(const std::string& method, const std::string& code
   // Family::Add returns the existing series for known labels (thread-safe).
   rpcs_.Add({{"method", method}, {"code", code}}).Increment();
   latency_.Add({{"method", method}}, LatencyBuckets()).Observe(seconds);
+}
+
+void ServerMetrics::RecordStateCall(const std::string& op, const std::string& code, double seconds) {
+  state_calls_.Add({{"op", op}, {"code", code}}).Increment();
+  state_latency_.Add({{"op", op}}, LatencyBuckets()).Observe(seconds);
 }
 
 void ServerMetrics::RecordFailure(const std::string& cause) { failures_.Add({{"cause", cause}}).Increment(); }

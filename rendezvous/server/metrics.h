@@ -18,6 +18,8 @@
 //   meshrun_store_keys_read_total{node}   keys those requests asked to read
 //   meshrun_replica_leader                a replica (meshrun server --state): 1 while it leads
 //                                         and serves, 0 otherwise; absent for a single server
+//   meshrun_etcd_requests_total{op,code}  a replica's calls to etcd, by kind and outcome
+//   meshrun_etcd_request_duration_seconds{op}  histogram, a call with its retries
 //   meshrun_replica_leads_total           a replica: times it began to lead (won the etcd
 //                                         election and loaded the state; a pause is not one);
 //                                         the failovers of a deployment are the sum over its
@@ -77,6 +79,12 @@ class ServerMetrics : public prometheus::Collectable {
   // "exit_code", "signal" or "permanent". Thread-safe.
   void RecordFailure(const std::string& cause);
 
+  // One call of a replica to etcd (rendezvous/state/etcd/client: its
+  // retries and fail-over between members included): its kind ("Range",
+  // "Put", "Txn", "LeaseKeepAlive", ...), status code name and duration in
+  // seconds. Thread-safe.
+  void RecordStateCall(const std::string& op, const std::string& code, double seconds);
+
   // Sets what Collect() reads for the gauges; before it is set (or when a
   // function is empty) they are left out. Call before serving scrapes.
   void SetSource(Source source) { source_ = std::move(source); }
@@ -102,6 +110,8 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Family<prometheus::Counter>& failures_;
+  prometheus::Family<prometheus::Counter>& state_calls_;
+  prometheus::Family<prometheus::Histogram>& state_latency_;
   Source source_;
 };
 

@@ -290,6 +290,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  if (options.metrics) impl->metrics = options.metrics;
   impl->releaser = std::make_unique<MemoryReleaser>(&impl->timer, options.limits.memory_release_delay);
   {
     const int64_t budget =
@@ -358,6 +359,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     ServerMetrics::Source source{[raw] { return raw->registry->Status(); },
                                  [raw] { return raw->core->open_watchers(); },
                                  [raw] { return raw->traffic->Snapshot(); },
+                                 {},
+                                 {},
                                  {}};
     if (const state::ServingGate* gate = options.gate) {
       source.replica_leader = [gate] { return gate->serving() ? 1 : 0; };

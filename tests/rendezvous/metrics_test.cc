@@ -49,12 +49,12 @@ TEST_CASE("server metrics render in Prometheus' text format", "[metrics]") {
 
 TEST_CASE("a replica's scrape says whether it leads, a single server's has no such gauge", "[metrics]") {
   meshrun::rendezvous::ServerMetrics single;
-  single.SetSource({[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, {}});
+  single.SetSource({[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, {}, {}, {}});
   std::string text = prometheus::TextSerializer().Serialize(single.Collect());
   CHECK(text.find("meshrun_replica_leader") == std::string::npos);
   int leads = 1;
   meshrun::rendezvous::ServerMetrics replica;
-  replica.SetSource({[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, [&leads] { return leads; }});
+  replica.SetSource({[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, [&leads] { return leads; }, {}, {}});
   text = prometheus::TextSerializer().Serialize(replica.Collect());
   INFO(text);
   CHECK(text.find("# TYPE meshrun_replica_leader gauge\nmeshrun_replica_leader 1\n") != std::string::npos);
@@ -63,10 +63,25 @@ TEST_CASE("a replica's scrape says whether it leads, a single server's has no su
   CHECK(text.find("meshrun_replica_leader 0\n") != std::string::npos);
 }
 
+TEST_CASE("a replica's etcd calls are counted by kind and outcome, with their durations", "[metrics]") {
+  meshrun::rendezvous::ServerMetrics m;
+  m.RecordStateCall("Txn", "OK", 0.0015);
+  m.RecordStateCall("Txn", "OK", 0.0030);
+  m.RecordStateCall("Range", "UNAVAILABLE", 3.0);
+  const std::string text = prometheus::TextSerializer().Serialize(m.Collect());
+  INFO(text);
+  CHECK(text.find("meshrun_etcd_requests_total{code=\"OK\",op=\"Txn\"} 2\n") != std::string::npos);
+  CHECK(text.find("meshrun_etcd_requests_total{code=\"UNAVAILABLE\",op=\"Range\"} 1\n") != std::string::npos);
+  CHECK(text.find("meshrun_etcd_request_duration_seconds_count{op=\"Txn\"} 2\n") != std::string::npos);
+  // 1.5 ms and 3 ms: one in the 2.5 ms bucket, both in the 5 ms one.
+  CHECK(text.find("meshrun_etcd_request_duration_seconds_bucket{op=\"Txn\",le=\"0.0025\"} 1\n") != std::string::npos);
+  CHECK(text.find("meshrun_etcd_request_duration_seconds_bucket{op=\"Txn\",le=\"0.005\"} 2\n") != std::string::npos);
+}
+
 TEST_CASE("a replica's scrape counts its leads and says since when it leads", "[metrics]") {
   meshrun::rendezvous::state::ServingGate gate;
   meshrun::rendezvous::ServerMetrics replica;
-  meshrun::rendezvous::ServerMetrics::Source source{[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, {}};
+  meshrun::rendezvous::ServerMetrics::Source source{[] { return std::vector<RunStatus>{}; }, [] { return 0; }, {}, {}, {}, {}};
   source.replica_leads = [&gate] { return gate.leads(); };
   source.replica_leading_since = [&gate] { return gate.leading_since(); };
   replica.SetSource(std::move(source));

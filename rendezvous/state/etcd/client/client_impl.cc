@@ -264,6 +264,14 @@ absl::Status Client::Impl::Unreachable(const CallSpec& spec, std::vector<MemberO
 }
 
 absl::Status Client::Impl::Call(const CallSpec& spec, const Invoke& invoke, int* member_out) {
+  if (!options.on_call) return CallMembers(spec, invoke, member_out);
+  const absl::Time start = absl::Now();
+  absl::Status s = CallMembers(spec, invoke, member_out);
+  options.on_call(std::string(spec.what.substr(0, spec.what.find(' '))), s.code(), absl::Now() - start);
+  return s;
+}
+
+absl::Status Client::Impl::CallMembers(const CallSpec& spec, const Invoke& invoke, int* member_out) {
   using Kind = MemberOutcome::Kind;
   const absl::Duration total = spec.timeout > absl::ZeroDuration() ? spec.timeout : options.call_timeout;
   const absl::Time deadline = absl::Now() + total;

@@ -72,7 +72,10 @@ struct Client::Impl {
   // Runs `invoke` on the current member, failing over as etcd_client.h
   // says; OK, or the one-line error. `member_out`, when set, gets the index
   // of the member that answered.
+  // Tells options.on_call how it ended.
   absl::Status Call(const CallSpec& spec, const Invoke& invoke, int* member_out = nullptr);
+  // Call's work, without telling.
+  absl::Status CallMembers(const CallSpec& spec, const Invoke& invoke, int* member_out);
 
   // The index of `member` among members; -1 when it is not one of them.
   int IndexOf(const Endpoint& member) const;

@@ -117,6 +117,13 @@ struct ClientOptions {
   absl::Duration max_reconnect_backoff = absl::Seconds(1);
   // The largest answer accepted (a Range of many keys), bytes.
   int max_receive_bytes = 64 << 20;
+  // Told of every call once it ends (its retries and fail-over between
+  // members included; watches are not calls): its kind, the first word of
+  // the request ("Range", "Put", "DeleteRange", "Txn", "LeaseGrant",
+  // "LeaseKeepAlive", ...), its outcome and how long it took. Runs on the
+  // calling thread: it must be quick. Empty: none (the server's metrics
+  // set it: meshrun_etcd_requests_total).
+  std::function<void(const std::string& op, absl::StatusCode code, absl::Duration took)> on_call;
 };
 
 // The state changes of a Watcher, for its on_status callback.

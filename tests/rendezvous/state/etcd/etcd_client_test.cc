@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include <vector>
 
 #include "common/net.h"
@@ -126,7 +127,15 @@ TEST_CASE("etcd: KV, transactions, pagination and etcd's limits on a 3-member cl
   MESHRUN_REQUIRE_ETCD();
   EtcdCluster cluster;
   REQUIRE_MSG(cluster.Start(), cluster.error());
-  auto client = TestClient(TestClientOptions(cluster));
+  etcd::ClientOptions options = TestClientOptions(cluster);
+  // Every call is told (the server's meshrun_etcd_requests_total): its kind and outcome.
+  std::mutex calls_mu;
+  std::vector<std::string> calls;
+  options.on_call = [&](const std::string& op, absl::StatusCode code, absl::Duration took) {
+    std::lock_guard<std::mutex> lock(calls_mu);
+    calls.push_back(absl::StrCat(op, " ", absl::StatusCodeToString(code), took >= absl::ZeroDuration() ? "" : " (<0)"));
+  };
+  auto client = TestClient(options);
   REQUIRE(client != nullptr);
   REQUIRE(client->Connect().ok());
 
@@ -135,6 +144,10 @@ TEST_CASE("etcd: KV, transactions, pagination and etcd's limits on a 3-member cl
   CHECK(p1->revision > 0);
   absl::StatusOr<etcd::RangeResult> g = client->Get("/t/a");
   REQUIRE(g.ok());
+  {
+    std::lock_guard<std::mutex> lock(calls_mu);
+    CHECK(calls == std::vector<std::string>{"connect OK", "Put OK", "Range OK"});
+  }
   REQUIRE(g->kvs.size() == 1);
   CHECK(g->kvs[0].value == "1");
   CHECK(g->kvs[0].create_revision == p1->revision);
