@@ -28,12 +28,21 @@ absl::Status Append(Store& store, const std::string& key, const std::string& tai
 
 }  // namespace
 
+absl::StatusOr<bool> ArriveAtBarrier(Store& store, const Request& r) {
+  absl::StatusOr<int64_t> arrived = store.Add(r.keys[0], 1);
+  if (!arrived.ok()) return arrived.status();
+  if (*arrived < r.number) return false;
+  if (absl::Status s = store.Set(BarrierReleaseKey(r.keys[0]), "1"); !s.ok()) return s;
+  return true;
+}
+
+std::string BarrierReleaseKey(const std::string& key) { return absl::StrCat(key, "/.meshrun_barrier_released"); }
+
 absl::Status NotServed(Op op) {
   return absl::UnimplementedError(absl::StrCat(
       "TCPStore request ", OpName(op), " is not served by meshrun's agent store (its store has no ",
       op == Op::kNumKeys || op == Op::kListKeys ? "key count or key listing"
       : op == Op::kWatchKey                   ? "key watches"
-      : op == Op::kBarrier                    ? "BARRIER request"
                                               : "queues",
       " yet)"));
 }

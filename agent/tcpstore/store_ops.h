@@ -24,18 +24,32 @@ namespace meshrun::agent::tcpstore {
 //    atomic, at most `max_append_tries` tries under contention);
 //  - CHECK is ready when every key is set.
 // Errors: UNIMPLEMENTED naming the request for GETNUMKEYS, LIST_KEYS,
-// QUEUE_*, BARRIER and WATCH_KEY (meshrun's store has no key count, key
-// listing or queues yet); the store's own error (UNAVAILABLE,
+// QUEUE_* and WATCH_KEY (meshrun's store has no key count, key listing or
+// queues yet); BARRIER is ArriveAtBarrier's; the store's own error (UNAVAILABLE,
 // RESOURCE_EXHAUSTED at the store's limits, FAILED_PRECONDITION for a
 // write-once key) otherwise. The protocol has no error reply, so the server
 // closes the connection on any of them. Thread-safe when `store` is.
 absl::StatusOr<std::string> Execute(Store& store, const Request& r, int max_append_tries = 1000);
 
+// BARRIER (`r.keys[0]`, world size `r.number`), as PyTorch's server: the
+// key is a counter (ADD's decimal text) that each arrival raises by one;
+// the arrival that brings it to the world size or past it releases every
+// waiter, and so does every later one (a key used again passes at once).
+// Returns true when this arrival is released now (it set
+// BarrierReleaseKey(key)), false when the caller waits for
+// BarrierReleaseKey(key) to be set (a WAIT), then answers STOP_WAITING.
+// The store's errors.
+absl::StatusOr<bool> ArriveAtBarrier(Store& store, const Request& r);
+
+// The key whose setting releases BARRIER `key`'s waiters: `key` with
+// "/.meshrun_barrier_released" after it, in the same store.
+std::string BarrierReleaseKey(const std::string& key);
+
 // UNIMPLEMENTED naming `op` and what meshrun's store lacks for it.
 absl::Status NotServed(Op op);
 
 // True for the requests Execute serves (every Op but VALIDATE, WAIT,
-// CANCEL_WAIT and the UNIMPLEMENTED ones).
+// CANCEL_WAIT, BARRIER and the UNIMPLEMENTED ones).
 bool Executes(Op op);
 
 }  // namespace meshrun::agent::tcpstore

@@ -312,6 +312,7 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   switch (r.op) {
     case Op::kValidate: return true;
     case Op::kWait: return StartWait(c, std::move(r.keys));
+    case Op::kBarrier: return Barrier(c, r);
     case Op::kCancelWait: {
       absl::MutexLock lock(&c->write_mu);
       for (Conn::Waiter& w : c->waiters) w.canceled->store(true);
@@ -356,6 +357,23 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
     return false;
   }
   return reply->empty() || c->Write(*reply);
+}
+
+bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
+  std::shared_ptr<Store> store = CurrentStore();
+  absl::StatusOr<bool> released =
+      store == nullptr ? absl::UnavailableError("no round has started on this node yet") : ArriveAtBarrier(*store, r);
+  if (!released.ok()) {
+    Log(absl::StrCat("agent store: BARRIER '", r.keys[0].substr(0, 128), "' from ", c->peer, ": ",
+                     released.status().message(), "; closing the connection"));
+    absl::MutexLock lock(&mu_);
+    ++stats_.closed_on_error;
+    return false;
+  }
+  if (!*released) return StartWait(c, {BarrierReleaseKey(r.keys[0])});
+  std::string reply;
+  AppendU8(&reply, kStopWaiting);
+  return c->Write(reply);
 }
 
 bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {

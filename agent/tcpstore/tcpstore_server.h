@@ -127,6 +127,10 @@ class AgentStore {
   // progress); false (and a log line) when the connection must close: past
   // a bound.
   bool StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys);
+  // BARRIER (store_ops.h's ArriveAtBarrier): STOP_WAITING at once for the
+  // arrival that releases it, else a WAIT for its release; false (and a log
+  // line) when the connection must close.
+  bool Barrier(const std::shared_ptr<Conn>& c, const Request& r);
   void Log(const std::string& line);
   std::shared_ptr<Store> CurrentStore();
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -237,6 +237,33 @@ TEST_CASE("agent store: requests reach meshrun's store, a WAIT is answered by an
   CHECK(*n == "41");
 }
 
+TEST_CASE("agent store: BARRIER holds each arrival until the world size has arrived, and a key used again passes",
+          "[tcpstore]") {
+  Fixture f;
+  Client a(f.agent->port()), b(f.agent->port()), c(f.agent->port());
+  for (Client* x : {&a, &b, &c}) x->Send(Validate());
+  a.Send(EncodeRequest(Make(Op::kBarrier, {"b"}, {}, 3), Dialect::kCurrent));
+  b.Send(EncodeRequest(Make(Op::kBarrier, {"b"}, {}, 3), Dialect::kCurrent));
+  // Two of three arrived: neither is answered (a bounded window for a negative).
+  CHECK(a.Read(1, 0.3).empty());
+  CHECK(b.Read(1, 0.1).empty());
+  c.Send(EncodeRequest(Make(Op::kBarrier, {"b"}, {}, 3), Dialect::kCurrent));
+  const std::string stop(1, static_cast<char>(kStopWaiting));
+  CHECK(c.Read(1) == stop);
+  CHECK(a.Read(1) == stop);
+  CHECK(b.Read(1) == stop);
+  // The key counts arrivals, as ADD's decimal text; the next use of it passes at once.
+  a.Send(EncodeRequest(Make(Op::kBarrier, {"b"}, {}, 3), Dialect::kCurrent));
+  CHECK(a.Read(1) == stop);
+  a.Send(EncodeRequest(Make(Op::kGet, {"b"}), Dialect::kCurrent));
+  CHECK(a.Value() == "4");
+  // A world of 1 passes alone, and the connection serves on.
+  b.Send(EncodeRequest(Make(Op::kBarrier, {"solo"}, {}, 1), Dialect::kCurrent));
+  CHECK(b.Read(1) == stop);
+  b.Send(EncodeRequest(Make(Op::kAdd, {"n"}, {}, 2), Dialect::kCurrent));
+  CHECK(b.I64() == 2);
+}
+
 TEST_CASE("agent store: CANCEL_WAIT is answered at once, and the connection serves on", "[tcpstore]") {
   AgentStoreOptions o;
   o.wait_slice = absl::Seconds(30);  // Longer than the test: the answer cannot come from a slice's end.
