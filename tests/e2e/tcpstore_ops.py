@@ -11,6 +11,7 @@ Prints "unserved NAME" for an operation meshrun's agent store does not serve
 import datetime
 import os
 import sys
+import threading
 
 import torch.distributed as dist
 
@@ -75,6 +76,27 @@ if hasattr(store, "append"):
 if hasattr(store, "multi_set"):
     record("multi_set", lambda: store.multi_set(["m1", "m2", "m3"], [b"1", b"22", b""]))
     record("multi_get", lambda: store.multi_get(["m1", "m2", "m3"]))
+if hasattr(dist.TCPStore, "barrier"):
+    # PyTorch 2.x's BARRIER request: TCPStore's own barrier (a PrefixStore's
+    # is built from ADD and WAIT on the client), on keys apart by mode.
+    raw = client()
+    b = f"ops/{mode}/b"
+    record("barrier of 1", lambda: raw.barrier(b + "1", 1))
+    record("barrier of 1 again", lambda: raw.barrier(b + "1", 1))
+    record("barrier count", lambda: raw.get(b + "1"))
+
+    def barrier_of_two():
+        # Two clients: the first waits until the second arrives.
+        other = client()
+        first = threading.Thread(target=lambda: other.barrier(b + "2", 2, datetime.timedelta(seconds=10)))
+        first.start()
+        raw.barrier(b + "2", 2, datetime.timedelta(seconds=10))
+        first.join(timeout=15)
+        return not first.is_alive()
+
+    record("barrier of 2, two clients", barrier_of_two)
+    record("barrier of 2 times out alone", lambda: client().barrier(b + "3", 2, datetime.timedelta(milliseconds=300)))
+    record("prefix store barrier of 1", lambda: store.barrier("pb", 1))
 store.set_timeout(datetime.timedelta(milliseconds=300))
 record("get missing, 0.3 s timeout", lambda: store.get("missing"))
 record("store usable after", lambda: store.get("cs1"))
