@@ -44,7 +44,8 @@ std::optional<int> Session::RunRound(const Assignment& a) {
     if (!store.ok()) return Fatal(absl::StrCat("the agent store: ", store.status().message()));
     // Under "torch/": the agent store has no authentication (as PyTorch's
     // TCPStore), so its clients cannot reach libmesh's keys or any other.
-    agent_store_->SetStore(std::make_shared<PrefixStore>(std::string(tcpstore::kAgentStorePrefix), *std::move(store)));
+    agent_store_->SetStore(std::make_shared<PrefixStore>(std::string(tcpstore::kAgentStorePrefix), *store),
+                           std::make_shared<PrefixStore>(std::string(tcpstore::kAgentStoreInternalPrefix), *store));
   }
   std::string ifname;
   if (absl::StatusOr<std::string> i = InterfaceOf(a.node_addr); i.ok()) {

@@ -28,15 +28,17 @@ absl::Status Append(Store& store, const std::string& key, const std::string& tai
 
 }  // namespace
 
-absl::StatusOr<bool> ArriveAtBarrier(Store& store, const Request& r) {
+absl::StatusOr<bool> ArriveAtBarrier(Store& store, Store& internal, const Request& r) {
   absl::StatusOr<int64_t> arrived = store.Add(r.keys[0], 1);
   if (!arrived.ok()) return arrived.status();
   if (*arrived < r.number) return false;
-  if (absl::Status s = store.Set(BarrierReleaseKey(r.keys[0]), "1"); !s.ok()) return s;
+  if (absl::Status s = internal.Set(BarrierReleaseKey(r.keys[0], r.number), "1"); !s.ok()) return s;
   return true;
 }
 
-std::string BarrierReleaseKey(const std::string& key) { return absl::StrCat(key, "/.meshrun_barrier_released"); }
+std::string BarrierReleaseKey(const std::string& key, int64_t world_size) {
+  return absl::StrCat("barrier/", world_size, "/", key);
+}
 
 absl::Status NotServed(Op op) {
   return absl::UnimplementedError(absl::StrCat(

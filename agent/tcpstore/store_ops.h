@@ -32,18 +32,22 @@ namespace meshrun::agent::tcpstore {
 absl::StatusOr<std::string> Execute(Store& store, const Request& r, int max_append_tries = 1000);
 
 // BARRIER (`r.keys[0]`, world size `r.number`), as PyTorch's server: the
-// key is a counter (ADD's decimal text) that each arrival raises by one;
-// the arrival that brings it to the world size or past it releases every
-// waiter, and so does every later one (a key used again passes at once).
-// Returns true when this arrival is released now (it set
-// BarrierReleaseKey(key)), false when the caller waits for
-// BarrierReleaseKey(key) to be set (a WAIT), then answers STOP_WAITING.
-// The store's errors.
-absl::StatusOr<bool> ArriveAtBarrier(Store& store, const Request& r);
+// key, in `store`, is a counter (ADD's decimal text) that each arrival
+// raises by one; an arrival that brings it to its world size or past it is
+// released at once and releases the waiters of that world size (it sets
+// BarrierReleaseKey(key, world size) in `internal`, a namespace no client
+// reaches); a key used again with the same world size passes at once, one
+// used with a larger one waits until the count reaches it. Returns true
+// when this arrival is released now, false when the caller waits for
+// BarrierReleaseKey(key, world size) in `internal` (a WAIT), then answers
+// STOP_WAITING. (Unlike PyTorch's server, the waiters of another world
+// size on the same key are not released by it: a misuse there, too.) The
+// stores' errors.
+absl::StatusOr<bool> ArriveAtBarrier(Store& store, Store& internal, const Request& r);
 
-// The key whose setting releases BARRIER `key`'s waiters: `key` with
-// "/.meshrun_barrier_released" after it, in the same store.
-std::string BarrierReleaseKey(const std::string& key);
+// The key whose setting releases BARRIER `key`'s waiters of `world_size`:
+// "barrier/<world_size>/<key>" (in the agent store's internal namespace).
+std::string BarrierReleaseKey(const std::string& key, int64_t world_size);
 
 // UNIMPLEMENTED naming `op` and what meshrun's store lacks for it.
 absl::Status NotServed(Op op);

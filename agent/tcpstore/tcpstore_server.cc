@@ -170,9 +170,10 @@ AgentStore::~AgentStore() {
   }
 }
 
-void AgentStore::SetStore(std::shared_ptr<Store> store) {
+void AgentStore::SetStore(std::shared_ptr<Store> store, std::shared_ptr<Store> internal) {
   absl::MutexLock lock(&mu_);
   store_ = std::move(store);
+  internal_ = std::move(internal);
 }
 
 void AgentStore::Stop() {
@@ -360,9 +361,17 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
 }
 
 bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
-  std::shared_ptr<Store> store = CurrentStore();
-  absl::StatusOr<bool> released =
-      store == nullptr ? absl::UnavailableError("no round has started on this node yet") : ArriveAtBarrier(*store, r);
+  std::shared_ptr<Store> store, internal;
+  {
+    absl::MutexLock lock(&mu_);
+    store = store_;
+    internal = internal_;
+  }
+  if (!AdmitWait(c, "BARRIER")) return false;
+  absl::StatusOr<bool> released = store == nullptr || internal == nullptr
+                                      ? absl::UnavailableError("no round has started on this node yet")
+                                      : ArriveAtBarrier(*store, *internal, r);
+  if (!released.ok() || *released) EndWait();
   if (!released.ok()) {
     Log(absl::StrCat("agent store: BARRIER '", r.keys[0].substr(0, 128), "' from ", c->peer, ": ",
                      released.status().message(), "; closing the connection"));
@@ -370,13 +379,22 @@ bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
     ++stats_.closed_on_error;
     return false;
   }
-  if (!*released) return StartWait(c, {BarrierReleaseKey(r.keys[0])});
+  if (!*released) {
+    RunWait(c, std::move(internal), {BarrierReleaseKey(r.keys[0], r.number)});
+    return true;
+  }
   std::string reply;
   AppendU8(&reply, kStopWaiting);
   return c->Write(reply);
 }
 
 bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
+  if (!AdmitWait(c, "WAIT")) return false;
+  RunWait(c, CurrentStore(), std::move(keys));
+  return true;
+}
+
+bool AgentStore::AdmitWait(const std::shared_ptr<Conn>& c, const char* op) {
   int canceled = 0;
   for (auto it = c->waiters.begin(); it != c->waiters.end();) {
     if (it->finished->load()) {
@@ -410,14 +428,22 @@ bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::stri
     }
   }
   if (!refused.empty()) {
-    Log(absl::StrCat("agent store: WAIT from ", c->peer, ": ", refused, "; closing the connection"));
+    Log(absl::StrCat("agent store: ", op, " from ", c->peer, ": ", refused, "; closing the connection"));
     return false;
   }
+  return true;
+}
+
+void AgentStore::EndWait() {
+  absl::MutexLock lock(&mu_);
+  --waits_;
+}
+
+void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> store, std::vector<std::string> keys) {
   Conn::Waiter w;
   w.canceled = std::make_shared<std::atomic<bool>>(false);
   w.answered = std::make_shared<std::atomic<bool>>(false);
   w.finished = std::make_shared<std::atomic<bool>>(false);
-  std::shared_ptr<Store> store = CurrentStore();
   w.thread = std::thread([this, c, store, keys = std::move(keys), canceled = w.canceled, answered = w.answered,
                           finished = w.finished] {
     absl::Status s = store == nullptr ? absl::UnavailableError("no round has started on this node yet")
@@ -453,7 +479,6 @@ bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::stri
     finished->store(true);
   });
   c->waiters.push_back(std::move(w));
-  return true;
 }
 
 }  // namespace meshrun::agent::tcpstore

@@ -42,6 +42,9 @@ inline constexpr char kRendezvousPortKey[] = "meshrun/rendezvous_port";
 // PyTorch's TCPStore), so its clients reach only these keys, never
 // libmesh's ("mesh/") or any other client's.
 inline constexpr char kAgentStorePrefix[] = "torch";
+// The agent store's own keys (BARRIER's releases), in meshrun's store under
+// this prefix: apart from its clients' keys, so that no client can set one.
+inline constexpr char kAgentStoreInternalPrefix[] = "torch-internal";
 
 struct AgentStoreOptions {
   // Numeric address to listen on; empty: every address (IPv6 and IPv4 when
@@ -96,9 +99,11 @@ class AgentStore {
   int port() const { return port_; }
 
   // The store requests go to from now on (the round's: keys of other rounds
-  // are invisible in it). Until the first call, a connection's first request
-  // other than VALIDATE/PING closes it. Thread-safe.
-  void SetStore(std::shared_ptr<Store> store);
+  // are invisible in it), and `internal`, where the agent store keeps keys
+  // of its own (BARRIER's releases): the same round's, apart from `store`'s
+  // keys (kAgentStoreInternalPrefix). Until the first call, a connection's
+  // first request other than VALIDATE/PING closes it. Thread-safe.
+  void SetStore(std::shared_ptr<Store> store, std::shared_ptr<Store> internal);
 
   // Answers GET `key` with `value` from now on, without the store: how a
   // static-backend node finds the rendezvous server's port on node rank 0
@@ -127,7 +132,17 @@ class AgentStore {
   // progress); false (and a log line) when the connection must close: past
   // a bound.
   bool StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys);
-  // BARRIER (store_ops.h's ArriveAtBarrier): STOP_WAITING at once for the
+  // The bounds of a WAIT (or BARRIER, `op`) about to start on `c`: true and
+  // one WAIT counted in all (RunWait's end, or EndWait, takes it back);
+  // false (and a log line) when the connection must close.
+  bool AdmitWait(const std::shared_ptr<Conn>& c, const char* op);
+  // Takes back a WAIT that AdmitWait counted and that did not run.
+  void EndWait();
+  // Waits in `store` for `keys` on a thread of its own (one AdmitWait
+  // counted), then answers STOP_WAITING.
+  void RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> store, std::vector<std::string> keys);
+  // BARRIER (store_ops.h's ArriveAtBarrier): admitted as a WAIT first, so a
+  // refused one is not counted as an arrival; STOP_WAITING at once for an
   // arrival that releases it, else a WAIT for its release; false (and a log
   // line) when the connection must close.
   bool Barrier(const std::shared_ptr<Conn>& c, const Request& r);
@@ -142,6 +157,7 @@ class AgentStore {
   std::thread accept_thread_;
   mutable absl::Mutex mu_;
   std::shared_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Store> internal_ ABSL_GUARDED_BY(mu_);  // SetStore's `internal`.
   std::map<std::string, std::string> local_keys_ ABSL_GUARDED_BY(mu_);
   std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

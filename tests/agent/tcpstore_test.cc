@@ -121,7 +121,7 @@ struct Fixture {
     auto a = AgentStore::Start(std::move(o));
     REQUIRE(a.ok());
     agent = std::move(*a);
-    agent->SetStore(store);
+    agent->SetStore(store, std::make_shared<PrefixStore>("internal", store));
   }
   std::string Logs() {
     std::lock_guard<std::mutex> l(mu);
@@ -240,6 +240,9 @@ TEST_CASE("agent store: requests reach meshrun's store, a WAIT is answered by an
 TEST_CASE("agent store: BARRIER holds each arrival until the world size has arrived, and a key used again passes",
           "[tcpstore]") {
   Fixture f;
+  // The clients' keys and the agent store's own apart, as the agent sets them.
+  f.agent->SetStore(std::make_shared<PrefixStore>(kAgentStorePrefix, f.store),
+                    std::make_shared<PrefixStore>(kAgentStoreInternalPrefix, f.store));
   Client a(f.agent->port()), b(f.agent->port()), c(f.agent->port());
   for (Client* x : {&a, &b, &c}) x->Send(Validate());
   a.Send(EncodeRequest(Make(Op::kBarrier, {"b"}, {}, 3), Dialect::kCurrent));
@@ -257,11 +260,40 @@ TEST_CASE("agent store: BARRIER holds each arrival until the world size has arri
   CHECK(a.Read(1) == stop);
   a.Send(EncodeRequest(Make(Op::kGet, {"b"}), Dialect::kCurrent));
   CHECK(a.Value() == "4");
+  // Used again with a larger world size: it waits until the count reaches it (4 of 6 now).
+  b.Send(EncodeRequest(Make(Op::kBarrier, {"b"}, {}, 6), Dialect::kCurrent));
+  CHECK(b.Read(1, 0.3).empty());
+  c.Send(EncodeRequest(Make(Op::kBarrier, {"b"}, {}, 6), Dialect::kCurrent));
+  CHECK(c.Read(1) == stop);
+  CHECK(b.Read(1) == stop);
   // A world of 1 passes alone, and the connection serves on.
   b.Send(EncodeRequest(Make(Op::kBarrier, {"solo"}, {}, 1), Dialect::kCurrent));
   CHECK(b.Read(1) == stop);
   b.Send(EncodeRequest(Make(Op::kAdd, {"n"}, {}, 2), Dialect::kCurrent));
   CHECK(b.I64() == 2);
+  // No key a client sets releases a barrier (its releases are kept apart).
+  for (const char* k : {"u/.meshrun_barrier_released", "barrier/2/u", "../torch-internal/barrier/2/u"}) {
+    b.Send(EncodeRequest(Make(Op::kSet, {k}, {"1"}), Dialect::kCurrent));
+  }
+  a.Send(EncodeRequest(Make(Op::kBarrier, {"u"}, {}, 2), Dialect::kCurrent));
+  CHECK(a.Read(1, 0.3).empty());
+}
+
+TEST_CASE("agent store: a BARRIER refused at the WAITs' bound is not counted as an arrival", "[tcpstore]") {
+  AgentStoreOptions o;
+  o.max_waits = 1;
+  Fixture f(o);
+  Client a(f.agent->port()), b(f.agent->port());
+  a.Send(Validate());
+  b.Send(Validate());
+  a.Send(EncodeRequest(Make(Op::kBarrier, {"lim"}, {}, 3), Dialect::kCurrent));
+  CHECK(a.Read(1, 0.3).empty());  // Waits: the one WAIT allowed.
+  b.Send(EncodeRequest(Make(Op::kBarrier, {"lim"}, {}, 3), Dialect::kCurrent));
+  CHECK(b.Closed());  // Past agent_store_max_waits: refused, its connection closed.
+  auto n = f.store->Get("lim", absl::ZeroDuration());
+  REQUIRE(n.ok());
+  CHECK(*n == "1");  // Only the admitted arrival counts.
+  CHECK(f.Logs().find("agent store: BARRIER from 127.0.0.1:") != std::string::npos);
 }
 
 TEST_CASE("agent store: CANCEL_WAIT is answered at once, and the connection serves on", "[tcpstore]") {
