@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "agent/process.h"
 #include "common/endpoint.h"
@@ -19,7 +20,6 @@
 #include "launcher/health_port.h"
 #include "launcher/hosting.h"
 #include "rendezvous/server.h"
-#include "absl/status/status.h"
 #include "rendezvous/server/metrics.h"
 #include "rendezvous/state/etcd/client/etcd_options.h"
 #include "rendezvous/state/etcd/leader_apart.h"

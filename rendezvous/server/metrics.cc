@@ -22,6 +22,20 @@ void AddGauge(prometheus::MetricFamily* f, prometheus::ClientMetric::Label label
   f->metric.push_back(std::move(m));
 }
 
+// A counter family whose values are read at scrape time (not the registry's).
+prometheus::MetricFamily CounterFamily(const std::string& name, const std::string& help) {
+  prometheus::MetricFamily f = GaugeFamily(name, help);
+  f.type = prometheus::MetricType::Counter;
+  return f;
+}
+
+void AddCounter(prometheus::MetricFamily* f, prometheus::ClientMetric::Label label, int64_t value) {
+  prometheus::ClientMetric m;
+  if (!label.name.empty()) m.label.push_back(std::move(label));
+  m.counter.value = static_cast<double>(value);
+  f->metric.push_back(std::move(m));
+}
+
 }  // namespace
 
 ServerMetrics::ServerMetrics()
@@ -112,29 +126,19 @@ std::vector<prometheus::MetricFamily> ServerMetrics::StateGauges(const std::vect
 }
 
 std::vector<prometheus::MetricFamily> ServerMetrics::TrafficFamilies(const TrafficSnapshot& traffic) {
-  auto counter = [](const std::string& name, const std::string& help) {
-    prometheus::MetricFamily f;
-    f.name = name;
-    f.help = help;
-    f.type = prometheus::MetricType::Counter;
-    return f;
-  };
   auto add = [](prometheus::MetricFamily* f, const std::string& node, int64_t n) {
-    prometheus::ClientMetric m;
-    if (!node.empty()) m.label.push_back({"node", node});
-    m.counter.value = static_cast<double>(n);
-    f->metric.push_back(std::move(m));
+    AddCounter(f, node.empty() ? prometheus::ClientMetric::Label{} : prometheus::ClientMetric::Label{"node", node}, n);
   };
   std::vector<prometheus::MetricFamily> out;
   prometheus::MetricFamily accepted =
-      counter("meshrun_connections_accepted_total", "Connections accepted (counted at their first call).");
+      CounterFamily("meshrun_connections_accepted_total", "Connections accepted (counted at their first call).");
   add(&accepted, "", traffic.connections_accepted);
   out.push_back(std::move(accepted));
-  prometheus::MetricFamily requests = counter(
+  prometheus::MetricFamily requests = CounterFamily(
       "meshrun_store_requests_total", "Store requests by node (a store proxy names its node; (direct): clients that did not).");
   for (const auto& [node, n] : traffic.store_requests_by_node) add(&requests, node, n);
   out.push_back(std::move(requests));
-  prometheus::MetricFamily keys = counter("meshrun_store_keys_read_total", "Keys that store requests asked to read, by node.");
+  prometheus::MetricFamily keys = CounterFamily("meshrun_store_keys_read_total", "Keys that store requests asked to read, by node.");
   for (const auto& [node, n] : traffic.store_keys_read_by_node) add(&keys, node, n);
   out.push_back(std::move(keys));
   return out;
@@ -154,13 +158,10 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
     out.push_back(std::move(leader));
   }
   if (source_.replica_leads) {
-    prometheus::MetricFamily leads = GaugeFamily(
+    prometheus::MetricFamily leads = CounterFamily(
         "meshrun_replica_leads_total",
         "Times this replica began to lead (won the etcd election and loaded the state; a pause is not one).");
-    leads.type = prometheus::MetricType::Counter;
-    prometheus::ClientMetric m;
-    m.counter.value = static_cast<double>(source_.replica_leads());
-    leads.metric.push_back(std::move(m));
+    AddCounter(&leads, {}, source_.replica_leads());
     out.push_back(std::move(leads));
   }
   if (source_.replica_leading_since) {

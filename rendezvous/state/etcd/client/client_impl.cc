@@ -267,7 +267,7 @@ absl::Status Client::Impl::Call(const CallSpec& spec, const Invoke& invoke, int*
   if (!options.on_call) return CallMembers(spec, invoke, member_out);
   const absl::Time start = absl::Now();
   absl::Status s = CallMembers(spec, invoke, member_out);
-  options.on_call(std::string(spec.what.substr(0, spec.what.find(' '))), s.code(), absl::Now() - start);
+  options.on_call(spec.what.substr(0, spec.what.find(' ')), s.code(), absl::Now() - start);
   return s;
 }
 
