@@ -127,6 +127,21 @@ class GrpcStore : public Store {
     return resp.all_present();
   }
 
+  absl::StatusOr<KeyList> Keys(absl::string_view prefix, int64_t max_keys) override {
+    pb::KvKeysRequest req;
+    Fill(req);
+    req.set_prefix(std::string(prefix));
+    req.set_max_keys(max_keys);
+    pb::KvKeysResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx, absl::ZeroDuration());
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvKeys(&ctx, req, &resp), absl::StrCat("store keys '", prefix, "'")));
+    KeyList list;
+    list.count = resp.count();
+    list.keys.assign(resp.keys().begin(), resp.keys().end());
+    return list;
+  }
+
   absl::StatusOr<bool> Delete(absl::string_view key) override {
     pb::KvDeleteRequest req;
     Fill(req);

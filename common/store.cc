@@ -39,6 +39,13 @@ absl::StatusOr<bool> PrefixStore::Check(absl::Span<const std::string> keys) {
   return base_->Check(FullAll(keys));
 }
 absl::StatusOr<bool> PrefixStore::Delete(absl::string_view key) { return base_->Delete(Full(key)); }
+absl::StatusOr<Store::KeyList> PrefixStore::Keys(absl::string_view prefix, int64_t max_keys) {
+  absl::StatusOr<KeyList> list = base_->Keys(Full(prefix), max_keys);
+  if (!list.ok()) return list;
+  const size_t cut = prefix_.size() + 1;  // "<prefix>/"
+  for (std::string& k : list->keys) k.erase(0, cut);
+  return list;
+}
 absl::StatusOr<std::vector<std::string>> PrefixStore::MultiGet(absl::Span<const std::string> keys,
                                                                absl::Duration timeout) {
   return base_->MultiGet(FullAll(keys), timeout);

@@ -64,6 +64,17 @@ class Store {
   // Deletes `key`; true when it existed (c10d deleteKey).
   virtual absl::StatusOr<bool> Delete(absl::string_view key) = 0;
 
+  // The keys that start with `prefix` (every key: ""): how many
+  // (`count`) and, with max_keys > 0, which, in no order (c10d getNumKeys
+  // and listKeys, over one namespace of the store). RESOURCE_EXHAUSTED
+  // naming both numbers when more than max_keys match; INVALID_ARGUMENT
+  // for a negative max_keys.
+  struct KeyList {
+    int64_t count = 0;
+    std::vector<std::string> keys;
+  };
+  virtual absl::StatusOr<KeyList> Keys(absl::string_view prefix, int64_t max_keys) = 0;
+
   // Returns the values of `keys` in order, waiting up to `timeout` for all
   // of them (c10d multiGet).
   virtual absl::StatusOr<std::vector<std::string>> MultiGet(absl::Span<const std::string> keys,
@@ -103,6 +114,9 @@ class PrefixStore : public Store {
   absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) override;
   absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override;
   absl::StatusOr<bool> Delete(absl::string_view key) override;
+  // The base's keys under this store's prefix and `prefix`, this store's
+  // prefix taken off each.
+  absl::StatusOr<KeyList> Keys(absl::string_view prefix, int64_t max_keys) override;
   absl::StatusOr<std::vector<std::string>> MultiGet(absl::Span<const std::string> keys,
                                                     absl::Duration timeout) override;
   absl::Status MultiSet(absl::Span<const std::string> keys,

@@ -79,6 +79,7 @@ MESHRUN_TOLERANT_REQUEST(::meshrun::v1::KvDeleteRequest)
 MESHRUN_TOLERANT_REQUEST(::meshrun::v1::KvMultiGetRequest)
 MESHRUN_TOLERANT_REQUEST(::meshrun::v1::KvMultiSetRequest)
 MESHRUN_TOLERANT_REQUEST(::meshrun::v1::KvWaitRequest)
+MESHRUN_TOLERANT_REQUEST(::meshrun::v1::KvKeysRequest)
 MESHRUN_TOLERANT_REQUEST(::meshrun::v1::KvBatchRequest)
 MESHRUN_TOLERANT_REQUEST(::meshrun::v1::StatusRequest)
 

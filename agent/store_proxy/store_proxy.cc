@@ -84,6 +84,10 @@ class ProxyService final : public pb::Store::CallbackService {
                                      pb::KvDeleteResponse* resp) override {
     return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvDelete), nullptr, /*check_run=*/true, /*resend_safe=*/true);
   }
+  grpc::ServerUnaryReactor* KvKeys(grpc::CallbackServerContext* ctx, const pb::KvKeysRequest* req,
+                                   pb::KvKeysResponse* resp) override {
+    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvKeys), nullptr, /*check_run=*/true, /*resend_safe=*/true);
+  }
   grpc::ServerUnaryReactor* KvCompareSet(grpc::CallbackServerContext* ctx, const pb::KvCompareSetRequest* req,
                                          pb::KvCompareSetResponse* resp) override {
     return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvCompareSet),

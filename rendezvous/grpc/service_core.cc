@@ -16,7 +16,7 @@ using wire::ToGrpc;
 constexpr const char* kMethodNames[] = {
     "Join", "Heartbeat", "Watch", "ReportFailure", "ReportFinished", "KvSet", "KvGet", "KvAdd",
     "KvCompareSet", "KvCheck", "KvDelete", "KvMultiGet", "KvMultiSet", "KvWait", "KvBatch", "Status",
-    "LighthouseQuorum", "LighthouseHeartbeat", "PlaceReplicaGroup", "ReplicaGroupStates"};
+    "LighthouseQuorum", "LighthouseHeartbeat", "PlaceReplicaGroup", "ReplicaGroupStates", "KvKeys"};
 static_assert(sizeof(kMethodNames) / sizeof(kMethodNames[0]) == ServiceCore::kNumMethods);
 
 }  // namespace

@@ -37,7 +37,7 @@ class ServiceCore {
   enum Method {
     kJoin, kHeartbeat, kWatch, kReportFailure, kReportFinished, kKvSet, kKvGet, kKvAdd,
     kKvCompareSet, kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kKvBatch, kStatus,
-    kLighthouseQuorum, kLighthouseHeartbeat, kPlaceReplicaGroup, kReplicaGroupStates, kNumMethods
+    kLighthouseQuorum, kLighthouseHeartbeat, kPlaceReplicaGroup, kReplicaGroupStates, kKvKeys, kNumMethods
   };
   // "Join", "KvSet", ... (the method's name in its service; the
   // Lighthouse service's: "LighthouseQuorum", "LighthouseHeartbeat").

@@ -129,6 +129,24 @@ grpc::ServerUnaryReactor* StoreService::KvDelete(grpc::CallbackServerContext* ct
   return reactor.get();
 }
 
+grpc::ServerUnaryReactor* StoreService::KvKeys(grpc::CallbackServerContext* ctx, const pb::KvKeysRequest* req,
+                                               pb::KvKeysResponse* resp) {
+  absl::StatusOr<std::shared_ptr<Run>> run = core_->AdmitStore(ctx, *req, req->run(), 0);
+  if (!run.ok()) return core_->Reply(M::kKvKeys, ctx, ToGrpc(run.status()));
+  if (req->max_keys() < 0) {
+    return core_->Reply(M::kKvKeys, ctx,
+                        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     absl::StrCat("max_keys ", req->max_keys(), " is negative (0: the count alone)")));
+  }
+  std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
+  (*run)->kv().Keys(req->round(), req->prefix(), req->max_keys(),
+                    AnswerLater<KvStore::KeyList>(core_, M::kKvKeys, reactor, [resp](KvStore::KeyList& list) {
+                      resp->set_count(list.count);
+                      for (std::string& k : list.keys) resp->add_keys(std::move(k));
+                    }));
+  return reactor.get();
+}
+
 grpc::ServerUnaryReactor* StoreService::KvMultiGet(grpc::CallbackServerContext* ctx,
                                                         const pb::KvMultiGetRequest* req,
                                                         pb::KvMultiGetResponse* resp) {

@@ -18,7 +18,9 @@ class StoreService final : public ::meshrun::v1::Store::CallbackService {
 
   // Each answers as its KvStore method does (kv_store.h); KvGet, KvMultiGet
   // and KvWait park until their keys are set, wait_ms passes, or the call
-  // is cancelled; KvBatch streams one answer per item.
+  // is cancelled; KvBatch streams one answer per item; KvKeys counts (and
+  // lists) a round's keys under a prefix (INVALID_ARGUMENT for a negative
+  // max_keys).
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const v1::KvSetRequest* req,
                                   v1::KvSetResponse* resp) override;
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* req,
@@ -37,6 +39,8 @@ class StoreService final : public ::meshrun::v1::Store::CallbackService {
                                        v1::KvMultiSetResponse* resp) override;
   grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* ctx, const v1::KvWaitRequest* req,
                                    v1::KvWaitResponse* resp) override;
+  grpc::ServerUnaryReactor* KvKeys(grpc::CallbackServerContext* ctx, const v1::KvKeysRequest* req,
+                                   v1::KvKeysResponse* resp) override;
   grpc::ServerWriteReactor<v1::KvBatchResponse>* KvBatch(grpc::CallbackServerContext* ctx,
                                                          const v1::KvBatchRequest* req) override;
 

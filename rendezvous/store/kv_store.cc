@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -313,6 +314,32 @@ void KvStore::Check(int64_t round, const std::vector<std::string>& keys, ResultC
       const bool all = std::all_of(keys.begin(), keys.end(),
                                    [&](const std::string& k) { return data_.contains(Key{round, k}); });
       AnswerLocked(Give(std::move(done), all), ready);
+    }
+  }
+  if (!refused.ok()) return done(refused);
+  Deliver(ready);
+}
+
+void KvStore::Keys(int64_t round, const std::string& prefix, int64_t max_keys, ResultCallback<KeyList> done) {
+  Ready ready;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    refused = ClosedLocked();
+    if (refused.ok()) {
+      KeyList list;
+      for (const auto& [k, v] : data_) {
+        if (k.round != round || !absl::StartsWith(k.key, prefix)) continue;
+        ++list.count;
+        if (max_keys > 0 && list.count <= max_keys) list.keys.push_back(k.key);
+      }
+      if (max_keys > 0 && list.count > max_keys) {
+        refused = absl::ResourceExhaustedError(absl::StrCat(list.count, " keys of round ", round, " start with '",
+                                                            prefix.substr(0, 128), "', more than the ", max_keys,
+                                                            " asked for"));
+      } else {
+        AnswerLocked(Give(std::move(done), std::move(list)), ready);
+      }
     }
   }
   if (!refused.ok()) return done(refused);

@@ -78,6 +78,17 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
                                                           const std::string& expected, std::string desired);
   void Check(int64_t round, const std::vector<std::string>& keys, ResultCallback<bool> done);
   absl::StatusOr<bool> Check(int64_t round, const std::vector<std::string>& keys);
+  // The keys of `round` that start with `prefix` (c10d getNumKeys and
+  // listKeys, over one namespace): how many (`count`) and, with max_keys >
+  // 0, which, in no order; RESOURCE_EXHAUSTED naming both numbers when more
+  // than max_keys match. One pass over the run's keys, under its lock
+  // (at most max_keys_per_run).
+  struct KeyList {
+    int64_t count = 0;
+    std::vector<std::string> keys;
+  };
+  void Keys(int64_t round, const std::string& prefix, int64_t max_keys, ResultCallback<KeyList> done);
+  absl::StatusOr<KeyList> Keys(int64_t round, const std::string& prefix, int64_t max_keys);
   // True when the key existed (and is now gone).
   void Delete(int64_t round, const std::string& key, ResultCallback<bool> done);
   absl::StatusOr<bool> Delete(int64_t round, const std::string& key);

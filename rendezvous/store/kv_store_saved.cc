@@ -105,6 +105,11 @@ absl::StatusOr<bool> KvStore::Check(int64_t round, const std::vector<std::string
   return WaitFor<absl::StatusOr<bool>>([&](ResultCallback<bool> done) { Check(round, keys, std::move(done)); });
 }
 
+absl::StatusOr<KvStore::KeyList> KvStore::Keys(int64_t round, const std::string& prefix, int64_t max_keys) {
+  return WaitFor<absl::StatusOr<KeyList>>(
+      [&](ResultCallback<KeyList> done) { Keys(round, prefix, max_keys, std::move(done)); });
+}
+
 absl::StatusOr<bool> KvStore::Delete(int64_t round, const std::string& key) {
   return WaitFor<absl::StatusOr<bool>>([&](ResultCallback<bool> done) { Delete(round, key, std::move(done)); });
 }

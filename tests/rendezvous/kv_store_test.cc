@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/match.h"
@@ -239,4 +240,30 @@ TEST_CASE("write-once keys (mesh/...) never change once set in a round", "[kv]")
   REQUIRE(kv->Set(0, "plain", "1").ok());
   CHECK(kv->Set(0, "plain", "2").ok());
   CHECK(*kv->Delete(0, "plain"));
+}
+
+TEST_CASE("Keys counts and lists one round's keys under a prefix, and refuses a list longer than asked for", "[kv]") {
+  DeadlineTimer timer;
+  auto kv = std::make_shared<KvStore>("run", &timer);
+  for (const char* k : {"torch/a", "torch/b", "torch/c/d", "torch-internal/x", "mesh/y"}) REQUIRE(kv->Set(0, k, "v").ok());
+  REQUIRE(kv->Set(1, "torch/other-round", "v").ok());
+  auto count = kv->Keys(0, "torch/", 0);
+  REQUIRE(count.ok());
+  CHECK(count->count == 3);
+  CHECK(count->keys.empty());  // max_keys 0: the count alone.
+  auto list = kv->Keys(0, "torch/", 3);
+  REQUIRE(list.ok());
+  std::sort(list->keys.begin(), list->keys.end());
+  CHECK(list->keys == std::vector<std::string>{"torch/a", "torch/b", "torch/c/d"});
+  auto all = kv->Keys(0, "", 0);
+  REQUIRE(all.ok());
+  CHECK(all->count == 5);
+  auto too_many = kv->Keys(0, "torch/", 2);
+  CHECK(absl::IsResourceExhausted(too_many.status()));
+  CHECK(too_many.status().message() == "3 keys of round 0 start with 'torch/', more than the 2 asked for");
+  REQUIRE(kv->Delete(0, "torch/a").ok());
+  CHECK(kv->Keys(0, "torch/", 0)->count == 2);
+  kv->DropRoundsBelow(1);
+  CHECK(kv->Keys(0, "", 0)->count == 0);
+  CHECK(kv->Keys(1, "torch/", 0)->count == 1);
 }
