@@ -95,6 +95,7 @@ absl::Status Session::NewMembership() {
     so.max_connections = o_.agent_store_max_connections;
     so.max_buffered_bytes = o_.agent_store_max_buffered_bytes;
     so.max_waits = o_.agent_store_max_waits;
+    so.max_listed_keys = o_.agent_store_max_listed_keys;
     so.log = [log = log_](const std::string& line) { log->warn("{}", line); };
     absl::StatusOr<std::unique_ptr<tcpstore::AgentStore>> store = tcpstore::AgentStore::Start(std::move(so));
     if (!store.ok()) return store.status();

@@ -43,10 +43,7 @@ std::string BarrierReleaseKey(const std::string& key, int64_t world_size) {
 absl::Status NotServed(Op op) {
   return absl::UnimplementedError(absl::StrCat(
       "TCPStore request ", OpName(op), " is not served by meshrun's agent store (its store has no ",
-      op == Op::kNumKeys || op == Op::kListKeys ? "key count or key listing"
-      : op == Op::kWatchKey                   ? "key watches"
-                                              : "queues",
-      " yet)"));
+      "key watches", " yet)"));
 }
 
 bool Executes(Op op) {
@@ -60,12 +57,14 @@ bool Executes(Op op) {
     case Op::kAppend:
     case Op::kMultiGet:
     case Op::kMultiSet:
+    case Op::kNumKeys:
+    case Op::kListKeys:
     case Op::kPing: return true;
     default: return false;
   }
 }
 
-absl::StatusOr<std::string> Execute(Store& store, const Request& r, int max_append_tries) {
+absl::StatusOr<std::string> Execute(Store& store, const Request& r, int64_t max_listed_keys, int max_append_tries) {
   std::string reply;
   switch (r.op) {
     case Op::kSet:
@@ -124,6 +123,23 @@ absl::StatusOr<std::string> Execute(Store& store, const Request& r, int max_appe
       if (r.keys.empty()) return reply;
       if (absl::Status s = store.MultiSet(r.keys, r.values); !s.ok()) return s;
       return reply;
+    case Op::kNumKeys: {
+      absl::StatusOr<Store::KeyList> keys = store.Keys("", 0);
+      if (!keys.ok()) return keys.status();
+      AppendI64(&reply, keys->count);
+      return reply;
+    }
+    case Op::kListKeys: {
+      absl::StatusOr<Store::KeyList> keys = store.Keys("", max_listed_keys);
+      if (absl::IsResourceExhausted(keys.status())) {
+        return absl::ResourceExhaustedError(absl::StrCat(keys.status().message(),
+                                                         " (agent_store_max_listed_keys)"));
+      }
+      if (!keys.ok()) return keys.status();
+      AppendI64(&reply, static_cast<int64_t>(keys->keys.size()));
+      for (const std::string& k : keys->keys) AppendBytes(&reply, k);
+      return reply;
+    }
     case Op::kPing:
       AppendU32(&reply, r.nonce);
       return reply;

@@ -22,14 +22,19 @@ namespace meshrun::agent::tcpstore {
 //  - ADD keeps the counter as decimal text, so GET reads "5";
 //  - APPEND on an absent key sets it (a compare-and-set loop over the store:
 //    atomic, at most `max_append_tries` tries under contention);
-//  - CHECK is ready when every key is set.
-// Errors: UNIMPLEMENTED naming the request for GETNUMKEYS, LIST_KEYS,
-// QUEUE_* and WATCH_KEY (meshrun's store has no key count, key listing or
-// queues yet); BARRIER is ArriveAtBarrier's; the store's own error (UNAVAILABLE,
+//  - CHECK is ready when every key is set;
+//  - GETNUMKEYS counts the keys of `store` (the round's, under the agent
+//    store's namespace; queues are not keys), LIST_KEYS lists them (in no
+//    order), RESOURCE_EXHAUSTED naming agent_store_max_listed_keys when more
+//    than `max_listed_keys` are set.
+// Errors: UNIMPLEMENTED naming the request for WATCH_KEY (PyTorch 1.x's
+// callback connections: meshrun's store has no key watches) and for
+// QUEUE_* (queues.h serves them); BARRIER is ArriveAtBarrier's; the store's own error (UNAVAILABLE,
 // RESOURCE_EXHAUSTED at the store's limits, FAILED_PRECONDITION for a
 // write-once key) otherwise. The protocol has no error reply, so the server
 // closes the connection on any of them. Thread-safe when `store` is.
-absl::StatusOr<std::string> Execute(Store& store, const Request& r, int max_append_tries = 1000);
+absl::StatusOr<std::string> Execute(Store& store, const Request& r, int64_t max_listed_keys = 32768,
+                                    int max_append_tries = 1000);
 
 // BARRIER (`r.keys[0]`, world size `r.number`), as PyTorch's server: the
 // key, in `store`, is a counter (ADD's decimal text) that each arrival
@@ -53,7 +58,7 @@ std::string BarrierReleaseKey(const std::string& key, int64_t world_size);
 absl::Status NotServed(Op op);
 
 // True for the requests Execute serves (every Op but VALIDATE, WAIT,
-// CANCEL_WAIT, BARRIER and the UNIMPLEMENTED ones).
+// CANCEL_WAIT, BARRIER, QUEUE_* and the UNIMPLEMENTED ones).
 bool Executes(Op op);
 
 }  // namespace meshrun::agent::tcpstore

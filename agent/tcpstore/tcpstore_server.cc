@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "agent/tcpstore/connection.h"
 #include "agent/tcpstore/store_ops.h"
 
 namespace meshrun::agent::tcpstore {
@@ -63,6 +64,8 @@ int LocalPort(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
+}  // namespace
+
 std::string PeerName(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -79,49 +82,6 @@ std::string PeerName(int fd) {
   inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
   return absl::StrCat(host, ":", ntohs(a->sin_port));
 }
-
-}  // namespace
-
-// One client connection. The reader thread owns the parser and the waiters;
-// writes (the reader's replies, a waiter's STOP_WAITING) go under write_mu.
-struct AgentStore::Conn {
-  explicit Conn(int fd) : fd(fd), peer(PeerName(fd)) {}
-  ~Conn() { ::close(fd); }
-
-  // Sends all of `bytes`; false once the connection is closed or broken.
-  bool WriteLocked(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu) {
-    if (closed) return false;
-    size_t off = 0;
-    while (off < bytes.size()) {
-      ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      off += static_cast<size_t>(n);
-    }
-    return true;
-  }
-  bool Write(const std::string& bytes) {
-    absl::MutexLock lock(&write_mu);
-    return WriteLocked(bytes);
-  }
-
-  struct Waiter {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> canceled;
-    // Set before its STOP_WAITING is written: the client may send its next
-    // WAIT before this waiter's thread has ended.
-    std::shared_ptr<std::atomic<bool>> answered;
-    std::shared_ptr<std::atomic<bool>> finished;
-  };
-
-  const int fd;
-  const std::string peer;
-  std::thread reader;
-  std::atomic<bool> done{false};
-  absl::Mutex write_mu;
-  bool closed ABSL_GUARDED_BY(write_mu) = false;
-  std::list<Waiter> waiters;  // The reader thread's only.
-};
 
 absl::StatusOr<std::unique_ptr<AgentStore>> AgentStore::Start(AgentStoreOptions options) {
   std::unique_ptr<AgentStore> s(new AgentStore(std::move(options)));
@@ -171,6 +131,7 @@ AgentStore::~AgentStore() {
 }
 
 void AgentStore::SetStore(std::shared_ptr<Store> store, std::shared_ptr<Store> internal) {
+  queues_.SetStore(internal);
   absl::MutexLock lock(&mu_);
   store_ = std::move(store);
   internal_ = std::move(internal);
@@ -305,6 +266,41 @@ void AgentStore::Serve(const std::shared_ptr<Conn>& c) {
   c->done.store(true);
 }
 
+absl::StatusOr<std::string> AgentStore::QueueRequest(const Request& r) {
+  std::string reply;
+  switch (r.op) {
+    case Op::kQueuePush:
+      if (absl::Status s = queues_.Push(r.keys[0], r.values[0]); !s.ok()) return s;
+      return reply;
+    case Op::kQueuePop: {
+      absl::StatusOr<std::pair<int64_t, std::optional<std::string>>> popped = queues_.Pop(r.keys[0]);
+      if (!popped.ok()) return popped.status();
+      AppendI64(&reply, popped->first);
+      if (popped->second) AppendBytes(&reply, *popped->second);
+      return reply;
+    }
+    case Op::kQueueLen: {
+      absl::StatusOr<int64_t> n = queues_.Length(r.keys[0]);
+      if (!n.ok()) return n.status();
+      AppendI64(&reply, *n);
+      return reply;
+    }
+    default: {  // CHECK: a key is ready when set or when its queue holds an item.
+      absl::StatusOr<std::vector<bool>> holding = queues_.Holding(r.keys);
+      if (!holding.ok()) return holding.status();
+      std::vector<std::string> rest;
+      for (size_t i = 0; i < r.keys.size(); ++i) {
+        if (!(*holding)[i]) rest.push_back(r.keys[i]);
+      }
+      std::shared_ptr<Store> store = CurrentStore();
+      absl::StatusOr<bool> ready = rest.empty() ? absl::StatusOr<bool>(true) : store->Check(rest);
+      if (!ready.ok()) return ready.status();
+      AppendU8(&reply, *ready ? kReady : kNotReady);
+      return reply;
+    }
+  }
+}
+
 bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   {
     absl::MutexLock lock(&mu_);
@@ -339,7 +335,12 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   std::shared_ptr<Store> store = CurrentStore();
   absl::Status refused;
   absl::StatusOr<std::string> reply;
-  if (!Executes(r.op)) {
+  const bool queue_request = r.op == Op::kQueuePush || r.op == Op::kQueuePop || r.op == Op::kQueueLen ||
+                             (r.op == Op::kCheck && queues_.AnyQueue(r.keys));
+  if (queue_request) {
+    reply = store == nullptr ? absl::UnavailableError("no round has started on this node yet") : QueueRequest(r);
+    if (!reply.ok()) refused = reply.status();
+  } else if (!Executes(r.op)) {
     refused = NotServed(r.op);
   } else if (r.op == Op::kPing) {
     reply = std::string();
@@ -347,7 +348,7 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   } else if (store == nullptr) {
     refused = absl::UnavailableError("no round has started on this node yet");
   } else {
-    reply = Execute(*store, r);
+    reply = Execute(*store, r, o_.max_listed_keys);
     if (!reply.ok()) refused = reply.status();
   }
   if (!refused.ok()) {
@@ -358,127 +359,6 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
     return false;
   }
   return reply->empty() || c->Write(*reply);
-}
-
-bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
-  std::shared_ptr<Store> store, internal;
-  {
-    absl::MutexLock lock(&mu_);
-    store = store_;
-    internal = internal_;
-  }
-  if (!AdmitWait(c, "BARRIER")) return false;
-  absl::StatusOr<bool> released = store == nullptr || internal == nullptr
-                                      ? absl::UnavailableError("no round has started on this node yet")
-                                      : ArriveAtBarrier(*store, *internal, r);
-  if (!released.ok() || *released) EndWait();
-  if (!released.ok()) {
-    Log(absl::StrCat("agent store: BARRIER '", r.keys[0].substr(0, 128), "' from ", c->peer, ": ",
-                     released.status().message(), "; closing the connection"));
-    absl::MutexLock lock(&mu_);
-    ++stats_.closed_on_error;
-    return false;
-  }
-  if (!*released) {
-    RunWait(c, std::move(internal), {BarrierReleaseKey(r.keys[0], r.number)});
-    return true;
-  }
-  std::string reply;
-  AppendU8(&reply, kStopWaiting);
-  return c->Write(reply);
-}
-
-bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
-  if (!AdmitWait(c, "WAIT")) return false;
-  RunWait(c, CurrentStore(), std::move(keys));
-  return true;
-}
-
-bool AgentStore::AdmitWait(const std::shared_ptr<Conn>& c, const char* op) {
-  int canceled = 0;
-  for (auto it = c->waiters.begin(); it != c->waiters.end();) {
-    if (it->finished->load()) {
-      it->thread.join();
-      it = c->waiters.erase(it);
-      continue;
-    }
-    if (!it->answered->load()) {
-      // Still in progress: the client gave up on it (PyTorch 1.x sends no
-      // CANCEL_WAIT). Canceled without a reply, as CANCEL_WAIT would.
-      absl::MutexLock lock(&c->write_mu);
-      it->canceled->store(true);
-    }
-    if (it->canceled->load()) ++canceled;
-    ++it;
-  }
-  std::string refused;
-  if (canceled >= o_.max_canceled_waits) {
-    refused = absl::StrCat(canceled, " canceled WAITs of this connection are still in the store (at most ",
-                           o_.max_canceled_waits, ")");
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (refused.empty() && waits_ >= o_.max_waits) {
-      refused = absl::StrCat(waits_, " WAITs are in the store (agent_store_max_waits)");
-    }
-    if (!refused.empty()) {
-      ++stats_.closed_on_error;
-    } else {
-      ++waits_;
-    }
-  }
-  if (!refused.empty()) {
-    Log(absl::StrCat("agent store: ", op, " from ", c->peer, ": ", refused, "; closing the connection"));
-    return false;
-  }
-  return true;
-}
-
-void AgentStore::EndWait() {
-  absl::MutexLock lock(&mu_);
-  --waits_;
-}
-
-void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> store, std::vector<std::string> keys) {
-  Conn::Waiter w;
-  w.canceled = std::make_shared<std::atomic<bool>>(false);
-  w.answered = std::make_shared<std::atomic<bool>>(false);
-  w.finished = std::make_shared<std::atomic<bool>>(false);
-  w.thread = std::thread([this, c, store, keys = std::move(keys), canceled = w.canceled, answered = w.answered,
-                          finished = w.finished] {
-    absl::Status s = store == nullptr ? absl::UnavailableError("no round has started on this node yet")
-                                      : absl::OkStatus();
-    while (s.ok() && !canceled->load()) {
-      s = keys.empty() ? absl::OkStatus() : store->Wait(keys, o_.wait_slice);
-      if (absl::IsDeadlineExceeded(s)) {
-        s = absl::OkStatus();
-        continue;
-      }
-      if (!s.ok()) break;
-      absl::MutexLock lock(&c->write_mu);
-      if (!canceled->load()) {
-        answered->store(true);
-        std::string reply;
-        AppendU8(&reply, kStopWaiting);
-        c->WriteLocked(reply);
-      }
-      break;
-    }
-    bool stopping = false;
-    {
-      absl::MutexLock lock(&mu_);
-      --waits_;
-      stopping = stopping_;
-    }
-    // At shutdown every WAIT ends so: not worth a line each.
-    if (!s.ok() && !canceled->load() && !stopping) {
-      Log(absl::StrCat("agent store: WAIT '", keys.empty() ? "" : keys[0].substr(0, 128), "' from ", c->peer, ": ",
-                       s.message(), "; closing the connection"));
-      ::shutdown(c->fd, SHUT_RDWR);
-    }
-    finished->store(true);
-  });
-  c->waiters.push_back(std::move(w));
 }
 
 }  // namespace meshrun::agent::tcpstore

@@ -9,7 +9,10 @@
 // One thread per connection, and one per WAIT in progress. A WAIT waits in
 // the store in slices of `wait_slice`, so that CANCEL_WAIT (a client's wait
 // timing out) is answered at once and a canceled wait holds the store for at
-// most one more slice. A request the store refuses, or one this server does
+// most one more slice. Queues (queues.h) live in the store's internal
+// namespace: a WAIT on one key is released by a push to the queue of that
+// name at once (a blocking queue_pop); a WAIT on several keys that names a
+// queue sees its pushes when its slice ends. A request the store refuses, or one this server does
 // not serve, closes its connection (the protocol has no error reply) with
 // one log line naming the request, the key and why.
 #pragma once
@@ -26,8 +29,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "agent/tcpstore/protocol.h"
+#include "agent/tcpstore/queues.h"
 #include "common/store.h"
 
 namespace meshrun::agent::tcpstore {
@@ -74,6 +79,11 @@ struct AgentStoreOptions {
   // connection, with a log line. (About 1,600 made the agent miss its
   // server's heartbeat in an attack; cause not found: docs/performance.md.)
   int max_waits = 1024;
+  // Keys one LIST_KEYS may answer (rdzv_conf agent_store_max_listed_keys):
+  // when more are set, the LIST_KEYS closes its connection, with a log line
+  // naming both numbers. A reply holds up to this many keys of up to the
+  // server's max_key_bytes (1 KiB) each.
+  int64_t max_listed_keys = 32768;
   // Where the one-line reports go (a closed connection and why); may be empty.
   std::function<void(const std::string&)> log;
 };
@@ -139,8 +149,18 @@ class AgentStore {
   // Takes back a WAIT that AdmitWait counted and that did not run.
   void EndWait();
   // Waits in `store` for `keys` on a thread of its own (one AdmitWait
-  // counted), then answers STOP_WAITING.
-  void RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> store, std::vector<std::string> keys);
+  // counted), then answers STOP_WAITING. With `queues`, a key is ready
+  // also when the queue of its name holds an item (a client's WAIT).
+  void RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> store, std::vector<std::string> keys,
+               bool queues);
+  // One slice of a WAIT (RunWait's): OK once every key is ready,
+  // DEADLINE_EXCEEDED when the slice ended first (or `released` was
+  // notified: a push answered this WAIT); the store's errors.
+  absl::Status WaitSlice(Store& store, const std::vector<std::string>& keys, bool queues,
+                         absl::Notification& released);
+  // QUEUE_PUSH, QUEUE_POP, QUEUE_LEN and a CHECK that names a queue: the
+  // reply's bytes (empty for QUEUE_PUSH); Queues' and the store's errors.
+  absl::StatusOr<std::string> QueueRequest(const Request& r);
   // BARRIER (store_ops.h's ArriveAtBarrier): admitted as a WAIT first, so a
   // refused one is not counted as an arrival; STOP_WAITING at once for an
   // arrival that releases it, else a WAIT for its release; false (and a log
@@ -158,6 +178,7 @@ class AgentStore {
   mutable absl::Mutex mu_;
   std::shared_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Store> internal_ ABSL_GUARDED_BY(mu_);  // SetStore's `internal`.
+  Queues queues_;  // In `internal_`.
   std::map<std::string, std::string> local_keys_ ABSL_GUARDED_BY(mu_);
   std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

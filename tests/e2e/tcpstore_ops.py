@@ -5,8 +5,8 @@ at MASTER_ADDR:MASTER_PORT) can be compared line by line.
 
 usage: tcpstore_ops.py own      # starts PyTorch's server in this process
        tcpstore_ops.py agent    # a worker under meshrun: MASTER_ADDR:MASTER_PORT
-Prints "unserved NAME" for an operation meshrun's agent store does not serve
-(its connection is closed; each runs on a connection of its own, last).
+Every request type of the client is here, queues and key listing included
+(but PyTorch 1.x's WATCH_KEY, which its C++ watchKey callbacks send: not served).
 """
 import datetime
 import os
@@ -97,6 +97,47 @@ if hasattr(dist.TCPStore, "barrier"):
     record("barrier of 2, two clients", barrier_of_two)
     record("barrier of 2 times out alone", lambda: client().barrier(b + "3", 2, datetime.timedelta(milliseconds=300)))
     record("prefix store barrier of 1", lambda: store.barrier("pb", 1))
+if hasattr(dist.TCPStore, "queue_push"):
+    # PyTorch 2.x's queues: a namespace apart from the keys; a blocking pop
+    # is a WAIT on the queue's name, then a pop.
+    q = client()
+    qn = f"ops/{mode}/q"
+    record("queue_len never pushed", lambda: q.queue_len(qn))
+    record("queue_push three", lambda: (q.queue_push(qn, b"1"), q.queue_push(qn, b""), q.queue_push(qn, b"3")))
+    record("queue_len", lambda: q.queue_len(qn))
+    record("check the queue's name", lambda: q.check([qn]))
+    record("delete_key of the queue's name", lambda: q.delete_key(qn))
+    record("queue_pop", lambda: q.queue_pop(qn))
+    record("queue_pop non-blocking", lambda: q.queue_pop(qn, block=False))
+    record("queue_pop", lambda: q.queue_pop(qn))
+    record("queue_pop empty, non-blocking", lambda: q.queue_pop(qn, block=False))
+    record("check the empty queue's name", lambda: q.check([qn]))
+    record("set the queue's name as a key", lambda: q.set(qn, b"key"))
+    record("queue_len after the key's set", lambda: q.queue_len(qn))
+    record("get the key", lambda: q.get(qn))
+
+    def blocking_pop():
+        # Pushed by another client while this one waits (or before: the same answer).
+        pusher = threading.Timer(0.3, lambda: client().queue_push(qn + "b", b"late"))
+        pusher.start()
+        got = q.queue_pop(qn + "b")
+        pusher.join()
+        return got
+
+    record("blocking queue_pop gets a later push", blocking_pop)
+
+    def pop_times_out():
+        c = client()
+        c.set_timeout(datetime.timedelta(milliseconds=300))
+        return c.queue_pop(qn + "none")
+
+    record("blocking queue_pop of an empty queue times out", pop_times_out)
+    record("prefix store queue", lambda: (store.queue_push("pq", b"x"), store.queue_len("pq"), store.queue_pop("pq")))
+# The whole store's keys: those above (the mode's name made the same).
+raw_keys = client()
+record("num_keys", lambda: raw_keys.num_keys())
+if hasattr(raw_keys, "list_keys"):
+    record("list_keys", lambda: sorted(k.replace(f"ops/{mode}/", "ops/MODE/") for k in raw_keys.list_keys()))
 store.set_timeout(datetime.timedelta(milliseconds=300))
 record("get missing, 0.3 s timeout", lambda: store.get("missing"))
 record("store usable after", lambda: store.get("cs1"))
@@ -112,13 +153,4 @@ for name, fn in record_alone:
         print(f"{name} -> {fn(client())!r}", flush=True)
     except Exception as e:
         print(f"{name} -> raised {type(e).__name__}", flush=True)
-unserved = [("num_keys", lambda s: s.num_keys())]
-if hasattr(dist.TCPStore, "queue_push"):
-    unserved += [("queue_push+queue_len", lambda s: (s.queue_push("q", b"1"), s.queue_len("q")))]
-for name, fn in unserved:
-    try:
-        fn(client())
-        print(f"served {name}", flush=True)
-    except Exception:
-        print(f"unserved {name}", flush=True)
 print("done", flush=True)

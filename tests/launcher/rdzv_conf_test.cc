@@ -81,8 +81,10 @@ TEST_CASE("rdzv_conf takes the agent store's settings and refuses bad ones with 
   CHECK(c.agent.agent_store_enabled);
   CHECK(c.static_server_port == 0);
   REQUIRE(ApplyRdzvConf("agent_store=0,server_port=29411,agent_store_max_connections=64,"
-                        "agent_store_max_buffered_bytes=1048576,agent_store_max_waits=99", &c).ok());
+                        "agent_store_max_buffered_bytes=1048576,agent_store_max_waits=99,"
+                        "agent_store_max_listed_keys=7", &c).ok());
   CHECK(c.agent.agent_store_max_waits == 99);
+  CHECK(c.agent.agent_store_max_listed_keys == 7);
   CHECK(c.agent.agent_store_max_buffered_bytes == 1048576);
   CHECK_FALSE(c.agent.agent_store_enabled);
   CHECK(c.static_server_port == 29411);

@@ -1,0 +1,182 @@
+// The agent store's WAITs and BARRIERs (tcpstore_server.h): each on a
+// thread of its own, in slices of the store's waiting, bounded per
+// connection and in all, and released by a queue's push (queues.h).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "agent/tcpstore/connection.h"
+#include "agent/tcpstore/store_ops.h"
+#include "agent/tcpstore/tcpstore_server.h"
+
+namespace meshrun::agent::tcpstore {
+
+bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
+  std::shared_ptr<Store> store, internal;
+  {
+    absl::MutexLock lock(&mu_);
+    store = store_;
+    internal = internal_;
+  }
+  if (!AdmitWait(c, "BARRIER")) return false;
+  absl::StatusOr<bool> released = store == nullptr || internal == nullptr
+                                      ? absl::UnavailableError("no round has started on this node yet")
+                                      : ArriveAtBarrier(*store, *internal, r);
+  if (!released.ok() || *released) EndWait();
+  if (!released.ok()) {
+    Log(absl::StrCat("agent store: BARRIER '", r.keys[0].substr(0, 128), "' from ", c->peer, ": ",
+                     released.status().message(), "; closing the connection"));
+    absl::MutexLock lock(&mu_);
+    ++stats_.closed_on_error;
+    return false;
+  }
+  if (!*released) {
+    RunWait(c, std::move(internal), {BarrierReleaseKey(r.keys[0], r.number)}, /*queues=*/false);
+    return true;
+  }
+  std::string reply;
+  AppendU8(&reply, kStopWaiting);
+  return c->Write(reply);
+}
+
+bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
+  if (!AdmitWait(c, "WAIT")) return false;
+  RunWait(c, CurrentStore(), std::move(keys), /*queues=*/true);
+  return true;
+}
+
+bool AgentStore::AdmitWait(const std::shared_ptr<Conn>& c, const char* op) {
+  int canceled = 0;
+  for (auto it = c->waiters.begin(); it != c->waiters.end();) {
+    if (it->finished->load()) {
+      it->thread.join();
+      it = c->waiters.erase(it);
+      continue;
+    }
+    if (!it->answered->load()) {
+      // Still in progress: the client gave up on it (PyTorch 1.x sends no
+      // CANCEL_WAIT). Canceled without a reply, as CANCEL_WAIT would.
+      absl::MutexLock lock(&c->write_mu);
+      it->canceled->store(true);
+    }
+    if (it->canceled->load()) ++canceled;
+    ++it;
+  }
+  std::string refused;
+  if (canceled >= o_.max_canceled_waits) {
+    refused = absl::StrCat(canceled, " canceled WAITs of this connection are still in the store (at most ",
+                           o_.max_canceled_waits, ")");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (refused.empty() && waits_ >= o_.max_waits) {
+      refused = absl::StrCat(waits_, " WAITs are in the store (agent_store_max_waits)");
+    }
+    if (!refused.empty()) {
+      ++stats_.closed_on_error;
+    } else {
+      ++waits_;
+    }
+  }
+  if (!refused.empty()) {
+    Log(absl::StrCat("agent store: ", op, " from ", c->peer, ": ", refused, "; closing the connection"));
+    return false;
+  }
+  return true;
+}
+
+void AgentStore::EndWait() {
+  absl::MutexLock lock(&mu_);
+  --waits_;
+}
+
+void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> store, std::vector<std::string> keys,
+                         bool queues) {
+  Conn::Waiter w;
+  w.canceled = std::make_shared<std::atomic<bool>>(false);
+  w.answered = std::make_shared<std::atomic<bool>>(false);
+  w.finished = std::make_shared<std::atomic<bool>>(false);
+  w.thread = std::thread([this, c, store, keys = std::move(keys), queues, canceled = w.canceled,
+                          answered = w.answered, finished = w.finished] {
+    // A push to the queue of a single key's name answers this WAIT at once.
+    auto released = std::make_shared<absl::Notification>();
+    const int64_t waiter = queues && keys.size() == 1
+                               ? queues_.AddWaiter(keys[0], [c, canceled, answered, released] {
+                                   // Never waits for another connection's writer: the
+                                   // push goes to the next waiter instead.
+                                   if (!c->write_mu.TryLock()) return false;
+                                   const bool release = !canceled->load() && !answered->load();
+                                   if (release) {
+                                     answered->store(true);
+                                     canceled->store(true);  // Its thread ends without a reply of its own.
+                                     std::string reply;
+                                     AppendU8(&reply, kStopWaiting);
+                                     c->WriteLocked(reply);
+                                   }
+                                   c->write_mu.Unlock();
+                                   if (release) released->Notify();
+                                   return release;
+                                 })
+                               : -1;
+    absl::Status s = store == nullptr ? absl::UnavailableError("no round has started on this node yet")
+                                      : absl::OkStatus();
+    while (s.ok() && !canceled->load()) {
+      s = WaitSlice(*store, keys, queues, *released);
+      if (absl::IsDeadlineExceeded(s)) {
+        s = absl::OkStatus();
+        continue;
+      }
+      if (!s.ok()) break;
+      absl::MutexLock lock(&c->write_mu);
+      if (!canceled->load()) {
+        answered->store(true);
+        std::string reply;
+        AppendU8(&reply, kStopWaiting);
+        c->WriteLocked(reply);
+      }
+      break;
+    }
+    if (waiter >= 0) queues_.RemoveWaiter(keys[0], waiter);
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --waits_;
+      stopping = stopping_;
+    }
+    // At shutdown every WAIT ends so: not worth a line each.
+    if (!s.ok() && !canceled->load() && !stopping) {
+      Log(absl::StrCat("agent store: WAIT '", keys.empty() ? "" : keys[0].substr(0, 128), "' from ", c->peer, ": ",
+                       s.message(), "; closing the connection"));
+      ::shutdown(c->fd, SHUT_RDWR);
+    }
+    finished->store(true);
+  });
+  c->waiters.push_back(std::move(w));
+}
+
+absl::Status AgentStore::WaitSlice(Store& store, const std::vector<std::string>& keys, bool queues,
+                                   absl::Notification& released) {
+  if (keys.empty()) return absl::OkStatus();
+  if (!queues || !queues_.AnyQueue(keys)) return store.Wait(keys, o_.wait_slice);
+  absl::StatusOr<std::vector<bool>> holding = queues_.Holding(keys);
+  if (!holding.ok()) return holding.status();
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!(*holding)[i]) rest.push_back(keys[i]);
+  }
+  if (rest.empty()) return absl::OkStatus();
+  if (!queues_.AllQueues(rest)) return store.Wait(rest, o_.wait_slice);
+  // Every key left names an empty queue: ready when set as a key (seen
+  // here) or pushed to (a push releases a single key's WAIT; several keys
+  // look again when the slice ends).
+  absl::StatusOr<bool> set = store.Check(rest);
+  if (!set.ok()) return set.status();
+  if (*set) return absl::OkStatus();
+  released.WaitForNotificationWithTimeout(o_.wait_slice);
+  return absl::DeadlineExceededError("the slice ended");
+}
+
+}  // namespace meshrun::agent::tcpstore
