@@ -31,6 +31,21 @@ std::string TlsCause(const std::optional<Endpoint>& ep_or_unix, const TlsMateria
   return cause.empty() ? "" : absl::StrCat(": ", cause);
 }
 
+// A key as messages show it: its first 64 bytes and its length past that.
+std::string Shown(absl::string_view key) {
+  if (key.size() <= 64) return std::string(key);
+  return absl::StrCat(key.substr(0, 64), "... (", key.size(), " bytes)");
+}
+
+// Keys as messages show them: the first three, and how many more.
+std::string Shown(absl::Span<const std::string> keys) {
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < keys.size() && i < 3; ++i) shown.push_back(Shown(keys[i]));
+  std::string out = absl::StrJoin(shown, ", ");
+  if (keys.size() > 3) absl::StrAppend(&out, " and ", keys.size() - 3, " more");
+  return out;
+}
+
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
@@ -62,7 +77,7 @@ class GrpcStore : public Store {
     pb::KvSetResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    return Result(stub_->KvSet(&ctx, req, &resp), absl::StrCat("store set '", key, "'"));
+    return Result(stub_->KvSet(&ctx, req, &resp), absl::StrCat("store set '", Shown(key), "'"));
   }
 
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override {
@@ -73,7 +88,7 @@ class GrpcStore : public Store {
     pb::KvGetResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, timeout);
-    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvGet(&ctx, req, &resp), absl::StrCat("store get '", key, "'")));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvGet(&ctx, req, &resp), absl::StrCat("store get '", Shown(key), "'")));
     return std::move(*resp.mutable_value());
   }
 
@@ -85,7 +100,7 @@ class GrpcStore : public Store {
     pb::KvAddResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvAdd(&ctx, req, &resp), absl::StrCat("store add '", key, "'")));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvAdd(&ctx, req, &resp), absl::StrCat("store add '", Shown(key), "'")));
     return resp.value();
   }
 
@@ -100,7 +115,7 @@ class GrpcStore : public Store {
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
     MESHRUN_RETURN_IF_ERROR(Result(stub_->KvCompareSet(&ctx, req, &resp),
-                                     absl::StrCat("store compare_set '", key, "'")));
+                                     absl::StrCat("store compare_set '", Shown(key), "'")));
     return std::move(*resp.mutable_value());
   }
 
@@ -113,7 +128,7 @@ class GrpcStore : public Store {
     grpc::ClientContext ctx;
     Deadline(ctx, timeout);
     return Result(stub_->KvWait(&ctx, req, &resp),
-                    absl::StrCat("store wait [", absl::StrJoin(keys, ", "), "]"));
+                    absl::StrCat("store wait [", Shown(keys), "]"));
   }
 
   absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override {
@@ -135,7 +150,7 @@ class GrpcStore : public Store {
     pb::KvKeysResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvKeys(&ctx, req, &resp), absl::StrCat("store keys '", prefix, "'")));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvKeys(&ctx, req, &resp), absl::StrCat("store keys '", Shown(prefix), "'")));
     KeyList list;
     list.count = resp.count();
     list.keys.assign(resp.keys().begin(), resp.keys().end());
@@ -149,7 +164,7 @@ class GrpcStore : public Store {
     pb::KvDeleteResponse resp;
     grpc::ClientContext ctx;
     Deadline(ctx, absl::ZeroDuration());
-    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvDelete(&ctx, req, &resp), absl::StrCat("store delete '", key, "'")));
+    MESHRUN_RETURN_IF_ERROR(Result(stub_->KvDelete(&ctx, req, &resp), absl::StrCat("store delete '", Shown(key), "'")));
     return resp.deleted();
   }
 

@@ -1,6 +1,7 @@
 #include "agent/tcpstore/queues.h"
 
 #include "absl/status/status.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -11,10 +12,18 @@ std::string QueueTailKey(const std::string& name) { return absl::StrCat("queue/"
 std::string QueueItemKey(const std::string& name, int64_t i) { return absl::StrCat("queue/", name, "/item/", i); }
 
 void Queues::SetStore(std::shared_ptr<Store> store) {
-  absl::MutexLock ops(&ops_mu_);
-  absl::MutexLock lock(&mu_);
-  store_ = std::move(store);
-  pushed_.clear();
+  for (absl::Mutex& m : stripes_) m.Lock();
+  {
+    absl::MutexLock lock(&mu_);
+    store_ = std::move(store);
+    pushed_.clear();
+    ends_.clear();
+  }
+  for (absl::Mutex& m : stripes_) m.Unlock();
+}
+
+absl::Mutex& Queues::LockOf(const std::string& name) {
+  return stripes_[absl::Hash<std::string>()(name) % kLockStripes];
 }
 
 absl::StatusOr<int64_t> Queues::Counter(Store& store, const std::string& key) {
@@ -29,71 +38,86 @@ absl::StatusOr<int64_t> Queues::Counter(Store& store, const std::string& key) {
   return n;
 }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> Queues::Ends(Store& store, const std::string& name) {
-  absl::StatusOr<int64_t> head = Counter(store, QueueHeadKey(name));
+absl::StatusOr<std::pair<std::shared_ptr<Store>, Queues::Ends>> Queues::Open(const std::string& name) {
+  std::shared_ptr<Store> store;
+  {
+    absl::MutexLock lock(&mu_);
+    store = store_;
+    if (store == nullptr) return absl::FailedPreconditionError("no round has started on this node yet");
+    auto it = ends_.find(name);
+    if (it != ends_.end()) return std::make_pair(store, it->second);
+  }
+  Ends ends;
+  absl::StatusOr<int64_t> head = Counter(*store, QueueHeadKey(name));
   if (!head.ok()) return head.status();
-  absl::StatusOr<int64_t> tail = Counter(store, QueueTailKey(name));
+  absl::StatusOr<int64_t> tail = Counter(*store, QueueTailKey(name));
   if (!tail.ok()) return tail.status();
-  return std::make_pair(*head, *tail);
+  ends.head = *head;
+  ends.tail = *tail;
+  if (ends.tail > 0) {  // Only queues that exist are cached.
+    absl::MutexLock lock(&mu_);
+    ends_[name] = ends;
+  }
+  return std::make_pair(store, ends);
+}
+
+void Queues::Forget(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  ends_.erase(name);
 }
 
 absl::Status Queues::Push(const std::string& name, const std::string& value) {
   {
-    absl::MutexLock ops(&ops_mu_);
-    std::shared_ptr<Store> store;
-    {
-      absl::MutexLock lock(&mu_);
-      store = store_;
-    }
-    if (store == nullptr) return absl::FailedPreconditionError("no round has started on this node yet");
-    absl::StatusOr<int64_t> tail = Counter(*store, QueueTailKey(name));
-    if (!tail.ok()) return tail.status();
+    absl::MutexLock queue(&LockOf(name));
+    absl::StatusOr<std::pair<std::shared_ptr<Store>, Ends>> open = Open(name);
+    if (!open.ok()) return open.status();
+    auto& [store, ends] = *open;
     // The item and the tail that makes it visible, together.
-    const std::vector<std::string> keys = {QueueItemKey(name, *tail), QueueTailKey(name)};
-    const std::vector<std::string> values = {value, absl::StrCat(*tail + 1)};
-    if (absl::Status s = store->MultiSet(keys, values); !s.ok()) return s;
+    const std::vector<std::string> keys = {QueueItemKey(name, ends.tail), QueueTailKey(name)};
+    const std::vector<std::string> values = {value, absl::StrCat(ends.tail + 1)};
+    if (absl::Status s = store->MultiSet(keys, values); !s.ok()) {
+      Forget(name);
+      return s;
+    }
     absl::MutexLock lock(&mu_);
+    ends_[name] = Ends{ends.head, ends.tail + 1};
     pushed_.insert(name);
   }
-  ReleaseOne(name);
+  Release(name, /*all=*/false);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<int64_t, std::optional<std::string>>> Queues::Pop(const std::string& name) {
-  absl::MutexLock ops(&ops_mu_);
-  std::shared_ptr<Store> store;
-  {
-    absl::MutexLock lock(&mu_);
-    store = store_;
-  }
-  if (store == nullptr) return absl::FailedPreconditionError("no round has started on this node yet");
-  absl::StatusOr<std::pair<int64_t, int64_t>> ends = Ends(*store, name);
-  if (!ends.ok()) return ends.status();
-  const auto [head, tail] = *ends;
-  if (head >= tail) return std::make_pair(int64_t{0}, std::optional<std::string>());
-  const std::string item_key = QueueItemKey(name, head);
+  absl::MutexLock queue(&LockOf(name));
+  absl::StatusOr<std::pair<std::shared_ptr<Store>, Ends>> open = Open(name);
+  if (!open.ok()) return open.status();
+  auto& [store, ends] = *open;
+  if (ends.head >= ends.tail) return std::make_pair(int64_t{0}, std::optional<std::string>());
+  const std::string item_key = QueueItemKey(name, ends.head);
   absl::StatusOr<std::string> item = store->Get(item_key, absl::ZeroDuration());
+  if (!item.ok()) Forget(name);
   if (absl::IsNotFound(item.status())) {
-    return absl::DataLossError(absl::StrCat("item ", head, " of queue '", name.substr(0, 128),
-                                            "' is missing from the store (its tail is ", tail, ")"));
+    return absl::DataLossError(absl::StrCat("item ", ends.head, " of queue '", name.substr(0, 128),
+                                            "' is missing from the store (its tail is ", ends.tail, ")"));
   }
   if (!item.ok()) return item.status();
-  if (absl::Status s = store->Set(QueueHeadKey(name), absl::StrCat(head + 1)); !s.ok()) return s;
+  if (absl::Status s = store->Set(QueueHeadKey(name), absl::StrCat(ends.head + 1)); !s.ok()) {
+    Forget(name);
+    return s;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ends_[name] = Ends{ends.head + 1, ends.tail};
+  }
   (void)store->Delete(item_key);  // Popped already: see the header.
-  return std::make_pair(tail - head, std::optional<std::string>(std::move(*item)));
+  return std::make_pair(ends.tail - ends.head, std::optional<std::string>(std::move(*item)));
 }
 
 absl::StatusOr<int64_t> Queues::Length(const std::string& name) {
-  absl::MutexLock ops(&ops_mu_);
-  std::shared_ptr<Store> store;
-  {
-    absl::MutexLock lock(&mu_);
-    store = store_;
-  }
-  if (store == nullptr) return absl::FailedPreconditionError("no round has started on this node yet");
-  absl::StatusOr<std::pair<int64_t, int64_t>> ends = Ends(*store, name);
-  if (!ends.ok()) return ends.status();
-  return ends->second - ends->first;
+  absl::MutexLock queue(&LockOf(name));
+  absl::StatusOr<std::pair<std::shared_ptr<Store>, Ends>> open = Open(name);
+  if (!open.ok()) return open.status();
+  return open->second.tail - open->second.head;
 }
 
 bool Queues::AnyQueue(absl::Span<const std::string> keys) {
@@ -150,7 +174,13 @@ size_t Queues::waiters() const {
   return waiter_count_;
 }
 
-void Queues::ReleaseOne(const std::string& name) {
+void Queues::KeysSet(absl::Span<const std::string> keys) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (AnyQueue(keys.subspan(i, 1))) Release(keys[i], /*all=*/true);
+  }
+}
+
+void Queues::Release(const std::string& name, bool all) {
   std::vector<Waiter> candidates;
   {
     absl::MutexLock lock(&mu_);
@@ -160,10 +190,9 @@ void Queues::ReleaseOne(const std::string& name) {
   }
   // Outside the lock: a release writes to its client's connection.
   for (const Waiter& w : candidates) {
-    if ((*w.release)()) {
-      RemoveWaiter(name, w.id);
-      return;
-    }
+    if (!(*w.release)()) continue;
+    RemoveWaiter(name, w.id);
+    if (!all) return;
   }
 }
 

@@ -17,10 +17,13 @@
 // reaches), i from the value of "queue/Q/head" (the next to pop; absent: 0)
 // up to that of "queue/Q/tail" (the next to push), so they follow the
 // replicas and count against the store's limits. A push writes its item and
-// the tail in one atomic MultiSet. Head and tail change only under this
-// object's mutex: a queue is atomic among the clients of one agent store
-// (all of a job's workers use node rank 0's, MASTER_ADDR:MASTER_PORT), not
-// between two agent stores serving one round. Thread-safe.
+// the tail in one atomic MultiSet. Head and tail change only here, under the
+// queue's lock (one of kLockStripes, by the name's hash), and are cached
+// once read: a queue is atomic among the clients of one agent store (all of
+// a job's workers use node rank 0's, MASTER_ADDR:MASTER_PORT), not between
+// two agent stores serving one round. A queue's name, with the 26 bytes of
+// "torch-internal/queue/" and "/tail" around it, must fit in the server's
+// max_key_bytes. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -76,6 +79,12 @@ class Queues {
   bool AnyQueue(absl::Span<const std::string> keys);
   bool AllQueues(absl::Span<const std::string> keys);
 
+  // Releases every registered WAIT on each of `keys` that names a queue
+  // pushed to since SetStore, after a client's write made that key present
+  // (SET, MULTI_SET, ADD, APPEND): such a WAIT may be waiting here for a
+  // push only. Costs nothing for other keys.
+  void KeysSet(absl::Span<const std::string> keys);
+
   // Registers a WAIT on the single key `key`: a push to queue `key` calls
   // `release` (on the pusher's thread, with none of this object's locks
   // held), oldest waiter first, until one returns true (it answered its
@@ -89,21 +98,33 @@ class Queues {
   size_t waiters() const;
 
  private:
+  static constexpr size_t kLockStripes = 64;
   struct Waiter {
     int64_t id;
     std::shared_ptr<std::function<bool()>> release;
   };
+  struct Ends {
+    int64_t head = 0;
+    int64_t tail = 0;
+  };
   // The integer value of `key` (absent: 0); INTERNAL for any other text.
   static absl::StatusOr<int64_t> Counter(Store& store, const std::string& key);
-  // Head and tail of queue `name`.
-  absl::StatusOr<std::pair<int64_t, int64_t>> Ends(Store& store, const std::string& name);
-  void ReleaseOne(const std::string& name);
+  // The store and queue `name`'s head and tail (cached, else read); the
+  // caller holds LockOf(name).
+  absl::StatusOr<std::pair<std::shared_ptr<Store>, Ends>> Open(const std::string& name);
+  // Forgets queue `name`'s cached ends (after a store error: read again).
+  void Forget(const std::string& name);
+  absl::Mutex& LockOf(const std::string& name);
+  // Calls the releases of `name`'s waiters, oldest first, until one answers
+  // (`all`: every one); those that answered leave the registry.
+  void Release(const std::string& name, bool all);
 
-  // Serialises every change of a head or tail (and so of a queue).
-  absl::Mutex ops_mu_;
+  // A queue's lock: serialises the changes of its head and tail.
+  absl::Mutex stripes_[kLockStripes];
   mutable absl::Mutex mu_;
   std::shared_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> pushed_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Ends> ends_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::list<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
   int64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 0;
   size_t waiter_count_ ABSL_GUARDED_BY(mu_) = 0;

@@ -349,7 +349,11 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
     refused = absl::UnavailableError("no round has started on this node yet");
   } else {
     reply = Execute(*store, r, o_.max_listed_keys);
-    if (!reply.ok()) refused = reply.status();
+    if (!reply.ok()) {
+      refused = reply.status();
+    } else if (r.op == Op::kSet || r.op == Op::kMultiSet || r.op == Op::kAdd || r.op == Op::kAppend) {
+      queues_.KeysSet(r.keys);  // A WAIT on a queue's name is also one on the key.
+    }
   }
   if (!refused.ok()) {
     Log(absl::StrCat("agent store: ", OpName(r.op), r.keys.empty() ? "" : absl::StrCat(" '", r.keys[0].substr(0, 128), "'"),

@@ -11,8 +11,10 @@
 // timing out) is answered at once and a canceled wait holds the store for at
 // most one more slice. Queues (queues.h) live in the store's internal
 // namespace: a WAIT on one key is released by a push to the queue of that
-// name at once (a blocking queue_pop); a WAIT on several keys that names a
-// queue sees its pushes when its slice ends. A request the store refuses, or one this server does
+// name at once (a blocking queue_pop), as does a SET (MULTI_SET, ADD,
+// APPEND) of that name as a key; a WAIT on several keys that names a queue
+// sees its pushes when its slice ends, as does a single key's WAIT a
+// COMPARE_SET that sets it. A request the store refuses, or one this server does
 // not serve, closes its connection (the protocol has no error reply) with
 // one log line naming the request, the key and why.
 #pragma once

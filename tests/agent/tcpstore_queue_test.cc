@@ -154,3 +154,30 @@ TEST_CASE("agent store: GETNUMKEYS counts and LIST_KEYS lists the round's keys o
   CHECK(f.Logs().find("4 keys of round 0 start with 'torch/', more than the 3 asked for (agent_store_max_listed_keys)") !=
         std::string::npos);
 }
+
+TEST_CASE("agent store: a WAIT on an empty queue's name is released at once by a SET of that name as a key",
+          "[tcpstore]") {
+  AgentStoreOptions o;
+  o.wait_slice = absl::Seconds(4);  // A release by the slice's end would take 4 s.
+  Fixture f(o);
+  Client a(f.agent->port()), b(f.agent->port());
+  a.Send(Validate());
+  b.Send(Validate());
+  // "wq" is a known queue, empty again: a WAIT on it waits for a push, or for the key.
+  b.Send(Send1(Op::kQueuePush, "wq", "1") + Send1(Op::kQueuePop, "wq"));
+  CHECK(b.I64() == 1);
+  CHECK(b.Value() == "1");
+  // SET, then (the key deleted again) ADD: each releases the WAIT at once.
+  for (const Request& write : {Make(Op::kSet, {"wq"}, {"7"}), Make(Op::kAdd, {"wq"}, {}, 1)}) {
+    a.Send(EncodeRequest(Make(Op::kWait, {"wq"}), Dialect::kCurrent));
+    CHECK(a.Read(1, 0.3).empty());
+    const auto t0 = std::chrono::steady_clock::now();
+    b.Send(EncodeRequest(write, Dialect::kCurrent));
+    CHECK(a.Read(1, 2) == kStop);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+    if (write.op == Op::kAdd) CHECK(b.I64() == 1);
+    b.Send(Send1(Op::kDeleteKey, "wq"));
+    CHECK(b.I64() == 1);
+  }
+  CHECK(f.Logs().empty());
+}
