@@ -29,7 +29,13 @@ metrics=$(grep -o 'http://[^ ]*/metrics' "$out/server.log" | head -n 1)
 [ -n "$port" ] && [ -n "$metrics" ] || { echo "the server did not start: $(cat "$out/server.log")"; exit 1; }
 version=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 echo "PyTorch $version; meshrun server on 127.0.0.1:$port; $runs runs per size, interleaved"
-requests() { curl -s "$metrics" | awk '/^meshrun_store_requests_total/ { s += $NF } END { printf "%d", s }'; }
+# The store requests of the nodes that appeared since the last call (a job's agents: the
+# server counts per node, and forgets a node's count with its run).
+requests_since() {
+  curl -s "$metrics" | grep '^meshrun_store_requests_total{' >"$out/m.now" || true
+  awk 'NR == FNR { seen[$1] = 1; next } !($1 in seen) { s += $NF } END { printf "%d", s }' "$out/m.last" "$out/m.now"
+  mv "$out/m.now" "$out/m.last"
+}
 run_id=0
 for n in $sizes; do
   for ((i = 0; i < runs; i++)); do
@@ -54,11 +60,12 @@ for n in $sizes; do
   done
 done
 # Calibration: the rendezvous server's store requests for a real 8-process init and for 8 simulated ranks.
-r0=$(requests)
+touch "$out/m.last"
+requests_since >/dev/null
 "$meshrun" --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=real8 --nnodes=1 --nproc_per_node=8 \
   --no_python "$py" "$here/init_pg_worker.py" >/dev/null 2>"$out/err" || { echo "real init failed: $(tail -n 5 "$out/err")"; exit 1; }
-r1=$(requests)
+real=$(requests_since)
 "$meshrun" --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=sim8 --nnodes=1 --nproc_per_node=1 \
   --no_python "$py" "$here/init_sim.py" 8 agent >/dev/null 2>"$out/err" || { echo "sim failed: $(tail -n 5 "$out/err")"; exit 1; }
-r2=$(requests)
-echo "calibration: store requests at the rendezvous server, real init_process_group + barrier of 8 processes: $((r1 - r0)); simulated 8 ranks: $((r2 - r1))"
+sim=$(requests_since)
+echo "calibration: store requests at the rendezvous server, real init_process_group + barrier of 8 processes: $real; simulated 8 ranks: $sim"

@@ -39,7 +39,7 @@ using rdzv::requests::Admit;
 
 enum Method {
   kJoin, kHeartbeat, kWatch, kReportFailure, kReportFinished, kKvSet, kKvGet, kKvAdd, kKvCompareSet,
-  kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kCancel, kPlaceReplicaGroup, kReplicaGroupStates, kNumMethods
+  kKvCheck, kKvDelete, kKvMultiGet, kKvMultiSet, kKvWait, kStatus, kCancel, kPlaceReplicaGroup, kReplicaGroupStates, kKvKeys, kNumMethods
 };
 
 // Collects what the domain answers, from any thread (the timer's too).
@@ -226,6 +226,12 @@ class Harness {
         if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
         std::vector<std::string> keys(req.keys().begin(), req.keys().end());
         (void)Store(req.run().run_id())->kv().Check(req.round(), keys);
+        return;
+      }
+      case kKvKeys: {
+        pb::KvKeysRequest req;
+        if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
+        (void)Store(req.run().run_id())->kv().Keys(req.round(), req.prefix(), req.max_keys());
         return;
       }
       case kKvDelete: {
