@@ -136,15 +136,17 @@ bool Queues::AllQueues(absl::Span<const std::string> keys) {
   return true;
 }
 
-absl::StatusOr<std::vector<bool>> Queues::Holding(absl::Span<const std::string> keys) {
-  std::vector<bool> holding(keys.size(), false);
+absl::StatusOr<std::vector<std::string>> Queues::NotHolding(absl::Span<const std::string> keys) {
+  std::vector<std::string> rest;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!AnyQueue(keys.subspan(i, 1))) continue;
-    absl::StatusOr<int64_t> n = Length(keys[i]);
-    if (!n.ok()) return n.status();
-    holding[i] = *n > 0;
+    if (AnyQueue(keys.subspan(i, 1))) {
+      absl::StatusOr<int64_t> n = Length(keys[i]);
+      if (!n.ok()) return n.status();
+      if (*n > 0) continue;
+    }
+    rest.push_back(keys[i]);
   }
-  return holding;
+  return rest;
 }
 
 int64_t Queues::AddWaiter(const std::string& key, std::function<bool()> release) {
@@ -175,6 +177,7 @@ size_t Queues::waiters() const {
 }
 
 void Queues::KeysSet(absl::Span<const std::string> keys) {
+  if (!AnyQueue(keys)) return;  // The common case: one lookup under one lock.
   for (size_t i = 0; i < keys.size(); ++i) {
     if (AnyQueue(keys.subspan(i, 1))) Release(keys[i], /*all=*/true);
   }

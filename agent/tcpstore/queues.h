@@ -69,10 +69,11 @@ class Queues {
   // Items in queue `name` (0 for one never pushed to). The store's errors.
   absl::StatusOr<int64_t> Length(const std::string& name);
 
-  // For each of `keys`, whether the queue of that name holds an item now.
-  // Asks the store only for names pushed to since SetStore: a WAIT or CHECK
-  // that involves no queue costs no store call here.
-  absl::StatusOr<std::vector<bool>> Holding(absl::Span<const std::string> keys);
+  // The keys of `keys` whose queue holds no item now, in order: what CHECK
+  // and WAIT still need set as keys. Asks the store only for names pushed
+  // to since SetStore: a WAIT or CHECK that involves no queue costs no
+  // store call here.
+  absl::StatusOr<std::vector<std::string>> NotHolding(absl::Span<const std::string> keys);
 
   // True when some of `keys` (AllQueues: each of them) names a queue
   // pushed to since SetStore.

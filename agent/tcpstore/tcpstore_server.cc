@@ -286,17 +286,11 @@ absl::StatusOr<std::string> AgentStore::QueueRequest(const Request& r) {
       return reply;
     }
     default: {  // CHECK: a key is ready when set or when its queue holds an item.
-      absl::StatusOr<std::vector<bool>> holding = queues_.Holding(r.keys);
-      if (!holding.ok()) return holding.status();
-      std::vector<std::string> rest;
-      for (size_t i = 0; i < r.keys.size(); ++i) {
-        if (!(*holding)[i]) rest.push_back(r.keys[i]);
-      }
-      std::shared_ptr<Store> store = CurrentStore();
-      absl::StatusOr<bool> ready = rest.empty() ? absl::StatusOr<bool>(true) : store->Check(rest);
-      if (!ready.ok()) return ready.status();
-      AppendU8(&reply, *ready ? kReady : kNotReady);
-      return reply;
+      absl::StatusOr<std::vector<std::string>> rest = queues_.NotHolding(r.keys);
+      if (!rest.ok()) return rest.status();
+      Request check = r;
+      check.keys = std::move(*rest);
+      return Execute(*CurrentStore(), check);
     }
   }
 }

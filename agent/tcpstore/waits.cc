@@ -161,18 +161,14 @@ absl::Status AgentStore::WaitSlice(Store& store, const std::vector<std::string>&
                                    absl::Notification& released) {
   if (keys.empty()) return absl::OkStatus();
   if (!queues || !queues_.AnyQueue(keys)) return store.Wait(keys, o_.wait_slice);
-  absl::StatusOr<std::vector<bool>> holding = queues_.Holding(keys);
-  if (!holding.ok()) return holding.status();
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!(*holding)[i]) rest.push_back(keys[i]);
-  }
-  if (rest.empty()) return absl::OkStatus();
-  if (!queues_.AllQueues(rest)) return store.Wait(rest, o_.wait_slice);
+  absl::StatusOr<std::vector<std::string>> rest = queues_.NotHolding(keys);
+  if (!rest.ok()) return rest.status();
+  if (rest->empty()) return absl::OkStatus();
+  if (!queues_.AllQueues(*rest)) return store.Wait(*rest, o_.wait_slice);
   // Every key left names an empty queue: ready when set as a key (seen
   // here) or pushed to (a push releases a single key's WAIT; several keys
   // look again when the slice ends).
-  absl::StatusOr<bool> set = store.Check(rest);
+  absl::StatusOr<bool> set = store.Check(*rest);
   if (!set.ok()) return set.status();
   if (*set) return absl::OkStatus();
   released.WaitForNotificationWithTimeout(o_.wait_slice);
