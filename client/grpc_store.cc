@@ -31,14 +31,8 @@ std::string TlsCause(const std::optional<Endpoint>& ep_or_unix, const TlsMateria
   return cause.empty() ? "" : absl::StrCat(": ", cause);
 }
 
-// A key as messages show it: its first 64 bytes and its length past that.
-std::string Shown(absl::string_view key) {
-  if (key.size() <= 64) return std::string(key);
-  return absl::StrCat(key.substr(0, 64), "... (", key.size(), " bytes)");
-}
-
-// Keys as messages show them: the first three, and how many more.
-std::string Shown(absl::Span<const std::string> keys) {
+// Keys as messages show them (common/store.h's Shown): the first three, and how many more.
+std::string ShownKeys(absl::Span<const std::string> keys) {
   std::vector<std::string> shown;
   for (size_t i = 0; i < keys.size() && i < 3; ++i) shown.push_back(Shown(keys[i]));
   std::string out = absl::StrJoin(shown, ", ");
@@ -128,7 +122,7 @@ class GrpcStore : public Store {
     grpc::ClientContext ctx;
     Deadline(ctx, timeout);
     return Result(stub_->KvWait(&ctx, req, &resp),
-                    absl::StrCat("store wait [", Shown(keys), "]"));
+                    absl::StrCat("store wait [", ShownKeys(keys), "]"));
   }
 
   absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override {

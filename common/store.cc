@@ -7,6 +7,11 @@ namespace meshrun {
 
 bool IsWriteOnceKey(absl::string_view key) { return absl::StartsWith(key, kWriteOncePrefix); }
 
+std::string Shown(absl::string_view text) {
+  if (text.size() <= 64) return std::string(text);
+  return absl::StrCat(text.substr(0, 64), "... (", text.size(), " bytes)");
+}
+
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {}
 

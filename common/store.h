@@ -27,6 +27,10 @@ namespace meshrun {
 inline constexpr absl::string_view kWriteOncePrefix = "mesh/";
 bool IsWriteOnceKey(absl::string_view key);
 
+// A key (or any text a client sent) as a message shows it: the whole of it
+// up to 64 bytes, else its first 64 bytes and its length. Pure.
+std::string Shown(absl::string_view text);
+
 // A key-value store shared by the workers of one run and round.
 //
 // Values are arbitrary bytes. Timeouts are absl::Duration; waiting

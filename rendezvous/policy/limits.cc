@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/store.h"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -70,11 +71,6 @@ constexpr DurationLimit kDurationLimits[] = {
     {"memory_release_delay", &ServerLimits::memory_release_delay},
     {"replica_group_place_hold", &ServerLimits::replica_group_place_hold},
 };
-
-std::string Shown(absl::string_view v) {
-  if (v.size() <= 64) return std::string(v);
-  return absl::StrCat(v.substr(0, 64), "... (", v.size(), " bytes)");
-}
 
 }  // namespace
 
