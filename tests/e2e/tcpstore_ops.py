@@ -132,6 +132,44 @@ if hasattr(dist.TCPStore, "queue_push"):
         return c.queue_pop(qn + "none")
 
     record("blocking queue_pop of an empty queue times out", pop_times_out)
+    def many_producers_and_consumers():
+        # 4 producers x 50 items, 4 blocking consumers: every item popped
+        # exactly once, in order per producer. A producer's QUEUE_LEN after
+        # its pushes (which have no reply) makes sure they are in before the
+        # consumers' stop items go in.
+        name = qn + "mpmc"
+        got = [[] for _ in range(4)]
+
+        def produce(p):
+            c = client()
+            for i in range(50):
+                c.queue_push(name, f"{p}:{i}".encode())
+            c.queue_len(name)
+
+        def consume(k):
+            c = client()
+            while (item := c.queue_pop(name)) != b"stop":
+                got[k].append(item.decode())
+
+        consumers = [threading.Thread(target=consume, args=(k,)) for k in range(4)]
+        producers = [threading.Thread(target=produce, args=(p,)) for p in range(4)]
+        for t in consumers + producers:
+            t.start()
+        for t in producers:
+            t.join(timeout=60)
+        stopper = client()
+        for _ in consumers:
+            stopper.queue_push(name, b"stop")
+        for t in consumers:
+            t.join(timeout=60)
+        items = [x for g in got for x in g]
+        in_order = all([int(x.split(":")[1]) for x in g if x.startswith(f"{p}:")] ==
+                       sorted(int(x.split(":")[1]) for x in g if x.startswith(f"{p}:")) for g in got for p in range(4))
+        return (len(items), len(set(items)), set(items) == {f"{p}:{i}" for p in range(4) for i in range(50)},
+                in_order, any(t.is_alive() for t in consumers), stopper.queue_len(name))
+
+    record("4 producers, 4 blocking consumers: popped, distinct, all, in order, hung, left",
+           many_producers_and_consumers)
     record("prefix store queue", lambda: (store.queue_push("pq", b"x"), store.queue_len("pq"), store.queue_pop("pq")))
 # The whole store's keys: those above (the mode's name made the same).
 raw_keys = client()
