@@ -69,6 +69,7 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
   rendezvous::state::etcd::ConnectionFlags state_flags;
   double state_timeout = 0;
   int64_t state_lease_ttl = 2;
+  double state_lease_renew_interval = 0.25;
   double state_load_timeout = 120;
   double state_status_timeout = 0.25;
   std::string advertise;
@@ -92,6 +93,10 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
                  "Seconds of the leader's etcd lease: a dead leader is replaced within about this + 0.5 s (etcd "
                  "raises it to its floor: 2 s with its default timing)")
       ->default_str("2");
+  app.add_option("--state_lease_renew_interval,--state-lease-renew-interval", state_lease_renew_interval,
+                 "Seconds between renewals of that lease, at most a third of --state_lease_ttl: the leader rides "
+                 "out an etcd outage (etcd electing its leader) of up to TTL - interval - min(TTL/10, 0.25 s)")
+      ->default_str("0.25");
   app.add_option("--state_load_timeout,--state-load-timeout", state_load_timeout,
                  "Seconds one read of the state may take when a replica starts to lead (a page of a big store; "
                  "waited for, never sent again while etcd may still work on it)")
@@ -177,6 +182,13 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
       std::fprintf(stderr, "meshrun server: error: --state_timeout must be >= 0 and --state_lease_ttl >= 1\n");
       return 2;
     }
+    if (!(state_lease_renew_interval >= 0.001 && state_lease_renew_interval <= state_lease_ttl / 3.0)) {
+      std::fprintf(stderr,
+                   "meshrun server: error: --state_lease_renew_interval=%g: must be at least 0.001 and at most a "
+                   "third of --state_lease_ttl (%.3f s)\n",
+                   state_lease_renew_interval, state_lease_ttl / 3.0);
+      return 2;
+    }
     if (!(state_load_timeout > 0)) {
       std::fprintf(stderr, "meshrun server: error: --state_load_timeout=%g: must be > 0 seconds\n",
                    state_load_timeout);
@@ -219,6 +231,7 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
     };
     ro.id = absl::StrCat(Hostname(), ":", getpid());
     ro.lease_ttl_s = state_lease_ttl;
+    ro.lease_renew_interval = absl::Seconds(state_lease_renew_interval);
     ro.journal.load_timeout = absl::Seconds(state_load_timeout);
     ro.status_read_timeout = absl::Seconds(state_status_timeout);
     ro.journal.max_write_bytes = state_max_write_bytes;

@@ -63,10 +63,12 @@
 // (NTP-disciplined clocks differ by far less).
 //
 // Choosing the TTL. A leader pauses when no renewal is confirmed for TTL -
-// margin - interval at worst (interval = TTL/3): etcd's own election after
-// losing its leader takes one to two election timeouts, so a TTL of 1 s on
-// etcd with --election-timeout=500 pauses the leader briefly in that case,
-// and 2 s does not; with etcd's defaults (election timeout 1 s), 3 s. The
+// margin - interval at worst (interval: a third of the TTL, at most 250 ms;
+// margin: a tenth, at most 250 ms): etcd's own election after losing its
+// leader takes one to two election timeouts, so a TTL of 1 s (0.65 s of
+// tolerance) on etcd with --election-timeout=500 pauses the leader briefly
+// in that case, and 2 s (1.55 s) does not; with etcd's defaults (election
+// timeout 1 s), 3 s (2.5 s). The
 // fail-over after the leader's death grows with the TTL (below).
 //
 // Fail-over time after the leader dies (kill -9 of its process or host):

@@ -248,6 +248,7 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, 
   ElectionOptions eo;
   eo.prefix = prefix + "/election/";
   eo.lease_ttl_s = options.lease_ttl_s;
+  eo.keepalive.interval = options.lease_renew_interval;
   impl->election_prefix = eo.prefix;
   impl->election = std::make_unique<Election>(impl->client.get(), eo);
   impl->journal = MakeEtcdJournal(impl->client.get(), impl->election.get(), prefix + "/runs/", prefix + "/kv/",

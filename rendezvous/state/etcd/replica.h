@@ -45,6 +45,9 @@ struct ReplicaOptions {
   // The election lease's TTL, seconds: a dead leader is replaced within
   // about TTL + 0.5 s (election.h). etcd raises it to its floor.
   int64_t lease_ttl_s = 2;
+  // Between renewals of that lease (KeepAliveOptions::interval; zero: a
+  // third of the TTL, at most 250 ms).
+  absl::Duration lease_renew_interval = absl::ZeroDuration();
   // The etcd member on this replica's host (leader_apart.h LocalMember:
   // "auto", "none" or host:port): while this replica leads, etcd's own
   // leader is moved off it, checked every `leader_apart_interval` (at least

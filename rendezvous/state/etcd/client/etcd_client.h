@@ -172,7 +172,10 @@ class Watcher {
 };
 
 struct KeepAliveOptions {
-  // Between renewals; zero: a third of the lease's TTL.
+  // Between renewals; zero: a third of the lease's TTL, at most 250 ms.
+  // The lease stays confirmed through an etcd outage (etcd electing its
+  // leader) of up to TTL - margin - interval, so a short interval buys
+  // tolerance: with a 2 s TTL, 1.55 s at 250 ms against 1.13 s at TTL/3.
   absl::Duration interval = absl::ZeroDuration();
   // The lease counts as unconfirmed this long before the end of its TTL
   // counted from the sending of the last renewal etcd confirmed (etcd's

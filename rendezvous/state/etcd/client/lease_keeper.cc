@@ -161,7 +161,8 @@ std::unique_ptr<LeaseKeeper> StartKeeper(Client::Impl* client, const Lease& leas
   impl->lease = lease;
   impl->callbacks = std::move(callbacks);
   const absl::Duration ttl = absl::Seconds(std::max<int64_t>(lease.ttl_s, 1));
-  impl->interval = options.interval > absl::ZeroDuration() ? options.interval : ttl / 3;
+  impl->interval =
+      options.interval > absl::ZeroDuration() ? options.interval : std::min(ttl / 3, absl::Milliseconds(250));
   impl->margin = options.margin > absl::ZeroDuration() ? options.margin : std::min(ttl / 10, absl::Milliseconds(250));
   impl->retry = options.retry > absl::ZeroDuration() ? options.retry : absl::Milliseconds(100);
   // A lease just granted is sure to live TTL - margin from the grant's send;
