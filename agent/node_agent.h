@@ -131,6 +131,11 @@ struct AgentOptions {
   // after losing the one it used (a failover, etcd without quorum) while its
   // workers keep running, before it stops them (client/rdzv_client.h).
   absl::Duration leader_grace = absl::Seconds(60);
+  // rdzv_conf leader_resend_interval (meshrun's key): a worker's store
+  // request or torchft Quorum call kept for the next leader is sent again
+  // on the current connection when no next leader is named this long
+  // (agent/kept_calls.h).
+  absl::Duration leader_resend_interval = absl::Seconds(1);
   // Where per-attempt folders go: <log_dir>/<run id>_<start time>_<pid>/
   // attempt_<round>/rank_<r>.{stdout,stderr,error.json}, every stream of
   // every worker kept. Empty: a temporary folder holding the error files

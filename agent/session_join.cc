@@ -66,6 +66,7 @@ absl::Status Session::NewMembership() {
     // The node's workers publish together (libmesh's bootstraps).
     po.batch.expected_publishers = o_.nproc;
     po.batch.publication_hold = o_.store_proxy_batch_hold;
+    po.kept_retry = o_.leader_resend_interval;
     absl::StatusOr<std::unique_ptr<StoreProxy>> proxy = StoreProxy::Start(po, client_->channel(), node_.node_id);
     if (!proxy.ok()) return proxy.status();
     proxy_ = std::move(*proxy);
@@ -81,6 +82,7 @@ absl::Status Session::NewMembership() {
     lo.join_timeout_ms = absl::ToInt64Milliseconds(o_.lighthouse.join_timeout);
     lo.quorum_tick_ms = absl::ToInt64Milliseconds(o_.lighthouse.quorum_tick);
     lo.heartbeat_timeout_ms = absl::ToInt64Milliseconds(o_.lighthouse.heartbeat_timeout);
+    lo.kept_retry_ms = absl::ToInt64Milliseconds(o_.leader_resend_interval);
     absl::StatusOr<std::unique_ptr<LighthouseProxy>> l =
         LighthouseProxy::Start(std::move(lo), client_->channel(), node_.node_id);
     if (!l.ok()) return l.status();

@@ -19,7 +19,7 @@ constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
     "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
     "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
-    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "agent_store_max_buffered_bytes", "agent_store_max_waits", "agent_store_max_listed_keys", "agent_store", "lighthouse", "lighthouse_run", "lighthouse_min_replicas", "lighthouse_join_timeout", "lighthouse_quorum_tick", "lighthouse_heartbeat_timeout", "server_port", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace"};
+    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "agent_store_max_buffered_bytes", "agent_store_max_waits", "agent_store_max_listed_keys", "agent_store", "lighthouse", "lighthouse_run", "lighthouse_min_replicas", "lighthouse_join_timeout", "lighthouse_quorum_tick", "lighthouse_heartbeat_timeout", "server_port", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace", "leader_resend_interval"};
 
 // A positive integer within [1, max] for rdzv_conf `key`.
 absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
@@ -133,6 +133,13 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       auto n = ParsePositive(key, value, 1 << 20);
       if (!n.ok()) return n.status();
       a.agent_store_max_connections = static_cast<int>(*n);
+    } else if (key == "leader_resend_interval") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      if (*d < absl::Milliseconds(10)) {
+        return absl::InvalidArgumentError(absl::StrCat("leader_resend_interval=", value, ": must be at least 0.01 seconds"));
+      }
+      a.leader_resend_interval = *d;
     } else if (key == "store_proxy_batch_hold") {
       auto d = ParseSeconds(key, value);
       if (!d.ok()) return d.status();

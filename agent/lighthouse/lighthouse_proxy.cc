@@ -13,11 +13,17 @@ namespace meshrun::agent {
 
 namespace {
 
+// Sends of one kept call, at most: a backstop under the worker's deadline,
+// which bounds them first (one per kept_retry_ms, plus one per leader
+// change).
+constexpr int kMaxResends = 1000;
+
 // One forwarded call: the worker's call (this reactor) and the server's
 // (ctx, request, response), alive until both are done. With `keep` (a
 // Quorum call, which may be sent twice), an answer UNAVAILABLE (the
-// server's leader went away) does not finish it: `keep` holds it until the
-// agent names the next leader (Resend), the proxy stops (End) or the
+// server's leader went away, or the one the agent follows is not serving)
+// does not finish it: `keep` holds it until the agent names the next
+// leader or kept_retry_ms passes (Resend), the proxy stops (End) or the
 // worker's call ends (OnCancel answers it CANCELLED).
 template <typename Request, typename Response>
 class ForwardedCall : public grpc::ServerUnaryReactor {
@@ -96,7 +102,7 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
       stub = stub_.get();
     }
     send_(stub, ctx, &req, &resp, [this, stub](grpc::Status s) {
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && keep_ && resends_ < 3 && Hold()) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && keep_ && resends_ < kMaxResends && Hold()) {
         ++resends_;
         if (keep_(this, stub, s) || !Release()) return;
       }
@@ -145,6 +151,7 @@ absl::StatusOr<std::unique_ptr<LighthouseProxy>> LighthouseProxy::Start(Lighthou
                                                                         std::shared_ptr<grpc::Channel> server,
                                                                         std::string node_id) {
   std::unique_ptr<LighthouseProxy> p(new LighthouseProxy(std::move(options)));
+  p->kept_ = std::make_unique<KeptCalls>(absl::Milliseconds(p->o_.kept_retry_ms));
   p->SetUpstream(std::move(server), std::move(node_id));
   grpc::ServerBuilder builder;
   int port = 0;
@@ -160,13 +167,11 @@ absl::StatusOr<std::unique_ptr<LighthouseProxy>> LighthouseProxy::Start(Lighthou
 }
 
 LighthouseProxy::~LighthouseProxy() {
-  std::vector<std::function<void(bool)>> kept;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    kept.swap(kept_);
   }
-  for (auto& resend : kept) resend(false);
+  kept_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     server_->Wait();
@@ -175,14 +180,12 @@ LighthouseProxy::~LighthouseProxy() {
 
 void LighthouseProxy::SetUpstream(std::shared_ptr<grpc::Channel> server, std::string node_id) {
   auto stub = std::make_shared<v1::Lighthouse::Stub>(std::move(server));
-  std::vector<std::function<void(bool)>> kept;
   {
     absl::MutexLock lock(&mu_);
     stub_ = std::move(stub);
     node_id_ = std::move(node_id);
-    kept.swap(kept_);
   }
-  for (auto& resend : kept) resend(true);
+  kept_->ResendAll();
 }
 
 void LighthouseProxy::SetFollowLeader(bool follow) {
@@ -195,7 +198,7 @@ bool LighthouseProxy::Keep(const v1::Lighthouse::Stub* sent_on, std::function<vo
     absl::MutexLock lock(&mu_);
     if (!follow_leader_ || stopping_) return false;
     if (stub_.get() == sent_on) {
-      kept_.push_back(std::move(resend));
+      kept_->Add(std::move(resend));  // Under mu_: SetUpstream's ResendAll comes after it.
       return true;
     }
   }

@@ -7,9 +7,12 @@
 // torchft's Manager reads). A replicated server: SetUpstream follows the
 // leader; with SetFollowLeader, a Quorum call that met a lost leader
 // (UNAVAILABLE) is kept until SetUpstream names the next one and sent
-// again there (at most 3 times; torchft's Manager does not ask again by
-// default), within the worker's deadline; a heartbeat fails UNAVAILABLE
-// (torchft's Manager logs it and sends the next).
+// again there, or, when no next one is named within kept_retry_ms (the
+// leader the agent follows answered UNAVAILABLE: it was not serving yet,
+// or paused), sent again on the same connection then; so at most once per
+// kept_retry_ms plus once per leader change, within the worker's deadline
+// (torchft's Manager does not ask again by default). A heartbeat fails
+// UNAVAILABLE (torchft's Manager logs it and sends the next).
 //
 // A worker's deadline passes through (torchft sets one on every call);
 // a cancelled call cancels its forwarded one. Thread-safe.
@@ -19,11 +22,11 @@
 
 #include <functional>
 #include <memory>
-#include <vector>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/kept_calls.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "meshrun/proto/torchft.grpc.pb.h"
 
@@ -44,6 +47,9 @@ struct LighthouseProxyOptions {
   int64_t heartbeat_timeout_ms = 0;
   // A call without a deadline (torchft always sets one) gets this one.
   int64_t default_timeout_ms = 60'000;
+  // A kept Quorum call with no next leader named this long is sent again
+  // on the current connection (above; agent/kept_calls.h); at least 10.
+  int64_t kept_retry_ms = 1'000;
 };
 
 class LighthouseProxy final : public torchft::LighthouseService::CallbackService {
@@ -79,8 +85,8 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
   std::shared_ptr<grpc::ClientContext> NewContext(grpc::CallbackServerContext* worker,
                                                   std::shared_ptr<v1::Lighthouse::Stub>* stub);
   void Fill(v1::RunRef* run, v1::LighthouseSettings* settings) const;
-  // Holds `resend` for the next SetUpstream (resend(true)) or the proxy's
-  // end (resend(false)); runs resend(true) at once when the call went out
+  // Holds `resend` for the next SetUpstream or kept_retry_ms, whichever
+  // comes first (resend(true)), or the proxy's end (resend(false)); runs resend(true) at once when the call went out
   // on another stub than the current one (the next leader is known);
   // false when not following a leader.
   bool Keep(const v1::Lighthouse::Stub* sent_on, std::function<void(bool)> resend);
@@ -91,7 +97,7 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   bool follow_leader_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::function<void(bool)>> kept_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<KeptCalls> kept_;  // Quorum calls kept for the next leader.
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -62,8 +62,9 @@ class ProxyReactor : public grpc::ServerUnaryReactor {
 // (the Store service) or v1::Admin::Stub. Answers `reactor` exactly once:
 // with the server's answer; or, when the request is `resend_safe` (its
 // repetition changes nothing more: a set, a delete, a read) and met a server
-// gone away (UNAVAILABLE), once it was sent again to the next leader (at
-// most kMaxResends times, within the worker's deadline); or CANCELLED as
+// gone away (UNAVAILABLE), once it was sent again to the next leader (or
+// on the same connection when none is named within the upstream's
+// kept_retry; within the worker's deadline); or CANCELLED as
 // soon as the worker's call is cancelled or its deadline passes, kept or
 // not, so that no kept call outlives its worker or holds up the proxy's
 // gRPC server at exit.
@@ -75,7 +76,9 @@ class ForwardedCall : public std::enable_shared_from_this<ForwardedCall<StubT, R
   // Sees every answer the worker gets, before the worker does.
   using Answered = std::function<void(const grpc::Status&)>;
 
-  static constexpr int kMaxResends = 3;
+  // A backstop: the worker's deadline bounds the sends first (one per
+  // GrpcUpstream's kept_retry, plus one per leader change).
+  static constexpr int kMaxResends = 1000;
 
   // Sends `req` now and answers `reactor` (whose OnCancel it takes over)
   // with `*resp` filled. `deadline`: the worker's (max() for none).

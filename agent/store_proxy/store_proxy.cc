@@ -357,7 +357,7 @@ absl::StatusOr<std::unique_ptr<StoreProxy>> StoreProxy::Start(StoreProxyOptions 
   proxy->dir_ = *dir;
   proxy->endpoint_ = absl::StrCat("unix:", *dir, "/store.sock");
   auto impl = std::make_unique<Impl>();
-  impl->upstream = std::make_unique<GrpcUpstream>(options.run_id, options.token);
+  impl->upstream = std::make_unique<GrpcUpstream>(options.run_id, options.token, options.kept_retry);
   impl->upstream->SetChannel(std::move(server), std::move(node_id));
   if (options.cache.label.empty()) options.cache.label = options.run_id;
   impl->batcher = std::make_unique<StoreBatcher>(impl->upstream.get(), options.batch);

@@ -49,6 +49,10 @@ struct StoreProxyOptions {
   // Largest worker request accepted, bytes (rdzv_conf
   // store_proxy_max_message_bytes; gRPC's default is 4 MiB).
   int64_t max_message_bytes = 4 << 20;
+  // How long a request kept for the next leader waits for one before it
+  // is sent again on the current connection (rdzv_conf
+  // leader_resend_interval; GrpcUpstream).
+  absl::Duration kept_retry = absl::Seconds(1);
   // Where the private directory goes: empty for $TMPDIR, else /tmp (also
   // when the socket's path would not fit a Unix socket address, 107 bytes).
   std::string dir_base;

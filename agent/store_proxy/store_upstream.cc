@@ -48,6 +48,8 @@ class KvBatchCall : public grpc::ClientReadReactor<pb::KvBatchResponse> {
   }
 
   const std::vector<StoreUpstream::Id>& ids() const { return ids_; }
+  // The stub the call went out on.
+  const GrpcUpstream::Stub* stub() const { return stub_.get(); }
 
   void Begin() {
     stub_->async()->KvBatch(ctx_.get(), &req_, this);
@@ -150,17 +152,15 @@ class KvBatchCall : public grpc::ClientReadReactor<pb::KvBatchResponse> {
   absl::AnyInvocable<void()> accepted_ ABSL_GUARDED_BY(mu_);
 };
 
-GrpcUpstream::GrpcUpstream(std::string run_id, std::string token)
-    : run_id_(std::move(run_id)), token_(std::move(token)) {}
+GrpcUpstream::GrpcUpstream(std::string run_id, std::string token, absl::Duration kept_retry)
+    : run_id_(std::move(run_id)), token_(std::move(token)), kept_calls_(std::make_unique<KeptCalls>(kept_retry)) {}
 
 GrpcUpstream::~GrpcUpstream() = default;
 
 void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::string node_id) {
   std::vector<BatchItem> kept;
-  std::vector<absl::AnyInvocable<void(bool)>> calls;
   {
     absl::MutexLock lock(&mu_);
-    calls.swap(kept_calls_);
     stub_ = std::shared_ptr<Stub>(pb::Store::NewStub(channel));
     admin_stub_ = std::shared_ptr<pb::Admin::Stub>(pb::Admin::NewStub(std::move(channel)));
     node_id_ = std::move(node_id);
@@ -170,7 +170,7 @@ void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::strin
   }
   // Sent again to the next leader, as one batch (their waits as they are left).
   if (!kept.empty()) StartBatch(std::move(kept), [] {});
-  for (auto& resend : calls) resend(true);
+  kept_calls_->ResendAll();  // The forwarded calls (and the kept items' timers, which find them gone).
 }
 
 bool GrpcUpstream::KeepCall(const Stub* sent_on, absl::AnyInvocable<void(bool resend)> resend) {
@@ -178,7 +178,7 @@ bool GrpcUpstream::KeepCall(const Stub* sent_on, absl::AnyInvocable<void(bool re
     absl::MutexLock lock(&mu_);
     if (!follow_leader_ || stopping_) return false;
     if (stub_.get() == sent_on) {
-      kept_calls_.push_back(std::move(resend));
+      kept_calls_->Add(std::move(resend));  // Under mu_: SetChannel's ResendAll comes after it.
       return true;
     }
   }
@@ -192,20 +192,55 @@ void GrpcUpstream::SetFollowLeader(bool follow) {
 }
 
 std::vector<BatchItem> GrpcUpstream::KeepForNextLeader(std::vector<BatchItem> items, KvBatchCall* call) {
-  absl::MutexLock lock(&mu_);
-  if (!follow_leader_ || stopping_) return items;
   std::vector<BatchItem> rest;
-  for (BatchItem& item : items) {
-    auto it = items_.find(item.id);
-    if (it == items_.end() || it->second != call) {
-      rest.push_back(std::move(item));  // No longer listed: answered as it was.
-      continue;
+  std::vector<BatchItem> now;  // The next leader is named already: sent there at once.
+  {
+    absl::MutexLock lock(&mu_);
+    if (!follow_leader_ || stopping_) return items;
+    const bool moved_on = stub_.get() != call->stub();
+    std::vector<StoreUpstream::Id> ids;
+    for (BatchItem& item : items) {
+      auto it = items_.find(item.id);
+      if (it == items_.end() || it->second != call) {
+        rest.push_back(std::move(item));  // No longer listed: answered as it was.
+        continue;
+      }
+      if (moved_on) {
+        items_.erase(it);
+        now.push_back(std::move(item));
+        continue;
+      }
+      it->second = nullptr;  // Kept: no call holds it.
+      const StoreUpstream::Id id = item.id;
+      ids.push_back(id);
+      kept_.emplace(id, std::move(item));
     }
-    it->second = nullptr;  // Kept: no call holds it.
-    const StoreUpstream::Id id = item.id;
-    kept_.emplace(id, std::move(item));
+    // No next leader within the retry time: sent again on this connection
+    // (the leader followed may have answered UNAVAILABLE itself).
+    if (!ids.empty()) {
+      kept_calls_->Add([this, ids = std::move(ids)](bool resend) {
+        if (resend) ResendKept(ids);
+      });
+    }
   }
+  if (!now.empty()) StartBatch(std::move(now), [] {});
   return rest;
+}
+
+void GrpcUpstream::ResendKept(const std::vector<StoreUpstream::Id>& ids) {
+  std::vector<BatchItem> again;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;  // Drain answers them.
+    for (StoreUpstream::Id id : ids) {
+      auto k = kept_.find(id);
+      if (k == kept_.end()) continue;  // Sent on by SetChannel, or cancelled.
+      again.push_back(std::move(k->second));
+      kept_.erase(k);
+      items_.erase(id);
+    }
+  }
+  if (!again.empty()) StartBatch(std::move(again), [] {});
 }
 
 std::shared_ptr<grpc::ClientContext> GrpcUpstream::NewContext(std::chrono::system_clock::time_point deadline,
@@ -286,11 +321,9 @@ void GrpcUpstream::BatchEnded(const std::vector<StoreUpstream::Id>& ids, KvBatch
 
 bool GrpcUpstream::Drain(absl::Duration timeout) {
   std::vector<BatchItem> kept;
-  std::vector<absl::AnyInvocable<void(bool)>> calls;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    calls.swap(kept_calls_);
     for (KvBatchCall* call : calls_) call->TryCancel();
     for (auto& [id, item] : kept_) {
       items_.erase(id);
@@ -299,7 +332,7 @@ bool GrpcUpstream::Drain(absl::Duration timeout) {
     kept_.clear();
   }
   for (BatchItem& item : kept) item.done(absl::CancelledError("the store proxy stopped"));
-  for (auto& resend : calls) resend(false);
+  kept_calls_->Stop();  // The forwarded calls kept are answered (resend(false)).
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);

@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/kept_calls.h"
 #include "agent/store_proxy/store_batcher.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
 
@@ -30,8 +31,10 @@ class GrpcUpstream : public BatchUpstream {
   using Stub = v1::Store::Stub;
 
   // Forwards for run `run_id` with `token` (the agent's; workers never see
-  // it). No channel yet: SetChannel before the first call.
-  GrpcUpstream(std::string run_id, std::string token);
+  // it). No channel yet: SetChannel before the first call. `kept_retry`:
+  // how long a request kept for the next leader waits for one before it is
+  // sent again on the current connection (agent/kept_calls.h).
+  GrpcUpstream(std::string run_id, std::string token, absl::Duration kept_retry = absl::Seconds(1));
   // Frees the stub. Its owner (the store proxy) first stops its own gRPC
   // server and waits for the calls in flight (Drain), so none outlives it.
   ~GrpcUpstream() override;
@@ -42,16 +45,19 @@ class GrpcUpstream : public BatchUpstream {
   void SetChannel(std::shared_ptr<grpc::Channel> channel, std::string node_id);
   // Replicas (the agent follows the leader): a batch whose server went away
   // (UNAVAILABLE) keeps its unanswered requests until SetChannel names the
-  // next leader, each with the wait it had left; the worker's own deadline
-  // or cancel, or Drain, answers one kept meanwhile. Off (default): they
-  // get the error at once. Thread-safe.
+  // next leader (at once when it named one since the batch went out), or
+  // kept_retry passes (then on the current connection), each with the wait
+  // it had left; the worker's own deadline or cancel, or Drain, answers
+  // one kept meanwhile. Off (default): they get the error at once.
+  // Thread-safe.
   void SetFollowLeader(bool follow);
 
   // Replicas: keeps a forwarded call whose server went away until
-  // SetChannel names the next leader, then calls `resend(true)` (the
-  // caller sends it again there); Drain calls `resend(false)` (the caller
-  // answers it). `sent_on`: the stub the call went out on; when SetChannel
-  // has named another since, `resend(true)` runs at once. False, keeping
+  // SetChannel names the next leader or kept_retry passes, then calls
+  // `resend(true)` (the caller sends it again on the current connection);
+  // Drain calls `resend(false)` (the caller answers it). `sent_on`: the
+  // stub the call went out on; when SetChannel has named another since,
+  // `resend(true)` runs at once. False, keeping
   // nothing, when not following a leader or stopping: the caller answers
   // at once. Thread-safe; `resend` runs without the upstream's lock.
   bool KeepCall(const Stub* sent_on, absl::AnyInvocable<void(bool resend)> resend);
@@ -88,6 +94,8 @@ class GrpcUpstream : public BatchUpstream {
   // listed) for the next leader when following one; returns the rest,
   // which the caller answers.
   std::vector<BatchItem> KeepForNextLeader(std::vector<BatchItem> items, KvBatchCall* call);
+  // Kept items `ids` still kept: sent again now, on the current connection.
+  void ResendKept(const std::vector<StoreUpstream::Id>& ids);
 
   const std::string run_id_;
   const std::string token_;
@@ -99,12 +107,14 @@ class GrpcUpstream : public BatchUpstream {
   // next leader, in kept_).
   absl::flat_hash_map<StoreUpstream::Id, KvBatchCall*> items_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<StoreUpstream::Id, BatchItem> kept_ ABSL_GUARDED_BY(mu_);
-  std::vector<absl::AnyInvocable<void(bool)>> kept_calls_ ABSL_GUARDED_BY(mu_);  // KeepCall's.
   bool follow_leader_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // Drain was called.
   // Batch calls in flight (cancelled when the upstream stops).
   absl::flat_hash_set<KvBatchCall*> calls_ ABSL_GUARDED_BY(mu_);
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // KeepCall's calls and KeepForNextLeader's retry timers. Last: destroyed
+  // (its timer stopped) first.
+  std::unique_ptr<KeptCalls> kept_calls_;
 };
 
 }  // namespace meshrun::agent

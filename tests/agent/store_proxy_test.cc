@@ -242,6 +242,63 @@ TEST_CASE("store proxy: a write that met a server gone away is sent again to the
   CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
 }
 
+TEST_CASE("store proxy: requests kept on the leader the agent follows are sent there again when no next one comes",
+          "[store_proxy]") {
+  // The leader the agent already follows answers UNAVAILABLE (here: nothing listens on its
+  // port yet, as a replica elected but not serving) and no other leader will be named: the
+  // kept requests must go to it again once it serves, not wait for a leader change that
+  // never comes (they did: each waited out its worker's deadline).
+  agent::StoreProxyOptions po;
+  po.kept_retry = absl::Milliseconds(200);
+  Setup s(po);
+  const int port = DeadPort();
+  grpc::ChannelArguments fast;
+  fast.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  fast.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  fast.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+  s.proxy->SetFollowLeader(true);
+  s.proxy->SetUpstream(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), fast), "node-a");
+  auto store = s.Worker();
+  // A forwarded write and a batched read (a write-once key, waited for).
+  std::promise<absl::Status> set;
+  std::promise<absl::StatusOr<std::string>> got;
+  std::thread writer([&] { set.set_value(store->Set("k", "v")); });
+  std::thread reader([&] { got.set_value(store->Get("mesh/kept/id", absl::Seconds(20))); });
+  absl::SleepFor(absl::Milliseconds(300));  // Both are kept by now (and sent again at least once).
+  // The same address starts to serve; the proxy is told nothing.
+  rendezvous::ServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = port;
+  so.token = "s3cret";
+  auto later = rendezvous::RendezvousServer::Start(so);
+  REQUIRE(later.ok());
+  const absl::Time served = absl::Now();
+  GrpcStoreOptions direct;
+  direct.endpoint = (*later)->endpoint();
+  direct.run_id = "job";
+  direct.token = "s3cret";
+  auto server_side = ConnectGrpcStore(direct);
+  REQUIRE(server_side.ok());
+  REQUIRE((*server_side)->Set("mesh/kept/id", "unique").ok());
+  auto set_done = set.get_future();
+  auto got_done = got.get_future();
+  // Bounded waits: the worker's own deadlines are 10 s (the write) and 30 s (the read).
+  REQUIRE(set_done.wait_for(std::chrono::seconds(8)) == std::future_status::ready);
+  REQUIRE(got_done.wait_for(std::chrono::seconds(8)) == std::future_status::ready);
+  const absl::Duration took = absl::Now() - served;
+  writer.join();
+  reader.join();
+  const absl::Status w = set_done.get();
+  const absl::StatusOr<std::string> r = got_done.get();
+  INFO("write: " << w << "; read: " << r.status() << "; answered " << absl::FormatDuration(took) << " after the leader served");
+  CHECK(w.ok());
+  REQUIRE(r.ok());
+  CHECK(*r == "unique");
+  CHECK(took < absl::Seconds(5));
+  CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
+}
+
 TEST_CASE("store proxy: a write kept for the next leader ends with its worker's deadline, and the proxy stops without one",
           "[store_proxy]") {
   Setup s;

@@ -74,6 +74,12 @@ TEST_CASE("rdzv_conf takes the store proxy's settings and refuses bad ones with 
   REQUIRE_FALSE(s.ok());
   CHECK(std::string(s.message()) == "store_proxy_batch_hold=-1: must be a number of seconds, 0..31536000 (a year)");
   CHECK_FALSE(ApplyRdzvConf("store_proxy_max_waiters=0", &c).ok());
+  CHECK(c.agent.leader_resend_interval == absl::Seconds(1));
+  REQUIRE(ApplyRdzvConf("leader_resend_interval=0.25", &c).ok());
+  CHECK(c.agent.leader_resend_interval == absl::Milliseconds(250));
+  s = ApplyRdzvConf("leader_resend_interval=0.001", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(std::string(s.message()) == "leader_resend_interval=0.001: must be at least 0.01 seconds");
 }
 
 TEST_CASE("rdzv_conf takes the agent store's settings and refuses bad ones with one line", "[flags]") {
