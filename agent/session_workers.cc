@@ -40,6 +40,7 @@ std::optional<int> Session::RunRound(const Assignment& a) {
     so.run_id = o_.run_id;
     so.round = a.round;
     so.wait_for_connection = false;
+    so.channel = proxy_->InProcessChannel();  // The proxy is in this process: no socket between.
     absl::StatusOr<std::shared_ptr<Store>> store = client::ConnectGrpcStore(so);
     if (!store.ok()) return Fatal(absl::StrCat("the agent store: ", store.status().message()));
     // Under "torch/": the agent store has no authentication (as PyTorch's

@@ -282,6 +282,14 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& 
     MESHRUN_ASSIGN_OR_RETURN(ep, ParseEndpoint(options.endpoint, 29400));
     target = ep->ToString();
   }
+  if (options.channel) {
+    if (!unix_socket) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a store over a given channel names its store proxy's unix: endpoint, not '", options.endpoint,
+                       "'"));
+    }
+    return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, options.channel, ep, target));
+  }
   auto channel = SharedChannel(target, ep ? ep->host : "", options.tls, unix_socket);
   if (!options.wait_for_connection) {
     channel->GetState(/*try_to_connect=*/true);

@@ -37,6 +37,11 @@ struct GrpcStoreOptions {
   // call's own deadline, and one that cannot reach the server by then fails
   // with UNAVAILABLE naming the endpoint. connect_timeout is then unused.
   bool wait_for_connection = true;
+  // Set: the store uses this channel as it is (the agent's in-process
+  // channel to its own store proxy, StoreProxy::InProcessChannel) and
+  // `endpoint` (the proxy's "unix:" one) only names it in messages;
+  // connect_timeout and wait_for_connection are then unused.
+  std::shared_ptr<grpc::Channel> channel;
   // Extra deadline on top of a call's own wait, for the round trip.
   absl::Duration rpc_slack = absl::Seconds(10);
 };

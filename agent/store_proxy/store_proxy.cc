@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/channel.h"
 #include "common/logging.h"
 #include "common/store.h"
 #include "meshrun/proto/rendezvous.grpc.pb.h"
@@ -404,6 +405,12 @@ StoreProxy::~StoreProxy() {
 
 void StoreProxy::SetUpstream(std::shared_ptr<grpc::Channel> server, std::string node_id) {
   impl_->upstream->SetChannel(std::move(server), std::move(node_id));
+}
+
+std::shared_ptr<grpc::Channel> StoreProxy::InProcessChannel() const {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(client::kMaxStoreAnswerBytes);
+  return impl_->server->InProcessChannel(args);
 }
 
 void StoreProxy::SetFollowLeader(bool follow) { impl_->upstream->SetFollowLeader(follow); }

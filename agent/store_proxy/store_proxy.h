@@ -83,6 +83,13 @@ class StoreProxy {
 
   // "unix:<dir>/store.sock", what workers get as MESHRUN_STORE_ENDPOINT.
   const std::string& endpoint() const { return endpoint_; }
+  // A channel to this proxy inside the agent's own process (gRPC's
+  // in-process transport: no socket, no HTTP/2 framing), for the agent's
+  // own store clients (its TCPStore-protocol store, agent/tcpstore): the
+  // same service and answers as endpoint()'s, for about half the CPU per
+  // call. Valid while the proxy lives; calls after it end CANCELLED or
+  // UNAVAILABLE. Thread-safe.
+  std::shared_ptr<grpc::Channel> InProcessChannel() const;
   const std::string& directory() const { return dir_; }
 
   // After the agent re-joined as a new member: its new channel and node
