@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -53,6 +54,29 @@ struct AgentStore::Conn {
     std::shared_ptr<std::atomic<bool>> answered;
     std::shared_ptr<std::atomic<bool>> finished;
   };
+
+  // The value a client's single-key WAIT read (its waiter reads the key
+  // with Get rather than Wait), for the GET that PyTorch's client sends
+  // right after it as the second half of one get(): that GET is answered
+  // with it, without a store call, when it is the connection's next
+  // request, for the same key of the same round's store, and no write to
+  // the key went through this agent store since the read was sent
+  // (AgentStore::WriteGeneration): then the store holds that value still
+  // (the clients' keys are written through node rank 0's agent store,
+  // where every worker's MASTER_ADDR:MASTER_PORT points; a write that
+  // reaches a key another way between a get()'s WAIT and its GET is not
+  // seen by that GET, whose answer was still the key's value during that
+  // get(), all a get() promises). So a get() of a key already set costs
+  // one store call; one that waited for a write through this agent store
+  // does not fold (that write came after the read was sent) and costs two,
+  // as before. Any other request drops it.
+  struct Folded {
+    std::string key;
+    std::string value;
+    const Store* store = nullptr;
+    uint64_t generation = 0;
+  };
+  std::optional<Folded> folded ABSL_GUARDED_BY(write_mu);
 
   const int fd;
   const std::string peer;

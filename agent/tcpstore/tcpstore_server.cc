@@ -295,10 +295,52 @@ absl::StatusOr<std::string> AgentStore::QueueRequest(const Request& r) {
   }
 }
 
+uint64_t AgentStore::WriteGeneration(const std::string& key) const {
+  return write_generation_[std::hash<std::string>{}(key) % kWriteStripes].load(std::memory_order_acquire);
+}
+
+void AgentStore::CountWrites(const std::vector<std::string>& keys) {
+  for (const std::string& key : keys) {
+    write_generation_[std::hash<std::string>{}(key) % kWriteStripes].fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+std::optional<bool> AgentStore::AnswerFolded(const std::shared_ptr<Conn>& c, const Request& r) {
+  std::optional<Conn::Folded> folded;
+  {
+    absl::MutexLock lock(&c->write_mu);
+    folded.swap(c->folded);
+  }
+  if (!folded || r.op != Op::kGet || folded->key != r.keys[0] || folded->store != CurrentStore().get() ||
+      WriteGeneration(r.keys[0]) != folded->generation) {
+    return std::nullopt;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.folded_gets;
+  }
+  std::string reply;
+  AppendBytes(&reply, folded->value);
+  return c->Write(reply);
+}
+
 bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   {
     absl::MutexLock lock(&mu_);
     ++stats_.requests;
+  }
+  if (std::optional<bool> open = AnswerFolded(c, r)) return *open;
+  switch (r.op) {
+    case Op::kSet:
+    case Op::kMultiSet:
+    case Op::kAdd:
+    case Op::kAppend:
+    case Op::kCompareSet:
+    case Op::kDeleteKey:
+      CountWrites(r.keys);  // Before it is sent: a WAIT's read from before it is not used for a GET after it.
+      break;
+    default:
+      break;
   }
   switch (r.op) {
     case Op::kValidate: return true;

@@ -19,12 +19,14 @@
 // one log line naming the request, the key and why.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -130,6 +132,9 @@ class AgentStore {
     int64_t closed_on_error = 0;
     int64_t buffered_bytes = 0;  // Now, all connections (see max_buffered_bytes).
     int64_t waits = 0;           // WAITs in the store now (see max_waits).
+    // GETs answered with the value their WAIT read (Conn::Folded): a
+    // PyTorch get() costs one store call, not two.
+    int64_t folded_gets = 0;
   };
   Stats stats() const;
 
@@ -157,9 +162,21 @@ class AgentStore {
                bool queues);
   // One slice of a WAIT (RunWait's): OK once every key is ready,
   // DEADLINE_EXCEEDED when the slice ended first (or `released` was
-  // notified: a push answered this WAIT); the store's errors.
+  // notified: a push answered this WAIT); the store's errors. A client's
+  // WAIT on one key that names no queue reads the key (Get) and sets
+  // `*value` to what it read, for the GET that follows (Conn::Folded).
   absl::Status WaitSlice(Store& store, const std::vector<std::string>& keys, bool queues,
-                         absl::Notification& released);
+                         absl::Notification& released, std::optional<std::string>* value);
+  // Writes to `key` that went through this agent store (counted per stripe
+  // of keys by hash, before each write is sent): a read's value is still
+  // the key's when the count did not move since the read was sent.
+  uint64_t WriteGeneration(const std::string& key) const;
+  void CountWrites(const std::vector<std::string>& keys);
+  // A GET that is the connection's next request after its WAIT: answered
+  // with the WAIT's read when it may be (Conn::Folded): whether the
+  // connection stays open; nullopt when it must go to the store. Every
+  // request drops the connection's fold.
+  std::optional<bool> AnswerFolded(const std::shared_ptr<Conn>& c, const Request& r);
   // QUEUE_PUSH, QUEUE_POP, QUEUE_LEN and a CHECK that names a queue: the
   // reply's bytes (empty for QUEUE_PUSH); Queues' and the store's errors.
   absl::StatusOr<std::string> QueueRequest(const Request& r);
@@ -190,6 +207,8 @@ class AgentStore {
   int64_t buffered_ ABSL_GUARDED_BY(mu_) = 0;  // Against max_buffered_bytes.
   int waits_ ABSL_GUARDED_BY(mu_) = 0;         // Waiter threads alive, against max_waits.
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  static constexpr size_t kWriteStripes = 1024;
+  std::array<std::atomic<uint64_t>, kWriteStripes> write_generation_{};
 };
 
 }  // namespace meshrun::agent::tcpstore

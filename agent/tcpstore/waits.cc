@@ -1,6 +1,7 @@
 // The agent store's WAITs and BARRIERs (tcpstore_server.h): each on a
 // thread of its own, in slices of the store's waiting, bounded per
 // connection and in all, and released by a queue's push (queues.h).
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,7 @@ bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
     internal = internal_;
   }
   if (!AdmitWait(c, "BARRIER")) return false;
+  CountWrites({r.keys[0]});  // Its arrival is an ADD to the key.
   absl::StatusOr<bool> released = store == nullptr || internal == nullptr
                                       ? absl::UnavailableError("no round has started on this node yet")
                                       : ArriveAtBarrier(*store, *internal, r);
@@ -124,7 +126,9 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> 
     absl::Status s = store == nullptr ? absl::UnavailableError("no round has started on this node yet")
                                       : absl::OkStatus();
     while (s.ok() && !canceled->load()) {
-      s = WaitSlice(*store, keys, queues, *released);
+      std::optional<std::string> value;
+      const uint64_t generation = keys.size() == 1 ? WriteGeneration(keys[0]) : 0;  // Before the read is sent.
+      s = WaitSlice(*store, keys, queues, *released, &value);
       if (absl::IsDeadlineExceeded(s)) {
         s = absl::OkStatus();
         continue;
@@ -133,6 +137,7 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> 
       absl::MutexLock lock(&c->write_mu);
       if (!canceled->load()) {
         answered->store(true);
+        if (value) c->folded = Conn::Folded{keys[0], std::move(*value), store.get(), generation};
         std::string reply;
         AppendU8(&reply, kStopWaiting);
         c->WriteLocked(reply);
@@ -158,8 +163,16 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> 
 }
 
 absl::Status AgentStore::WaitSlice(Store& store, const std::vector<std::string>& keys, bool queues,
-                                   absl::Notification& released) {
+                                   absl::Notification& released, std::optional<std::string>* value) {
   if (keys.empty()) return absl::OkStatus();
+  if (queues && keys.size() == 1 && !queues_.AnyQueue(keys)) {
+    // A client's WAIT on one key: the read that waits also brings the value
+    // for the GET PyTorch's get() sends next (Conn::Folded).
+    absl::StatusOr<std::string> v = store.Get(keys[0], o_.wait_slice);
+    if (!v.ok()) return v.status();
+    *value = std::move(*v);
+    return absl::OkStatus();
+  }
   if (!queues || !queues_.AnyQueue(keys)) return store.Wait(keys, o_.wait_slice);
   absl::StatusOr<std::vector<std::string>> rest = queues_.NotHolding(keys);
   if (!rest.ok()) return rest.status();

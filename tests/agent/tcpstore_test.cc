@@ -6,6 +6,9 @@
 #include <chrono>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
+#include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "tests/agent/tcpstore_fixture.h"
 #include "tests/support/parked_reads.h"
 
@@ -114,6 +117,74 @@ TEST_CASE("agent store: requests reach meshrun's store, a WAIT is answered by an
   auto n = f.store->Get("n", absl::ZeroDuration());
   REQUIRE(n.ok());
   CHECK(*n == "41");
+}
+
+namespace {
+
+// Store calls the rendezvous server has served (its Kv* request counters),
+// counted from outside the agent store.
+int64_t StoreCalls(const Fixture& f) {
+  auto admin = meshrun::v1::Admin::NewStub(grpc::CreateChannel(f.server->endpoint(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  meshrun::v1::StatusRequest req;
+  meshrun::v1::StatusResponse resp;
+  REQUIRE(admin->Status(&ctx, req, &resp).ok());
+  int64_t n = 0;
+  for (const auto& [method, count] : resp.request_counts()) {
+    if (method.rfind("Kv", 0) == 0) n += count;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("agent store: a get()'s WAIT and GET are one store call, and never miss a write between them",
+          "[tcpstore]") {
+  Fixture f;
+  Client a(f.agent->port()), b(f.agent->port());
+  a.Send(Validate());
+  b.Send(Validate());
+  const std::string stop(1, static_cast<char>(kStopWaiting));
+  auto settled = [&](Client& c) {  // Every earlier request of `c` handled (a CHECK's answer).
+    c.Send(EncodeRequest(Make(Op::kCheck, {"k"}), Dialect::kCurrent));
+    REQUIRE(c.Read(1).size() == 1);
+  };
+  b.Send(EncodeRequest(Make(Op::kSet, {"k"}, {"one"}), Dialect::kCurrent));
+  settled(b);
+  // What PyTorch's get() sends: WAIT, then GET of the same key. One store call (the WAIT's
+  // read), not two.
+  const int64_t before = StoreCalls(f);
+  a.Send(EncodeRequest(Make(Op::kWait, {"k"}), Dialect::kCurrent));
+  REQUIRE(a.Read(1) == stop);
+  a.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));
+  CHECK(a.Value() == "one");
+  CHECK(StoreCalls(f) - before == 1);
+  CHECK(f.agent->stats().folded_gets == 1);
+  // A write between the WAIT and the GET (another client's, through this agent store): the
+  // GET reads the store again and sees it.
+  a.Send(EncodeRequest(Make(Op::kWait, {"k"}), Dialect::kCurrent));
+  REQUIRE(a.Read(1) == stop);
+  b.Send(EncodeRequest(Make(Op::kSet, {"k"}, {"two"}), Dialect::kCurrent));
+  settled(b);
+  a.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));
+  CHECK(a.Value() == "two");
+  // A GET that is not the next request after its WAIT reads the store too.
+  a.Send(EncodeRequest(Make(Op::kWait, {"k"}), Dialect::kCurrent));
+  REQUIRE(a.Read(1) == stop);
+  REQUIRE(f.store->Set("k", "three").ok());  // Not through the agent store at all.
+  settled(a);
+  a.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));
+  CHECK(a.Value() == "three");
+  // A WAIT that waited was released by a write through this agent store, after its read was
+  // sent: its GET reads the store (what it reads is the same; the rule holds for any client).
+  a.Send(EncodeRequest(Make(Op::kWait, {"late"}), Dialect::kCurrent));
+  CHECK(a.Read(1, 0.3).empty());  // Not set yet (a bounded window for a negative).
+  b.Send(EncodeRequest(Make(Op::kSet, {"late"}, {"here"}), Dialect::kCurrent));
+  REQUIRE(a.Read(1) == stop);
+  a.Send(EncodeRequest(Make(Op::kGet, {"late"}), Dialect::kCurrent));
+  CHECK(a.Value() == "here");
+  CHECK(f.agent->stats().folded_gets == 1);
 }
 
 TEST_CASE("agent store: BARRIER holds each arrival until the world size has arrived, and a key used again passes",
