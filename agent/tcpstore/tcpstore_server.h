@@ -146,8 +146,10 @@ class AgentStore {
   // Handles one request; false when the connection must close.
   bool Handle(const std::shared_ptr<Conn>& c, Request r);
   // Starts a WAIT (canceling the connection's last one if it is still in
-  // progress); false (and a log line) when the connection must close: past
-  // a bound.
+  // progress): a single key already set is answered at once (its value
+  // kept for the GET that follows, Conn::Folded), else a waiter thread
+  // waits; false (and a log line) when the connection must close: past a
+  // bound.
   bool StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys);
   // The bounds of a WAIT (or BARRIER, `op`) about to start on `c`: true and
   // one WAIT counted in all (RunWait's end, or EndWait, takes it back);

@@ -46,7 +46,23 @@ bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
 
 bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
   if (!AdmitWait(c, "WAIT")) return false;
-  RunWait(c, CurrentStore(), std::move(keys), /*queues=*/true);
+  std::shared_ptr<Store> store = CurrentStore();
+  if (store != nullptr && keys.size() == 1 && !queues_.AnyQueue(keys)) {
+    // A key already set (most of init_process_group's gets): answered on
+    // this thread, its value kept for the GET that follows; no waiter
+    // thread. One not set yet (NOT_FOUND), or an error, goes to a waiter.
+    const uint64_t generation = WriteGeneration(keys[0]);  // Before the read is sent.
+    absl::StatusOr<std::string> value = store->Get(keys[0], absl::ZeroDuration());
+    if (value.ok()) {
+      EndWait();
+      absl::MutexLock lock(&c->write_mu);
+      c->folded = Conn::Folded{keys[0], std::move(*value), store.get(), generation};
+      std::string reply;
+      AppendU8(&reply, kStopWaiting);
+      return c->WriteLocked(reply);
+    }
+  }
+  RunWait(c, std::move(store), std::move(keys), /*queues=*/true);
   return true;
 }
 
