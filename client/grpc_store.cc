@@ -288,7 +288,11 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectGrpcStore(const GrpcStoreOptions& 
           absl::StrCat("a store over a given channel names its store proxy's unix: endpoint, not '", options.endpoint,
                        "'"));
     }
-    return std::shared_ptr<Store>(std::make_shared<GrpcStore>(options, options.channel, ep, target));
+    // In-process: nothing to connect (and GetState, which tells a lost
+    // connection, is not a client channel's there): connected from the start.
+    GrpcStoreOptions o = options;
+    o.wait_for_connection = true;
+    return std::shared_ptr<Store>(std::make_shared<GrpcStore>(o, options.channel, ep, target));
   }
   auto channel = SharedChannel(target, ep ? ep->host : "", options.tls, unix_socket);
   if (!options.wait_for_connection) {

@@ -299,6 +299,27 @@ TEST_CASE("store proxy: requests kept on the leader the agent follows are sent t
   CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
 }
 
+TEST_CASE("store proxy: a store over its in-process channel reports a first wait's timeout as a timeout",
+          "[store_proxy]") {
+  // The agent's own store client (its TCPStore-protocol store) reaches the proxy in-process.
+  // Its first call may be a wait that times out: that is DEADLINE_EXCEEDED, not "unreachable"
+  // (it was: an in-process channel has no connection state to look at, and the agent store
+  // closed its client's connection on it).
+  Setup s;
+  GrpcStoreOptions o;
+  o.endpoint = s.proxy->endpoint();
+  o.run_id = "job";
+  o.wait_for_connection = false;
+  o.channel = s.proxy->InProcessChannel();
+  auto store = ConnectGrpcStore(o);
+  REQUIRE(store.ok());
+  const absl::Status w = (*store)->Wait({"never"}, absl::Milliseconds(200));
+  INFO(w);
+  CHECK(absl::IsDeadlineExceeded(w));
+  REQUIRE((*store)->Set("k", "v").ok());
+  CHECK(*(*store)->Get("k", absl::ZeroDuration()) == "v");
+}
+
 TEST_CASE("store proxy: a write kept for the next leader ends with its worker's deadline, and the proxy stops without one",
           "[store_proxy]") {
   Setup s;
