@@ -14,6 +14,14 @@ namespace {
 // Extra time a batch may take beyond its longest wait, for the round trip.
 constexpr absl::Duration kRpcSlack = absl::Seconds(30);
 
+// A kept item as it is sent again: its wait less the time it was kept.
+BatchItem Unkept(BatchItem item, absl::Time since, absl::Time now) {
+  if (item.request.wait != absl::InfiniteDuration()) {
+    item.request.wait = std::max(absl::ZeroDuration(), item.request.wait - (now - since));
+  }
+  return item;
+}
+
 int64_t ToMs(absl::Duration d) {
   if (d == absl::InfiniteDuration()) return INT64_MAX / 4;
   return std::max<int64_t>(0, absl::ToInt64Milliseconds(d));
@@ -164,7 +172,8 @@ void GrpcUpstream::SetChannel(std::shared_ptr<grpc::Channel> channel, std::strin
     stub_ = std::shared_ptr<Stub>(pb::Store::NewStub(channel));
     admin_stub_ = std::shared_ptr<pb::Admin::Stub>(pb::Admin::NewStub(std::move(channel)));
     node_id_ = std::move(node_id);
-    for (auto& [id, item] : kept_) kept.push_back(std::move(item));
+    const absl::Time now = absl::Now();
+    for (auto& [id, k] : kept_) kept.push_back(Unkept(std::move(k.item), k.since, now));
     kept_.clear();
     for (const BatchItem& item : kept) items_.erase(item.id);
   }
@@ -213,7 +222,7 @@ std::vector<BatchItem> GrpcUpstream::KeepForNextLeader(std::vector<BatchItem> it
       it->second = nullptr;  // Kept: no call holds it.
       const StoreUpstream::Id id = item.id;
       ids.push_back(id);
-      kept_.emplace(id, std::move(item));
+      kept_.emplace(id, KeptItem{std::move(item), absl::Now()});
     }
     // No next leader within the retry time: sent again on this connection
     // (the leader followed may have answered UNAVAILABLE itself).
@@ -235,7 +244,7 @@ void GrpcUpstream::ResendKept(const std::vector<StoreUpstream::Id>& ids) {
     for (StoreUpstream::Id id : ids) {
       auto k = kept_.find(id);
       if (k == kept_.end()) continue;  // Sent on by SetChannel, or cancelled.
-      again.push_back(std::move(k->second));
+      again.push_back(Unkept(std::move(k->second.item), k->second.since, absl::Now()));
       kept_.erase(k);
       items_.erase(id);
     }
@@ -298,7 +307,7 @@ void GrpcUpstream::Cancel(StoreUpstream::Id id) {
     if (it->second == nullptr) {
       // Kept for the next leader: answered here (below).
       auto k = kept_.find(id);
-      if (k != kept_.end()) done = std::move(k->second.done);
+      if (k != kept_.end()) done = std::move(k->second.item.done);
       kept_.erase(id);
       items_.erase(it);
     } else {
@@ -325,9 +334,9 @@ bool GrpcUpstream::Drain(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     for (KvBatchCall* call : calls_) call->TryCancel();
-    for (auto& [id, item] : kept_) {
+    for (auto& [id, k] : kept_) {
       items_.erase(id);
-      kept.push_back(std::move(item));
+      kept.push_back(std::move(k.item));
     }
     kept_.clear();
   }

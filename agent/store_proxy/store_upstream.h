@@ -106,7 +106,11 @@ class GrpcUpstream : public BatchUpstream {
   // Item -> the batch call it is in (alive while listed; null: kept for the
   // next leader, in kept_).
   absl::flat_hash_map<StoreUpstream::Id, KvBatchCall*> items_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<StoreUpstream::Id, BatchItem> kept_ ABSL_GUARDED_BY(mu_);
+  struct KeptItem {
+    BatchItem item;
+    absl::Time since;  // Its wait is sent again less the time kept.
+  };
+  absl::flat_hash_map<StoreUpstream::Id, KeptItem> kept_ ABSL_GUARDED_BY(mu_);
   bool follow_leader_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // Drain was called.
   // Batch calls in flight (cancelled when the upstream stops).
