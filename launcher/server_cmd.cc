@@ -94,7 +94,7 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
                  "raises it to its floor: 2 s with its default timing)")
       ->default_str("2");
   app.add_option("--state_lease_renew_interval,--state-lease-renew-interval", state_lease_renew_interval,
-                 "Seconds between renewals of that lease, at most a third of --state_lease_ttl: the leader rides "
+                 "Seconds between renewals of that lease, 0.05 up to a third of --state_lease_ttl: the leader rides "
                  "out an etcd outage (etcd electing its leader) of up to TTL - interval - min(TTL/10, 0.25 s)")
       ->default_str("0.25");
   app.add_option("--state_load_timeout,--state-load-timeout", state_load_timeout,
@@ -182,9 +182,9 @@ int ServerMain(int argc, char** argv, const ReplicaSeams& seams) {
       std::fprintf(stderr, "meshrun server: error: --state_timeout must be >= 0 and --state_lease_ttl >= 1\n");
       return 2;
     }
-    if (!(state_lease_renew_interval >= 0.001 && state_lease_renew_interval <= state_lease_ttl / 3.0)) {
+    if (!(state_lease_renew_interval >= 0.05 && state_lease_renew_interval <= state_lease_ttl / 3.0)) {
       std::fprintf(stderr,
-                   "meshrun server: error: --state_lease_renew_interval=%g: must be at least 0.001 and at most a "
+                   "meshrun server: error: --state_lease_renew_interval=%g: must be at least 0.05 and at most a "
                    "third of --state_lease_ttl (%.3f s)\n",
                    state_lease_renew_interval, state_lease_ttl / 3.0);
       return 2;

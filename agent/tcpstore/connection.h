@@ -73,7 +73,7 @@ struct AgentStore::Conn {
   struct Folded {
     std::string key;
     std::string value;
-    const Store* store = nullptr;
+    std::shared_ptr<Store> store;  // Held: its address is not another round's.
     uint64_t generation = 0;
   };
   std::optional<Folded> folded ABSL_GUARDED_BY(write_mu);

@@ -311,7 +311,7 @@ std::optional<bool> AgentStore::AnswerFolded(const std::shared_ptr<Conn>& c, con
     absl::MutexLock lock(&c->write_mu);
     folded.swap(c->folded);
   }
-  if (!folded || r.op != Op::kGet || folded->key != r.keys[0] || folded->store != CurrentStore().get() ||
+  if (!folded || r.op != Op::kGet || folded->key != r.keys[0] || folded->store != CurrentStore() ||
       WriteGeneration(r.keys[0]) != folded->generation) {
     return std::nullopt;
   }

@@ -51,12 +51,16 @@ bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::stri
     // A key already set (most of init_process_group's gets): answered on
     // this thread, its value kept for the GET that follows; no waiter
     // thread. One not set yet (NOT_FOUND), or an error, goes to a waiter.
+    // The read holds this connection's thread for one store call: during a
+    // leader's failover up to the store's rpc slack (10 s), and a
+    // CANCEL_WAIT sent meanwhile is answered after it (PyTorch's client
+    // takes a STOP_WAITING before its WAIT_CANCELED).
     const uint64_t generation = WriteGeneration(keys[0]);  // Before the read is sent.
     absl::StatusOr<std::string> value = store->Get(keys[0], absl::ZeroDuration());
     if (value.ok()) {
       EndWait();
       absl::MutexLock lock(&c->write_mu);
-      c->folded = Conn::Folded{keys[0], std::move(*value), store.get(), generation};
+      c->folded = Conn::Folded{keys[0], std::move(*value), store, generation};
       std::string reply;
       AppendU8(&reply, kStopWaiting);
       return c->WriteLocked(reply);
@@ -79,6 +83,7 @@ bool AgentStore::AdmitWait(const std::shared_ptr<Conn>& c, const char* op) {
       // CANCEL_WAIT). Canceled without a reply, as CANCEL_WAIT would.
       absl::MutexLock lock(&c->write_mu);
       it->canceled->store(true);
+      c->folded.reset();  // Not this WAIT's read.
     }
     if (it->canceled->load()) ++canceled;
     ++it;
@@ -153,7 +158,7 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> 
       absl::MutexLock lock(&c->write_mu);
       if (!canceled->load()) {
         answered->store(true);
-        if (value) c->folded = Conn::Folded{keys[0], std::move(*value), store.get(), generation};
+        if (value) c->folded = Conn::Folded{keys[0], std::move(*value), store, generation};
         std::string reply;
         AppendU8(&reply, kStopWaiting);
         c->WriteLocked(reply);

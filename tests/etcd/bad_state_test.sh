@@ -39,8 +39,8 @@ expect "unreachable" "--state=etcd://127.0.0.1:[0-9]+.*(unreachable|refused)" --
 expect "etcds without a CA" "--state_tls_ca" --state etcds://127.0.0.1:2379
 expect "load timeout not positive" "--state_load_timeout=0: must be > 0 seconds" --state etcd://127.0.0.1:2379 --state_load_timeout 0
 expect "status timeout not positive" "--state_status_timeout=0: must be > 0 seconds" --state etcd://127.0.0.1:2379 --state_status_timeout 0
-expect "renew interval past a third of the TTL" "--state_lease_renew_interval=1: must be at least 0.001 and at most a third of --state_lease_ttl \\(0.667 s\\)" --state etcd://127.0.0.1:2379 --state_lease_renew_interval 1
-expect "renew interval zero" "--state_lease_renew_interval=0: must be at least 0.001" --state etcd://127.0.0.1:2379 --state_lease_renew_interval 0
+expect "renew interval past a third of the TTL" "--state_lease_renew_interval=1: must be at least 0.05 and at most a third of --state_lease_ttl \\(0.667 s\\)" --state etcd://127.0.0.1:2379 --state_lease_renew_interval 1
+expect "renew interval zero" "--state_lease_renew_interval=0: must be at least 0.05" --state etcd://127.0.0.1:2379 --state_lease_renew_interval 0
 expect "write queue bound not positive" "--state_max_queued_writes=0: must be at least" --state etcd://127.0.0.1:2379 --state_max_queued_writes 0
 expect "write size bound too small" "--state_max_write_bytes=10: must be at least 1024 bytes" --state etcd://127.0.0.1:2379 --state_max_write_bytes 10
 etcd_up 1 || fail "etcd did not come up"
