@@ -4,11 +4,7 @@
 // kept and sent again, also when no next leader is ever named.
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <future>
@@ -20,23 +16,11 @@
 #include "agent/lighthouse/lighthouse_proxy.h"
 #include "meshrun/proto/torchft.grpc.pb.h"
 #include "rendezvous/server.h"
+#include "tests/support/dead_port.h"
 
 using namespace meshrun;
 
 namespace {
-
-// A loopback port nobody listens on (bound, then closed).
-int DeadPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
-}
 
 // torchft's Quorum call through the endpoint, as its Manager sends it.
 grpc::Status AskQuorum(const std::string& address, const std::string& group, std::chrono::seconds timeout,
@@ -58,11 +42,9 @@ TEST_CASE("lighthouse endpoint: a Quorum call kept on the leader the agent follo
   // The leader the agent follows answers UNAVAILABLE (nothing listens on its port yet, as a
   // replica elected but not serving) and no other leader will be named: the kept call must
   // reach it once it serves, not wait for a leader change that never comes.
-  const int port = DeadPort();
-  grpc::ChannelArguments fast;
-  fast.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  fast.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
-  fast.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+  const int port = testing::DeadPort();
+  REQUIRE(port > 0);
+  grpc::ChannelArguments fast = testing::FastReconnect();
   agent::LighthouseProxyOptions o;
   o.run_id = "job";
   o.token = "secret";

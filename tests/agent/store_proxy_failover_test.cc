@@ -1,0 +1,163 @@
+// The store proxy (agent/store_proxy/store_proxy.h) while the agent follows a
+// replicated server's leader: requests that met a server gone away are kept
+// and sent again (to the next leader, or to the one followed when none is
+// named), end with their worker's deadline, and the proxy still stops; the
+// agent's own client over the in-process channel.
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/agent/store_proxy_fixture.h"
+#include "tests/support/dead_port.h"
+
+using namespace meshrun;
+using namespace meshrun::client;
+using meshrun::testing::store_proxy::Setup;
+
+TEST_CASE("store proxy: a write that met a server gone away is sent again to the next leader", "[store_proxy]") {
+  Setup s;
+  // The agent's channel now names a server that is gone (a port nobody listens on), as after
+  // a leader's death, and the proxy follows the leader (replicas).
+  const int dead_port = testing::DeadPort();
+  s.proxy->SetFollowLeader(true);
+  s.proxy->SetUpstream(grpc::CreateChannel(absl::StrCat("127.0.0.1:", dead_port), grpc::InsecureChannelCredentials()),
+                       "node-a");
+  auto store = s.Worker();
+  // An ADD is not sent twice (it might have been applied): its error comes at once.
+  CHECK(absl::IsUnavailable(store->Add("counter", 1).status()));
+  absl::Status set = absl::UnknownError("not answered");
+  std::atomic<bool> answered{false};
+  std::thread writer([&] {
+    set = store->Set("k", "v");
+    answered = true;
+  });
+  // The write is kept, not failed: for half a second (a bounded window for a negative) it has
+  // no answer; once the agent names the next leader it goes there.
+  absl::SleepFor(absl::Milliseconds(500));
+  CHECK_FALSE(answered.load());
+  s.proxy->SetUpstream(s.channel, "node-a");
+  writer.join();
+  CHECK(set.ok());
+  GrpcStoreOptions direct;
+  direct.endpoint = s.server->endpoint();
+  direct.run_id = "job";
+  direct.token = "s3cret";
+  auto server_side = ConnectGrpcStore(direct);
+  REQUIRE(server_side.ok());
+  CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
+}
+
+TEST_CASE("store proxy: requests kept on the leader the agent follows are sent there again when no next one comes",
+          "[store_proxy]") {
+  // The leader the agent already follows answers UNAVAILABLE (here: nothing listens on its
+  // port yet, as a replica elected but not serving) and no other leader will be named: the
+  // kept requests must go to it again once it serves, not wait for a leader change that
+  // never comes (they did: each waited out its worker's deadline).
+  agent::StoreProxyOptions po;
+  po.kept_retry = absl::Milliseconds(200);
+  Setup s(po);
+  const int port = testing::DeadPort();
+  REQUIRE(port > 0);
+  grpc::ChannelArguments fast = testing::FastReconnect();
+  s.proxy->SetFollowLeader(true);
+  s.proxy->SetUpstream(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), fast), "node-a");
+  auto store = s.Worker();
+  // A forwarded write and a batched read (a write-once key, waited for).
+  std::promise<absl::Status> set;
+  std::promise<absl::StatusOr<std::string>> got;
+  std::thread writer([&] { set.set_value(store->Set("k", "v")); });
+  std::thread reader([&] { got.set_value(store->Get("mesh/kept/id", absl::Seconds(20))); });
+  absl::SleepFor(absl::Milliseconds(300));  // Both are kept by now (and sent again at least once).
+  // The same address starts to serve; the proxy is told nothing.
+  rendezvous::ServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = port;
+  so.token = "s3cret";
+  auto later = rendezvous::RendezvousServer::Start(so);
+  REQUIRE(later.ok());
+  const absl::Time served = absl::Now();
+  GrpcStoreOptions direct;
+  direct.endpoint = (*later)->endpoint();
+  direct.run_id = "job";
+  direct.token = "s3cret";
+  auto server_side = ConnectGrpcStore(direct);
+  REQUIRE(server_side.ok());
+  REQUIRE((*server_side)->Set("mesh/kept/id", "unique").ok());
+  auto set_done = set.get_future();
+  auto got_done = got.get_future();
+  // Bounded waits: the worker's own deadlines are 10 s (the write) and 30 s (the read).
+  REQUIRE(set_done.wait_for(std::chrono::seconds(8)) == std::future_status::ready);
+  REQUIRE(got_done.wait_for(std::chrono::seconds(8)) == std::future_status::ready);
+  const absl::Duration took = absl::Now() - served;
+  writer.join();
+  reader.join();
+  const absl::Status w = set_done.get();
+  const absl::StatusOr<std::string> r = got_done.get();
+  INFO("write: " << w << "; read: " << r.status() << "; answered " << absl::FormatDuration(took) << " after the leader served");
+  CHECK(w.ok());
+  REQUIRE(r.ok());
+  CHECK(*r == "unique");
+  CHECK(took < absl::Seconds(5));
+  CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
+}
+
+TEST_CASE("store proxy: a store over its in-process channel reports a first wait's timeout as a timeout",
+          "[store_proxy]") {
+  // The agent's own store client (its TCPStore-protocol store) reaches the proxy in-process.
+  // Its first call may be a wait that times out: that is DEADLINE_EXCEEDED, not "unreachable"
+  // (it was: an in-process channel has no connection state to look at, and the agent store
+  // closed its client's connection on it).
+  Setup s;
+  GrpcStoreOptions o;
+  o.endpoint = s.proxy->endpoint();
+  o.run_id = "job";
+  o.wait_for_connection = false;
+  o.channel = s.proxy->InProcessChannel();
+  auto store = ConnectGrpcStore(o);
+  REQUIRE(store.ok());
+  const absl::Status w = (*store)->Wait({"never"}, absl::Milliseconds(200));
+  INFO(w);
+  CHECK(absl::IsDeadlineExceeded(w));
+  REQUIRE((*store)->Set("k", "v").ok());
+  CHECK(*(*store)->Get("k", absl::ZeroDuration()) == "v");
+}
+
+TEST_CASE("store proxy: a write kept for the next leader ends with its worker's deadline, and the proxy stops without one",
+          "[store_proxy]") {
+  Setup s;
+  s.proxy->SetFollowLeader(true);
+  s.proxy->SetUpstream(grpc::CreateChannel(absl::StrCat("127.0.0.1:", testing::DeadPort()), grpc::InsecureChannelCredentials()),
+                       "node-a");
+  GrpcStoreOptions o;
+  o.endpoint = s.proxy->endpoint();
+  o.run_id = "job";
+  o.connect_timeout = absl::Seconds(5);
+  o.rpc_slack = absl::Seconds(1);  // The worker's deadline: 1 s for a set.
+  auto store = ConnectGrpcStore(o);
+  REQUIRE(store.ok());
+  // Kept (the server went away, no next leader is named), then ended by the worker's deadline.
+  absl::Status set = (*store)->Set("k", "v");
+  CHECK(absl::IsDeadlineExceeded(set));
+  // No leader is ever named: the proxy still stops, within its own bounds (100 ms for its
+  // server's calls, 5 s for its server requests). Before, the kept call was never answered
+  // and the proxy's gRPC server waited for it forever (an agent that never exits).
+  std::promise<void> stopped;
+  std::thread stopper([&] {
+    s.proxy.reset();
+    stopped.set_value();
+  });
+  if (stopped.get_future().wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    std::fprintf(stderr, "FAIL: the store proxy did not stop within 20 s with a kept call whose worker had gone\n");
+    std::_Exit(1);  // The stopper thread is stuck on the proxy: nothing else can end this process.
+  }
+  stopper.join();
+}
