@@ -22,6 +22,11 @@ namespace meshrun::agent {
 
 class KeptCalls {
  public:
+  // Sends of one kept call, at most: a backstop under its worker's
+  // deadline, which bounds them first (one per retry_after, plus one per
+  // leader change).
+  static constexpr int kMaxSends = 1000;
+
   // resend(true): send the call again now (on the owner's current
   // connection); resend(false): answer it, the owner stops.
   using Resend = absl::AnyInvocable<void(bool resend)>;

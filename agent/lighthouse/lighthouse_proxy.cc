@@ -13,11 +13,6 @@ namespace meshrun::agent {
 
 namespace {
 
-// Sends of one kept call, at most: a backstop under the worker's deadline,
-// which bounds them first (one per kept_retry_ms, plus one per leader
-// change).
-constexpr int kMaxResends = 1000;
-
 // One forwarded call: the worker's call (this reactor) and the server's
 // (ctx, request, response), alive until both are done. With `keep` (a
 // Quorum call, which may be sent twice), an answer UNAVAILABLE (the
@@ -102,7 +97,7 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
       stub = stub_.get();
     }
     send_(stub, ctx, &req, &resp, [this, stub](grpc::Status s) {
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && keep_ && resends_ < kMaxResends && Hold()) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && keep_ && resends_ < KeptCalls::kMaxSends && Hold()) {
         ++resends_;
         if (keep_(this, stub, s) || !Release()) return;
       }

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/kept_calls.h"
 #include "agent/store_proxy/store_upstream.h"
 
 namespace meshrun::agent {
@@ -76,9 +77,6 @@ class ForwardedCall : public std::enable_shared_from_this<ForwardedCall<StubT, R
   // Sees every answer the worker gets, before the worker does.
   using Answered = std::function<void(const grpc::Status&)>;
 
-  // A backstop: the worker's deadline bounds the sends first (one per
-  // GrpcUpstream's kept_retry, plus one per leader change).
-  static constexpr int kMaxResends = 1000;
 
   // Sends `req` now and answers `reactor` (whose OnCancel it takes over)
   // with `*resp` filled. `deadline`: the worker's (max() for none).
@@ -134,7 +132,7 @@ class ForwardedCall : public std::enable_shared_from_this<ForwardedCall<StubT, R
 
   // True, and the call held, when `s` lets it wait for the next leader.
   bool Hold(const grpc::Status& s) {
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !resend_safe_ || resends_ >= kMaxResends ||
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !resend_safe_ || resends_ >= KeptCalls::kMaxSends ||
         std::chrono::system_clock::now() >= deadline_) {
       return false;
     }
