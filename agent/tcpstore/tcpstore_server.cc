@@ -154,8 +154,10 @@ std::shared_ptr<Store> AgentStore::CurrentStore() {
 }
 
 AgentStore::Stats AgentStore::stats() const {
+  const int64_t push_waiters = static_cast<int64_t>(queues_.waiters());  // Not under mu_: queues_ has its own.
   absl::MutexLock lock(&mu_);
   Stats s = stats_;
+  s.push_waiters = push_waiters;
   s.open = open_;
   s.buffered_bytes = buffered_;
   s.waits = waits_;

@@ -74,11 +74,19 @@ TEST_CASE("agent store: each push releases one blocking pop's WAIT, oldest first
   Fixture f(o);
   Client a(f.agent->port()), b(f.agent->port()), pusher(f.agent->port());
   for (Client* x : {&a, &b, &pusher}) x->Send(Validate());
-  // Both wait before the queue was ever pushed to: WAITs in the store.
+  // Both wait before the queue was ever pushed to: WAITs in the store. A's
+  // waiter is registered before b's WAIT is sent (arrival alone does not
+  // order them: each first reads the key on its own connection's thread).
+  auto registered = [&](int64_t n) {
+    for (int i = 0; i < 500 && f.agent->stats().push_waiters < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return f.agent->stats().push_waiters == n;
+  };
   a.Send(EncodeRequest(Make(Op::kWait, {"jobs"}), Dialect::kCurrent));
-  for (int i = 0; i < 200 && f.agent->stats().waits < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(registered(1));
   b.Send(EncodeRequest(Make(Op::kWait, {"jobs"}), Dialect::kCurrent));
-  for (int i = 0; i < 200 && f.agent->stats().waits < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(registered(2));
   REQUIRE(f.agent->stats().waits == 2);
   auto t0 = std::chrono::steady_clock::now();
   pusher.Send(Send1(Op::kQueuePush, "jobs", "one"));
@@ -98,6 +106,7 @@ TEST_CASE("agent store: each push releases one blocking pop's WAIT, oldest first
   // A known queue, empty: the next blocking pop waits here, not in the store, and a push releases it.
   a.Send(EncodeRequest(Make(Op::kWait, {"jobs"}), Dialect::kCurrent));
   CHECK(a.Read(1, 0.3).empty());
+  REQUIRE(registered(1));
   t0 = std::chrono::steady_clock::now();
   pusher.Send(Send1(Op::kQueuePush, "jobs", "three"));
   CHECK(a.Read(1, 2) == kStop);
