@@ -147,8 +147,20 @@ if hasattr(dist.TCPStore, "queue_push"):
             c.queue_len(name)
 
         def consume(k):
+            # A blocking pop is a WAIT, then a pop: two consumers whose WAITs
+            # end together may race for one item, and the loser's pop finds
+            # the queue empty (QueueEmptyError, on PyTorch's own server as on
+            # meshrun's). A consumer pops again then, as a user's loop would.
             c = client()
-            while (item := c.queue_pop(name)) != b"stop":
+            while True:
+                try:
+                    item = c.queue_pop(name)
+                except Exception as e:
+                    if type(e).__name__ == "QueueEmptyError":
+                        continue
+                    raise
+                if item == b"stop":
+                    return
                 got[k].append(item.decode())
 
         consumers = [threading.Thread(target=consume, args=(k,)) for k in range(4)]
