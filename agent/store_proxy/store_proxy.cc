@@ -421,4 +421,6 @@ StoreCacheStats StoreProxy::stats() const { return impl_->cache->stats(); }
 
 StoreBatcherStats StoreProxy::batch_stats() const { return impl_->batcher->stats(); }
 
+int64_t StoreProxy::upstream_calls() const { return impl_->upstream->in_flight(); }
+
 }  // namespace meshrun::agent

@@ -102,6 +102,10 @@ class StoreProxy {
   // The round the agent's workers now run (StoreCache::SetRound). Thread-safe.
   void SetRound(int64_t round);
   StoreCacheStats stats() const;
+  // Calls to the server in flight or kept for the next leader now
+  // (GrpcUpstream::in_flight): a forwarded call past
+  // cache.max_waiters of them is refused RESOURCE_EXHAUSTED. Thread-safe.
+  int64_t upstream_calls() const;
   // Server calls the cache's requests went in (StoreBatcher). Thread-safe.
   StoreBatcherStats batch_stats() const;
 

@@ -278,8 +278,9 @@ void GrpcUpstream::CallEnded() {
 }
 
 int64_t GrpcUpstream::in_flight() {
+  const int64_t kept = static_cast<int64_t>(kept_calls_->size());
   absl::MutexLock lock(&mu_);
-  return in_flight_;
+  return in_flight_ + kept;
 }
 
 void GrpcUpstream::FillRun(pb::RunRef* run) const {

@@ -72,7 +72,10 @@ class GrpcUpstream : public BatchUpstream {
                                                   std::shared_ptr<v1::Admin::Stub>* admin);
   // A call made with NewContext ended (once per NewContext). Thread-safe.
   void CallEnded();
-  // Calls in flight to the server now (batches and forwarded calls).
+  // Calls to the server now: in flight (batches and forwarded calls) and
+  // kept for the next leader (KeepCall's calls, KeepForNextLeader's
+  // batches), which still hold their workers' calls: what the proxy's
+  // bound on forwarded calls (store_proxy_max_waiters) counts.
   int64_t in_flight();
   // The run id and token of every request.
   void FillRun(v1::RunRef* run) const;

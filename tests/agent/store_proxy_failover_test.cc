@@ -161,3 +161,40 @@ TEST_CASE("store proxy: a write kept for the next leader ends with its worker's 
   }
   stopper.join();
 }
+
+TEST_CASE("store proxy: writes kept for the next leader count against store_proxy_max_waiters", "[store_proxy]") {
+  agent::StoreProxyOptions o;
+  o.cache.max_waiters = 2;
+  o.kept_retry = absl::Hours(1);  // Kept until the next leader is named: no resend in between.
+  Setup s(o);
+  s.proxy->SetFollowLeader(true);
+  s.proxy->SetUpstream(grpc::CreateChannel(absl::StrCat("127.0.0.1:", testing::DeadPort()), grpc::InsecureChannelCredentials()),
+                       "node-a");
+  auto store = s.Worker();
+  absl::Status sets[2] = {absl::UnknownError("not answered"), absl::UnknownError("not answered")};
+  std::thread writers[2];
+  for (int i = 0; i < 2; ++i) writers[i] = std::thread([&, i] { sets[i] = store->Set(absl::StrCat("k", i), "v"); });
+  struct Joined {  // Also when a REQUIRE below ends the test: the next leader named, the writers joined.
+    Setup& s;
+    std::thread* writers;
+    ~Joined() {
+      s.proxy->SetUpstream(s.channel, "node-a");
+      for (int i = 0; i < 2; ++i) {
+        if (writers[i].joinable()) writers[i].join();
+      }
+    }
+  } joined{s, writers};
+  // Both are kept: each still holds its worker's call, so both count.
+  for (int i = 0; i < 1000 && s.proxy->upstream_calls() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
+  REQUIRE(s.proxy->upstream_calls() == 2);
+  // A third is refused at once, naming the bound (before, kept calls were not counted and
+  // a failover's worth of them could pile up past it).
+  absl::Status third = store->Set("k2", "v");
+  CHECK(absl::IsResourceExhausted(third));
+  CHECK(third.message().find("store_proxy_max_waiters=2") != absl::string_view::npos);
+  s.proxy->SetUpstream(s.channel, "node-a");
+  for (std::thread& w : writers) w.join();
+  CHECK(sets[0].ok());
+  CHECK(sets[1].ok());
+  CHECK(s.proxy->upstream_calls() == 0);
+}
