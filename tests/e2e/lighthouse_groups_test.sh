@@ -109,8 +109,11 @@ if "groupA,groupB" not in members[alone:]:
     sys.exit(f"groupB never rejoined groupA's quorums: {phases}")
 t = [float(s[5]) for s in a]
 stall = max(y - x for x, y in zip(t, t[1:]))
-first_b = next(int(s[1]) for s in b if s[4] == "1")
-last_a_alone = max(int(s[1]) for s in a if s[2] == "groupA")
+first_b_step = next(s for s in b if s[4] == "1")
+first_b = int(first_b_step[1])
+# groupA's quorums alone before groupB's return (after the release, the group that stops
+# second may step alone once more: the other stopped first).
+last_a_alone = max(int(s[1]) for s in a if s[2] == "groupA" and float(s[5]) < float(first_b_step[5]))
 if first_b <= last_a_alone:
     sys.exit(f"groupB's first quorum after its restart ({first_b}) is not newer than groupA's alone ({last_a_alone})")
 print("groupA's quorums: " + ", ".join(f"{n} x [{m}]" for m, n in phases))
