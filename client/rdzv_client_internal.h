@@ -29,7 +29,9 @@ enum class Probed { kServes, kStandby, kUnreachable };
 // Asks the server on `channel` whether it serves: a heartbeat in `run_id`'s
 // name (as `node_id`, with `session`) that any serving server answers (a
 // refusal included) and a standby refuses with who leads (*hint); *why is
-// what it said. Blocks up to 1 s.
+// what it said. No answer (kUnreachable): UNAVAILABLE, DEADLINE_EXCEEDED,
+// and CANCELLED, UNKNOWN or INTERNAL, which come from gRPC (a server
+// shutting down cancels new calls), not from the service. Blocks up to 1 s.
 Probed Probe(const std::shared_ptr<grpc::Channel>& channel, const std::string& run_id, const std::string& token,
              const std::string& node_id, const std::string& session, std::string* hint, std::string* why);
 

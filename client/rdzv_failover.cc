@@ -33,11 +33,21 @@ Probed Probe(const std::shared_ptr<grpc::Channel>& channel, const std::string& r
     *why = s.error_message();
     return Probed::kStandby;
   }
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    *why = DescribeLoss(s);
-    return Probed::kUnreachable;
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    // Not cancelled here: gRPC cancels a call that reaches a server while
+    // it shuts down (a replica stopped by SIGTERM, whose stream ending
+    // started this search). Neither that nor a transport's own error is
+    // an answer of the service.
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::INTERNAL:
+      *why = DescribeLoss(s);
+      return Probed::kUnreachable;
+    default:
+      return Probed::kServes;
   }
-  return Probed::kServes;
 }
 
 DialOptions ReplicaDial(absl::Duration timeout) {

@@ -147,3 +147,53 @@ TEST_CASE("a lost server is described from the connection's error, a replica's o
                           "server replica stops serving until its state is loaded again";
   CHECK(DescribeLoss(grpc::Status(grpc::StatusCode::UNAVAILABLE, own)) == own);
 }
+
+namespace meshrun::client {
+namespace {
+
+// Answers every Heartbeat with one status, as a replica would (or as gRPC
+// does for a call that reaches a server shutting down: CANCELLED).
+class FixedHeartbeat final : public v1::Rendezvous::CallbackService {
+ public:
+  explicit FixedHeartbeat(grpc::StatusCode code) : code_(code) {}
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest*,
+                                      v1::HeartbeatResponse*) override {
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status(code_, "fixed"));
+    return r;
+  }
+
+ private:
+  const grpc::StatusCode code_;
+};
+
+}  // namespace
+
+TEST_CASE("a replica probe takes a call cancelled by the server (one shutting down) for no answer", "[client]") {
+  // In a loaded suite, an agent looking for the next leader after the leader's SIGTERM probed
+  // that replica while gRPC cancelled its new calls, took CANCELLED for an answer, and
+  // followed the replica that was going away.
+  for (const auto& [code, want] : std::vector<std::pair<grpc::StatusCode, Probed>>{
+           {grpc::StatusCode::CANCELLED, Probed::kUnreachable},
+           {grpc::StatusCode::UNKNOWN, Probed::kUnreachable},
+           {grpc::StatusCode::INTERNAL, Probed::kUnreachable},
+           {grpc::StatusCode::UNAVAILABLE, Probed::kUnreachable},
+           {grpc::StatusCode::OK, Probed::kServes},
+           {grpc::StatusCode::NOT_FOUND, Probed::kServes},  // A leader's refusal is an answer.
+           {grpc::StatusCode::FAILED_PRECONDITION, Probed::kServes}}) {
+    FixedHeartbeat service(code);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+    REQUIRE(server != nullptr);
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+    std::string hint, why;
+    INFO("status code " << static_cast<int>(code));
+    CHECK(Probe(channel, "job", "", "node", "", &hint, &why) == want);
+    server->Shutdown();
+  }
+}
+
+}  // namespace meshrun::client
