@@ -133,7 +133,7 @@ class AgentStore {
     int64_t buffered_bytes = 0;  // Now, all connections (see max_buffered_bytes).
     int64_t waits = 0;           // WAITs in the store now (see max_waits).
     // Single-key WAITs a QUEUE_PUSH to their key's name can release now
-    // (registered in push order's queue, oldest first; queues.h). A WAIT
+    // (a push releases the oldest registered first; queues.h). A WAIT
     // counts in `waits` from its arrival and here only once its waiter
     // thread has registered it.
     int64_t push_waiters = 0;
