@@ -77,7 +77,6 @@ class ForwardedCall : public std::enable_shared_from_this<ForwardedCall<StubT, R
   // Sees every answer the worker gets, before the worker does.
   using Answered = std::function<void(const grpc::Status&)>;
 
-
   // Sends `req` now and answers `reactor` (whose OnCancel it takes over)
   // with `*resp` filled. `deadline`: the worker's (max() for none).
   static void Start(GrpcUpstream* upstream, ProxyReactor* reactor, Req req, Resp* resp,

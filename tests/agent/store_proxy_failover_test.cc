@@ -20,6 +20,7 @@
 
 using namespace meshrun;
 using namespace meshrun::client;
+using meshrun::testing::store_proxy::ServerStore;
 using meshrun::testing::store_proxy::Setup;
 
 TEST_CASE("store proxy: a write that met a server gone away is sent again to the next leader", "[store_proxy]") {
@@ -46,13 +47,7 @@ TEST_CASE("store proxy: a write that met a server gone away is sent again to the
   s.proxy->SetUpstream(s.channel, "node-a");
   writer.join();
   CHECK(set.ok());
-  GrpcStoreOptions direct;
-  direct.endpoint = s.server->endpoint();
-  direct.run_id = "job";
-  direct.token = "s3cret";
-  auto server_side = ConnectGrpcStore(direct);
-  REQUIRE(server_side.ok());
-  CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
+  CHECK(*ServerStore(s.server->endpoint())->Get("k", absl::ZeroDuration()) == "v");
 }
 
 TEST_CASE("store proxy: requests kept on the leader the agent follows are sent there again when no next one comes",
@@ -85,13 +80,8 @@ TEST_CASE("store proxy: requests kept on the leader the agent follows are sent t
   auto later = rendezvous::RendezvousServer::Start(so);
   REQUIRE(later.ok());
   const absl::Time served = absl::Now();
-  GrpcStoreOptions direct;
-  direct.endpoint = (*later)->endpoint();
-  direct.run_id = "job";
-  direct.token = "s3cret";
-  auto server_side = ConnectGrpcStore(direct);
-  REQUIRE(server_side.ok());
-  REQUIRE((*server_side)->Set("mesh/kept/id", "unique").ok());
+  auto server_side = ServerStore((*later)->endpoint());
+  REQUIRE(server_side->Set("mesh/kept/id", "unique").ok());
   auto set_done = set.get_future();
   auto got_done = got.get_future();
   // Bounded waits: the worker's own deadlines are 10 s (the write) and 30 s (the read).
@@ -107,7 +97,7 @@ TEST_CASE("store proxy: requests kept on the leader the agent follows are sent t
   REQUIRE(r.ok());
   CHECK(*r == "unique");
   CHECK(took < absl::Seconds(5));
-  CHECK(*(*server_side)->Get("k", absl::ZeroDuration()) == "v");
+  CHECK(*server_side->Get("k", absl::ZeroDuration()) == "v");
 }
 
 TEST_CASE("store proxy: a store over its in-process channel reports a first wait's timeout as a timeout",

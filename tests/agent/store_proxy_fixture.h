@@ -21,6 +21,19 @@ namespace meshrun::testing::store_proxy {
 
 using namespace meshrun::client;
 
+// A store client straight to the server at `endpoint` (not through a
+// proxy), in run `run`'s name with the fixture's token: what the server
+// itself holds.
+inline std::shared_ptr<Store> ServerStore(const std::string& endpoint, const std::string& run = "job") {
+  GrpcStoreOptions o;
+  o.endpoint = endpoint;
+  o.run_id = run;
+  o.token = "s3cret";
+  auto s = ConnectGrpcStore(o);
+  REQUIRE(s.ok());
+  return *s;
+}
+
 struct Setup {
   std::unique_ptr<rendezvous::RendezvousServer> server;
   std::shared_ptr<grpc::Channel> channel;

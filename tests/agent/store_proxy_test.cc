@@ -33,6 +33,7 @@
 using namespace meshrun;
 using namespace meshrun::client;
 
+using meshrun::testing::store_proxy::ServerStore;
 using meshrun::testing::store_proxy::Setup;
 
 TEST_CASE("store proxy: every store operation works for a worker with no token, counted for its node",
@@ -134,13 +135,7 @@ TEST_CASE("store proxy: the lighthouse's run is served too, around the cache", "
   CHECK(*own->Get("mesh/k", absl::ZeroDuration()) == "group");
   CHECK(*shared->Get("mesh/k", absl::ZeroDuration()) == "job");
   CHECK(*shared->MultiGet({"mesh/k"}, absl::ZeroDuration()) == std::vector<std::string>{"job"});
-  GrpcStoreOptions direct;
-  direct.endpoint = s.server->endpoint();
-  direct.run_id = "job";
-  direct.token = "s3cret";
-  auto server_side = ConnectGrpcStore(direct);
-  REQUIRE(server_side.ok());
-  CHECK(*(*server_side)->Get("mesh/k", absl::ZeroDuration()) == "job");
+  CHECK(*ServerStore(s.server->endpoint())->Get("mesh/k", absl::ZeroDuration()) == "job");
   absl::Status refused = s.Worker("job-group-2")->Set("k", "v");
   CHECK(absl::IsPermissionDenied(refused));
   CHECK(absl::StrContains(refused.message(), "serves run 'job-group-1' and its lighthouse's run 'job' only"));
