@@ -56,7 +56,8 @@ struct AgentOptions {
   // torchft's lighthouse for the workers (agent/lighthouse/lighthouse_proxy.h):
   // rdzv_conf lighthouse (on by default), lighthouse_min_replicas,
   // lighthouse_join_timeout, lighthouse_quorum_tick, lighthouse_heartbeat_timeout
-  // (zero: the server's defaults, torchft's).
+  // (zero: the server's defaults, torchft's), lighthouse_max_calls (the
+  // workers' calls the endpoint holds at once).
   // lighthouse_run names the run whose lighthouse the workers use (several
   // jobs, one per replica group, sharing one; empty: this job's run).
   struct Lighthouse {
@@ -66,6 +67,7 @@ struct AgentOptions {
     absl::Duration join_timeout = absl::ZeroDuration();
     absl::Duration quorum_tick = absl::ZeroDuration();
     absl::Duration heartbeat_timeout = absl::ZeroDuration();
+    int64_t max_calls = 1024;
   } lighthouse;
   // Already listening (the static backend's node rank 0 serves it on
   // --master_port, started by the launcher): used instead of a fresh one.

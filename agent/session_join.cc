@@ -83,6 +83,7 @@ absl::Status Session::NewMembership() {
     lo.quorum_tick_ms = absl::ToInt64Milliseconds(o_.lighthouse.quorum_tick);
     lo.heartbeat_timeout_ms = absl::ToInt64Milliseconds(o_.lighthouse.heartbeat_timeout);
     lo.kept_retry_ms = absl::ToInt64Milliseconds(o_.leader_resend_interval);
+    lo.max_calls = o_.lighthouse.max_calls;
     absl::StatusOr<std::unique_ptr<LighthouseProxy>> l =
         LighthouseProxy::Start(std::move(lo), client_->channel(), node_.node_id);
     if (!l.ok()) return l.status();

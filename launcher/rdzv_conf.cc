@@ -19,7 +19,7 @@ constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
     "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
     "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
-    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "agent_store_max_buffered_bytes", "agent_store_max_waits", "agent_store_max_listed_keys", "agent_store", "lighthouse", "lighthouse_run", "lighthouse_min_replicas", "lighthouse_join_timeout", "lighthouse_quorum_tick", "lighthouse_heartbeat_timeout", "server_port", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace", "leader_resend_interval"};
+    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "agent_store_max_buffered_bytes", "agent_store_max_waits", "agent_store_max_listed_keys", "agent_store", "lighthouse", "lighthouse_run", "lighthouse_min_replicas", "lighthouse_join_timeout", "lighthouse_quorum_tick", "lighthouse_heartbeat_timeout", "lighthouse_max_calls", "server_port", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace", "leader_resend_interval"};
 
 // A positive integer within [1, max] for rdzv_conf `key`.
 absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
@@ -187,6 +187,10 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       auto n = ParsePositive(key, value, 1 << 20);
       if (!n.ok()) return n.status();
       a.lighthouse.min_replicas = *n;
+    } else if (key == "lighthouse_max_calls") {
+      auto n = ParsePositive(key, value, 1 << 20);
+      if (!n.ok()) return n.status();
+      a.lighthouse.max_calls = *n;
     } else if (key == "lighthouse_join_timeout" || key == "lighthouse_quorum_tick" ||
                key == "lighthouse_heartbeat_timeout") {
       auto d = ParseSeconds(key, value);

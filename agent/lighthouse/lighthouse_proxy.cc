@@ -27,8 +27,11 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
                                     std::function<void(grpc::Status)>)>;
   using KeepFn = std::function<bool(ForwardedCall*, const v1::Lighthouse::Stub*, const grpc::Status&)>;
 
-  ForwardedCall(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<v1::Lighthouse::Stub> stub)
-      : ctx_(std::move(ctx)), stub_(std::move(stub)) {}
+  // `held` counts this call until it is freed (the proxy's max_calls).
+  ForwardedCall(std::shared_ptr<grpc::ClientContext> ctx, std::shared_ptr<v1::Lighthouse::Stub> stub,
+                std::shared_ptr<std::atomic<int64_t>> held)
+      : ctx_(std::move(ctx)), stub_(std::move(stub)), calls_held_(std::move(held)) {}
+  ~ForwardedCall() override { calls_held_->fetch_sub(1); }
   Request req;
   Response resp;
   // The worker went away or its deadline passed: so does the forwarded
@@ -124,6 +127,7 @@ class ForwardedCall : public grpc::ServerUnaryReactor {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool held_ ABSL_GUARDED_BY(mu_) = false;  // Kept for the next leader (keep_).
   std::atomic<int> pending_{2};  // gRPC's OnDone and the forwarded call's answer.
+  const std::shared_ptr<std::atomic<int64_t>> calls_held_;
 };
 
 // torchft's QuorumMember and meshrun's carry the same fields by the same
@@ -201,6 +205,20 @@ bool LighthouseProxy::Keep(const v1::Lighthouse::Stub* sent_on, std::function<vo
   return true;
 }
 
+bool LighthouseProxy::Admit() {
+  if (held_->fetch_add(1) < o_.max_calls) return true;
+  held_->fetch_sub(1);
+  return false;
+}
+
+grpc::ServerUnaryReactor* LighthouseProxy::Refuse(grpc::CallbackServerContext* ctx, const char* what) const {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                         absl::StrCat("the node's lighthouse endpoint holds ", o_.max_calls, " calls already: ", what,
+                                      " refused (lighthouse_max_calls=", o_.max_calls, ")")));
+  return r;
+}
+
 std::shared_ptr<grpc::ClientContext> LighthouseProxy::NewContext(grpc::CallbackServerContext* worker,
                                                                  std::shared_ptr<v1::Lighthouse::Stub>* stub) {
   auto ctx = std::make_shared<grpc::ClientContext>();
@@ -227,9 +245,10 @@ void LighthouseProxy::Fill(v1::RunRef* run, v1::LighthouseSettings* settings) co
 grpc::ServerUnaryReactor* LighthouseProxy::Quorum(grpc::CallbackServerContext* ctx,
                                                   const torchft::LighthouseQuorumRequest* req,
                                                   torchft::LighthouseQuorumResponse* resp) {
+  if (!Admit()) return Refuse(ctx, "Quorum");
   std::shared_ptr<v1::Lighthouse::Stub> stub;
   std::shared_ptr<grpc::ClientContext> up = NewContext(ctx, &stub);
-  auto* call = new ForwardedCall<v1::LighthouseQuorumRequest, v1::LighthouseQuorumResponse>(up, stub);
+  auto* call = new ForwardedCall<v1::LighthouseQuorumRequest, v1::LighthouseQuorumResponse>(up, stub, held_);
   Fill(call->req.mutable_run(), call->req.mutable_settings());
   CopyMember(req->requester(), call->req.mutable_requester());
   call->Start(
@@ -259,9 +278,10 @@ grpc::ServerUnaryReactor* LighthouseProxy::Quorum(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* LighthouseProxy::Heartbeat(grpc::CallbackServerContext* ctx,
                                                      const torchft::LighthouseHeartbeatRequest* req,
                                                      torchft::LighthouseHeartbeatResponse*) {
+  if (!Admit()) return Refuse(ctx, "Heartbeat");
   std::shared_ptr<v1::Lighthouse::Stub> stub;
   std::shared_ptr<grpc::ClientContext> up = NewContext(ctx, &stub);
-  auto* call = new ForwardedCall<v1::LighthouseHeartbeatRequest, v1::LighthouseHeartbeatResponse>(up, stub);
+  auto* call = new ForwardedCall<v1::LighthouseHeartbeatRequest, v1::LighthouseHeartbeatResponse>(up, stub, held_);
   v1::RunRef* run = call->req.mutable_run();
   Fill(run, call->req.mutable_settings());
   call->req.set_replica_id(req->replica_id());

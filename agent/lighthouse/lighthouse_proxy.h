@@ -20,6 +20,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -50,6 +51,11 @@ struct LighthouseProxyOptions {
   // A kept Quorum call with no next leader named this long is sent again
   // on the current connection (above; agent/kept_calls.h); at least 10.
   int64_t kept_retry_ms = 1'000;
+  // Workers' calls held at once (Quorum and Heartbeat, waiting, in flight
+  // or kept for the next leader; rdzv_conf lighthouse_max_calls): one more
+  // is answered RESOURCE_EXHAUSTED at once, naming the limit. A node's
+  // torchft Managers hold one Quorum call and one heartbeat each.
+  int64_t max_calls = 1024;
 };
 
 class LighthouseProxy final : public torchft::LighthouseService::CallbackService {
@@ -72,6 +78,9 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
   // Replicas: keep Quorum calls whose server went away for the next
   // leader (above). Off (default): they fail UNAVAILABLE at once.
   void SetFollowLeader(bool follow);
+  // Workers' calls held now (counted against max_calls until both the
+  // worker's call and its forwarded one are done).
+  int64_t calls_held() const { return held_->load(); }
 
   grpc::ServerUnaryReactor* Quorum(grpc::CallbackServerContext* ctx, const torchft::LighthouseQuorumRequest* req,
                                    torchft::LighthouseQuorumResponse* resp) override;
@@ -90,6 +99,11 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
   // on another stub than the current one (the next leader is known);
   // false when not following a leader.
   bool Keep(const v1::Lighthouse::Stub* sent_on, std::function<void(bool)> resend);
+  // Counts a worker's call against max_calls: false (and not counted) when
+  // max_calls are held already.
+  bool Admit();
+  // A worker's call refused by Admit: answered RESOURCE_EXHAUSTED.
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx, const char* what) const;
 
   const LighthouseProxyOptions o_;
   absl::Mutex mu_;
@@ -98,6 +112,8 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
   bool follow_leader_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<KeptCalls> kept_;  // Quorum calls kept for the next leader.
+  // Calls held (Admit); shared with each call, which may end after the proxy.
+  std::shared_ptr<std::atomic<int64_t>> held_ = std::make_shared<std::atomic<int64_t>>(0);
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -125,6 +125,12 @@ TEST_CASE("rdzv_conf takes the lighthouse's settings and refuses bad ones with o
   CHECK_FALSE(ApplyRdzvConf("lighthouse_min_replicas=0", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("lighthouse_join_timeout=-1", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("lighthouse=sometimes", &c).ok());
+  CHECK(c.agent.lighthouse.max_calls == 1024);
+  REQUIRE(ApplyRdzvConf("lighthouse_max_calls=16", &c).ok());
+  CHECK(c.agent.lighthouse.max_calls == 16);
+  s = ApplyRdzvConf("lighthouse_max_calls=0", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(std::string(s.message()) == "lighthouse_max_calls=0: must be an integer 1..1048576");
 }
 
 TEST_CASE("rdzv_conf accepts torchrun 2.x's use_libuv and store_type with a note, and a repeated key's last value",
