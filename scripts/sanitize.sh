@@ -26,6 +26,6 @@ bash ../scripts/run-ctest.sh --output-on-failure -j2 --timeout 600 -LE 'scale|je
 # tests): the suite above suppresses libcrypto's leaks, whose fast-unwound
 # stacks cannot tell OpenSSL's per-thread state from a leaked X509 of ours.
 echo "sanitize: meshrun's OpenSSL code (TLS files, the TLS probe) with full unwinding"
-ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" \
+ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0:malloc_context_size=64" \
   LSAN_OPTIONS="suppressions=$PWD/../tests/lsan-openssl.supp:print_suppressions=0" \
   ./tests/unit_tests "[security],[tls]"
