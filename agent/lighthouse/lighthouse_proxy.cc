@@ -206,8 +206,8 @@ bool LighthouseProxy::Keep(const v1::Lighthouse::Stub* sent_on, std::function<vo
 }
 
 bool LighthouseProxy::Admit() {
-  if (held_->fetch_add(1) < o_.max_calls) return true;
-  held_->fetch_sub(1);
+  if (calls_held_->fetch_add(1) < o_.max_calls) return true;
+  calls_held_->fetch_sub(1);
   return false;
 }
 
@@ -248,7 +248,7 @@ grpc::ServerUnaryReactor* LighthouseProxy::Quorum(grpc::CallbackServerContext* c
   if (!Admit()) return Refuse(ctx, "Quorum");
   std::shared_ptr<v1::Lighthouse::Stub> stub;
   std::shared_ptr<grpc::ClientContext> up = NewContext(ctx, &stub);
-  auto* call = new ForwardedCall<v1::LighthouseQuorumRequest, v1::LighthouseQuorumResponse>(up, stub, held_);
+  auto* call = new ForwardedCall<v1::LighthouseQuorumRequest, v1::LighthouseQuorumResponse>(up, stub, calls_held_);
   Fill(call->req.mutable_run(), call->req.mutable_settings());
   CopyMember(req->requester(), call->req.mutable_requester());
   call->Start(
@@ -281,7 +281,7 @@ grpc::ServerUnaryReactor* LighthouseProxy::Heartbeat(grpc::CallbackServerContext
   if (!Admit()) return Refuse(ctx, "Heartbeat");
   std::shared_ptr<v1::Lighthouse::Stub> stub;
   std::shared_ptr<grpc::ClientContext> up = NewContext(ctx, &stub);
-  auto* call = new ForwardedCall<v1::LighthouseHeartbeatRequest, v1::LighthouseHeartbeatResponse>(up, stub, held_);
+  auto* call = new ForwardedCall<v1::LighthouseHeartbeatRequest, v1::LighthouseHeartbeatResponse>(up, stub, calls_held_);
   v1::RunRef* run = call->req.mutable_run();
   Fill(run, call->req.mutable_settings());
   call->req.set_replica_id(req->replica_id());

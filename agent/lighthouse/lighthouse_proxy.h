@@ -80,7 +80,7 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
   void SetFollowLeader(bool follow);
   // Workers' calls held now (counted against max_calls until both the
   // worker's call and its forwarded one are done).
-  int64_t calls_held() const { return held_->load(); }
+  int64_t calls_held() const { return calls_held_->load(); }
 
   grpc::ServerUnaryReactor* Quorum(grpc::CallbackServerContext* ctx, const torchft::LighthouseQuorumRequest* req,
                                    torchft::LighthouseQuorumResponse* resp) override;
@@ -113,7 +113,7 @@ class LighthouseProxy final : public torchft::LighthouseService::CallbackService
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<KeptCalls> kept_;  // Quorum calls kept for the next leader.
   // Calls held (Admit); shared with each call, which may end after the proxy.
-  std::shared_ptr<std::atomic<int64_t>> held_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<std::atomic<int64_t>> calls_held_ = std::make_shared<std::atomic<int64_t>>(0);
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -23,17 +23,43 @@ using namespace meshrun;
 
 namespace {
 
+// A torchft client of the endpoint at `address` ("http://HOST:PORT").
+std::unique_ptr<torchft::LighthouseService::Stub> Endpoint(const std::string& address) {
+  return torchft::LighthouseService::NewStub(
+      grpc::CreateChannel(std::string(absl::StripPrefix(address, "http://")), grpc::InsecureChannelCredentials()));
+}
+
 // torchft's Quorum call through the endpoint, as its Manager sends it.
 grpc::Status AskQuorum(const std::string& address, const std::string& group, std::chrono::seconds timeout,
                        torchft::LighthouseQuorumResponse* resp) {
-  auto stub = torchft::LighthouseService::NewStub(grpc::CreateChannel(
-      std::string(absl::StripPrefix(address, "http://")), grpc::InsecureChannelCredentials()));
+  auto stub = Endpoint(address);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   torchft::LighthouseQuorumRequest req;
   req.mutable_requester()->set_replica_id(group);
   req.mutable_requester()->set_step(7);
   return stub->Quorum(&ctx, req, resp);
+}
+
+// torchft's Heartbeat call through the endpoint.
+grpc::Status SendHeartbeat(const std::string& address, const std::string& group) {
+  auto stub = Endpoint(address);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  torchft::LighthouseHeartbeatRequest req;
+  req.set_replica_id(group);
+  torchft::LighthouseHeartbeatResponse resp;
+  return stub->Heartbeat(&ctx, req, &resp);
+}
+
+// Waits (bounded) until the endpoint holds `n` workers' calls.
+bool WaitHeld(const agent::LighthouseProxy& p, int64_t n) {
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (p.calls_held() != n) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
 }
 
 }  // namespace
@@ -83,32 +109,6 @@ TEST_CASE("lighthouse endpoint: a Quorum call kept on the leader the agent follo
   CHECK(resp.quorum().participants(0).step() == 7);
   CHECK(took < absl::Seconds(5));
 }
-
-namespace {
-
-// torchft's Heartbeat call through the endpoint.
-grpc::Status SendHeartbeat(const std::string& address, const std::string& group) {
-  auto stub = torchft::LighthouseService::NewStub(grpc::CreateChannel(
-      std::string(absl::StripPrefix(address, "http://")), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  torchft::LighthouseHeartbeatRequest req;
-  req.set_replica_id(group);
-  torchft::LighthouseHeartbeatResponse resp;
-  return stub->Heartbeat(&ctx, req, &resp);
-}
-
-// Waits (bounded) until the endpoint holds `n` workers' calls.
-bool WaitHeld(const agent::LighthouseProxy& p, int64_t n) {
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (p.calls_held() != n) {
-    if (absl::Now() > until) return false;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return true;
-}
-
-}  // namespace
 
 TEST_CASE("lighthouse endpoint: past lighthouse_max_calls a worker's call is refused at once, and taken once one ends",
           "[lighthouse]") {
