@@ -1,13 +1,15 @@
 // Floods against a `meshrun server` with a small memory budget (256 MiB),
 // one per kind of object a client can make the server hold (issue 23's
 // attacks 1-6). Each checks, during and after the flood:
-//   - the server's peak RSS (VmHWM) stays within 1.25x the budget;
+//   - the server's peak RSS (VmHWM) stays within 1.25x the budget (where a
+//     flood's steady RSS is held to the budget, the least over 2 s of it);
 //   - a real 2-node job (Gloo all-reduce workers) started during the flood
 //     completes, exit 0, within 30 s;
 //   - once the flood stops, RSS is back within 2x of idle plus 4 MiB within 10 s.
 // The flood is tests/support/flood_client.cc, a real gRPC client.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <string>
@@ -96,7 +98,15 @@ void RunFlood(const Flood& f) {
   if (f.budget_refuses && kRssBounds) {
     CHECK(WaitFor([&] { return RefusedCount(ReadFile(flood_out)) > 0; }, 60, 0.1));
   }
-  const double flooded = d.RssMiB();
+  // What the flood holds: the least RSS over 2 s of it. Calls in flight (refused ones sent
+  // again at once) are not charged and come and go with the server's speed (bounded by
+  // peak_bound below); a single sample caught them at 275 MiB once under the full suite's
+  // load (flood 7, against 105-160 MiB steady). Held memory stays in every sample.
+  double flooded = d.RssMiB();
+  for (int i = 0; i < 20; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    flooded = std::min(flooded, d.RssMiB());
+  }
 
   // A real job, during the flood.
   const std::vector<std::string> job = {"--nnodes=2", "--nproc_per_node=1", "--rdzv_endpoint=" + endpoint,
