@@ -62,7 +62,8 @@ class ProxyReactor : public grpc::ServerUnaryReactor {
 // One worker request sent on to the server: `StubT` is GrpcUpstream::Stub
 // (the Store service) or v1::Admin::Stub. Answers `reactor` exactly once:
 // with the server's answer; or, when the request is `resend_safe` (its
-// repetition changes nothing more: a set, a delete, a read) and met a server
+// repetition changes nothing more: a set, a delete, a read, an add or a
+// compare-set with a request id) and met a server
 // gone away (UNAVAILABLE), once it was sent again to the next leader (or
 // on the same connection when none is named within the upstream's
 // kept_retry; within the worker's deadline); or CANCELLED as

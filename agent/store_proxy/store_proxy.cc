@@ -10,9 +10,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -77,9 +79,15 @@ class ProxyService final : public pb::Store::CallbackService {
         },
         /*check_run=*/true, /*resend_safe=*/true);
   }
+  // An add or a compare-set is sent with a request id (the worker's, else
+  // one of this proxy's): the server applies it once however often it is
+  // sent (request_records.h), so one that met a server gone away is sent
+  // again to the next leader, as a set is.
   grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* ctx, const pb::KvAddRequest* req,
                                   pb::KvAddResponse* resp) override {
-    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvAdd), nullptr);
+    pb::KvAddRequest identified = *req;
+    if (identified.request_id().empty()) identified.set_request_id(NextRequestId());
+    return Forward(ctx, identified, resp, MESHRUN_ASYNC(KvAdd), nullptr, /*check_run=*/true, /*resend_safe=*/true);
   }
   grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* ctx, const pb::KvDeleteRequest* req,
                                      pb::KvDeleteResponse* resp) override {
@@ -91,10 +99,14 @@ class ProxyService final : public pb::Store::CallbackService {
   }
   grpc::ServerUnaryReactor* KvCompareSet(grpc::CallbackServerContext* ctx, const pb::KvCompareSetRequest* req,
                                          pb::KvCompareSetResponse* resp) override {
-    return Forward(ctx, *req, resp, MESHRUN_ASYNC(KvCompareSet),
-                   [this, req](const pb::KvCompareSetResponse& r) {
-                     cache_->LearnCompareSet(req->round(), req->key(), req->expected(), r.value(), r.swapped());
-                   });
+    pb::KvCompareSetRequest identified = *req;
+    if (identified.request_id().empty()) identified.set_request_id(NextRequestId());
+    return Forward(
+        ctx, identified, resp, MESHRUN_ASYNC(KvCompareSet),
+        [this, req](const pb::KvCompareSetResponse& r) {
+          cache_->LearnCompareSet(req->round(), req->key(), req->expected(), r.value(), r.swapped());
+        },
+        /*check_run=*/true, /*resend_safe=*/true);
   }
   grpc::ServerUnaryReactor* KvCheck(grpc::CallbackServerContext* ctx, const pb::KvCheckRequest* req,
                                     pb::KvCheckResponse* resp) override {
@@ -237,11 +249,25 @@ class ProxyService final : public pb::Store::CallbackService {
     return reactor;
   }
 
+  // "<32 random hex digits>-<n>": unique across this proxy's requests and,
+  // by its random part, across proxies and agents' lives.
+  std::string NextRequestId() {
+    return absl::StrCat(request_id_prefix_, "-", next_request_.fetch_add(1, std::memory_order_relaxed));
+  }
+  static std::string RandomHex128() {
+    std::random_device rd;
+    std::string out;
+    for (int i = 0; i < 4; ++i) absl::StrAppend(&out, absl::Hex(rd(), absl::kZeroPad8));
+    return out;
+  }
+
   const std::string run_id_;
   const std::string shared_run_id_;
   GrpcUpstream* const upstream_;
   StoreCache* const cache_;
   const int64_t max_forwarded_;
+  const std::string request_id_prefix_ = RandomHex128();
+  std::atomic<uint64_t> next_request_{1};
 };
 
 // The workers' side of the server's Admin service: Status, for this run.

@@ -88,7 +88,8 @@ grpc::ServerUnaryReactor* StoreService::KvAdd(grpc::CallbackServerContext* ctx,
   if (!run.ok()) return core_->Reply(M::kKvAdd, ctx, ToGrpc(run.status()));
   std::shared_ptr<ParkedReactor> reactor = ParkedReactor::Create();
   (*run)->kv().Add(req->round(), req->key(), req->delta(),
-                   AnswerLater<int64_t>(core_, M::kKvAdd, reactor, [resp](int64_t v) { resp->set_value(v); }));
+                   AnswerLater<int64_t>(core_, M::kKvAdd, reactor, [resp](int64_t v) { resp->set_value(v); }),
+                   req->request_id());
   return reactor.get();
 }
 
@@ -103,7 +104,8 @@ grpc::ServerUnaryReactor* StoreService::KvCompareSet(grpc::CallbackServerContext
                               core_, M::kKvCompareSet, reactor, [resp](std::pair<std::string, bool>& r) {
                                 resp->set_value(std::move(r.first));
                                 resp->set_swapped(r.second);
-                              }));
+                              }),
+                          req->request_id());
   return reactor.get();
 }
 

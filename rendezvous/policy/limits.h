@@ -39,6 +39,12 @@ struct ServerLimits {
   // Parked store reads (waits) per run: one per worker during a mesh's
   // exchange (100,000 workers: 100,000).
   int64_t max_waiters_per_run = 262144;
+  // Request records per run's store (KvAdd and KvCompareSet sent with a
+  // request_id, kv_store.h): the newest are kept, and none longer than
+  // request_record_ttl after its write; each is charged as a key of the run.
+  // A repeat of a request whose record is gone applies again.
+  int64_t max_request_records_per_run = 65536;
+  absl::Duration request_record_ttl = absl::Minutes(10);
   // Items of one KvBatch call (a node's store proxy sends its workers'
   // concurrent requests as one call).
   int64_t max_batch_items = 1024;

@@ -56,11 +56,16 @@ void KvStore::SyncKeyChargeLocked() {
 }
 
 absl::Status KvStore::CheckWritesLocked(int64_t round,
-                                        const std::vector<std::pair<const std::string*, size_t>>& writes) {
+                                        const std::vector<std::pair<const std::string*, size_t>>& writes,
+                                        bool records) {
   int64_t new_keys = 0;
   int64_t delta = 0;
   for (const auto& [key, value_size] : writes) {
     if (absl::Status s = CheckLength("key", *key, limits_.max_key_bytes, "max_key_bytes"); !s.ok()) return s;
+    if (!records && RequestRecords::IsRecordKey(*key)) {
+      return absl::InvalidArgumentError(absl::StrCat("key '", Shown(*key),
+                                                     "': keys that start with byte 0xFF are the server's own"));
+    }
     if (static_cast<int64_t>(value_size) > limits_.max_value_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("value of ", value_size, " bytes for key '", key->substr(0, 64),
                                                      "' is larger than max_value_bytes=", limits_.max_value_bytes));
@@ -242,12 +247,24 @@ void KvStore::MultiSet(int64_t round, const std::vector<std::string>& keys, std:
   Deliver(ready);
 }
 
-void KvStore::Add(int64_t round, const std::string& key, int64_t delta, ResultCallback<int64_t> done) {
+void KvStore::Add(int64_t round, const std::string& key, int64_t delta, ResultCallback<int64_t> done,
+                  const std::string& request_id) {
   Ready ready;
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
     refused = ClosedLocked();
+    // An add of 0 is a read: no record, a repeat reads again.
+    const std::string& id = delta == 0 ? std::string() : request_id;
+    std::optional<std::string> earlier;
+    if (refused.ok() && !id.empty()) {
+      absl::StatusOr<std::optional<std::string>> r = RecordedLocked(round, id, RequestRecords::Op::kAdd, key);
+      if (r.ok()) {
+        earlier = std::move(*r);
+      } else {
+        refused = r.status();
+      }
+    }
     int64_t current = 0;
     int64_t result = 0;
     auto it = data_.find(Key{round, key});
@@ -260,13 +277,18 @@ void KvStore::Add(int64_t round, const std::string& key, int64_t delta, ResultCa
                                                         "; adding ", delta, " overflows a 64-bit integer"));
     }
     std::string text = absl::StrCat(result);
-    if (refused.ok()) refused = CheckWriteOnceLocked(round, key, &text, "add");
-    if (refused.ok()) refused = CheckWritesLocked(round, {{&key, text.size()}});
-    if (refused.ok() && write_hook_) refused = SaveLocked(round, {{key, text}}, {});
-    if (refused.ok()) {
+    if (refused.ok() && earlier) {
+      int64_t answer = 0;
+      if (!absl::SimpleAtoi(*earlier, &answer)) {
+        refused = absl::InternalError(absl::StrCat("add: the record of request_id '", Shown(id), "' is damaged"));
+      } else {
+        AnswerLocked(Give(std::move(done), answer), ready);
+      }
+    } else {
+      if (refused.ok()) refused = CheckWriteOnceLocked(round, key, &text, "add");
       Fire fire;
-      SetLocked(round, key, std::move(text), fire);
-      AnswerLocked(Give(std::move(done), result, std::move(fire)), ready);
+      if (refused.ok()) refused = WriteRecordedLocked(round, key, text, id, RequestRecords::Op::kAdd, text, fire);
+      if (refused.ok()) AnswerLocked(Give(std::move(done), result, std::move(fire)), ready);
     }
     SyncKeyChargeLocked();
   }
@@ -275,26 +297,39 @@ void KvStore::Add(int64_t round, const std::string& key, int64_t delta, ResultCa
 }
 
 void KvStore::CompareSet(int64_t round, const std::string& key, const std::string& expected, std::string desired,
-                         ResultCallback<std::pair<std::string, bool>> done) {
+                         ResultCallback<std::pair<std::string, bool>> done, const std::string& request_id) {
   Ready ready;
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
     refused = ClosedLocked();
+    std::optional<std::string> earlier;
+    if (refused.ok() && !request_id.empty()) {
+      absl::StatusOr<std::optional<std::string>> r =
+          RecordedLocked(round, request_id, RequestRecords::Op::kCompareSet, key);
+      if (r.ok()) {
+        earlier = std::move(*r);
+      } else {
+        refused = r.status();
+      }
+    }
     auto it = data_.find(Key{round, key});
     const bool match = (it == data_.end()) ? expected.empty() : it->second == expected;
-    if (refused.ok() && !match) {
+    if (refused.ok() && earlier) {
+      // Recorded only when it swapped: its answer is the value it set.
+      AnswerLocked(Give(std::move(done), std::pair<std::string, bool>{std::move(*earlier), true}), ready);
+    } else if (refused.ok() && !match) {
       // A read. c10d: an absent key with a non-empty expectation returns `expected`.
       std::pair<std::string, bool> out{it == data_.end() ? expected : it->second, false};
       AnswerLocked(Give(std::move(done), std::move(out)), ready);
     } else if (refused.ok()) {
       refused = CheckWriteOnceLocked(round, key, &desired, "compare_set");
-      if (refused.ok()) refused = CheckWritesLocked(round, {{&key, desired.size()}});
-      if (refused.ok() && write_hook_) refused = SaveLocked(round, {{key, desired}}, {});
+      Fire fire;
       if (refused.ok()) {
-        Fire fire;
-        std::pair<std::string, bool> out{desired, true};
-        SetLocked(round, key, std::move(desired), fire);
+        refused = WriteRecordedLocked(round, key, desired, request_id, RequestRecords::Op::kCompareSet, desired, fire);
+      }
+      if (refused.ok()) {
+        std::pair<std::string, bool> out{std::move(desired), true};
         AnswerLocked(Give(std::move(done), std::move(out), std::move(fire)), ready);
       }
       SyncKeyChargeLocked();
@@ -329,7 +364,7 @@ void KvStore::Keys(int64_t round, const std::string& prefix, int64_t max_keys, R
     if (refused.ok()) {
       KeyList list;
       for (const auto& [k, v] : data_) {
-        if (k.round != round || !absl::StartsWith(k.key, prefix)) continue;
+        if (k.round != round || !absl::StartsWith(k.key, prefix) || RequestRecords::IsRecordKey(k.key)) continue;
         ++list.count;
         if (max_keys > 0 && list.count <= max_keys) list.keys.push_back(k.key);
       }
@@ -357,6 +392,10 @@ void KvStore::Delete(int64_t round, const std::string& key, ResultCallback<bool>
       AnswerLocked(Give(std::move(done), false), ready);  // A read: nothing to delete.
     } else if (refused.ok()) {
       refused = CheckWriteOnceLocked(round, key, nullptr, "delete");
+      if (refused.ok() && RequestRecords::IsRecordKey(key)) {
+        refused = absl::InvalidArgumentError(
+            absl::StrCat("delete: key '", Shown(key), "': keys that start with byte 0xFF are the server's own"));
+      }
       if (refused.ok() && write_hook_) refused = SaveLocked(round, {}, {key});
       if (refused.ok()) {
         EraseLocked(it);
@@ -374,6 +413,7 @@ void KvStore::Close(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
     closed_ = why;
+    records_.Clear();
     FailHeldLocked(absl::UnavailableError(why), ready);
   }
   Deliver(ready);
@@ -393,6 +433,7 @@ void KvStore::Restore(int64_t round, const std::string& key, std::string value) 
   Fire fire;
   {
     absl::MutexLock lock(&mu_);
+    if (RequestRecords::IsRecordKey(key) && !data_.contains(Key{round, key})) records_.Added(round, key, absl::Now());
     SetLocked(round, key, std::move(value), fire);
     SyncKeyChargeLocked();
   }

@@ -21,6 +21,7 @@
 #include "rendezvous/policy/limits.h"
 #include "rendezvous/policy/memory_budget.h"
 #include "rendezvous/policy/timer.h"
+#include "rendezvous/store/request_records.h"
 
 namespace meshrun::rendezvous {
 
@@ -69,18 +70,33 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   absl::Status MultiSet(int64_t round, const std::vector<std::string>& keys, std::vector<std::string> values);
   // FAILED_PRECONDITION when the stored value is not a decimal integer;
   // INVALID_ARGUMENT when the sum does not fit in 64 bits.
-  void Add(int64_t round, const std::string& key, int64_t delta, ResultCallback<int64_t> done);
-  absl::StatusOr<int64_t> Add(int64_t round, const std::string& key, int64_t delta);
+  //
+  // Add and CompareSet with a non-empty `request_id` (the proto's
+  // KvAddRequest.request_id; request_records.h) take effect once: the write
+  // is saved with a record of its answer, and a repeat of the id (in this
+  // round) is answered from the record and writes nothing, even on a
+  // replica that restored the store from etcd after a failover. An add of 0
+  // and a compare-set that does not swap write nothing and leave no record
+  // (a repeat does the same read again). INVALID_ARGUMENT for an id longer
+  // than RequestRecords::kMaxRequestIdBytes, or one whose record is of
+  // another operation or key. A run keeps max_request_records_per_run
+  // records, none longer than request_record_ttl; older ones are erased
+  // with the write that makes room (lazily: no timer).
+  void Add(int64_t round, const std::string& key, int64_t delta, ResultCallback<int64_t> done,
+           const std::string& request_id = "");
+  absl::StatusOr<int64_t> Add(int64_t round, const std::string& key, int64_t delta,
+                              const std::string& request_id = "");
   // Answers (stored value afterwards, swapped).
   void CompareSet(int64_t round, const std::string& key, const std::string& expected, std::string desired,
-                  ResultCallback<std::pair<std::string, bool>> done);
+                  ResultCallback<std::pair<std::string, bool>> done, const std::string& request_id = "");
   absl::StatusOr<std::pair<std::string, bool>> CompareSet(int64_t round, const std::string& key,
-                                                          const std::string& expected, std::string desired);
+                                                          const std::string& expected, std::string desired,
+                                                          const std::string& request_id = "");
   void Check(int64_t round, const std::vector<std::string>& keys, ResultCallback<bool> done);
   absl::StatusOr<bool> Check(int64_t round, const std::vector<std::string>& keys);
   // The keys of `round` that start with `prefix` (c10d getNumKeys and
   // listKeys, over one namespace): how many (`count`) and, with max_keys >
-  // 0, which, in no order; RESOURCE_EXHAUSTED naming both numbers when more
+  // 0, which, in no order; request records are not listed; RESOURCE_EXHAUSTED naming both numbers when more
   // than max_keys match. One pass over the run's keys, under its lock
   // (at most max_keys_per_run).
   struct KeyList {
@@ -154,9 +170,11 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // Puts a key back as it was (a replica restoring the store): no checks,
   // no hook, no waiter (none is parked in a fresh store); charged to the
   // memory budget whatever it holds (never refused: etcd holds the key).
-  // Thread-safe.
+  // A request record's key joins the run's records (their bounds counted
+  // from now). Thread-safe.
   void Restore(int64_t round, const std::string& key, std::string value);
 
+  // Keys held, request records included.
   int64_t size() const;
   // Bytes held: the sum of every stored key's and value's length. O(1).
   int64_t bytes() const;
@@ -184,9 +202,22 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks that writing these (key, value size) pairs stays within limits.
   // and charges the memory budget for them (refused: RESOURCE_EXHAUSTED,
-  // nothing charged).
-  absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes)
+  // nothing charged). A request record's key is refused (INVALID_ARGUMENT)
+  // unless `records` (the store's own write of one).
+  absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes,
+                                 bool records = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The recorded answer of `request_id` in `round` (nullopt: none), or
+  // INVALID_ARGUMENT (a bad id, or its record is of another op or key).
+  absl::StatusOr<std::optional<std::string>> RecordedLocked(int64_t round, const std::string& request_id,
+                                                            RequestRecords::Op op, const std::string& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks, saves and applies the write of `value` to `key` (an add's sum,
+  // a compare-set's swap) with the record of `request_id` (none: empty)
+  // answering `answer`; erases the records past their bounds. Refused:
+  // nothing changes.
+  absl::Status WriteRecordedLocked(int64_t round, const std::string& key, std::string value,
+                                   const std::string& request_id, RequestRecords::Op op,
+                                   absl::string_view answer, Fire& fire) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Brings the budget's charge for keys to what the store holds (after
   // keys were erased or values shrank).
   void SyncKeyChargeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -247,6 +278,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   std::deque<std::pair<uint64_t, Answer>> held_ ABSL_GUARDED_BY(mu_);
   MemoryBudget* const budget_;
   std::atomic<bool> member_{false};
+  RequestRecords records_ ABSL_GUARDED_BY(mu_){limits_.max_request_records_per_run, limits_.request_record_ttl};
   // What the budget holds for this store's keys (objects, bytes).
   int64_t charged_keys_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t charged_key_bytes_ ABSL_GUARDED_BY(mu_) = 0;

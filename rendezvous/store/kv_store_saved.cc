@@ -88,16 +88,18 @@ absl::Status KvStore::MultiSet(int64_t round, const std::vector<std::string>& ke
       [&](StatusCallback done) { MultiSet(round, keys, std::move(values), std::move(done)); });
 }
 
-absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int64_t delta) {
+absl::StatusOr<int64_t> KvStore::Add(int64_t round, const std::string& key, int64_t delta,
+                                     const std::string& request_id) {
   return WaitFor<absl::StatusOr<int64_t>>(
-      [&](ResultCallback<int64_t> done) { Add(round, key, delta, std::move(done)); });
+      [&](ResultCallback<int64_t> done) { Add(round, key, delta, std::move(done), request_id); });
 }
 
 absl::StatusOr<std::pair<std::string, bool>> KvStore::CompareSet(int64_t round, const std::string& key,
-                                                                 const std::string& expected, std::string desired) {
+                                                                 const std::string& expected, std::string desired,
+                                                                 const std::string& request_id) {
   return WaitFor<absl::StatusOr<std::pair<std::string, bool>>>(
       [&](ResultCallback<std::pair<std::string, bool>> done) {
-        CompareSet(round, key, expected, std::move(desired), std::move(done));
+        CompareSet(round, key, expected, std::move(desired), std::move(done), request_id);
       });
 }
 

@@ -23,7 +23,8 @@ using namespace meshrun::client;
 using meshrun::testing::store_proxy::ServerStore;
 using meshrun::testing::store_proxy::Setup;
 
-TEST_CASE("store proxy: a write that met a server gone away is sent again to the next leader", "[store_proxy]") {
+TEST_CASE("store proxy: writes that met a server gone away (a set, an add, a compare-set) are sent again to the next leader",
+          "[store_proxy]") {
   Setup s;
   // The agent's channel now names a server that is gone (a port nobody listens on), as after
   // a leader's death, and the proxy follows the leader (replicas).
@@ -32,22 +33,41 @@ TEST_CASE("store proxy: a write that met a server gone away is sent again to the
   s.proxy->SetUpstream(grpc::CreateChannel(absl::StrCat("127.0.0.1:", dead_port), grpc::InsecureChannelCredentials()),
                        "node-a");
   auto store = s.Worker();
-  // An ADD is not sent twice (it might have been applied): its error comes at once.
-  CHECK(absl::IsUnavailable(store->Add("counter", 1).status()));
+  // A set, an add and a compare-set (the last two sent with the proxy's request ids, so
+  // that one sent twice takes effect once: rendezvous/store/request_records.h).
   absl::Status set = absl::UnknownError("not answered");
-  std::atomic<bool> answered{false};
+  absl::StatusOr<int64_t> add = absl::UnknownError("not answered");
+  absl::StatusOr<std::string> cas = absl::UnknownError("not answered");
+  std::atomic<int> answered{0};
   std::thread writer([&] {
     set = store->Set("k", "v");
-    answered = true;
+    ++answered;
   });
-  // The write is kept, not failed: for half a second (a bounded window for a negative) it has
-  // no answer; once the agent names the next leader it goes there.
+  std::thread adder([&] {
+    add = store->Add("counter", 1);
+    ++answered;
+  });
+  std::thread swapper([&] {
+    cas = store->CompareSet("owner", "", "rank0");
+    ++answered;
+  });
+  // The writes are kept, not failed: for half a second (a bounded window for a negative) none
+  // has an answer; once the agent names the next leader they go there.
   absl::SleepFor(absl::Milliseconds(500));
-  CHECK_FALSE(answered.load());
+  CHECK(answered.load() == 0);
   s.proxy->SetUpstream(s.channel, "node-a");
   writer.join();
+  adder.join();
+  swapper.join();
   CHECK(set.ok());
-  CHECK(*ServerStore(s.server->endpoint())->Get("k", absl::ZeroDuration()) == "v");
+  REQUIRE(add.ok());
+  CHECK(*add == 1);
+  REQUIRE(cas.ok());
+  CHECK(*cas == "rank0");
+  auto server = ServerStore(s.server->endpoint());
+  CHECK(*server->Get("k", absl::ZeroDuration()) == "v");
+  CHECK(*server->Get("counter", absl::ZeroDuration()) == "1");
+  CHECK(*server->Get("owner", absl::ZeroDuration()) == "rank0");
 }
 
 TEST_CASE("store proxy: requests kept on the leader the agent follows are sent there again when no next one comes",

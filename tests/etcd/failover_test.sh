@@ -54,7 +54,12 @@
 # With --parked (loopback), worker rank 1 waits for a store key that nobody has set when the
 # leader dies (its read parked on the leader, through its agent's store proxy); the key is set
 # on the next leader after the failover, and the read answers it: the proxy sent the read
-# again to the next leader with what was left of its wait.
+# again to the next leader with what was left of its wait. Adds through the proxy take effect
+# once across it: worker rank 1 adds 1 to a key, one add at a time, from before the kill until
+# after the failover, and every answer is the one before plus 1 and the key ends at the number
+# of adds (none failed, none applied twice: the proxy sends an add that met the dead leader
+# again, with its request id); and an add with a request id, answered by the dead leader, is
+# answered the same by the next one, from its record in etcd, without adding again.
 #
 # With --mesh MESH_PROBE (loopback), the leader dies during a libmesh 2-D mesh init whose
 # reads are parked (issue 24, "Must work" 2): each node runs 2 workers of
@@ -279,6 +284,11 @@ if sys.argv[1] == "before":
 else:
     print(s.get("torch/before").decode()); s.set("torch/after", "v-after"); print(s.get("torch/after").decode())'
 worker='if [ "$RANK" = 0 ]; then "$STORE_KEYS" set mesh/probe/row0 nccl-id-0 || exit 4; fi
+adds=
+if [ "$RANK" = 1 ] && [ "$PARKED" = 1 ]; then
+  "$STORE_KEYS" addloop probe/adds "$OUT/adds.stop" 1000000 > "$OUT/rank1.adds" 2>&1 &
+  adds=$!
+fi
 if [ -n "$TORCH_PY" ] && [ "$RANK" = 0 ]; then "$TORCH_PY" -c "$TCP_STORE" before || exit 7; fi
 echo "$TORCHELASTIC_RESTART_COUNT $MESHRUN_ROUND" >> "$OUT/rank$RANK.start"
 if [ "$RANK" = 1 ] && [ "$PARKED" = 1 ]; then
@@ -287,6 +297,7 @@ if [ "$RANK" = 1 ] && [ "$PARKED" = 1 ]; then
 fi
 for i in $(seq 1200); do [ -e "$OUT/release$RANK" ] && break; sleep 0.05; done
 [ -e "$OUT/release$RANK" ] || exit 3
+if [ -n "$adds" ]; then wait "$adds" || exit 9; fi
 if [ "$RANK" = 1 ]; then "$STORE_KEYS" get mesh/probe/row0 > "$OUT/rank1.key" || exit 5; fi
 if [ -n "$TORCH_PY" ] && [ "$RANK" = 1 ]; then "$TORCH_PY" -c "$TCP_STORE" after > "$OUT/rank1.torch" || exit 8; fi
 echo "$TORCHELASTIC_RESTART_COUNT" > "$OUT/rank$RANK.end"'
@@ -525,6 +536,13 @@ if ((parked)); then
   parking() { [[ $(run_on $client_host "$store_keys" "$leader_addr" failover 0 get mesh/probe/parking 2>/dev/null) == 1 ]]; }
   wait_for 20 parking || fail "worker rank 1 did not set mesh/probe/parking on the leader within 20 s"
   echo "worker rank 1 waits for mesh/probe/late on the leader"
+  # adds_on ADDR: the value of probe/adds there (0 while unset or not served).
+  adds_on() { run_on $client_host "$store_keys" "$1" failover 0 get probe/adds 2>/dev/null | grep -E '^[0-9]+$' || echo 0; }
+  adding() { (($(adds_on "$leader_addr") >= 20)); }
+  wait_for 20 adding || fail "worker rank 1 did not add to probe/adds on the leader within 20 s: $(cat "$work/rank1.adds" 2>/dev/null)"
+  once=$(run_on $client_host "$store_keys" "$leader_addr" failover 0 addid probe/once request-a 2>&1)
+  [[ $once == 1 ]] || fail "the leader answered '$once' to the first add of request-a (expected 1)"
+  echo "worker rank 1 adds to probe/adds through its proxy (at $(adds_on "$leader_addr")); request-a added 1 to probe/once on the leader"
 fi
 if ((partition)); then
   # 3'''. The leader's host loses its link; everything on it keeps running.
@@ -680,6 +698,28 @@ if ((parked)); then
   answered() { [[ $(cat "$work/rank1.late" 2>/dev/null) == late-value ]]; }
   wait_for 10 answered || fail "worker rank 1's read parked before the failover did not get the key set after it: '$(cat "$work/rank1.late" 2>/dev/null)'"
   echo "store: worker rank 1's read, parked on the dead leader, answered 'late-value' set on the new leader"
+  # request-a again, on the next leader: its record came with the store; a new id adds.
+  new_addr="@$(addr_of "$idx"):$(cat "$work/port$idx")"
+  again=$(run_on $client_host "$store_keys" "$new_addr" failover 0 addid probe/once request-a 2>&1)
+  [[ $again == 1 ]] || fail "the next leader answered '$again' to request-a sent again (expected 1, its first answer: added once)"
+  other=$(run_on $client_host "$store_keys" "$new_addr" failover 0 addid probe/once request-b 2>&1)
+  [[ $other == 2 ]] || fail "the next leader answered '$other' to request-b (expected 2)"
+  reused=$(run_on $client_host "$store_keys" "$new_addr" failover 0 addid probe/elsewhere request-a 2>&1) &&
+    fail "the next leader took request-a for another key: $reused"
+  [[ $reused == *"request_id 'request-a' was used for another request"* ]] || fail "request-a reused for another key: $reused"
+  echo "store: request-a sent again to the next leader answered 1 (its record in etcd; not added again), request-b 2; request-a for another key refused"
+  # The adds go on through the proxy on the next leader; then the loop stops.
+  so_far=$(adds_on "$new_addr")
+  more() { (($(adds_on "$new_addr") >= so_far + 20)); }
+  wait_for 20 more || fail "worker rank 1's adds did not go on on the next leader within 20 s: $(cat "$work/rank1.adds" 2>/dev/null)"
+  touch "$work/adds.stop"
+  stopped() { grep -q '^addloop' "$work/rank1.adds" 2>/dev/null; }
+  wait_for 20 stopped || fail "worker rank 1's add loop did not stop within 20 s"
+  grep -q '^addloop ok' "$work/rank1.adds" || fail "worker rank 1's adds through its proxy: $(cat "$work/rank1.adds")"
+  n=$(sed -n 's/^addloop ok n=\([0-9]*\) .*/\1/p' "$work/rank1.adds")
+  total=$(adds_on "$new_addr")
+  ((total == n)) || fail "probe/adds holds $total after worker rank 1's $n adds, each answered once (an add applied twice, or lost)"
+  echo "store: worker rank 1's $n adds through its proxy, across the failover: none failed, answers 1..$n in order, probe/adds = $total"
 fi
 # meshrun status, given every replica (the dead one first), shows the replicas and the new leader's run.
 new_index=$(leader_soon) || fail "meshrun status names no leader"
