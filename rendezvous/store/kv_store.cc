@@ -40,7 +40,7 @@ KvStore::~KvStore() {
 void KvStore::SyncKeyChargeLocked() {
   if (budget_ == nullptr) return;
   const int64_t keys = static_cast<int64_t>(data_.size());
-  const int64_t bytes = keys * kStoreKeyCost + bytes_;
+  const int64_t bytes = keys * kStoreKeyCost + bytes_ + records_.bytes();
   if (keys == charged_keys_ && bytes == charged_key_bytes_) return;
   const int64_t more_keys = keys - charged_keys_;
   const int64_t more_bytes = bytes - charged_key_bytes_;
@@ -56,13 +56,12 @@ void KvStore::SyncKeyChargeLocked() {
 }
 
 absl::Status KvStore::CheckWritesLocked(int64_t round,
-                                        const std::vector<std::pair<const std::string*, size_t>>& writes,
-                                        bool records) {
+                                        const std::vector<std::pair<const std::string*, size_t>>& writes) {
   int64_t new_keys = 0;
   int64_t delta = 0;
   for (const auto& [key, value_size] : writes) {
     if (absl::Status s = CheckLength("key", *key, limits_.max_key_bytes, "max_key_bytes"); !s.ok()) return s;
-    if (!records && RequestRecords::IsRecordKey(*key)) {
+    if (RequestRecords::IsRecordKey(*key)) {
       return absl::InvalidArgumentError(absl::StrCat("key '", Shown(*key),
                                                      "': keys that start with byte 0xFF are the server's own"));
     }
@@ -78,13 +77,15 @@ absl::Status KvStore::CheckWritesLocked(int64_t round,
       delta += static_cast<int64_t>(value_size) - static_cast<int64_t>(it->second.size());
     }
   }
-  if (static_cast<int64_t>(data_.size()) + new_keys > limits_.max_keys_per_run) {
-    return absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' store holds ", data_.size(),
+  const int64_t held_keys = static_cast<int64_t>(data_.size()) - record_keys_;
+  const int64_t held_bytes = bytes_ - record_bytes_;
+  if (held_keys + new_keys > limits_.max_keys_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' store holds ", held_keys,
                                                      " keys; ", new_keys, " more exceed max_keys_per_run=",
                                                      limits_.max_keys_per_run));
   }
-  if (bytes_ + delta > limits_.max_store_bytes_per_run) {
-    return absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' store holds ", bytes_,
+  if (held_bytes + delta > limits_.max_store_bytes_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", label_.substr(0, 64), "' store holds ", held_bytes,
                                                      " bytes; ", delta, " more exceed max_store_bytes_per_run=",
                                                      limits_.max_store_bytes_per_run));
   }
@@ -109,6 +110,10 @@ absl::Status KvStore::CheckWritesLocked(int64_t round,
 void KvStore::EraseLocked(absl::flat_hash_map<Key, std::string>::iterator it) {
   const int64_t n = static_cast<int64_t>(it->first.key.size() + it->second.size());
   bytes_ -= n;
+  if (RequestRecords::IsRecordKey(it->first.key)) {
+    --record_keys_;
+    record_bytes_ -= n;
+  }
   server_bytes_->fetch_sub(n);
   data_.erase(it);
 }
@@ -142,6 +147,10 @@ void KvStore::SetLocked(int64_t round, const std::string& key, std::string value
                         (is_new ? -static_cast<int64_t>(key.size()) : static_cast<int64_t>(slot->second.size()));
   bytes_ += delta;
   server_bytes_->fetch_add(delta);
+  if (RequestRecords::IsRecordKey(key)) {
+    record_keys_ += is_new ? 1 : 0;
+    record_bytes_ += delta;
+  }
   slot->second = std::move(value);
   if (!is_new) return;
   auto it = waiting_on_.find(k);
@@ -254,6 +263,7 @@ void KvStore::Add(int64_t round, const std::string& key, int64_t delta, ResultCa
   {
     absl::MutexLock lock(&mu_);
     refused = ClosedLocked();
+    if (refused.ok() && !request_id.empty()) refused = RequestRecords::CheckRequestId(request_id);
     // An add of 0 is a read: no record, a repeat reads again.
     const std::string& id = delta == 0 ? std::string() : request_id;
     std::optional<std::string> earlier;
@@ -268,11 +278,12 @@ void KvStore::Add(int64_t round, const std::string& key, int64_t delta, ResultCa
     int64_t current = 0;
     int64_t result = 0;
     auto it = data_.find(Key{round, key});
-    if (refused.ok() && it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
+    // A repeat is answered from its record whatever the key holds now.
+    if (refused.ok() && !earlier && it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
       refused = absl::FailedPreconditionError(
           absl::StrCat("add: key '", key.substr(0, 64), "' holds a value that is not an integer"));
     }
-    if (refused.ok() && __builtin_add_overflow(current, delta, &result)) {
+    if (refused.ok() && !earlier && __builtin_add_overflow(current, delta, &result)) {
       refused = absl::InvalidArgumentError(absl::StrCat("add: key '", key.substr(0, 64), "' holds ", current,
                                                         "; adding ", delta, " overflows a 64-bit integer"));
     }
@@ -316,8 +327,8 @@ void KvStore::CompareSet(int64_t round, const std::string& key, const std::strin
     auto it = data_.find(Key{round, key});
     const bool match = (it == data_.end()) ? expected.empty() : it->second == expected;
     if (refused.ok() && earlier) {
-      // Recorded only when it swapped: its answer is the value it set.
-      AnswerLocked(Give(std::move(done), std::pair<std::string, bool>{std::move(*earlier), true}), ready);
+      // Recorded only when it swapped: its answer is the value it set, which the repeat carries.
+      AnswerLocked(Give(std::move(done), std::pair<std::string, bool>{std::move(desired), true}), ready);
     } else if (refused.ok() && !match) {
       // A read. c10d: an absent key with a non-empty expectation returns `expected`.
       std::pair<std::string, bool> out{it == data_.end() ? expected : it->second, false};
@@ -326,7 +337,7 @@ void KvStore::CompareSet(int64_t round, const std::string& key, const std::strin
       refused = CheckWriteOnceLocked(round, key, &desired, "compare_set");
       Fire fire;
       if (refused.ok()) {
-        refused = WriteRecordedLocked(round, key, desired, request_id, RequestRecords::Op::kCompareSet, desired, fire);
+        refused = WriteRecordedLocked(round, key, desired, request_id, RequestRecords::Op::kCompareSet, "", fire);
       }
       if (refused.ok()) {
         std::pair<std::string, bool> out{std::move(desired), true};
@@ -413,7 +424,6 @@ void KvStore::Close(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
     closed_ = why;
-    records_.Clear();
     FailHeldLocked(absl::UnavailableError(why), ready);
   }
   Deliver(ready);
@@ -433,7 +443,9 @@ void KvStore::Restore(int64_t round, const std::string& key, std::string value) 
   Fire fire;
   {
     absl::MutexLock lock(&mu_);
-    if (RequestRecords::IsRecordKey(key) && !data_.contains(Key{round, key})) records_.Added(round, key, absl::Now());
+    if (RequestRecords::IsRecordKey(key) && !data_.contains(Key{round, key})) {
+      records_.Restored(round, key, RequestRecords::WrittenAt(value).value_or(absl::Now()));
+    }
     SetLocked(round, key, std::move(value), fire);
     SyncKeyChargeLocked();
   }
@@ -458,6 +470,7 @@ void KvStore::AbortBelow(int64_t round, const std::string& why) {
       auto here = it++;
       if (here->first.round < round) EraseLocked(here);
     }
+    records_.DropBelow(round);
     SyncKeyChargeLocked();
   }
   for (auto& cb : cbs) cb(absl::AbortedError(why));
@@ -475,7 +488,12 @@ int64_t KvStore::waiters() const {
 
 int64_t KvStore::size() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(data_.size());
+  return static_cast<int64_t>(data_.size()) - record_keys_;
+}
+
+int64_t KvStore::request_records() const {
+  absl::MutexLock lock(&mu_);
+  return record_keys_;
 }
 
 }  // namespace meshrun::rendezvous

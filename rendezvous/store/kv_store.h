@@ -79,9 +79,11 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // and a compare-set that does not swap write nothing and leave no record
   // (a repeat does the same read again). INVALID_ARGUMENT for an id longer
   // than RequestRecords::kMaxRequestIdBytes, or one whose record is of
-  // another operation or key. A run keeps max_request_records_per_run
-  // records, none longer than request_record_ttl; older ones are erased
-  // with the write that makes room (lazily: no timer).
+  // another operation or key. Records are charged to the memory budget but
+  // not to the run's key and byte limits; they are erased with later
+  // recorded writes (no timer) past request_record_ttl, or past
+  // max_request_records_per_run once older than
+  // RequestRecords::kResendWindow.
   void Add(int64_t round, const std::string& key, int64_t delta, ResultCallback<int64_t> done,
            const std::string& request_id = "");
   absl::StatusOr<int64_t> Add(int64_t round, const std::string& key, int64_t delta,
@@ -174,8 +176,10 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // from now). Thread-safe.
   void Restore(int64_t round, const std::string& key, std::string value);
 
-  // Keys held, request records included.
+  // Keys held, request records not included.
   int64_t size() const;
+  // Request records held (Add, CompareSet).
+  int64_t request_records() const;
   // Bytes held: the sum of every stored key's and value's length. O(1).
   int64_t bytes() const;
   // Reads parked now (waiting for keys). O(1).
@@ -202,10 +206,10 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks that writing these (key, value size) pairs stays within limits.
   // and charges the memory budget for them (refused: RESOURCE_EXHAUSTED,
-  // nothing charged). A request record's key is refused (INVALID_ARGUMENT)
-  // unless `records` (the store's own write of one).
-  absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes,
-                                 bool records = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // nothing charged). The run's limits count the clients' keys only, not
+  // request records; a request record's key is refused (INVALID_ARGUMENT).
+  absl::Status CheckWritesLocked(int64_t round, const std::vector<std::pair<const std::string*, size_t>>& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The recorded answer of `request_id` in `round` (nullopt: none), or
   // INVALID_ARGUMENT (a bad id, or its record is of another op or key).
   absl::StatusOr<std::optional<std::string>> RecordedLocked(int64_t round, const std::string& request_id,
@@ -214,7 +218,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   // Checks, saves and applies the write of `value` to `key` (an add's sum,
   // a compare-set's swap) with the record of `request_id` (none: empty)
   // answering `answer`; erases the records past their bounds. Refused:
-  // nothing changes.
+  // nothing changes (but records taken past their bounds may be erased).
   absl::Status WriteRecordedLocked(int64_t round, const std::string& key, std::string value,
                                    const std::string& request_id, RequestRecords::Op op,
                                    absl::string_view answer, Fire& fire) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -270,6 +274,9 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   WaiterId next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Of data_ and bytes_, the request records' share.
+  int64_t record_keys_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t record_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<std::string> closed_ ABSL_GUARDED_BY(mu_);  // Close's reason.
   // Writes applied (numbered from 1) and saved: every write up to saved_ is.
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;

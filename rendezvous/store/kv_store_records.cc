@@ -19,26 +19,22 @@ absl::StatusOr<std::optional<std::string>> KvStore::RecordedLocked(int64_t round
 absl::Status KvStore::WriteRecordedLocked(int64_t round, const std::string& key, std::string value,
                                           const std::string& request_id, RequestRecords::Op op,
                                           absl::string_view answer, Fire& fire) {
+  // A record is charged to the memory budget (SyncKeyChargeLocked), not to
+  // the run's limits: a client's quota never refuses the server's own key.
+  if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
   if (request_id.empty()) {
-    if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}}); !s.ok()) return s;
     if (write_hook_) {
       if (absl::Status s = SaveLocked(round, {{key, value}}, {}); !s.ok()) return s;
     }
     SetLocked(round, key, std::move(value), fire);
     return absl::OkStatus();
   }
-  if (RequestRecords::IsRecordKey(key)) {
-    return absl::InvalidArgumentError(absl::StrCat("key '", Shown(key),
-                                                   "': keys that start with byte 0xFF are the server's own"));
-  }
+  const absl::Time now = absl::Now();
   const std::string record_key = RequestRecords::KeyOf(request_id);
-  std::string record = RequestRecords::Encode(op, key, answer);
-  if (absl::Status s = CheckWritesLocked(round, {{&key, value.size()}, {&record_key, record.size()}}, true); !s.ok()) {
-    return s;
-  }
+  std::string record = RequestRecords::Encode(op, now, key, answer);
   // The records past their bounds: erased with this write when of its
   // round, else each in a save of its own round first.
-  std::vector<RequestRecords::Entry> evicted = records_.TakeEvicted(absl::Now(), 1);
+  std::vector<RequestRecords::Entry> evicted = records_.TakeEvicted(now, 1);
   std::vector<RequestRecords::Entry> with_write;  // This round's: erased with the write.
   std::vector<std::string> erase;
   for (size_t i = 0; i < evicted.size(); ++i) {
@@ -70,7 +66,7 @@ absl::Status KvStore::WriteRecordedLocked(int64_t round, const std::string& key,
   for (const RequestRecords::Entry& e : with_write) EraseLocked(data_.find(Key{e.round, e.key}));
   SetLocked(round, key, std::move(value), fire);
   SetLocked(round, record_key, std::move(record), fire);
-  records_.Added(round, record_key, absl::Now());
+  records_.Added(round, record_key, now);
   return absl::OkStatus();
 }
 

@@ -89,14 +89,15 @@ TEST_CASE("an add or a compare-set with a request id takes effect once, and a re
   CHECK(absl::StrContains(long_id.message(), "request_id of 129 bytes is longer than 128"));
 
   // An add of 0 reads: no record.
-  const int64_t held = kv->size();
+  const int64_t held = kv->request_records();
   CHECK(*kv->Add(0, "n", 0, "id-0") == 7);
-  CHECK(kv->size() == held);
+  CHECK(kv->request_records() == held);
   // Records are the server's own: not listed, not counted, never a client's key.
   absl::StatusOr<KvStore::KeyList> keys = kv->Keys(0, "", 100);
   REQUIRE(keys.ok());
   CHECK(keys->count == 2);  // n, c
-  CHECK(kv->size() == 2 + 4);  // And the records of id-1, id-2, cas-1 and cas-2's swap.
+  CHECK(kv->size() == 2);
+  CHECK(kv->request_records() == 4);  // id-1, id-2, cas-1 and cas-2's swap.
   const std::string record_key = RequestRecords::KeyOf("id-1");
   absl::Status forged = kv->Set(0, record_key, "a1:n999");
   CHECK(absl::IsInvalidArgument(forged));
@@ -130,35 +131,74 @@ TEST_CASE("a record is saved with its write, and a replica that restored the sto
   CHECK(next->Keys(0, "", 10)->count == 2);
 }
 
-TEST_CASE("records past max_request_records_per_run or request_record_ttl are erased with a later write",
+TEST_CASE("records past request_record_ttl, or past max_request_records_per_run once old enough, are erased with a later write",
           "[kv][request][durable]") {
   DeadlineTimer timer;
+  const absl::Time now = absl::Now();
   ServerLimits limits;
   limits.max_request_records_per_run = 2;
   auto kv = std::make_shared<KvStore>("run", &timer, limits);
   SavedWrites saved;
   saved.Attach(*kv);
-  CHECK(*kv->Add(0, "n", 1, "a") == 1);
-  CHECK(*kv->Add(0, "n", 1, "b") == 2);
-  CHECK(saved.writes.back().erase.empty());
-  CHECK(*kv->Add(0, "n", 1, "c") == 3);
-  // The third record made room: the oldest erased in the same save.
-  CHECK(saved.writes.back().erase == std::vector<std::string>{RequestRecords::KeyOf("a")});
-  CHECK(kv->size() == 1 + 2);
-  CHECK(*kv->Add(0, "n", 1, "b") == 2);  // Still recorded.
-  CHECK(*kv->Add(0, "n", 1, "a") == 4);  // Gone: applied again.
-  CHECK(kv->size() == 1 + 2);
-  CHECK(saved.Held().size() == 1 + 2);
+  // Three records restored from etcd, out of order, written 3 to 5 minutes ago: past the
+  // count, and older than the resend window.
+  kv->Restore(0, "n", "3");
+  auto restore = [&](const std::string& id, absl::Duration age, const std::string& answer) {
+    kv->Restore(0, RequestRecords::KeyOf(id), RequestRecords::Encode(RequestRecords::Op::kAdd, now - age, "n", answer));
+  };
+  restore("m4", absl::Minutes(4), "2");
+  restore("m5", absl::Minutes(5), "1");
+  restore("m3", absl::Minutes(3), "3");
+  CHECK(kv->request_records() == 3);
+  CHECK(*kv->Add(0, "n", 1, "m5") == 1);  // Restored: answered from its record.
+  // A new record makes room down to the count: the two oldest go, in the same save.
+  CHECK(*kv->Add(0, "n", 1, "fresh-1") == 4);
+  CHECK(saved.writes.back().erase ==
+        std::vector<std::string>{RequestRecords::KeyOf("m5"), RequestRecords::KeyOf("m4")});
+  CHECK(kv->request_records() == 2);
+  CHECK(*kv->Add(0, "n", 1, "m3") == 3);  // Still recorded.
+  CHECK(*kv->Add(0, "n", 1, "m5") == 5);  // Gone: applied again.
+  // Records younger than the resend window are never erased by the count: it is exceeded.
+  CHECK(*kv->Add(0, "n", 1, "fresh-2") == 6);
+  CHECK(*kv->Add(0, "n", 1, "fresh-3") == 7);
+  CHECK(kv->request_records() == 4);  // m3 made room for m5's new record; fresh-1, m5, fresh-2, fresh-3 stay.
+  CHECK(*kv->Add(0, "n", 1, "fresh-1") == 4);
+  CHECK(saved.Held().size() == static_cast<size_t>(1 + kv->request_records()));
 
-  limits.max_request_records_per_run = 100;
-  limits.request_record_ttl = absl::Milliseconds(1);
+  // Past the ttl: erased with the next recorded write, at most kMaxErasedPerWrite at a time.
+  limits.max_request_records_per_run = 100000;
+  limits.request_record_ttl = absl::Minutes(10);
   auto aging = std::make_shared<KvStore>("run", &timer, limits);
   SavedWrites aged;
   aged.Attach(*aging);
-  CHECK(*aging->Add(0, "n", 1, "old") == 1);
-  const absl::Time written = absl::Now();
-  while (absl::Now() < written + absl::Milliseconds(5)) absl::SleepFor(absl::Milliseconds(1));
-  CHECK(*aging->Add(0, "n", 1, "new") == 2);
-  CHECK(aged.writes.back().erase == std::vector<std::string>{RequestRecords::KeyOf("old")});
-  CHECK(*aging->Add(0, "n", 1, "old") == 3);
+  for (int i = 0; i < 40; ++i) {
+    aging->Restore(0, RequestRecords::KeyOf("old-" + std::to_string(i)),
+                   RequestRecords::Encode(RequestRecords::Op::kAdd, now - absl::Minutes(11), "n", "1"));
+  }
+  CHECK(*aging->Add(0, "n", 1, "new-1") == 1);
+  CHECK(aged.writes.back().erase.size() == RequestRecords::kMaxErasedPerWrite);
+  CHECK(*aging->Add(0, "n", 1, "new-2") == 2);
+  CHECK(aged.writes.back().erase.size() == 40 - RequestRecords::kMaxErasedPerWrite);
+  CHECK(aging->request_records() == 2);
+}
+
+TEST_CASE("request records do not count against the run's key and byte limits, and a repeat ignores what the key holds now",
+          "[kv][request]") {
+  DeadlineTimer timer;
+  ServerLimits limits;
+  limits.max_keys_per_run = 2;
+  auto kv = std::make_shared<KvStore>("run", &timer, limits);
+  for (int i = 0; i < 10; ++i) CHECK(*kv->Add(0, "n", 1, "add-" + std::to_string(i)) == i + 1);
+  CHECK(kv->request_records() == 10);
+  REQUIRE(kv->Set(0, "second", "v").ok());
+  CHECK(absl::IsResourceExhausted(kv->Set(0, "third", "v")));
+  // The key changed under a recorded add: the repeat still gets its answer.
+  REQUIRE(kv->Set(0, "n", "not a number").ok());
+  CHECK(*kv->Add(0, "n", 1, "add-3") == 4);
+  CHECK(absl::IsFailedPrecondition(kv->Add(0, "n", 1, "add-new").status()));
+  // A compare-set's record keeps no value: the repeat's own desired value answers it.
+  CHECK(*kv->CompareSet(0, "second", "v", std::string(4096, 'x'), "cas") ==
+        std::pair<std::string, bool>{std::string(4096, 'x'), true});
+  CHECK(*kv->CompareSet(0, "second", "v", std::string(4096, 'x'), "cas") ==
+        std::pair<std::string, bool>{std::string(4096, 'x'), true});
 }
