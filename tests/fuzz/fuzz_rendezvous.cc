@@ -210,7 +210,7 @@ class Harness {
       case kKvAdd: {
         pb::KvAddRequest req;
         if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
-        (void)Store(req.run().run_id())->kv().Add(req.round(), req.key(), req.delta());
+        (void)Store(req.run().run_id())->kv().Add(req.round(), req.key(), req.delta(), req.request_id());
         return;
       }
       case kKvCompareSet: {
@@ -218,7 +218,7 @@ class Harness {
         if (!req.ParseFromArray(data, static_cast<int>(size)) || !Admitted(req.run())) return;
         (void)Store(req.run().run_id())
             ->kv()
-            .CompareSet(req.round(), req.key(), req.expected(), req.desired());
+            .CompareSet(req.round(), req.key(), req.expected(), req.desired(), req.request_id());
         return;
       }
       case kKvCheck: {
