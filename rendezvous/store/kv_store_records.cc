@@ -2,6 +2,8 @@
 // request_id; request_records.h): finding a request's recorded answer, and
 // saving a write with its record while erasing the records past their
 // bounds.
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "common/store.h"
 #include "rendezvous/store/kv_store.h"
@@ -48,9 +50,9 @@ absl::Status KvStore::WriteRecordedLocked(int64_t round, const std::string& key,
     }
     if (write_hook_) {
       if (absl::Status s = SaveLocked(e.round, {}, {e.key}); !s.ok()) {
-        for (size_t j = i; j < evicted.size(); ++j) {
-          if (!evicted[j].key.empty()) with_write.push_back(std::move(evicted[j]));
-        }
+        // This one and those after it were not erased (none of them moved yet).
+        with_write.insert(with_write.end(), std::make_move_iterator(evicted.begin() + i),
+                          std::make_move_iterator(evicted.end()));
         records_.PutBack(std::move(with_write));
         return s;
       }
