@@ -281,7 +281,13 @@ absl::Status Client::Impl::CallMembers(const CallSpec& spec, const Invoke& invok
   std::vector<MemberOutcome> outcomes(n);
   bool reauthenticated = false;
   const int start = current();
-  for (int round = 0; round < kRounds; ++round) {
+  // Rounds over the members: kRounds at least, and more while etcd is up
+  // but electing (a member said "no leader" or was transiently busy), so a
+  // call rides out etcd's own election (one to two election timeouts) within
+  // call_timeout rather than failing after the first few hundred ms of it.
+  bool electing = false;
+  for (int round = 0; round < kRounds || electing; ++round) {
+    electing = false;
     for (int k = 0; k < n; ++k) {
       const int i = (start + k) % n;
       const absl::Time now = absl::Now();
@@ -322,6 +328,7 @@ absl::Status Client::Impl::CallMembers(const CallSpec& spec, const Invoke& invok
                                 options.names.user, options.names.password_file);
         }
         outcomes[i] = MemberOutcome{Kind::kFailed, Describe(s, f, per_try)};
+        electing = electing || f == wire::Failure::kNoLeader || f == wire::Failure::kEtcdTransient;
         if (spec.write && f != wire::Failure::kNoLeader) {
           // Sent, and perhaps applied: not retried. Say why, and whether
           // etcd still has a quorum.
@@ -338,7 +345,8 @@ absl::Status Client::Impl::CallMembers(const CallSpec& spec, const Invoke& invok
     }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) break;
-    absl::SleepFor(std::min(left, kRoundBackoff * (1 << round)));  // Back-off between rounds.
+    // Back-off between rounds: 100, 200, 400 ms, then 400 ms each.
+    absl::SleepFor(std::min(left, kRoundBackoff * (1 << std::min(round, kRounds - 1))));
   }
   return Unreachable(spec, std::move(outcomes));
 }

@@ -10,7 +10,9 @@
 //   - cannot be connected to within dial_timeout (down, refused, TLS failure),
 //   - answers "etcdserver: no leader" (every call carries etcd's "hasleader"
 //     metadata, as clientv3.WithRequireLeader does: a member cut off from the
-//     leader refuses at once, before proposing anything), or
+//     leader refuses at once, before proposing anything; while some member
+//     says so, the call goes on trying the members, 400 ms apart at most,
+//     until call_timeout, so it rides out etcd's own election), or
 //   - for a read (Range, Status, lease TTL and keep-alive), fails in any
 //     transient way (its connection broke, attempt_timeout passed).
 // A write (Put, Delete, Txn, LeaseGrant, LeaseRevoke) that was sent and then
