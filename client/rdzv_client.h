@@ -227,12 +227,17 @@ class RendezvousClient {
   struct Stubs;
   // The stub of the server used now.
   std::shared_ptr<Stubs> stubs() const;
-  // After a join failed with `s` on the server `on`: true once the client
+  // After a call failed with `s` on the server `on`: true once the client
   // follows another leader (FailOver, driven by the event stream), so the
-  // join can be sent there; false when `s` is no failover (one endpoint, or
-  // not UNAVAILABLE nor a standby's refusal), when stopping, or at
-  // `deadline`. A standby's refusal starts the failover.
-  bool WaitForNextLeader(const grpc::Status& s, const std::shared_ptr<Stubs>& on, absl::Time deadline);
+  // call can be sent there; false when `s` is no failover (one endpoint, or
+  // not UNAVAILABLE nor a standby's refusal, nor CANCELLED where
+  // `cancelled_is_lost`), when stopping, or at `deadline`. A standby's
+  // refusal starts the failover. `cancelled_is_lost`: for calls this client
+  // cancels only when stopping (the reports), CANCELLED comes from a server
+  // shutting down (gRPC cancels the calls it still holds), so it is a lost
+  // server too; a join, which CancelJoin cancels, passes false.
+  bool WaitForNextLeader(const grpc::Status& s, const std::shared_ptr<Stubs>& on, absl::Time deadline,
+                         bool cancelled_is_lost = false);
   // The server in use refused as a standby naming `leader`, or another
   // replica leads while it is silent (`why`; empty: the standby's refusal):
   // asks the event stream to fail over, to that leader first (once; not

@@ -208,11 +208,13 @@ void RendezvousClient::RequestFailover(const std::string& leader, const std::str
 }
 
 bool RendezvousClient::WaitForNextLeader(const grpc::Status& s, const std::shared_ptr<Stubs>& on,
-                                         absl::Time deadline) {
+                                         absl::Time deadline, bool cancelled_is_lost) {
   if (endpoints_.size() <= 1) return false;
   std::string leader;
   const bool standby = ParseStandbyDetail(s.error_details(), &leader);
-  if (!standby && s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+  const bool lost = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                    (cancelled_is_lost && s.error_code() == grpc::StatusCode::CANCELLED);
+  if (!standby && !lost) return false;
   if (standby) RequestFailover(leader);
   absl::MutexLock lock(&mu_);
   auto moved = [this, &on]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || stubs_ != on; };

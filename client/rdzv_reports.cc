@@ -44,7 +44,7 @@ absl::StatusOr<rendezvous::FailureVerdict> RendezvousClient::ReportFailure(
     absl::MutexLock lock(&mu_);
     deadline = absl::Now() + std::max(timeout, failover_timeout_);
   }
-  for (int tries = 0; tries < kMaxReportResends && WaitForNextLeader(s, stubs, deadline); ++tries) {
+  for (int tries = 0; tries < kMaxReportResends && WaitForNextLeader(s, stubs, deadline, /*cancelled_is_lost=*/true); ++tries) {
     stubs = this->stubs();
     req.set_session(session());
     Logger("agent")->warn("reporting the worker failure again, to the new leader");
@@ -86,7 +86,7 @@ void RendezvousClient::ReportFinishedAsync(
     // The leader was lost while this node waited at the barrier (its
     // arrival is durable): reported again to the next one, within the
     // call's deadline.
-    for (int tries = 0; tries < kMaxReportResends && WaitForNextLeader(s, stubs, deadline); ++tries) {
+    for (int tries = 0; tries < kMaxReportResends && WaitForNextLeader(s, stubs, deadline, /*cancelled_is_lost=*/true); ++tries) {
       stubs = this->stubs();
       req->set_session(session());
       ctx = std::make_shared<grpc::ClientContext>();

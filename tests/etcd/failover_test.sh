@@ -770,7 +770,14 @@ if ((plain)); then
   echo "store: the store-only run's key reads '$key' on the new leader"
 fi
 
-# 5. The job finishes untouched.
+# 5. The job finishes untouched. Node rank 0 still waits at the exit barrier: its arrival was
+# held across the failover (its report sent again to each next leader), it did not give up.
+if ((!mesh)); then
+  kill -0 "${agent_pid[0]}" 2>/dev/null ||
+    fail "node rank 0's agent left the exit barrier before node rank 1 finished: $(grep -h "exit barrier" "$work/agent0.log" | tail -n 1)"
+  barrier_failed=$(grep -h "warning: exit barrier: " "$work/agent0.log" | grep -v "finish again" | tail -n 1)
+  [[ -z $barrier_failed ]] || fail "node rank 0's exit barrier failed: $barrier_failed"
+fi
 touch "$work/release1"
 agents_exit_0 60
 started_once 0 1
