@@ -15,6 +15,7 @@
 #include "client/grpc_store.h"
 #include "common/net.h"
 #include "mesh_internal.h"
+#include "recording_store.h"
 
 namespace meshrun::mesh {
 
@@ -89,6 +90,8 @@ struct MeshState {
   std::string mesh_id;
   std::optional<std::vector<int>> coordinate;
   std::shared_ptr<Store> store;
+  // With options.releasable_keys: `store`, remembering what it wrote.
+  std::shared_ptr<internal::RecordingStore> recorded;
   internal::Backend backend;
   std::vector<std::unique_ptr<ProcessGroup>> groups;  // One per root dimension.
   absl::Mutex mu;
@@ -133,12 +136,18 @@ std::string RanksDigest(const MeshLayout& layout) {
   return identity ? absl::StrCat("0..", layout.ranks().size() - 1) : absl::StrCat(absl::Hex(h, absl::kZeroPad16));
 }
 
-GroupSpec RowSpec(const std::string& mesh_id, const MeshLayout& layout, int dim, const std::vector<int>& coord,
-                  const std::string& key_dim) {
+// The store key namespace of a mesh: write-once keys (common/store.h's
+// kWriteOncePrefix), or mutable ones that ReleaseStoreKeys may delete.
+std::string KeyRoot(const MeshOptions& options, const std::string& mesh_id) {
+  return absl::StrCat(options.releasable_keys ? "meshtmp/" : kWriteOncePrefix, mesh_id);
+}
+
+GroupSpec RowSpec(const std::string& key_root, const std::string& mesh_id, const MeshLayout& layout, int dim,
+                  const std::vector<int>& coord, const std::string& key_dim) {
   GroupSpec spec;
   int row = layout.RowOf(dim, coord);
   spec.dim_name = layout.dim_names()[dim];
-  spec.key = absl::StrCat("mesh/", mesh_id, "/", key_dim, "/row", row);
+  spec.key = absl::StrCat(key_root, "/", key_dim, "/row", row);
   spec.name = absl::StrCat(mesh_id, "/", spec.dim_name, "/row", row);
   spec.ranks = layout.RowRanks(dim, row);
   spec.group_rank = coord[dim];
@@ -203,6 +212,10 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   absl::StatusOr<std::shared_ptr<Store>> store = client::ConnectGrpcStore(so);
   if (!store.ok()) return store.status();
   state->store = *store;
+  if (options.releasable_keys) {
+    state->recorded = std::make_shared<internal::RecordingStore>(state->store);
+    state->store = state->recorded;
+  }
 
   absl::StatusOr<internal::Backend> backend =
       device == DeviceType::kCpu ? internal::MakeGlooBackend(state->store, world, options)
@@ -214,13 +227,14 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
   for (int d = 0; d < layout.ndim(); ++d) {
     // Keys use the dimension's index, not its name: members that disagree on
     // the names still meet, and the agreement check reports the difference.
-    rows.push_back(RowSpec(state->mesh_id, layout, d, *state->coordinate, absl::StrCat("d", d)));
+    rows.push_back(RowSpec(KeyRoot(options, state->mesh_id), state->mesh_id, layout, d, *state->coordinate,
+                           absl::StrCat("d", d)));
   }
   Description desc{DeviceTypeName(device), state->backend.name, Joined(layout.shape()),
                    absl::StrJoin(layout.dim_names(), ","), world.rank, RanksDigest(layout),
                    world.node_rank, world.local_rank, state->backend.device_id};
   desc.checks = options.everyone_checks_up_to;
-  internal::Agreement agreement{desc, absl::StrCat("mesh/", state->mesh_id), layout.ranks(),
+  internal::Agreement agreement{desc, KeyRoot(options, state->mesh_id), layout.ranks(),
                                 [layout](int r) {
                                   std::optional<std::vector<int>> c = layout.CoordinateOf(r);
                                   return c ? absl::StrCat("rank ", r, " (coordinate (", absl::StrJoin(*c, ", "),
@@ -229,6 +243,11 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
                                 },
                                 options.everyone_checks_up_to};
   absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups = state->backend.create_groups(rows, agreement);
+  if (!groups.ok() && state->recorded != nullptr) {
+    // Keys of a mesh that will never exist: released now, best effort (a
+    // member still building it fails at its timeout, as it would anyway).
+    (void)state->recorded->DeleteWritten();
+  }
   if (!groups.ok()) {
     return absl::Status(groups.status().code(),
                         absl::StrCat("rank ", world.rank, ": init_device_mesh(", DeviceTypeName(device), ", ",
@@ -441,7 +460,8 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Flatten(const std::string& name_in) const
     // lock is not held meanwhile (Abort and GetGroup stay responsive).
     MeshLayout merged = root.Flattened(first, last, name);
     std::vector<int> coord = *merged.CoordinateOf(rank());
-    GroupSpec spec = RowSpec(state_->mesh_id, merged, first, coord, absl::StrCat("flat/", name));
+    GroupSpec spec = RowSpec(KeyRoot(state_->options, state_->mesh_id), state_->mesh_id, merged, first, coord,
+                             absl::StrCat("flat/", name));
     Description desc{DeviceTypeName(state_->device), state_->backend.name, Joined(merged.shape()),
                      absl::StrJoin(merged.dim_names(), ","), state_->world.rank, RanksDigest(merged),
                      state_->world.node_rank, state_->world.local_rank, state_->backend.device_id};
@@ -469,6 +489,16 @@ void DeviceMesh::Abort() const {
   for (ProcessGroup* g : state_->AllGroups()) {
     if (g != nullptr) g->Abort();
   }
+}
+
+absl::Status DeviceMesh::ReleaseStoreKeys() const {
+  if (!state_->options.releasable_keys) {
+    return absl::FailedPreconditionError(absl::StrCat("mesh ", state_->mesh_id,
+                                                      ": its store keys are write-once (MeshOptions::releasable_keys "
+                                                      "was false); they stay until the run ends"));
+  }
+  if (state_->recorded == nullptr) return absl::OkStatus();  // Not a member: it wrote nothing.
+  return state_->recorded->DeleteWritten();
 }
 
 }  // namespace meshrun::mesh

@@ -5,6 +5,7 @@
 #include "meshrun/fault_tolerance.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -123,10 +124,20 @@ struct FaultToleranceManager::Impl {
     return Replicate();
   }
   // Drops the quorum's rows: their connections close, so that a peer
-  // waiting in a collective with this rank fails at once.
+  // waiting in a collective with this rank fails at once. Their store keys
+  // go first, so that a run's quorum changes do not fill its store: every
+  // member that connected with this rank has read them (a member still
+  // building the row is behind a quorum change and fails anyway). A Delete
+  // that fails leaves a few keys until the run ends.
   void DropRows() {
-    row.reset();
-    host_row.reset();
+    for (std::optional<DeviceMesh>* old : {&row, &host_row}) {
+      if (!old->has_value()) continue;
+      if (absl::Status s = (*old)->ReleaseStoreKeys(); !s.ok()) {
+        std::fprintf(stderr, "[meshrun mesh] warning: the replicate row's store keys stay: %s\n",
+                     std::string(s.message()).c_str());
+      }
+      old->reset();
+    }
   }
 
   absl::StatusOr<ft::Quorum> AgreeOnQuorum();
@@ -175,6 +186,7 @@ absl::Status FaultToleranceManager::Impl::BuildRows(const ft::Quorum& q, const f
   for (int g = 0; g < plan.replica_world_size; ++g) ranks.push_back(g * s + world.rank);
   MeshOptions mo = o.mesh;
   mo.mesh_id = absl::StrCat("ft-", o.name, "-q", q.quorum_id, "-e", plan.row_epoch, "-r", world.rank);
+  mo.releasable_keys = true;  // A row per quorum change: released when the next one is built.
   absl::StatusOr<DeviceMesh> r =
       InitDeviceMeshFromRanks(device, ranks, {plan.replica_world_size}, {o.replicate_dim_name}, qw, mo);
   if (!r.ok()) return r.status();

@@ -124,6 +124,22 @@ for r in 0 1; do
 done
 echo "all 3 groups reached step $steps with equal weights (shard by shard)"
 
+# The replicate rows' store keys (MeshOptions::releasable_keys): a worker releases its keys of
+# a row when it drops the row (a failed step, or a new quorum's build), so the job's run (the
+# groups' shared store, kept after the job for ended_run_ttl) holds the rows' last build only,
+# however many times they were built, plus what workers stopped by a restart never released.
+# One build of the two rows writes 12 keys (2 rows x 3 members x a description and a payload,
+# which carries the Gloo address); each restart of group 1 leaves its 2 workers' 2 keys. Without
+# the release this test's run held 40 keys (32 in the stop form).
+status_json=$("$meshrun" status --rdzv_endpoint="$endpoint" --rdzv_id=ft --json --timeout 5 2>&1)
+keys=$(grep -o '"kv_keys":[0-9]*' <<<"$status_json" | head -n 1 | cut -d: -f2)
+quorums=$(grep -o '"quorum_id":[0-9]*' <<<"$status_json" | head -n 1 | cut -d: -f2)
+[[ -n $keys ]] || fail "meshrun status shows no key count for the job's run: $status_json"
+restarts=$(grep -o "ft_hsdp: group 1 rank 0 pid [0-9]* restart [1-9]" "$work/g1.log" | sort -u | wc -l)
+bound=$((12 + 4 * restarts))
+((keys <= bound)) || fail "the job's run holds $keys store keys after $quorums quorums (at most $bound: the rows' last build, and 4 per restart of group 1)"
+echo "the job's store after $quorums quorums and $restarts restart(s) of group 1: $keys keys (at most $bound)"
+
 # The healthy groups' longest stall: the longest time between two committed steps.
 for g in 0 2; do
   grep -o 'step [0-9]* quorum [0-9]* replicas [0-9] time [0-9.]*' "$work/g$g.log" | awk '{ print $NF }' | sort -n |

@@ -83,6 +83,15 @@ TEST_CASE("a mesh over a subset of ranks: outsiders get 'not a member'", "[e2e][
   CHECK(CountOccurrences(r.out, "is not a member of this mesh") == 4);
 }
 
+TEST_CASE("a mesh with releasable keys deletes them and keeps working; a write-once mesh keeps its keys",
+          "[e2e][mesh]") {
+  RunResult r = Launch(4, {BinaryDir() + "/tests/mesh_probe", "release"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(CountOccurrences(r.out, "release OK") == 4);
+  CHECK(Contains(r.out, "its store keys are write-once (MeshOptions::releasable_keys was false)"));
+}
+
 TEST_CASE("NCCL unique ids: one per row, one store request per rank for all dimensions, fresh each round",
           "[e2e][mesh][nccl]") {
   std::string dir = TempDir();

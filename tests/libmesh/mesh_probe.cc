@@ -4,6 +4,12 @@
 //   subset       : a (2, 2) mesh over ranks {7, 5, 3, 1}; others are not members
 //   ncclids      : the NCCL unique-id exchange for a (2, 4) mesh, checked over
 //                  Gloo rows, with the server's request counters
+//   release      : a (2, 2) mesh over Gloo with MeshOptions::releasable_keys,
+//                  flattened, and one allreduce; then every rank releases its
+//                  store keys: none stays under "meshtmp/" (asked of the
+//                  store), "mesh/" holds none of it, and the communicators
+//                  still work; a second mesh without the option refuses to
+//                  release (FAILED_PRECONDITION) and keeps its keys
 //   parked FILE  : a (2, 2) mesh over Gloo whose rank 0 starts building it
 //                  only once FILE exists (at most 120 s), so the others'
 //                  reads of its keys stay parked on the server meanwhile (a
@@ -22,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "meshrun/device_mesh.h"
+#include "client/grpc_store.h"
 
 using namespace meshrun::mesh;
 
@@ -30,6 +37,64 @@ namespace {
 int Fail(int rank, const std::string& msg) {
   std::fprintf(stderr, "rank %d: %s\n", rank, msg.c_str());
   return 1;
+}
+
+// The store keys under `prefix` of this run, or -1 (the error on stderr).
+int64_t KeysUnder(const World& world, const std::string& prefix) {
+  meshrun::client::GrpcStoreOptions so;
+  so.endpoint = world.store_endpoint;
+  so.run_id = world.run_id;
+  so.round = world.round;
+  so.token = world.token;
+  auto store = meshrun::client::ConnectGrpcStore(so);
+  if (!store.ok()) return -1;
+  auto keys = (*store)->Keys(prefix, 0);
+  if (!keys.ok()) std::fprintf(stderr, "rank %d: keys: %s\n", world.rank, keys.status().ToString().c_str());
+  return keys.ok() ? keys->count : -1;
+}
+
+int Release(const World& world) {
+  const int rank = world.rank;
+  MeshOptions o;
+  o.timeout = absl::Seconds(30);
+  o.releasable_keys = true;
+  o.mesh_id = "released";
+  auto mesh = InitDeviceMesh("cpu", {2, 2}, {"a", "b"}, o);
+  if (!mesh.ok()) return Fail(rank, mesh.status().ToString());
+  auto flat = mesh->Flatten();
+  if (!flat.ok()) return Fail(rank, flat.status().ToString());
+  ProcessGroup* all = *flat->GetGroup();
+  std::vector<int64_t> v = {1};
+  if (!all->AllReduce(v.data(), 1).ok() || v[0] != 4) return Fail(rank, "allreduce before the release");
+  const int64_t before = KeysUnder(world, "meshtmp/released/");
+  const int64_t write_once = KeysUnder(world, "mesh/released/");
+  if (absl::Status s = mesh->ReleaseStoreKeys(); !s.ok()) return Fail(rank, s.ToString());
+  v = {1};
+  if (!all->Barrier().ok() || !all->AllReduce(v.data(), 1).ok() || v[0] != 4) {
+    return Fail(rank, "allreduce after the release");
+  }
+  // Every rank has released (the barrier): nothing of the mesh stays.
+  const int64_t after = KeysUnder(world, "meshtmp/released/");
+  if (before <= 0 || write_once != 0 || after != 0) {
+    return Fail(rank, absl::StrCat("keys under meshtmp/released/: ", before, " before the release, ", after,
+                                   " after; under mesh/released/: ", write_once));
+  }
+  MeshOptions kept;
+  kept.timeout = absl::Seconds(30);
+  kept.mesh_id = "kept";
+  auto second = InitDeviceMesh("cpu", {2, 2}, {"a", "b"}, kept);
+  if (!second.ok()) return Fail(rank, second.status().ToString());
+  absl::Status refused = second->ReleaseStoreKeys();
+  if (!absl::IsFailedPrecondition(refused)) return Fail(rank, "a write-once mesh released its keys");
+  if (!(*second->GetGroup("a"))->Barrier().ok() || !(*second->GetGroup("b"))->Barrier().ok()) {
+    return Fail(rank, "barrier");
+  }
+  const int64_t kept_keys = KeysUnder(world, "mesh/kept/");
+  if (kept_keys <= 0) return Fail(rank, absl::StrCat("keys under mesh/kept/: ", kept_keys));
+  std::printf("rank=%d release OK: %lld keys before, 0 after; a write-once mesh: %s (%lld keys kept)\n", rank,
+              static_cast<long long>(before), std::string(refused.message()).c_str(),
+              static_cast<long long>(kept_keys));
+  return 0;
 }
 
 }  // namespace
@@ -179,6 +244,7 @@ int main(int argc, char** argv) {
     std::printf("rank=%d coordinate=(%d,%d) subset OK\n", rank, (*mesh->coordinate())[0], (*mesh->coordinate())[1]);
     return 0;
   }
+  if (mode == "release") return Release(*world);
   if (mode == "parked" && argc > 2) {
     const std::string release = argv[2];
     if (rank == 0) {

@@ -107,6 +107,16 @@ struct MeshOptions {
   // members go on, or all fail with the same message. Must be the same on
   // every member (as `timeout`). 0: always the first member's verdict.
   int everyone_checks_up_to = 64;
+  // Where the mesh's store keys (members' descriptions, Gloo addresses,
+  // NCCL unique ids) live. false (default): write-once keys under
+  // "mesh/<mesh_id>/", which each node's store proxy caches for the round;
+  // they stay until the run ends (a few keys per member and row, as
+  // PyTorch's process groups leave theirs in its TCPStore). true: mutable
+  // keys under "meshtmp/<mesh_id>/", never cached, that ReleaseStoreKeys
+  // deletes: for meshes built again and again in one run (a replica row
+  // per quorum), whose keys would otherwise fill the run's store
+  // (max_keys_per_run). Must be the same on every member.
+  bool releasable_keys = false;
 };
 
 struct MeshState;  // Shared by a mesh and the sub-meshes sliced from it.
@@ -168,6 +178,19 @@ class DeviceMesh {
 
   // Aborts every communicator of the root mesh (ncclCommAbort for NCCL).
   void Abort() const;
+
+  // Deletes the store keys this member wrote while creating the root mesh
+  // and its flattened dimensions (one Delete per key: a few per member and
+  // row); the communicators are untouched. Only once every member has
+  // created the mesh (after a collective over it, or when the next mesh
+  // replaces it): a member still creating it would wait for keys that are
+  // gone and fail at options.timeout. FAILED_PRECONDITION unless the mesh
+  // was created with MeshOptions::releasable_keys; the store's error
+  // (UNAVAILABLE, ...) when a Delete fails, the keys not deleted kept for a
+  // later call. A creation that failed released its keys itself.
+  // Thread-safe; no PyTorch counterpart (c10d never deletes a process
+  // group's keys).
+  absl::Status ReleaseStoreKeys() const;
 
   // The layout of this mesh (shape, names, rank table, rows).
   const MeshLayout& layout() const;
