@@ -83,7 +83,7 @@ TEST_CASE("a mesh over a subset of ranks: outsiders get 'not a member'", "[e2e][
   CHECK(CountOccurrences(r.out, "is not a member of this mesh") == 4);
 }
 
-TEST_CASE("a mesh with releasable keys deletes them and keeps working; a write-once mesh keeps its keys",
+TEST_CASE("a mesh with releasable keys deletes them and keeps working, and a write-once mesh keeps its keys",
           "[e2e][mesh]") {
   RunResult r = Launch(4, {BinaryDir() + "/tests/mesh_probe", "release"});
   INFO(r.out << r.err);
