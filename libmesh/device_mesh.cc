@@ -491,6 +491,10 @@ void DeviceMesh::Abort() const {
   }
 }
 
+std::shared_ptr<internal::RecordingStore> internal::KeysWritten(const DeviceMesh& mesh) {
+  return mesh.state_->recorded;
+}
+
 absl::Status DeviceMesh::ReleaseStoreKeys() const {
   if (!state_->options.releasable_keys) {
     return absl::FailedPreconditionError(absl::StrCat("mesh ", state_->mesh_id,

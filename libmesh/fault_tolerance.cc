@@ -19,6 +19,7 @@
 #include "common/store.h"
 #include "ft/lighthouse_client.h"
 #include "ft/quorum_plan.h"
+#include "recording_store.h"
 
 namespace meshrun::mesh {
 
@@ -124,19 +125,23 @@ struct FaultToleranceManager::Impl {
     return Replicate();
   }
   // Drops the quorum's rows: their connections close, so that a peer
-  // waiting in a collective with this rank fails at once. Their store keys
-  // go first, so that a run's quorum changes do not fill its store: every
+  // waiting in a collective with this rank fails at once. Then their store
+  // keys go, so that a run's quorum changes do not fill its store: every
   // member that connected with this rank has read them (a member still
   // building the row is behind a quorum change and fails anyway). A Delete
   // that fails leaves a few keys until the run ends.
   void DropRows() {
+    std::vector<std::shared_ptr<internal::RecordingStore>> keys;
     for (std::optional<DeviceMesh>* old : {&row, &host_row}) {
-      if (!old->has_value()) continue;
-      if (absl::Status s = (*old)->ReleaseStoreKeys(); !s.ok()) {
+      if (old->has_value()) keys.push_back(internal::KeysWritten(**old));
+      old->reset();
+    }
+    for (const auto& k : keys) {
+      if (k == nullptr) continue;
+      if (absl::Status s = k->DeleteWritten(); !s.ok()) {
         std::fprintf(stderr, "[meshrun mesh] warning: the replicate row's store keys stay: %s\n",
                      std::string(s.message()).c_str());
       }
-      old->reset();
     }
   }
 

@@ -120,6 +120,13 @@ struct MeshOptions {
 };
 
 struct MeshState;  // Shared by a mesh and the sub-meshes sliced from it.
+class DeviceMesh;
+namespace internal {
+class RecordingStore;
+// libmesh's own: what ReleaseStoreKeys deletes, apart from the mesh, so that
+// the keys can go after the communicators (null unless releasable_keys).
+std::shared_ptr<RecordingStore> KeysWritten(const DeviceMesh& mesh);
+}  // namespace internal
 
 // An N-d mesh (or a sub-mesh sliced from one). Copies, slices and flattened
 // meshes share the root's communicators, which are destroyed with the last
@@ -197,6 +204,7 @@ class DeviceMesh {
 
  private:
   friend absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType, MeshLayout, const World&, const MeshOptions&);
+  friend std::shared_ptr<internal::RecordingStore> internal::KeysWritten(const DeviceMesh& mesh);
   DeviceMesh(std::shared_ptr<MeshState> state, std::vector<int> dims, MeshLayout layout);
 
   std::shared_ptr<MeshState> state_;
