@@ -39,14 +39,19 @@ int Fail(int rank, const std::string& msg) {
   return 1;
 }
 
-// The store keys under `prefix` of this run, or -1 (the error on stderr).
-int64_t KeysUnder(const World& world, const std::string& prefix) {
+// The run's store, straight from the server (no TLS), as this worker.
+absl::StatusOr<std::shared_ptr<meshrun::Store>> StoreOf(const World& world) {
   meshrun::client::GrpcStoreOptions so;
   so.endpoint = world.store_endpoint;
   so.run_id = world.run_id;
   so.round = world.round;
   so.token = world.token;
-  auto store = meshrun::client::ConnectGrpcStore(so);
+  return meshrun::client::ConnectGrpcStore(so);
+}
+
+// The store keys under `prefix` of this run, or -1 (the error on stderr).
+int64_t KeysUnder(const World& world, const std::string& prefix) {
+  auto store = StoreOf(world);
   if (!store.ok()) return -1;
   auto keys = (*store)->Keys(prefix, 0);
   if (!keys.ok()) std::fprintf(stderr, "rank %d: keys: %s\n", world.rank, keys.status().ToString().c_str());
@@ -120,12 +125,7 @@ static int NcclIds(const World& world) {
   std::map<std::string, int64_t> before;
   if (rank == 0) before = *counts();
   barrier();
-  meshrun::client::GrpcStoreOptions so;
-  so.endpoint = world.store_endpoint;
-  so.run_id = world.run_id;
-  so.round = world.round;
-  so.token = world.token;
-  auto store = meshrun::client::ConnectGrpcStore(so);
+  auto store = StoreOf(world);
   if (!store.ok()) return Fail(rank, store.status().ToString());
   std::vector<internal::GroupSpec> rows;
   std::vector<int> coord = *mesh->coordinate();
