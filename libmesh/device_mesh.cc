@@ -243,11 +243,6 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshImpl(DeviceType device, MeshLayout layo
                                 },
                                 options.everyone_checks_up_to};
   absl::StatusOr<std::vector<std::unique_ptr<ProcessGroup>>> groups = state->backend.create_groups(rows, agreement);
-  if (!groups.ok() && state->recorded != nullptr) {
-    // Keys of a mesh that will never exist: released now, best effort (a
-    // member still building it fails at its timeout, as it would anyway).
-    (void)state->recorded->DeleteWritten();
-  }
   if (!groups.ok()) {
     return absl::Status(groups.status().code(),
                         absl::StrCat("rank ", world.rank, ": init_device_mesh(", DeviceTypeName(device), ", ",

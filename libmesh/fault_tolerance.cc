@@ -128,8 +128,10 @@ struct FaultToleranceManager::Impl {
   // waiting in a collective with this rank fails at once. Then their store
   // keys go, so that a run's quorum changes do not fill its store: every
   // member that connected with this rank has read them (a member still
-  // building the row is behind a quorum change and fails anyway). A Delete
-  // that fails leaves a few keys until the run ends.
+  // building the row is behind a quorum change and fails anyway). The
+  // deletes are store calls made here, each within the store's deadline (a
+  // store failing over slows the drop, not the peers); one that fails
+  // leaves a few keys until the run ends.
   void DropRows() {
     std::vector<std::shared_ptr<internal::RecordingStore>> keys;
     for (std::optional<DeviceMesh>* old : {&row, &host_row}) {

@@ -28,8 +28,12 @@ absl::StatusOr<int64_t> RecordingStore::Add(absl::string_view key, int64_t delta
 
 absl::StatusOr<std::string> RecordingStore::CompareSet(absl::string_view key, absl::string_view expected,
                                                        absl::string_view desired) {
-  Remember(key);
-  return base_->CompareSet(key, expected, desired);
+  absl::StatusOr<std::string> stored = base_->CompareSet(key, expected, desired);
+  // Only a key that now holds this member's value: the agreement also
+  // compare-sets other members' keys (an absent member's marker, a verdict
+  // another member wrote first), which are theirs to release.
+  if (!stored.ok() || *stored == desired) Remember(key);
+  return stored;
 }
 
 absl::Status RecordingStore::Wait(absl::Span<const std::string> keys, absl::Duration timeout) {

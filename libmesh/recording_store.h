@@ -13,9 +13,10 @@
 
 namespace meshrun::mesh::internal {
 
-// Forwards every call to `base`; the keys of Set, Add, CompareSet, MultiSet
-// and SetThenMultiGet's sets are remembered whether or not the call
-// succeeded (a failed call may still have reached the server). The set of
+// Forwards every call to `base`; the keys of Set, Add, MultiSet and
+// SetThenMultiGet's sets are remembered whether or not the call succeeded
+// (a failed call may still have reached the server); a CompareSet's key
+// when the key holds its desired value afterwards (or the call failed). The set of
 // keys is bounded by what the mesh's creation writes: a few keys per member
 // and row (collectives never use the store). Thread-safe.
 class RecordingStore : public Store {

@@ -20,8 +20,6 @@
 //                                                 adds 1 to KEY as request REQUEST_ID
 //                                                 (KvAdd's request_id; no token, no
 //                                                 TLS) and prints the answer
-//   store_keys ... keys PREFIX                    prints the run's keys under PREFIX
-//                                                 ("" for all), one per line, sorted
 // `get` waits up to 10 s for the key and prints its value. Exit 0 when the call
 // worked, 1 when it failed (the status printed), 2 on bad arguments.
 #include <algorithm>
@@ -160,16 +158,6 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::printf("%s\n", v->c_str());
-    return 0;
-  }
-  if (op == "keys") {  // KEY: a prefix ("" for all); prints the keys under it, one per line, sorted.
-    auto keys = (*store)->Keys(key, 100000);
-    if (!keys.ok()) {
-      std::printf("keys: %s\n", keys.status().ToString().c_str());
-      return 1;
-    }
-    std::sort(keys->keys.begin(), keys->keys.end());
-    for (const std::string& k : keys->keys) std::printf("%s\n", k.c_str());
     return 0;
   }
   if (op == "get") {

@@ -194,7 +194,8 @@ class DeviceMesh {
   // gone and fail at options.timeout. FAILED_PRECONDITION unless the mesh
   // was created with MeshOptions::releasable_keys; the store's error
   // (UNAVAILABLE, ...) when a Delete fails, the keys not deleted kept for a
-  // later call. A creation that failed released its keys itself.
+  // later call. A creation that failed keeps its keys (the members that
+  // did not fail yet still read them) until the run ends.
   // Thread-safe; no PyTorch counterpart (c10d never deletes a process
   // group's keys).
   absl::Status ReleaseStoreKeys() const;

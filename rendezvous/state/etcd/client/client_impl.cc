@@ -282,11 +282,14 @@ absl::Status Client::Impl::CallMembers(const CallSpec& spec, const Invoke& invok
   bool reauthenticated = false;
   const int start = current();
   // Rounds over the members: kRounds at least, and more while etcd is up
-  // but electing (a member said "no leader" or was transiently busy), so a
-  // call rides out etcd's own election (one to two election timeouts) within
-  // call_timeout rather than failing after the first few hundred ms of it.
+  // but electing (a member said "no leader"), so a call rides out etcd's own
+  // election (one to two election timeouts) rather than failing after the
+  // first few hundred ms of it; for call_timeout at most, even for a call
+  // given a longer time of its own (a state load's), so that a lost quorum
+  // still fails such a call within call_timeout.
+  const absl::Time electing_until = std::min(deadline, absl::Now() + options.call_timeout);
   bool electing = false;
-  for (int round = 0; round < kRounds || electing; ++round) {
+  for (int round = 0; round < kRounds || (electing && absl::Now() < electing_until); ++round) {
     electing = false;
     for (int k = 0; k < n; ++k) {
       const int i = (start + k) % n;
@@ -328,7 +331,7 @@ absl::Status Client::Impl::CallMembers(const CallSpec& spec, const Invoke& invok
                                 options.names.user, options.names.password_file);
         }
         outcomes[i] = MemberOutcome{Kind::kFailed, Describe(s, f, per_try)};
-        electing = electing || f == wire::Failure::kNoLeader || f == wire::Failure::kEtcdTransient;
+        electing = electing || f == wire::Failure::kNoLeader;
         if (spec.write && f != wire::Failure::kNoLeader) {
           // Sent, and perhaps applied: not retried. Say why, and whether
           // etcd still has a quorum.

@@ -12,7 +12,8 @@
 //     metadata, as clientv3.WithRequireLeader does: a member cut off from the
 //     leader refuses at once, before proposing anything; while some member
 //     says so, the call goes on trying the members, 400 ms apart at most,
-//     until call_timeout, so it rides out etcd's own election), or
+//     for up to call_timeout (or the call's own time, when shorter), so it
+//     rides out etcd's own election), or
 //   - for a read (Range, Status, lease TTL and keep-alive), fails in any
 //     transient way (its connection broke, attempt_timeout passed).
 // A write (Put, Delete, Txn, LeaseGrant, LeaseRevoke) that was sent and then
