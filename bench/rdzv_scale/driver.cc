@@ -24,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "bench/rdzv_scale/child.h"
 #include "bench/rdzv_scale/kvset_latency.h"
+#include "bench/rdzv_scale/preload.h"
 #include "bench/rdzv_scale/load_procs.h"
 #include "bench/rdzv_scale/server_process.h"
 #include "bench/rdzv_scale/servers.h"
@@ -182,6 +183,7 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
   ServerCounters counters_before = ReadCounters(*srvp);
   double join_first = 0;
   bool failed = false;
+  PreloadedKeys preloaded;  // DriverOptions::preload_keys, once written.
   for (const std::string& phase : PhaseNames()) {
     if (o.connect_only && phase != "connect" && phase != "leave") continue;
     if (phase == "workers" && o.agent.workers_per_agent <= 0) continue;
@@ -326,6 +328,38 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
         // Its connection and requests belong to no phase.
         counters_before = ReadCounters(srv);
       }
+      if (o.etcd && o.preload_keys > 0) {
+        absl::StatusOr<PreloadedKeys> p =
+            PreloadKeys(srv.endpoint(), absl::StrCat("rdzv-scale-keys-", tag, "-", getpid()), o.preload_keys,
+                        o.preload_keys_per_run, o.preload_value_bytes);
+        if (!p.ok()) {
+          res.failure = std::string(p.status().message());
+          failed = true;
+          break;
+        }
+        preloaded = *p;
+        res.preload_keys = p->keys;
+        res.preload_s = p->seconds;
+        std::fprintf(stderr, "rdzv_scale: %lld keys written in %.1f s over %zu runs\n",
+                     static_cast<long long>(p->keys), p->seconds, p->run_ids.size());
+        counters_before = ReadCounters(srv);
+      }
+    }
+    if (phase == "failover" && !preloaded.run_ids.empty()) {
+      // What the next leader holds (after the phase's clock stopped).
+      absl::StatusOr<int64_t> held = CountKeys(srvp->endpoint(), preloaded.run_ids);
+      if (!held.ok()) {
+        res.failure = absl::StrCat("keys after the failover: ", held.status().message());
+        failed = true;
+        break;
+      }
+      res.keys_after_failover = *held;
+      if (*held != preloaded.keys) {
+        res.failure = absl::StrCat("the next leader holds ", *held, " of the ", preloaded.keys, " keys written");
+        failed = true;
+        break;
+      }
+      counters_before = ReadCounters(*srvp);
     }
   }
   stop_sampler.Notify();

@@ -40,6 +40,12 @@ struct DriverOptions {
   // Then this many KvSets at once over 16 connections
   // (MeasureConcurrentKvSets); 0: none.
   int kvset_concurrent = 1000;
+  // Then (etcd runs) this many store keys written through the leader into
+  // store-only runs of at most preload_keys_per_run keys each
+  // (preload.h), for the next leader to load at the failover; 0: none.
+  int64_t preload_keys = 0;
+  int64_t preload_keys_per_run = 250000;
+  int preload_value_bytes = 128;
   // Diagnostic: connect and leave only (no join, no exit barrier), to see
   // what the server holds per connection alone.
   bool connect_only = false;
@@ -110,6 +116,12 @@ struct RunResult {
   int kvset_concurrent = 0;
   double kvset_concurrent_all_ms = 0;
   double kvset_concurrent_p50_ms = 0;
+  // The keys written before the failover (DriverOptions::preload_keys; 0:
+  // none), how long that took, and how many the next leader held after
+  // the failover phase (-1: not counted).
+  int64_t preload_keys = 0;
+  double preload_s = 0;
+  int64_t keys_after_failover = -1;
 };
 
 // Runs one measured run of `n` agents. Never throws; a failure is in the

@@ -108,6 +108,19 @@ int main(int argc, char** argv) {
                  "answer; 0: none)")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
+  app.add_option("--preload_keys", o.preload_keys,
+                 "etcd runs: store keys written through the leader after the round closed, for the next leader to "
+                 "load at the failover (store-only runs of --preload_keys_per_run keys; 0: none); the next leader "
+                 "must hold them all")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{100000000}));
+  app.add_option("--preload_keys_per_run", o.preload_keys_per_run,
+                 "Keys per store-only run of --preload_keys (at most the server's max_keys_per_run)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  app.add_option("--preload_value_bytes", o.preload_value_bytes, "Bytes per value of --preload_keys")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   double steady_wait = 3;
   app.add_option("--steady_wait", steady_wait,
                  "Seconds after the round closed before the server's steady memory is read (agents still connected)")
@@ -220,6 +233,10 @@ int main(int argc, char** argv) {
         if (r.kvset_concurrent > 0) {
           std::fprintf(stderr, " kvset_concurrent=%d all=%.1fms p50=%.1fms", r.kvset_concurrent,
                        r.kvset_concurrent_all_ms, r.kvset_concurrent_p50_ms);
+        }
+        if (r.preload_keys > 0) {
+          std::fprintf(stderr, " preload=%lld keys in %.1fs held_after_failover=%lld", static_cast<long long>(r.preload_keys),
+                       r.preload_s, static_cast<long long>(r.keys_after_failover));
         }
         std::fprintf(stderr, " rss_idle=%.1fMiB joined=%.1fMiB steady=%.1fMiB peak=%.1fMiB after=%.1fMiB hb_failed=%lld%s%s lost=%lld%s%s\n",
                      r.rss_idle_kib / 1024.0, r.rss_joined_kib / 1024.0, r.rss_steady_kib / 1024.0, r.rss_peak_kib / 1024.0,
