@@ -19,9 +19,17 @@
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "rendezvous/state/etcd/client/etcd_client.h"
+#include "rendezvous/state/etcd/record_parts.h"
 
 namespace meshrun::rendezvous::state::etcd {
 namespace {
+
+// Where the records in parts keep them (record_parts.h): beside the
+// records, "<P>/runs/" -> "<P>/runs.parts/" (outside the records' range).
+std::string RecordPartsPrefix(std::string runs_prefix) {
+  if (!runs_prefix.empty() && runs_prefix.back() == '/') runs_prefix.pop_back();
+  return runs_prefix + ".parts/";
+}
 
 // A round as 20 digits: keys sort by round.
 std::string Round20(int64_t round) { return absl::StrFormat("%020d", std::max<int64_t>(0, round)); }
@@ -35,6 +43,7 @@ class EtcdJournal : public RunJournal {
         election_(election),
         prefix_(std::move(runs_prefix)),
         kv_(std::move(kv_prefix)),
+        parts_(RecordPartsPrefix(prefix_)),
         options_(options),
         writer_(election, options.writer) {
     dropper_ = std::thread([this] { DropLoop(); });
@@ -128,15 +137,24 @@ class EtcdJournal : public RunJournal {
       // A save made before its run was removed, arriving after: not written
       // again.
       if (dropped_.count({record.run_id, record.incarnation}) == 0) {
-        StoreWriter::Write w;
         auto it = last_seq_.find(record.run_id);
         // A record with a higher seq is queued already: it holds this one's
         // change, and this one is answered once it is saved (an empty write
         // behind it).
         const bool superseded = it != last_seq_.end() && it->second >= record.seq;
-        if (!superseded) w.ops.push_back(Op::Put(prefix_ + record.run_id, EncodeRunRecord(record)));
-        w.done = [answer](absl::Status s) { (*answer)(std::move(s)); };
-        refused = writer_.Submit(std::move(w));
+        std::vector<StoreWriter::Write> writes;
+        if (superseded) {
+          writes.emplace_back();
+        } else {
+          writes = RecordWritesLocked(record);
+        }
+        writes.back().done = [answer](absl::Status s) { (*answer)(std::move(s)); };
+        // In order; a write refused stops the rest (parts queued before it
+        // are named by no head: the next load drops them).
+        for (StoreWriter::Write& w : writes) {
+          refused = writer_.Submit(std::move(w));
+          if (!refused.ok()) break;
+        }
         if (refused.ok() && !superseded) {
           last_seq_[record.run_id] = record.seq;
           recorded_.insert({record.run_id, record.incarnation});
@@ -189,16 +207,27 @@ class EtcdJournal : public RunJournal {
     std::map<std::string, int64_t> seqs;
     // Records and keys at one revision: the first read's.
     int64_t revision = 0;
+    std::vector<std::pair<size_t, PartsHead>> heads;  // Records in parts: index in out, head.
     absl::Status read = ForEachKey(prefix_, &revision, [&](const KeyValue& kv) {
+      if (std::optional<PartsHead> head = DecodeHead(kv.value)) {
+        RunRecord named;  // Its run id and incarnation, until its parts are read.
+        named.run_id = kv.key.substr(prefix_.size());
+        named.incarnation = head->incarnation;
+        heads.emplace_back(out.size(), *head);
+        out.push_back(std::move(named));
+        return;
+      }
       absl::StatusOr<RunRecord> rec = DecodeRunRecord(kv.value);
       if (!rec.ok()) {
         Logger("rdzv")->error("etcd key {}: {}; run left out", kv.key, std::string(rec.status().message()));
         return;
       }
-      seqs[rec->run_id] = rec->seq;
       out.push_back(std::move(*rec));
     });
     if (!read.ok()) return read;
+    absl::StatusOr<std::set<std::pair<std::string, int64_t>>> orphans = AssembleParts(&out, &heads, &revision);
+    if (!orphans.ok()) return orphans.status();
+    for (const RunRecord& r : out) seqs[r.run_id] = r.seq;
     // The store's keys, attached to their runs' incarnations; keys of no
     // record (a removal that did not happen) are dropped.
     std::map<std::string, size_t> by_hex;  // Hex run id -> index in out.
@@ -229,16 +258,22 @@ class EtcdJournal : public RunJournal {
     });
     if (!read.ok()) return read;
     // Best effort, a leader's fenced writes.
-    for (const auto& [hex, inc] : stale) {
+    std::vector<std::string> drops;
+    for (const auto& [hex, inc] : stale) drops.push_back(absl::StrCat(kv_, hex, "/", Incarnation16(inc), "/"));
+    for (const auto& [run_id, seq] : *orphans) drops.push_back(SeqPartsPrefix(parts_, run_id, seq));
+    for (const std::string& drop : drops) {
       Txn txn;
-      txn.success.push_back(Op::DeletePrefix(absl::StrCat(kv_, hex, "/", Incarnation16(inc), "/")));
+      txn.success.push_back(Op::DeletePrefix(drop));
       if (absl::Status s = election_->FencedTxn(txn).status(); !s.ok()) {
-        Logger("rdzv")->warn("etcd: could not drop the keys of a removed run: {}", std::string(s.message()));
+        Logger("rdzv")->warn("etcd: could not drop the keys of a removed run (or a record's unused parts): {}",
+                             std::string(s.message()));
         break;
       }
     }
     absl::MutexLock lock(&mu_);
     last_seq_ = std::move(seqs);
+    parted_.clear();
+    for (const auto& [i, head] : heads) parted_.insert(out[i].run_id);
     recorded_.clear();
     for (const RunRecord& r : out) recorded_.insert({r.run_id, r.incarnation});
     writer_.Reset();
@@ -291,6 +326,40 @@ class EtcdJournal : public RunJournal {
     return absl::OkStatus();
   }
 
+  // The writes that save `record` (RecordWriteOps, record_parts.h); the
+  // last write's `done` is left to the caller.
+  std::vector<StoreWriter::Write> RecordWritesLocked(const RunRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // A part's key and the transaction's framing fit in the rest.
+    const int64_t part_bytes = std::max<int64_t>(1024, options_.max_write_bytes - 4096);
+    const bool had_parts = parted_.erase(record.run_id) > 0;
+    std::vector<std::vector<Op>> ops =
+        RecordWriteOps(prefix_ + record.run_id, parts_, record, EncodeRunRecord(record), part_bytes, had_parts);
+    if (ops.size() > 1) parted_.insert(record.run_id);
+    std::vector<StoreWriter::Write> out(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      out[i].ops = std::move(ops[i]);
+      // The head's write answers: a part that fails fails every write after it.
+      out[i].done = [](absl::Status) {};
+    }
+    return out;
+  }
+
+  // Load's second read: the parts of the records in parts (`heads`), at
+  // `*revision`, put together in place (AssembleRecords). Returns the (run
+  // id, seq) of parts no head names, for dropping.
+  absl::StatusOr<std::set<std::pair<std::string, int64_t>>> AssembleParts(
+      std::vector<RunRecord>* out, std::vector<std::pair<size_t, PartsHead>>* heads, int64_t* revision) {
+    PartsAssembler assembler(parts_);
+    absl::Status read = ForEachKey(parts_, revision, [&](const KeyValue& kv) { assembler.Add(kv.key, kv.value); });
+    if (!read.ok()) return read;
+    for (const std::string& error : AssembleRecords(&assembler, out, heads)) {
+      Logger("rdzv")->error("etcd, under {}: {}; run left out", prefix_, error);
+    }
+    std::set<std::pair<std::string, int64_t>> orphans;
+    for (auto& id : assembler.Untaken()) orphans.insert(std::move(id));
+    return orphans;
+  }
+
   static std::string Incarnation16(int64_t incarnation) {
     return absl::StrFormat("%016x", static_cast<uint64_t>(incarnation));
   }
@@ -308,12 +377,17 @@ class EtcdJournal : public RunJournal {
     txn.success.push_back(Op::DeletePrefix(KvRun(run_id, incarnation)));
     bool record_too = false;
     if (!current->kvs.empty()) {
-      absl::StatusOr<RunRecord> rec = DecodeRunRecord(current->kvs.front().value);
-      record_too = !rec.ok() || rec->incarnation == incarnation;
+      const std::string& value = current->kvs.front().value;
+      if (std::optional<PartsHead> head = DecodeHead(value)) {
+        record_too = head->incarnation == incarnation;
+      } else {
+        absl::StatusOr<RunRecord> rec = DecodeRunRecord(value);
+        record_too = !rec.ok() || rec->incarnation == incarnation;
+      }
       if (record_too) {
         Txn both;
         both.compare.push_back(Compare::ModRevision(key, Compare::Result::kEqual, current->kvs.front().mod_revision));
-        both.success = {Op::Delete(key), txn.success.front()};
+        both.success = {Op::Delete(key), txn.success.front(), Op::DeletePrefix(RunPartsPrefix(parts_, run_id))};
         both.failure = txn.success;
         txn = std::move(both);
       }
@@ -323,6 +397,7 @@ class EtcdJournal : public RunJournal {
     if (record_too && r->succeeded) {
       absl::MutexLock lock(&mu_);
       last_seq_.erase(run_id);
+      parted_.erase(run_id);
     }
     return absl::OkStatus();
   }
@@ -358,11 +433,14 @@ class EtcdJournal : public RunJournal {
   Election* const election_;
   const std::string prefix_;
   const std::string kv_;
+  const std::string parts_;  // Records in parts (record_parts.h).
   const JournalOptions options_;
   absl::Mutex mu_;  // One record write at a time (FencedTxn's are anyway), in seq order per run.
   std::map<std::string, int64_t> last_seq_ ABSL_GUARDED_BY(mu_);
   // (run id, incarnation) of the records in etcd as this replica knows them.
   std::set<std::pair<std::string, int64_t>> recorded_ ABSL_GUARDED_BY(mu_);
+  // Runs whose record is in parts in etcd (record_parts.h), as this replica knows them.
+  std::set<std::string> parted_ ABSL_GUARDED_BY(mu_);
   // Incarnations removed (Drop), the newest kMaxQueuedDrops: their late
   // saves are not written.
   std::set<std::pair<std::string, int64_t>> dropped_ ABSL_GUARDED_BY(mu_);

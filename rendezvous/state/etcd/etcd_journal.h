@@ -1,7 +1,9 @@
 // The runs' durable state in etcd (rendezvous/run/journal.h's RunJournal):
 // each run's record at <prefix>/runs/<run id>, a fenced write of the leader
 // (one per durable change: one per closed round; a store-only run's with
-// its first keys); the runs' store keys at <prefix>/kv/<run id in
+// its first keys; a record too big for one etcd request is kept in parts
+// under "<runs prefix without its '/'>.parts/", record_parts.h); the runs'
+// store keys at <prefix>/kv/<run id in
 // hex>/<incarnation, 16 hex digits>/<round, 20 digits>/<key>, the value as
 // it is (any bytes). Every write goes through Election::FencedTxn: a
 // replica that no longer leads writes nothing. Removals (Drop) are queued
