@@ -211,7 +211,12 @@ void Run::SaveSoon() {
       });
       return;
     }
+    if (soon_in_flight_) {
+      soon_again_ = true;  // save_soon_ stays set: later changes schedule nothing.
+      return;
+    }
     save_soon_ = false;
+    soon_in_flight_ = true;
     r = RecordLocked();
     r.seq = journal_seq_ ? journal_seq_->fetch_add(1) + 1 : 1;
   }
@@ -219,6 +224,19 @@ void Run::SaveSoon() {
   // be unknown, and then the state in memory may be ahead of the journal's.
   journal_->SaveAsync(r, [self = shared_from_this(), seq = r.seq, round = r.round](absl::Status s) {
     (void)self->OnSaved(s, seq, round);
+    self->SoonSaved();
+  });
+}
+
+void Run::SoonSaved() {
+  absl::MutexLock lock(&mu_);
+  soon_in_flight_ = false;
+  if (!soon_again_) return;
+  soon_again_ = false;
+  // On the timer's thread, as every SaveSoon (this is the journal's).
+  std::weak_ptr<Run> weak = weak_from_this();
+  (save_timer_ != nullptr ? save_timer_ : timer_)->Schedule(absl::Now(), [weak] {
+    if (auto self = weak.lock()) self->SaveSoon();
   });
 }
 

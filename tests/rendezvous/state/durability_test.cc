@@ -60,13 +60,32 @@ struct BlockingJournal : MemoryJournal {
 
 // A journal that queues saves without waiting (as the etcd journal's group
 // commit does) and saves them, in order, when told to.
+// Thread-safe (a save nothing waits on is queued from the timer's thread).
 struct QueuingJournal : MemoryJournal {
-  std::vector<std::pair<RunRecord, SavedCallback>> queued;
-  void SaveAsync(const RunRecord& r, SavedCallback done) override { queued.emplace_back(r, std::move(done)); }
+  absl::Mutex mu;
+  std::vector<std::pair<RunRecord, SavedCallback>> queued ABSL_GUARDED_BY(mu);
+  void SaveAsync(const RunRecord& r, SavedCallback done) override {
+    absl::MutexLock lock(&mu);
+    queued.emplace_back(r, std::move(done));
+  }
+  size_t Queued() {
+    absl::MutexLock lock(&mu);
+    return queued.size();
+  }
+  // The records queued, oldest first.
+  std::vector<RunRecord> Records() {
+    absl::MutexLock lock(&mu);
+    std::vector<RunRecord> out;
+    for (const auto& q : queued) out.push_back(q.first);
+    return out;
+  }
   // Saves what is queued (or fails it with `why`), answering each.
   void Flush(const absl::Status& why = absl::OkStatus()) {
     std::vector<std::pair<RunRecord, SavedCallback>> now;
-    now.swap(queued);
+    {
+      absl::MutexLock lock(&mu);
+      now.swap(queued);
+    }
     for (auto& [r, done] : now) done(why.ok() ? Save(r) : why);
   }
 };
@@ -275,7 +294,7 @@ TEST_CASE("a change's save is queued, not waited for: the call returns at once, 
   JoinWithStream(*run, "a", t.a, Config(2, 2, /*restarts=*/3), record);
   creds.Join(*run, Node("b", 1, "b"), Config(2, 2, /*restarts=*/3), -1, record);
   // The round closed on this thread, which did not wait for the save.
-  REQUIRE(journal.queued.size() == 1);
+  REQUIRE(journal.Queued() == 1);
   CHECK(t.answers.empty());
   CHECK_FALSE(Has(*t.a, RunEvent::Kind::kRoundClosed));
   CHECK(run->Status().state == "running");
@@ -292,7 +311,7 @@ TEST_CASE("a change's save is queued, not waited for: the call returns at once, 
   f.round = 0;
   f.exit_code = 1;
   run->ReportFailure(f, *creds.Of(*run, "b"), [&](absl::StatusOr<FailureVerdict> v) { verdicts.push_back(v); });
-  REQUIRE(journal.queued.size() == 1);
+  REQUIRE(journal.Queued() == 1);
   CHECK(verdicts.empty());
   CHECK_FALSE(Has(*t.a, RunEvent::Kind::kRestart));
   journal.Flush(absl::UnavailableError("etcd: no leader"));
@@ -301,4 +320,39 @@ TEST_CASE("a change's save is queued, not waited for: the call returns at once, 
   CHECK_THAT(std::string(verdicts[0].status().message()), Catch::Contains("no leader"));
   CHECK_FALSE(Has(*t.a, RunEvent::Kind::kRestart));
   CHECK(hook.calls == 1);
+}
+
+TEST_CASE("one save nothing waits on is in flight at a time: arrivals meanwhile go with the next, once it is answered",
+          "[durability]") {
+  DeadlineTimer timer;
+  QueuingJournal journal;
+  RunRegistry registry(&timer);
+  registry.SetJournal(&journal, nullptr);
+  std::shared_ptr<Run> run = *registry.ForJoin("job", -1);
+  for (const char* id : {"a", "b", "c"}) {
+    creds.Join(*run, Node(id, 1, id), Config(3, 3), -1, [](absl::StatusOr<Assignment> r) { REQUIRE(r.ok()); });
+  }
+  REQUIRE(journal.Queued() == 1);  // The round's close.
+  journal.Flush();
+  // Everything the timer had due by then has run (it runs in deadline order).
+  auto timer_passed = [&](absl::Duration d) {
+    absl::Notification passed;
+    timer.Schedule(absl::Now() + d, [&] { passed.Notify(); });
+    return passed.WaitForNotificationWithTimeout(absl::Seconds(10));
+  };
+  creds.ReportFinished(*run, "a", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  REQUIRE(WaitFor([&] { return journal.Queued() == 1; }));
+  // b arrives while a's save is in etcd's hands: no second save is queued.
+  creds.ReportFinished(*run, "b", 0, absl::Seconds(30), [](absl::StatusOr<BarrierResult>) {});
+  REQUIRE(timer_passed(absl::Milliseconds(100)));
+  CHECK(journal.Queued() == 1);
+  // a's save answered: the next starts, and carries b.
+  journal.Flush();
+  REQUIRE(WaitFor([&] { return journal.Queued() == 1; }));
+  int finished = 0;
+  for (const auto& m : journal.Records().at(0).members) finished += m.finished ? 1 : 0;
+  CHECK(finished == 2);
+  journal.Flush();
+  REQUIRE(timer_passed(absl::Milliseconds(100)));
+  CHECK(journal.Queued() == 0);
 }
