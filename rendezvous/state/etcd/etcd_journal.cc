@@ -148,6 +148,7 @@ class EtcdJournal : public RunJournal {
         } else {
           writes = RecordWritesLocked(record);
         }
+        const bool in_parts = writes.size() > 1;
         writes.back().done = [answer](absl::Status s) { (*answer)(std::move(s)); };
         // In order; a write refused stops the rest (parts queued before it
         // are named by no head: the next load drops them).
@@ -158,6 +159,12 @@ class EtcdJournal : public RunJournal {
         if (refused.ok() && !superseded) {
           last_seq_[record.run_id] = record.seq;
           recorded_.insert({record.run_id, record.incarnation});
+          // (Its writes delete the run's other parts.)
+          if (in_parts) {
+            parted_.insert(record.run_id);
+          } else {
+            parted_.erase(record.run_id);
+          }
         }
         if (refused.ok()) return;
       }
@@ -295,13 +302,13 @@ class EtcdJournal : public RunJournal {
   // (0: the first read's, stored there), in pages of about page_bytes
   // (JournalOptions). Bounded: 2^20 reads.
   absl::Status ForEachKey(const std::string& prefix, int64_t* revision,
-                          const std::function<void(const KeyValue&)>& fn) {
+                          const std::function<void(const KeyValue&)>& fn, int64_t first_page = kFirstPage) {
     RangeOptions o;
     o.range_end = PrefixEnd(prefix);
     o.sort = RangeOptions::Sort::kAscend;
     o.sort_target = RangeOptions::SortTarget::kKey;
     o.revision = *revision;
-    int64_t limit = kFirstPage;
+    int64_t limit = std::max<int64_t>(1, first_page);
     std::string from = prefix;
     for (int reads = 0; reads < 1 << 20; ++reads) {
       o.limit = limit;
@@ -329,12 +336,13 @@ class EtcdJournal : public RunJournal {
   // The writes that save `record` (RecordWriteOps, record_parts.h); the
   // last write's `done` is left to the caller.
   std::vector<StoreWriter::Write> RecordWritesLocked(const RunRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    // A part's key and the transaction's framing fit in the rest.
-    const int64_t part_bytes = std::max<int64_t>(1024, options_.max_write_bytes - 4096);
-    const bool had_parts = parted_.erase(record.run_id) > 0;
+    // A part's key, the fence's compare and the transaction's framing fit
+    // in the rest.
+    const int64_t key_bytes = static_cast<int64_t>(PartKey(parts_, record.run_id, record.seq, 0).size());
+    const int64_t part_bytes = std::max<int64_t>(1024, options_.max_write_bytes - 4096 - key_bytes);
+    const bool had_parts = parted_.count(record.run_id) > 0;
     std::vector<std::vector<Op>> ops =
         RecordWriteOps(prefix_ + record.run_id, parts_, record, EncodeRunRecord(record), part_bytes, had_parts);
-    if (ops.size() > 1) parted_.insert(record.run_id);
     std::vector<StoreWriter::Write> out(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
       out[i].ops = std::move(ops[i]);
@@ -350,7 +358,11 @@ class EtcdJournal : public RunJournal {
   absl::StatusOr<std::set<std::pair<std::string, int64_t>>> AssembleParts(
       std::vector<RunRecord>* out, std::vector<std::pair<size_t, PartsHead>>* heads, int64_t* revision) {
     PartsAssembler assembler(parts_);
-    absl::Status read = ForEachKey(parts_, revision, [&](const KeyValue& kv) { assembler.Add(kv.key, kv.value); });
+    // Parts are about max_write_bytes each: a first page of a thousand would
+    // be far over what one answer carries.
+    const int64_t first_page = options_.page_bytes / std::max<int64_t>(1, options_.max_write_bytes);
+    absl::Status read =
+        ForEachKey(parts_, revision, [&](const KeyValue& kv) { assembler.Add(kv.key, kv.value); }, first_page);
     if (!read.ok()) return read;
     for (const std::string& error : AssembleRecords(&assembler, out, heads)) {
       Logger("rdzv")->error("etcd, under {}: {}; run left out", prefix_, error);
@@ -376,18 +388,28 @@ class EtcdJournal : public RunJournal {
     Txn txn;
     txn.success.push_back(Op::DeletePrefix(KvRun(run_id, incarnation)));
     bool record_too = false;
+    int64_t seq = -1;  // The removed record's: its parts and older ones go (-1: none known).
     if (!current->kvs.empty()) {
       const std::string& value = current->kvs.front().value;
       if (std::optional<PartsHead> head = DecodeHead(value)) {
         record_too = head->incarnation == incarnation;
+        seq = head->seq;
       } else {
         absl::StatusOr<RunRecord> rec = DecodeRunRecord(value);
         record_too = !rec.ok() || rec->incarnation == incarnation;
+        if (rec.ok()) seq = rec->seq;
       }
       if (record_too) {
         Txn both;
         both.compare.push_back(Compare::ModRevision(key, Compare::Result::kEqual, current->kvs.front().mod_revision));
-        both.success = {Op::Delete(key), txn.success.front(), Op::DeletePrefix(RunPartsPrefix(parts_, run_id))};
+        both.success = {Op::Delete(key), txn.success.front()};
+        if (seq >= 0) {
+          // Not past it: a new run under this id may have written parts of
+          // a higher seq already, its head still queued.
+          Op parts = Op::Delete(RunPartsPrefix(parts_, run_id));
+          parts.range_end = SeqPartsPrefix(parts_, run_id, seq + 1);
+          both.success.push_back(std::move(parts));
+        }
         both.failure = txn.success;
         txn = std::move(both);
       }
@@ -396,8 +418,11 @@ class EtcdJournal : public RunJournal {
     if (!r.ok()) return r.status();
     if (record_too && r->succeeded) {
       absl::MutexLock lock(&mu_);
-      last_seq_.erase(run_id);
-      parted_.erase(run_id);
+      // Unless a newer record of the run is queued meanwhile.
+      if (auto it = last_seq_.find(run_id); it != last_seq_.end() && it->second <= seq) {
+        last_seq_.erase(it);
+        parted_.erase(run_id);
+      }
     }
     return absl::OkStatus();
   }

@@ -83,8 +83,8 @@ absl::StatusOr<std::string> PartsAssembler::Take(absl::string_view run_id, const
   if (it == parts_.end()) {
     return absl::DataLossError(absl::StrCat("none of the ", head.count, " parts of record ", head.seq, " is in etcd"));
   }
-  std::map<int64_t, std::string> parts = std::move(it->second);
-  parts_.erase(it);
+  // Left in place on failure: Untaken names them, for dropping.
+  const std::map<int64_t, std::string>& parts = it->second;
   std::string out;
   for (int64_t i = 0; i < head.count; ++i) {
     auto part = parts.find(i);
@@ -98,6 +98,7 @@ absl::StatusOr<std::string> PartsAssembler::Take(absl::string_view run_id, const
     return absl::DataLossError(absl::StrCat("the parts of record ", head.seq, " hold ", out.size(),
                                             " bytes; its head says ", head.bytes));
   }
+  parts_.erase(it);
   return out;
 }
 

@@ -54,7 +54,8 @@ class PartsAssembler {
   bool Add(absl::string_view key, std::string value);
   // The encoded record that `head` names for run `run_id`: its parts in
   // order, joined; DATA_LOSS naming the first part missing, or the size when
-  // it differs from the head's. The parts are given away.
+  // it differs from the head's. The parts are given away once joined (on
+  // failure they stay, and Untaken names them).
   absl::StatusOr<std::string> Take(absl::string_view run_id, const PartsHead& head);
   // The (run id, seq) of every part not taken: no head names them.
   std::vector<std::pair<std::string, int64_t>> Untaken() const;

@@ -120,10 +120,22 @@ TEST_CASE("etcd journal: a 10,000-node run's record is saved in parts and loaded
   REQUIRE(small->size() == 1);
   CHECK((*small)[0].members.size() == 10);
 
-  // In parts again, then removed: record and parts go.
+  // In parts twice in a row: only the newer record's parts stay.
   saved = journal->Save(JobRecord(7, 10000));
   REQUIRE_MSG(saved.ok(), saved.message());
-  CHECK(KeysUnder(*outside, parts) > 1);
-  REQUIRE(journal->Drop("job", 3).ok());
+  const size_t count7 = KeysUnder(*outside, parts);
+  CHECK(count7 > 1);
+  saved = journal->Save(JobRecord(8, 12000));
+  REQUIRE_MSG(saved.ok(), saved.message());
+  absl::StatusOr<etcd::RangeResult> head8 = outside->Get(runs + "job");
+  REQUIRE(head8.ok());
+  REQUIRE(head8->kvs.size() == 1);
+  std::optional<state::etcd::PartsHead> h8 = state::etcd::DecodeHead(head8->kvs[0].value);
+  REQUIRE(h8.has_value());
+  CHECK(h8->seq == 8);
+  CHECK(KeysUnder(*outside, parts) == static_cast<size_t>(h8->count));
+  CHECK(KeysUnder(*outside, state::etcd::SeqPartsPrefix(parts, "job", 7)) == 0);
+  // Then removed: record and parts go.
+  REQUIRE(journal->Drop("job", 3).ok());  // (seq 8's parts: up to its own seq.)
   CHECK(WaitFor([&] { return KeysUnder(*outside, runs) == 0 && KeysUnder(*outside, parts) == 0; }, 10));
 }

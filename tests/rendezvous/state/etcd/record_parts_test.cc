@@ -75,31 +75,40 @@ TEST_CASE("record parts: a small record is one put, deleting the run's parts onl
   CHECK(ops[0][1].key == re::RunPartsPrefix("/p/runs.parts/", "job"));
 }
 
-TEST_CASE("record parts: a record with a part missing, or of another seq, is left out, naming why",
+TEST_CASE("record parts: a record with a part missing, or of another incarnation, is left out, naming why",
           "[state][record_parts]") {
-  const state::RunRecord a = Record("a", 1, 100);
-  const state::RunRecord b = Record("b", 1, 100);
   const std::string pa = "/p/";
-  auto ops_a = re::RecordWriteOps("/r/a", pa, a, state::EncodeRunRecord(a), 500, false);
-  auto ops_b = re::RecordWriteOps("/r/b", pa, b, state::EncodeRunRecord(b), 500, false);
-  REQUIRE(ops_a.size() > 3);
+  std::vector<std::vector<std::vector<re::Op>>> ops;
   re::PartsAssembler assembler(pa);
-  for (size_t i = 0; i + 1 < ops_a.size(); ++i) {
-    if (i != 1) assembler.Add(ops_a[i][0].key, ops_a[i][0].value);  // Part 1 lost.
+  for (const char* id : {"a", "b", "c"}) {
+    const state::RunRecord r = Record(id, 1, 100);
+    ops.push_back(re::RecordWriteOps(std::string("/r/") + id, pa, r, state::EncodeRunRecord(r), 500, false));
+    REQUIRE(ops.back().size() > 3);
+    for (size_t i = 0; i + 1 < ops.back().size(); ++i) {
+      if (!(ops.size() == 1 && i == 1)) assembler.Add(ops.back()[i][0].key, ops.back()[i][0].value);  // a's part 1 lost.
+    }
   }
-  for (size_t i = 0; i + 1 < ops_b.size(); ++i) assembler.Add(ops_b[i][0].key, ops_b[i][0].value);
-  std::vector<state::RunRecord> out(3);
+  auto head_of = [&](size_t run) { return *re::DecodeHead(ops[run].back()[0].value); };
+  std::vector<state::RunRecord> out(4);
   out[0].run_id = "a";
   out[1] = Record("plain", 1, 1);
   out[2].run_id = "b";
-  re::PartsHead head_b = *re::DecodeHead(ops_b.back()[0].value);
-  head_b.incarnation = 7;  // Its parts hold incarnation 2.
-  std::vector<std::pair<size_t, re::PartsHead>> heads = {{0, *re::DecodeHead(ops_a.back()[0].value)}, {2, head_b}};
+  out[3].run_id = "c";
+  re::PartsHead head_c = head_of(2);
+  head_c.incarnation = 7;  // Its parts hold incarnation 2.
+  std::vector<std::pair<size_t, re::PartsHead>> heads = {{0, head_of(0)}, {2, head_of(1)}, {3, head_c}};
   std::vector<std::string> errors = re::AssembleRecords(&assembler, &out, &heads);
   REQUIRE(errors.size() == 2);
   CHECK(errors[0].find("part 1 of the") != std::string::npos);
   CHECK(errors[1].find("incarnation 2") != std::string::npos);
-  REQUIRE(out.size() == 1);
+  REQUIRE(out.size() == 2);
   CHECK(out[0].run_id == "plain");
-  CHECK(heads.empty());
+  CHECK(out[1].run_id == "b");
+  CHECK(out[1].members.size() == 100);
+  REQUIRE(heads.size() == 1);
+  CHECK(heads[0].first == 1);  // b's head, moved with it.
+  // The parts of a record that could not be joined are named for dropping.
+  std::vector<std::pair<std::string, int64_t>> untaken = assembler.Untaken();
+  REQUIRE(untaken.size() == 1);
+  CHECK(untaken[0].first == "a");
 }
