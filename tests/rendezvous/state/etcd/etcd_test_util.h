@@ -14,6 +14,7 @@
 
 #include "common/endpoint.h"
 #include "rendezvous/state/etcd/client/etcd_client.h"
+#include "rendezvous/state/etcd/election.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/skip.h"
 
@@ -112,5 +113,18 @@ struct WatchLog {
     return events.size();
   }
 };
+
+// An election under "<prefix>/election/" (a 2 s lease) that `client` has
+// won, as "me": for tests of a leader's fenced writes. REQUIREs that it
+// leads within 10 s.
+inline std::unique_ptr<etcd::Election> LeadingElection(etcd::Client* client, const std::string& prefix) {
+  etcd::ElectionOptions eo;
+  eo.prefix = prefix + "/election/";
+  eo.lease_ttl_s = 2;
+  auto election = std::make_unique<etcd::Election>(client, eo);
+  REQUIRE(election->Campaign("me", "me", {}).ok());
+  REQUIRE(WaitFor([&] { return election->IsLeader(); }, 10));
+  return election;
+}
 
 }  // namespace meshrun::testing

@@ -139,13 +139,8 @@ TEST_CASE("etcd journal: a store write of thousands of keys is one transaction, 
   auto client = TestClient(TestClientOptions(cluster));
   auto reader = TestClient(TestClientOptions(cluster, {2, 1, 0}));
   REQUIRE((client && reader));
-  state::etcd::ElectionOptions eo;
-  eo.prefix = absl::StrCat(kPrefix, "/election/");
-  eo.lease_ttl_s = 2;
-  state::etcd::Election election(client.get(), eo);
-  REQUIRE(election.Campaign("me", "me", {}).ok());
-  REQUIRE(WaitFor([&] { return election.IsLeader(); }, 10));
-  auto journal = state::etcd::MakeEtcdJournal(client.get(), &election, absl::StrCat(kPrefix, "/runs/"),
+  std::unique_ptr<etcd::Election> election = LeadingElection(client.get(), kPrefix);
+  auto journal = state::etcd::MakeEtcdJournal(client.get(), election.get(), absl::StrCat(kPrefix, "/runs/"),
                                               absl::StrCat(kPrefix, "/kv/"));
   // 5,000 keys (etcd allows 128 operations per list of a Txn).
   std::vector<std::pair<std::string, std::string>> set;

@@ -68,15 +68,10 @@ TEST_CASE("etcd journal: a 10,000-node run's record is saved in parts and loaded
   auto client = TestClient(TestClientOptions(cluster));
   auto outside = TestClient(TestClientOptions(cluster, {2, 1, 0}));
   REQUIRE((client && outside));
-  state::etcd::ElectionOptions eo;
-  eo.prefix = absl::StrCat(kPrefix, "/election/");
-  eo.lease_ttl_s = 2;
-  state::etcd::Election election(client.get(), eo);
-  REQUIRE(election.Campaign("me", "me", {}).ok());
-  REQUIRE(WaitFor([&] { return election.IsLeader(); }, 10));
+  std::unique_ptr<etcd::Election> election = LeadingElection(client.get(), kPrefix);
   const std::string runs = absl::StrCat(kPrefix, "/runs/");
   const std::string parts = absl::StrCat(kPrefix, "/runs.parts/");
-  auto journal = state::etcd::MakeEtcdJournal(client.get(), &election, runs, absl::StrCat(kPrefix, "/kv/"));
+  auto journal = state::etcd::MakeEtcdJournal(client.get(), election.get(), runs, absl::StrCat(kPrefix, "/kv/"));
 
   const state::RunRecord big = JobRecord(5, 10000);
   const std::string encoded = state::EncodeRunRecord(big);
@@ -97,7 +92,7 @@ TEST_CASE("etcd journal: a 10,000-node run's record is saved in parts and loaded
   REQUIRE(outside->Put(state::etcd::PartKey(parts, "job", 9, 0), "orphan").ok());
   {
     // Another replica's load: the record whole, the orphan dropped.
-    auto fresh = state::etcd::MakeEtcdJournal(client.get(), &election, runs, absl::StrCat(kPrefix, "/kv/"));
+    auto fresh = state::etcd::MakeEtcdJournal(client.get(), election.get(), runs, absl::StrCat(kPrefix, "/kv/"));
     absl::StatusOr<std::vector<state::RunRecord>> loaded = fresh->Load();
     REQUIRE_MSG(loaded.ok(), loaded.status().message());
     REQUIRE(loaded->size() == 1);
