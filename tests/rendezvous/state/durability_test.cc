@@ -350,7 +350,9 @@ TEST_CASE("one save nothing waits on is in flight at a time: arrivals meanwhile 
   journal.Flush();
   REQUIRE(WaitFor([&] { return journal.Queued() == 1; }));
   int finished = 0;
-  for (const auto& m : journal.Records().at(0).members) finished += m.finished ? 1 : 0;
+  const std::vector<RunRecord> records = journal.Records();
+  REQUIRE(records.size() == 1);
+  for (const auto& m : records[0].members) finished += m.finished ? 1 : 0;
   CHECK(finished == 2);
   journal.Flush();
   REQUIRE(timer_passed(absl::Milliseconds(100)));
