@@ -343,14 +343,12 @@ class Run : public std::enable_shared_from_this<Run> {
   // nothing answered waits on (an exit-barrier arrival that is not the
   // last: its answer comes when the barrier completes, after EndLocked's
   // save), so that gRPC's threads do not block on etcd for them.
-  // One such save in flight at a time: a change made while one is in
-  // etcd's hands goes with the next, started when it is done (a record of
-  // 10,000 members is about 5 MiB; arrivals every 20 ms must not queue one
-  // each).
+  // One such save in flight at a time (a 10,000-node record is 5 MiB):
+  // changes meanwhile go with the next, started once it is answered.
   void JournalSoonLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveSoon() ABSL_LOCKS_EXCLUDED(mu_);
-  // A SaveSoon's save is answered: starts the next if a change waits.
-  void SoonSaved() ABSL_LOCKS_EXCLUDED(mu_);
+  void ScheduleSaveSoon(absl::Time at);  // On the save timer.
+  void SoonSaved() ABSL_LOCKS_EXCLUDED(mu_);  // The save in flight answered.
   state::RunRecord RecordLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   absl::Status CheckConfigLocked(const RunConfig& config) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -422,7 +420,6 @@ class Run : public std::enable_shared_from_this<Run> {
   mutable absl::Mutex mu_;
   bool save_soon_ ABSL_GUARDED_BY(mu_) = false;  // A SaveSoon is scheduled, or waits for the one in flight.
   bool soon_in_flight_ ABSL_GUARDED_BY(mu_) = false;  // A SaveSoon's save is not answered yet.
-  bool soon_again_ ABSL_GUARDED_BY(mu_) = false;      // ... and a change waits for it.
   // Events waiting for the save of the state they announce.
   EventOutbox outbox_ ABSL_GUARDED_BY(mu_);
   State state_ ABSL_GUARDED_BY(mu_) = State::kJoining;

@@ -187,8 +187,12 @@ constexpr absl::Duration kSaveSoonDelay = absl::Milliseconds(20);
 void Run::JournalSoonLocked() {
   if (journal_ == nullptr || status_only_ || save_soon_ || journal_closed_->load()) return;
   save_soon_ = true;
+  ScheduleSaveSoon(absl::Now() + kSaveSoonDelay);
+}
+
+void Run::ScheduleSaveSoon(absl::Time at) {
   std::weak_ptr<Run> weak = weak_from_this();
-  (save_timer_ != nullptr ? save_timer_ : timer_)->Schedule(absl::Now() + kSaveSoonDelay, [weak] {
+  (save_timer_ != nullptr ? save_timer_ : timer_)->Schedule(at, [weak] {
     if (auto self = weak.lock()) self->SaveSoon();
   });
 }
@@ -197,6 +201,7 @@ void Run::SaveSoon() {
   state::RunRecord r;
   {
     absl::MutexLock lock(&mu_);
+    if (!save_soon_) return;  // Saved already (SoonSaved's call and a timer's may both come).
     if (journal_ == nullptr || status_only_ || journal_closed_->load() || DurabilityLostLocked()) {
       save_soon_ = false;
       return;
@@ -205,16 +210,10 @@ void Run::SaveSoon() {
       // Paused (its lease unconfirmed), standing by, or shutting down (the
       // journal may be gone): nothing is written; tried again while the
       // run lives.
-      std::weak_ptr<Run> weak = weak_from_this();
-      (save_timer_ != nullptr ? save_timer_ : timer_)->Schedule(absl::Now() + absl::Milliseconds(500), [weak] {
-        if (auto self = weak.lock()) self->SaveSoon();
-      });
+      ScheduleSaveSoon(absl::Now() + absl::Milliseconds(500));
       return;
     }
-    if (soon_in_flight_) {
-      soon_again_ = true;  // save_soon_ stays set: later changes schedule nothing.
-      return;
-    }
+    if (soon_in_flight_) return;  // save_soon_ stays set: SoonSaved starts it.
     save_soon_ = false;
     soon_in_flight_ = true;
     r = RecordLocked();
@@ -231,13 +230,8 @@ void Run::SaveSoon() {
 void Run::SoonSaved() {
   absl::MutexLock lock(&mu_);
   soon_in_flight_ = false;
-  if (!soon_again_) return;
-  soon_again_ = false;
   // On the timer's thread, as every SaveSoon (this is the journal's).
-  std::weak_ptr<Run> weak = weak_from_this();
-  (save_timer_ != nullptr ? save_timer_ : timer_)->Schedule(absl::Now(), [weak] {
-    if (auto self = weak.lock()) self->SaveSoon();
-  });
+  if (save_soon_) ScheduleSaveSoon(absl::Now());
 }
 
 void Run::Restore(const state::RunRecord& r) {
