@@ -50,6 +50,8 @@ struct AgentOptions {
   int64_t agent_store_max_buffered_bytes = int64_t{512} << 20;
   int agent_store_max_waits = 1024;  // rdzv_conf agent_store_max_waits (tcpstore_server.h).
   int64_t agent_store_max_listed_keys = 32768;  // rdzv_conf agent_store_max_listed_keys (tcpstore_server.h).
+  // rdzv_conf agent_store_read_cache_bytes (tcpstore_server.h): 0 turns the read cache off.
+  int64_t agent_store_read_cache_bytes = int64_t{64} << 20;
   // rdzv_conf agent_store: false gives MASTER_PORT back to worker rank 0 (a
   // free port, TORCHELASTIC_USE_AGENT_STORE=False), torchrun 1.x's way.
   bool agent_store_enabled = true;

@@ -99,6 +99,7 @@ absl::Status Session::NewMembership() {
     so.max_buffered_bytes = o_.agent_store_max_buffered_bytes;
     so.max_waits = o_.agent_store_max_waits;
     so.max_listed_keys = o_.agent_store_max_listed_keys;
+    so.read_cache_bytes = o_.agent_store_read_cache_bytes;
     so.log = [log = log_](const std::string& line) { log->warn("{}", line); };
     absl::StatusOr<std::unique_ptr<tcpstore::AgentStore>> store = tcpstore::AgentStore::Start(std::move(so));
     if (!store.ok()) return store.status();

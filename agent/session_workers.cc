@@ -45,8 +45,11 @@ std::optional<int> Session::RunRound(const Assignment& a) {
     if (!store.ok()) return Fatal(absl::StrCat("the agent store: ", store.status().message()));
     // Under "torch/": the agent store has no authentication (as PyTorch's
     // TCPStore), so its clients cannot reach libmesh's keys or any other.
+    // Node rank 0's is the round's workers' store: its reads are cached
+    // (tcpstore/read_cache.h: the keys are written through it only).
     agent_store_->SetStore(std::make_shared<PrefixStore>(std::string(tcpstore::kAgentStorePrefix), *store),
-                           std::make_shared<PrefixStore>(std::string(tcpstore::kAgentStoreInternalPrefix), *store));
+                           std::make_shared<PrefixStore>(std::string(tcpstore::kAgentStoreInternalPrefix), *store),
+                           /*read_cache=*/a.node_rank == 0);
   }
   std::string ifname;
   if (absl::StatusOr<std::string> i = InterfaceOf(a.node_addr); i.ok()) {

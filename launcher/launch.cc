@@ -53,6 +53,7 @@ absl::StatusOr<std::shared_ptr<agent::tcpstore::AgentStore>> StartStaticAgentSto
   o.max_buffered_bytes = config.agent.agent_store_max_buffered_bytes;
   o.max_waits = config.agent.agent_store_max_waits;
   o.max_listed_keys = config.agent.agent_store_max_listed_keys;
+  o.read_cache_bytes = config.agent.agent_store_read_cache_bytes;
   o.log = [](const std::string& line) { Logger("agent")->warn("{}", line); };
   absl::StatusOr<std::unique_ptr<agent::tcpstore::AgentStore>> s = agent::tcpstore::AgentStore::Start(std::move(o));
   if (!s.ok()) {

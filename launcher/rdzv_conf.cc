@@ -19,15 +19,20 @@ constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
     "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
     "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
-    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "agent_store_max_buffered_bytes", "agent_store_max_waits", "agent_store_max_listed_keys", "agent_store", "lighthouse", "lighthouse_run", "lighthouse_min_replicas", "lighthouse_join_timeout", "lighthouse_quorum_tick", "lighthouse_heartbeat_timeout", "lighthouse_max_calls", "server_port", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace", "leader_resend_interval"};
+    "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "agent_store_max_buffered_bytes", "agent_store_max_waits", "agent_store_max_listed_keys", "agent_store_read_cache_bytes", "agent_store", "lighthouse", "lighthouse_run", "lighthouse_min_replicas", "lighthouse_join_timeout", "lighthouse_quorum_tick", "lighthouse_heartbeat_timeout", "lighthouse_max_calls", "server_port", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace", "leader_resend_interval"};
+
+// An integer within [min, max] for rdzv_conf `key`.
+absl::StatusOr<int64_t> ParseInteger(const std::string& key, const std::string& value, int64_t min, int64_t max) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < min || n > max) {
+    return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be an integer ", min, "..", max));
+  }
+  return n;
+}
 
 // A positive integer within [1, max] for rdzv_conf `key`.
 absl::StatusOr<int64_t> ParsePositive(const std::string& key, const std::string& value, int64_t max) {
-  int64_t n = 0;
-  if (!absl::SimpleAtoi(value, &n) || n <= 0 || n > max) {
-    return absl::InvalidArgumentError(absl::StrCat(key, "=", value, ": must be an integer 1..", max));
-  }
-  return n;
+  return ParseInteger(key, value, 1, max);
 }
 
 absl::StatusOr<bool> ParseBool(const std::string& key, const std::string& value) {
@@ -174,6 +179,10 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       auto n = ParsePositive(key, value, 262144);  // The server's max_keys_per_run.
       if (!n.ok()) return n.status();
       a.agent_store_max_listed_keys = *n;
+    } else if (key == "agent_store_read_cache_bytes") {
+      auto n = ParseInteger(key, value, 0, int64_t{1} << 40);
+      if (!n.ok()) return n.status();
+      a.agent_store_read_cache_bytes = *n;
     } else if (key == "lighthouse") {
       auto b = ParseBool(key, value);
       if (!b.ok()) return b.status();

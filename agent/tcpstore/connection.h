@@ -61,7 +61,7 @@ struct AgentStore::Conn {
   // with it, without a store call, when it is the connection's next
   // request, for the same key of the same round's store, and no write to
   // the key went through this agent store since the read was sent
-  // (AgentStore::WriteGeneration): then the store holds that value still
+  // (ReadCache::Generation): then the store holds that value still
   // (the clients' keys are written through node rank 0's agent store,
   // where every worker's MASTER_ADDR:MASTER_PORT points; a write that
   // reaches a key another way between a get()'s WAIT and its GET is not
@@ -74,6 +74,7 @@ struct AgentStore::Conn {
     std::string key;
     std::string value;
     std::shared_ptr<Store> store;  // Held: its address is not another round's.
+    std::shared_ptr<ReadCache> cache;  // The same round's: its generations.
     uint64_t generation = 0;
   };
   std::optional<Folded> folded ABSL_GUARDED_BY(write_mu);

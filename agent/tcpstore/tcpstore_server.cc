@@ -56,6 +56,22 @@ int Listen(const std::string& addr, int port, std::string* why) {
   return fd;
 }
 
+// The requests that write their keys (a BARRIER's arrival, an ADD, is
+// handled apart).
+bool Writes(Op op) {
+  switch (op) {
+    case Op::kSet:
+    case Op::kMultiSet:
+    case Op::kAdd:
+    case Op::kAppend:
+    case Op::kCompareSet:
+    case Op::kDeleteKey:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int LocalPort(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -130,11 +146,13 @@ AgentStore::~AgentStore() {
   }
 }
 
-void AgentStore::SetStore(std::shared_ptr<Store> store, std::shared_ptr<Store> internal) {
+void AgentStore::SetStore(std::shared_ptr<Store> store, std::shared_ptr<Store> internal, bool read_cache) {
   queues_.SetStore(internal);
+  auto cache = std::make_shared<ReadCache>(read_cache ? o_.read_cache_bytes : 0);
   absl::MutexLock lock(&mu_);
   store_ = std::move(store);
   internal_ = std::move(internal);
+  cache_ = std::move(cache);
 }
 
 void AgentStore::Stop() {
@@ -153,10 +171,16 @@ std::shared_ptr<Store> AgentStore::CurrentStore() {
   return store_;
 }
 
+AgentStore::Round AgentStore::CurrentRound() {
+  absl::MutexLock lock(&mu_);
+  return Round{store_, cache_};
+}
+
 AgentStore::Stats AgentStore::stats() const {
   const int64_t push_waiters = static_cast<int64_t>(queues_.waiters());  // Not under mu_: queues_ has its own.
   absl::MutexLock lock(&mu_);
   Stats s = stats_;
+  if (cache_ != nullptr) s.cache = cache_->stats();
   s.push_waiters = push_waiters;
   s.open = open_;
   s.buffered_bytes = buffered_;
@@ -297,14 +321,49 @@ absl::StatusOr<std::string> AgentStore::QueueRequest(const Request& r) {
   }
 }
 
-uint64_t AgentStore::WriteGeneration(const std::string& key) const {
-  return write_generation_[std::hash<std::string>{}(key) % kWriteStripes].load(std::memory_order_acquire);
+absl::StatusOr<std::string> AgentStore::ReadThrough(Store& store, ReadCache& cache, const std::string& key) {
+  const ReadCache::Ticket ticket = cache.BeforeRead(key);
+  absl::StatusOr<std::string> v = store.Get(key, absl::ZeroDuration());
+  if (v.ok()) {
+    cache.Fill(key, *v, ticket);
+    return v;
+  }
+  if (absl::IsNotFound(v.status())) return std::string();  // c10d: the client waited for it first.
+  return v.status();
 }
 
-void AgentStore::CountWrites(const std::vector<std::string>& keys) {
-  for (const std::string& key : keys) {
-    write_generation_[std::hash<std::string>{}(key) % kWriteStripes].fetch_add(1, std::memory_order_acq_rel);
+std::optional<bool> AgentStore::AnswerCached(const std::shared_ptr<Conn>& c, const Request& r, ReadCache& cache) {
+  std::string reply;
+  switch (r.op) {
+    case Op::kGet: {
+      std::optional<std::string> v = cache.Get(r.keys[0]);
+      if (!v) return std::nullopt;
+      AppendBytes(&reply, *v);
+      break;
+    }
+    case Op::kMultiGet:
+    case Op::kCheck:
+    case Op::kWait: {
+      // A key held is set (a queue of its name makes no difference to a
+      // CHECK or a WAIT then).
+      if (r.keys.empty()) return std::nullopt;
+      std::optional<std::vector<std::string>> all = cache.GetAll(r.keys);
+      if (!all) return std::nullopt;
+      if (r.op == Op::kMultiGet) {
+        for (const std::string& v : *all) AppendBytes(&reply, v);
+      } else {
+        AppendU8(&reply, r.op == Op::kCheck ? kReady : kStopWaiting);
+      }
+      break;
+    }
+    default:
+      return std::nullopt;
   }
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.cached_reads;
+  }
+  return c->Write(reply);
 }
 
 std::optional<bool> AgentStore::AnswerFolded(const std::shared_ptr<Conn>& c, const Request& r) {
@@ -314,7 +373,7 @@ std::optional<bool> AgentStore::AnswerFolded(const std::shared_ptr<Conn>& c, con
     folded.swap(c->folded);
   }
   if (!folded || r.op != Op::kGet || folded->key != r.keys[0] || folded->store != CurrentStore() ||
-      WriteGeneration(r.keys[0]) != folded->generation) {
+      folded->cache->Generation(r.keys[0]) != folded->generation) {
     return std::nullopt;
   }
   {
@@ -333,20 +392,7 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   }
   if (std::optional<bool> open = AnswerFolded(c, r)) return *open;
   switch (r.op) {
-    case Op::kSet:
-    case Op::kMultiSet:
-    case Op::kAdd:
-    case Op::kAppend:
-    case Op::kCompareSet:
-    case Op::kDeleteKey:
-      CountWrites(r.keys);  // Before it is sent: a WAIT's read from before it is not used for a GET after it.
-      break;
-    default:
-      break;
-  }
-  switch (r.op) {
     case Op::kValidate: return true;
-    case Op::kWait: return StartWait(c, std::move(r.keys));
     case Op::kBarrier: return Barrier(c, r);
     case Op::kCancelWait: {
       absl::MutexLock lock(&c->write_mu);
@@ -370,7 +416,21 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
       return c->Write(reply);
     }
   }
-  std::shared_ptr<Store> store = CurrentStore();
+  const Round round = CurrentRound();
+  const std::shared_ptr<Store>& store = round.store;
+  if (r.op == Op::kWait) {
+    if (!AdmitWait(c, "WAIT")) return false;  // Cancels the connection's WAIT in progress, if any.
+    if (round.cache != nullptr) {
+      if (std::optional<bool> open = AnswerCached(c, r, *round.cache)) {
+        EndWait();
+        return *open;
+      }
+    }
+    return StartWait(c, round, std::move(r.keys));
+  }
+  if (round.cache != nullptr) {
+    if (std::optional<bool> open = AnswerCached(c, r, *round.cache)) return *open;
+  }
   absl::Status refused;
   absl::StatusOr<std::string> reply;
   const bool queue_request = r.op == Op::kQueuePush || r.op == Op::kQueuePop || r.op == Op::kQueueLen ||
@@ -385,8 +445,22 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
     AppendU32(&*reply, r.nonce);
   } else if (store == nullptr) {
     refused = absl::UnavailableError("no round has started on this node yet");
+  } else if (r.op == Op::kGet) {
+    reply = ReadThrough(*store, *round.cache, r.keys[0]);
+    if (reply.ok()) {
+      std::string value = std::move(*reply);
+      reply->clear();
+      AppendBytes(&*reply, value);
+    } else {
+      refused = reply.status();
+    }
   } else {
+    // A write drops its keys' values from the read cache when it is sent
+    // and when it is answered (read_cache.h).
+    const bool write = Writes(r.op);
+    if (write) round.cache->WriteSent(r.keys);
     reply = Execute(*store, r, o_.max_listed_keys);
+    if (write) round.cache->WriteAnswered(r.keys);
     if (!reply.ok()) {
       refused = reply.status();
     } else if (r.op == Op::kSet || r.op == Op::kMultiSet || r.op == Op::kAdd || r.op == Op::kAppend) {

@@ -6,6 +6,10 @@
 // listening socket. Node rank 0's agent serves it on MASTER_ADDR:MASTER_PORT,
 // as torchrun's agent does (docs/worker-environment.md).
 //
+// Reads of keys already set are answered from a read cache of the round's
+// values (read_cache.h: its contract, that the round's keys are written
+// through this agent store only) when they can be, without a store call.
+//
 // One thread per connection, and one per WAIT in progress. A WAIT waits in
 // the store in slices of `wait_slice`, so that CANCEL_WAIT (a client's wait
 // timing out) is answered at once and a canceled wait holds the store for at
@@ -19,7 +23,6 @@
 // one log line naming the request, the key and why.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -37,6 +40,7 @@
 #include "absl/time/time.h"
 #include "agent/tcpstore/protocol.h"
 #include "agent/tcpstore/queues.h"
+#include "agent/tcpstore/read_cache.h"
 #include "common/store.h"
 
 namespace meshrun::agent::tcpstore {
@@ -88,6 +92,11 @@ struct AgentStoreOptions {
   // naming both numbers. A reply holds up to this many keys of up to the
   // server's max_key_bytes (1 KiB) each.
   int64_t max_listed_keys = 32768;
+  // Bytes of keys and values the read cache (read_cache.h) holds for the
+  // round (rdzv_conf agent_store_read_cache_bytes); 0 turns it off: every
+  // read goes to meshrun's store, and a write made to the round's keys
+  // another way is seen by the next read.
+  int64_t read_cache_bytes = int64_t{64} << 20;
   // Where the one-line reports go (a closed connection and why); may be empty.
   std::function<void(const std::string&)> log;
 };
@@ -116,8 +125,11 @@ class AgentStore {
   // are invisible in it), and `internal`, where the agent store keeps keys
   // of its own (BARRIER's releases): the same round's, apart from `store`'s
   // keys (kAgentStoreInternalPrefix). Until the first call, a connection's
-  // first request other than VALIDATE/PING closes it. Thread-safe.
-  void SetStore(std::shared_ptr<Store> store, std::shared_ptr<Store> internal);
+  // first request other than VALIDATE/PING closes it. `read_cache`: reads
+  // of the round are answered from a new read cache (read_cache.h) when
+  // they can be; give it only where this agent store is the one the
+  // round's workers use (node rank 0's), as its contract asks. Thread-safe.
+  void SetStore(std::shared_ptr<Store> store, std::shared_ptr<Store> internal, bool read_cache = true);
 
   // Answers GET `key` with `value` from now on, without the store: how a
   // static-backend node finds the rendezvous server's port on node rank 0
@@ -140,33 +152,41 @@ class AgentStore {
     // GETs answered with the value their WAIT read (Conn::Folded): a
     // PyTorch get() costs one store call, not two.
     int64_t folded_gets = 0;
+    // Requests answered from the read cache (GET, WAIT, CHECK, MULTI_GET),
+    // and the current round's cache (read_cache.h).
+    int64_t cached_reads = 0;
+    ReadCache::Stats cache;
   };
   Stats stats() const;
 
  private:
   struct Conn;
+  // The round's store and its read cache (SetStore's); null before the first.
+  struct Round {
+    std::shared_ptr<Store> store;
+    std::shared_ptr<ReadCache> cache;
+  };
   explicit AgentStore(AgentStoreOptions options) : o_(std::move(options)) {}
   void AcceptLoop();
   void Serve(const std::shared_ptr<Conn>& c);
   // Handles one request; false when the connection must close.
   bool Handle(const std::shared_ptr<Conn>& c, Request r);
-  // Starts a WAIT (canceling the connection's last one if it is still in
-  // progress): a single key already set is answered at once (its value
-  // kept for the GET that follows, Conn::Folded), else a waiter thread
-  // waits; false (and a log line) when the connection must close: past a
-  // bound.
-  bool StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys);
+  // Starts a WAIT that AdmitWait counted (the round's, `round`): a single
+  // key already set is answered at once (its value kept for the GET that
+  // follows, Conn::Folded, and in the read cache), else a waiter thread
+  // waits. Whether the connection stays open.
+  bool StartWait(const std::shared_ptr<Conn>& c, const Round& round, std::vector<std::string> keys);
   // The bounds of a WAIT (or BARRIER, `op`) about to start on `c`: true and
   // one WAIT counted in all (RunWait's end, or EndWait, takes it back);
   // false (and a log line) when the connection must close.
   bool AdmitWait(const std::shared_ptr<Conn>& c, const char* op);
   // Takes back a WAIT that AdmitWait counted and that did not run.
   void EndWait();
-  // Waits in `store` for `keys` on a thread of its own (one AdmitWait
-  // counted), then answers STOP_WAITING. With `queues`, a key is ready
-  // also when the queue of its name holds an item (a client's WAIT).
-  void RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> store, std::vector<std::string> keys,
-               bool queues);
+  // Waits in `round.store` for `keys` on a thread of its own (one
+  // AdmitWait counted), then answers STOP_WAITING. With `queues`, a key is
+  // ready also when the queue of its name holds an item (a client's WAIT),
+  // and a single key's value read is kept in `round.cache`.
+  void RunWait(const std::shared_ptr<Conn>& c, Round round, std::vector<std::string> keys, bool queues);
   // One slice of a WAIT (RunWait's): OK once every key is ready,
   // DEADLINE_EXCEEDED when the slice ended first (or `released` was
   // notified: a push answered this WAIT); the store's errors. A client's
@@ -174,11 +194,13 @@ class AgentStore {
   // `*value` to what it read, for the GET that follows (Conn::Folded).
   absl::Status WaitSlice(Store& store, const std::vector<std::string>& keys, bool queues,
                          absl::Notification& released, std::optional<std::string>* value);
-  // Writes to `key` that went through this agent store (counted per stripe
-  // of keys by hash, before each write is sent): a read's value is still
-  // the key's when the count did not move since the read was sent.
-  uint64_t WriteGeneration(const std::string& key) const;
-  void CountWrites(const std::vector<std::string>& keys);
+  Round CurrentRound();
+  // GET, WAIT, CHECK and MULTI_GET of keys the read cache holds: answered
+  // from it (whether the connection stays open); nullopt when a key is not
+  // held (the request goes on as without it).
+  std::optional<bool> AnswerCached(const std::shared_ptr<Conn>& c, const Request& r, ReadCache& cache);
+  // A GET from the store: its value kept in `cache` when it was set.
+  absl::StatusOr<std::string> ReadThrough(Store& store, ReadCache& cache, const std::string& key);
   // A GET that is the connection's next request after its WAIT: answered
   // with the WAIT's read when it may be (Conn::Folded): whether the
   // connection stays open; nullopt when it must go to the store. Every
@@ -204,6 +226,7 @@ class AgentStore {
   mutable absl::Mutex mu_;
   std::shared_ptr<Store> store_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Store> internal_ ABSL_GUARDED_BY(mu_);  // SetStore's `internal`.
+  std::shared_ptr<ReadCache> cache_ ABSL_GUARDED_BY(mu_);  // The round's (SetStore).
   Queues queues_;  // In `internal_`.
   std::map<std::string, std::string> local_keys_ ABSL_GUARDED_BY(mu_);
   std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
@@ -214,8 +237,6 @@ class AgentStore {
   int64_t buffered_ ABSL_GUARDED_BY(mu_) = 0;  // Against max_buffered_bytes.
   int waits_ ABSL_GUARDED_BY(mu_) = 0;         // Waiter threads alive, against max_waits.
   Stats stats_ ABSL_GUARDED_BY(mu_);
-  static constexpr size_t kWriteStripes = 1024;
-  std::array<std::atomic<uint64_t>, kWriteStripes> write_generation_{};
 };
 
 }  // namespace meshrun::agent::tcpstore

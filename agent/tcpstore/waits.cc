@@ -17,16 +17,20 @@ namespace meshrun::agent::tcpstore {
 
 bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
   std::shared_ptr<Store> store, internal;
+  std::shared_ptr<ReadCache> cache;
   {
     absl::MutexLock lock(&mu_);
     store = store_;
     internal = internal_;
+    cache = cache_;
   }
   if (!AdmitWait(c, "BARRIER")) return false;
-  CountWrites({r.keys[0]});  // Its arrival is an ADD to the key.
-  absl::StatusOr<bool> released = store == nullptr || internal == nullptr
-                                      ? absl::UnavailableError("no round has started on this node yet")
-                                      : ArriveAtBarrier(*store, *internal, r);
+  absl::StatusOr<bool> released = absl::UnavailableError("no round has started on this node yet");
+  if (store != nullptr && internal != nullptr) {
+    cache->WriteSent({r.keys[0]});  // Its arrival is an ADD to the key.
+    released = ArriveAtBarrier(*store, *internal, r);
+    cache->WriteAnswered({r.keys[0]});
+  }
   if (!released.ok() || *released) EndWait();
   if (!released.ok()) {
     Log(absl::StrCat("agent store: BARRIER '", r.keys[0].substr(0, 128), "' from ", c->peer, ": ",
@@ -36,7 +40,8 @@ bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
     return false;
   }
   if (!*released) {
-    RunWait(c, std::move(internal), {BarrierReleaseKey(r.keys[0], r.number)}, /*queues=*/false);
+    RunWait(c, Round{std::move(internal), std::move(cache)}, {BarrierReleaseKey(r.keys[0], r.number)},
+            /*queues=*/false);
     return true;
   }
   std::string reply;
@@ -44,9 +49,8 @@ bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
   return c->Write(reply);
 }
 
-bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::string> keys) {
-  if (!AdmitWait(c, "WAIT")) return false;
-  std::shared_ptr<Store> store = CurrentStore();
+bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, const Round& round, std::vector<std::string> keys) {
+  const std::shared_ptr<Store>& store = round.store;
   if (store != nullptr && keys.size() == 1 && !queues_.AnyQueue(keys)) {
     // A key already set (most of init_process_group's gets): answered on
     // this thread, its value kept for the GET that follows; no waiter
@@ -55,18 +59,19 @@ bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, std::vector<std::stri
     // leader's failover up to the store's rpc slack (10 s), and a
     // CANCEL_WAIT sent meanwhile is answered after it (PyTorch's client
     // takes a STOP_WAITING before its WAIT_CANCELED).
-    const uint64_t generation = WriteGeneration(keys[0]);  // Before the read is sent.
+    const ReadCache::Ticket ticket = round.cache->BeforeRead(keys[0]);  // Before the read is sent.
     absl::StatusOr<std::string> value = store->Get(keys[0], absl::ZeroDuration());
     if (value.ok()) {
       EndWait();
+      round.cache->Fill(keys[0], *value, ticket);
       absl::MutexLock lock(&c->write_mu);
-      c->folded = Conn::Folded{keys[0], std::move(*value), store, generation};
+      c->folded = Conn::Folded{keys[0], std::move(*value), store, round.cache, ticket.generation};
       std::string reply;
       AppendU8(&reply, kStopWaiting);
       return c->WriteLocked(reply);
     }
   }
-  RunWait(c, std::move(store), std::move(keys), /*queues=*/true);
+  RunWait(c, round, std::move(keys), /*queues=*/true);
   return true;
 }
 
@@ -116,13 +121,13 @@ void AgentStore::EndWait() {
   --waits_;
 }
 
-void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> store, std::vector<std::string> keys,
-                         bool queues) {
+void AgentStore::RunWait(const std::shared_ptr<Conn>& c, Round round, std::vector<std::string> keys, bool queues) {
   Conn::Waiter w;
   w.canceled = std::make_shared<std::atomic<bool>>(false);
   w.answered = std::make_shared<std::atomic<bool>>(false);
   w.finished = std::make_shared<std::atomic<bool>>(false);
-  w.thread = std::thread([this, c, store, keys = std::move(keys), queues, canceled = w.canceled,
+  w.thread = std::thread([this, c, store = std::move(round.store), cache = std::move(round.cache),
+                          keys = std::move(keys), queues, canceled = w.canceled,
                           answered = w.answered, finished = w.finished] {
     // A push to the queue of a single key's name answers this WAIT at once.
     auto released = std::make_shared<absl::Notification>();
@@ -148,7 +153,9 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> 
                                       : absl::OkStatus();
     while (s.ok() && !canceled->load()) {
       std::optional<std::string> value;
-      const uint64_t generation = keys.size() == 1 ? WriteGeneration(keys[0]) : 0;  // Before the read is sent.
+      // Before the read is sent (a value comes back only for a client's
+      // WAIT on one key: never one of the internal namespace's).
+      const ReadCache::Ticket ticket = keys.size() == 1 ? cache->BeforeRead(keys[0]) : ReadCache::Ticket{};
       s = WaitSlice(*store, keys, queues, *released, &value);
       if (absl::IsDeadlineExceeded(s)) {
         s = absl::OkStatus();
@@ -158,7 +165,10 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, std::shared_ptr<Store> 
       absl::MutexLock lock(&c->write_mu);
       if (!canceled->load()) {
         answered->store(true);
-        if (value) c->folded = Conn::Folded{keys[0], std::move(*value), store, generation};
+        if (value) {
+          cache->Fill(keys[0], *value, ticket);
+          c->folded = Conn::Folded{keys[0], std::move(*value), store, cache, ticket.generation};
+        }
         std::string reply;
         AppendU8(&reply, kStopWaiting);
         c->WriteLocked(reply);

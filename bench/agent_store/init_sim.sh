@@ -9,8 +9,10 @@
 # counts for a real init_process_group("gloo") of 8 worker processes and for
 # its simulation at 8 ranks.
 # usage: init_sim.sh MESHRUN ["8 64 512"] [RUNS=3] [PYTHON=torch2 venv]
+# RDZV_CONFS="- agent_store_read_cache_bytes=0": meshrun once per --rdzv_conf
+# of the list in each run ("-": none), each reported apart (default "-").
 set -euo pipefail
-meshrun=$1 sizes=${2:-8 64 512} runs=${3:-3}
+meshrun=$1 sizes=${2:-8 64 512} runs=${3:-3} confs=${RDZV_CONFS:--}
 py=${4:-${MESHRUN_TORCH2_VENV:-$HOME/.cache/meshrun-tests/torch-2.15.0}/bin/python}
 here="$(cd "$(dirname "$0")" && pwd)"
 out=$(mktemp -d)
@@ -40,18 +42,23 @@ run_id=0
 for n in $sizes; do
   for ((i = 0; i < runs; i++)); do
     "$py" "$here/init_sim.py" "$n" own 2>/dev/null | sed 's/^/pytorch /' | tee -a "$out/pytorch.$n"
-    run_id=$((run_id + 1))
-    "$meshrun" --rdzv_endpoint="127.0.0.1:$port" --rdzv_id="sim$run_id" --nnodes=1 --nproc_per_node=1 \
-      --no_python "$py" "$here/init_sim.py" "$n" agent "$port" 2>"$out/err" >"$out/run" ||
-      { echo "meshrun failed: $(tail -n 5 "$out/err")"; exit 1; }
-    line=$(sed -n 's/^\[n0:r0\] //p' "$out/run")
-    echo "meshrun $line" | tee -a "$out/meshrun.$n"
+    for conf in $confs; do
+      run_id=$((run_id + 1))
+      label=meshrun
+      conf_flag=()
+      if [ "$conf" != - ]; then label="meshrun:$conf" conf_flag=(--rdzv_conf "$conf"); fi
+      "$meshrun" --rdzv_endpoint="127.0.0.1:$port" --rdzv_id="sim$run_id" --nnodes=1 --nproc_per_node=1 \
+        "${conf_flag[@]}" --no_python "$py" "$here/init_sim.py" "$n" agent "$port" 2>"$out/err" >"$out/run" ||
+        { echo "meshrun failed: $(tail -n 5 "$out/err")"; exit 1; }
+      line=$(sed -n 's/^\[n0:r0\] //p' "$out/run")
+      echo "$label $line" | tee -a "$out/$label.$n"
+    done
   done
 done
 med() { sort -n | awk '{ a[NR] = $1 } END { printf "%.3f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 echo "medians (connect s, traffic s; connections and bytes the store port received):"
 for n in $sizes; do
-  for label in pytorch meshrun; do
+  for label in pytorch $(for conf in $confs; do if [ "$conf" = - ]; then echo meshrun; else echo "meshrun:$conf"; fi; done); do
     f="$out/$label.$n"
     printf '  %4d ranks %-8s connect %7s s  traffic %7s s  store port: %5s connections %10s bytes; rendezvous server: %s connections %s bytes\n' \
       "$n" "$label" "$(awk '{ print $4 }' "$f" | med)" "$(awk '{ print $5 }' "$f" | med)" \

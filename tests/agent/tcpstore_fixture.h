@@ -19,9 +19,12 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "agent/tcpstore/protocol.h"
 #include "agent/tcpstore/tcpstore_server.h"
 #include "client/grpc_store.h"
+#include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "rendezvous/server.h"
 
 namespace meshrun::testing::tcpstore {
@@ -136,5 +139,21 @@ struct Fixture {
   std::string logs;
   std::unique_ptr<AgentStore> agent;  // Last: goes first.
 };
+
+// Store calls the rendezvous server has served (its Kv* request counters),
+// counted from outside the agent store.
+inline int64_t StoreCalls(const Fixture& f) {
+  auto admin = meshrun::v1::Admin::NewStub(grpc::CreateChannel(f.server->endpoint(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  meshrun::v1::StatusRequest req;
+  meshrun::v1::StatusResponse resp;
+  REQUIRE(admin->Status(&ctx, req, &resp).ok());
+  int64_t n = 0;
+  for (const auto& [method, count] : resp.request_counts()) {
+    if (method.rfind("Kv", 0) == 0) n += count;
+  }
+  return n;
+}
 
 }  // namespace meshrun::testing::tcpstore

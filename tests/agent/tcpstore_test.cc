@@ -6,9 +6,6 @@
 #include <chrono>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
-#include "meshrun/proto/rendezvous.grpc.pb.h"
 #include "tests/agent/tcpstore_fixture.h"
 #include "tests/support/parked_reads.h"
 
@@ -119,29 +116,12 @@ TEST_CASE("agent store: requests reach meshrun's store, a WAIT is answered by an
   CHECK(*n == "41");
 }
 
-namespace {
-
-// Store calls the rendezvous server has served (its Kv* request counters),
-// counted from outside the agent store.
-int64_t StoreCalls(const Fixture& f) {
-  auto admin = meshrun::v1::Admin::NewStub(grpc::CreateChannel(f.server->endpoint(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  meshrun::v1::StatusRequest req;
-  meshrun::v1::StatusResponse resp;
-  REQUIRE(admin->Status(&ctx, req, &resp).ok());
-  int64_t n = 0;
-  for (const auto& [method, count] : resp.request_counts()) {
-    if (method.rfind("Kv", 0) == 0) n += count;
-  }
-  return n;
-}
-
-}  // namespace
 
 TEST_CASE("agent store: a get()'s WAIT and GET are one store call, and never miss a write between them",
           "[tcpstore]") {
-  Fixture f;
+  AgentStoreOptions o;
+  o.read_cache_bytes = 0;  // The fold alone (the read cache: tcpstore_cache_test.cc).
+  Fixture f(o);
   Client a(f.agent->port()), b(f.agent->port());
   a.Send(Validate());
   b.Send(Validate());

@@ -100,6 +100,12 @@ TEST_CASE("rdzv_conf takes the agent store's settings and refuses bad ones with 
   CHECK(std::string(s.message()) == "server_port=70000: must be an integer 1..65535");
   CHECK_FALSE(ApplyRdzvConf("agent_store=maybe", &c).ok());
   CHECK_FALSE(ApplyRdzvConf("agent_store_max_connections=0", &c).ok());
+  CHECK(c.agent.agent_store_read_cache_bytes == int64_t{64} << 20);
+  REQUIRE(ApplyRdzvConf("agent_store_read_cache_bytes=0", &c).ok());  // Off.
+  CHECK(c.agent.agent_store_read_cache_bytes == 0);
+  s = ApplyRdzvConf("agent_store_read_cache_bytes=-1", &c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(std::string(s.message()) == "agent_store_read_cache_bytes=-1: must be an integer 0..1099511627776");
 }
 
 TEST_CASE("rdzv_conf takes the lighthouse's settings and refuses bad ones with one line", "[flags]") {

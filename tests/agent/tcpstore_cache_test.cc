@@ -1,0 +1,192 @@
+// The agent store's read cache (agent/tcpstore/read_cache.h): the cache
+// alone, and the agent store over a real rendezvous server's store, spoken to
+// over real sockets, with the server's own request counters as the witness of
+// what reached it.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "agent/tcpstore/read_cache.h"
+#include "tests/agent/tcpstore_fixture.h"
+
+using namespace meshrun;
+using namespace meshrun::agent::tcpstore;
+using namespace meshrun::testing::tcpstore;
+
+TEST_CASE("read cache: a value is kept only when no write of its key was in flight while it was read",
+          "[read_cache]") {
+  ReadCache cache(1 << 20);
+  // Read with nothing in flight: kept.
+  ReadCache::Ticket t = cache.BeforeRead("a");
+  cache.Fill("a", "1", t);
+  CHECK(cache.Get("a") == "1");
+  // A write sent drops it; a read whose ticket was taken before the write
+  // was sent is not kept, nor one taken while it is in flight, nor one
+  // taken then and filled after its answer.
+  const ReadCache::Ticket before = cache.BeforeRead("a");
+  cache.WriteSent({"a"});
+  CHECK_FALSE(cache.Get("a"));
+  cache.Fill("a", "1", before);
+  CHECK_FALSE(cache.Get("a"));
+  const ReadCache::Ticket during = cache.BeforeRead("a");
+  CHECK_FALSE(during.clean);
+  cache.Fill("a", "2", during);
+  CHECK_FALSE(cache.Get("a"));
+  cache.WriteAnswered({"a"});
+  cache.Fill("a", "2", during);
+  CHECK_FALSE(cache.Get("a"));
+  // A read started after the answer is kept; a value kept while a write was
+  // answered is dropped by the answer.
+  t = cache.BeforeRead("a");
+  cache.Fill("a", "2", t);
+  CHECK(cache.Get("a") == "2");
+  CHECK(cache.GetAll({"a"}) == std::vector<std::string>{"2"});
+  CHECK_FALSE(cache.GetAll({"a", "b"}));
+  CHECK(cache.stats().keys == 1);
+}
+
+TEST_CASE("read cache: bounded by bytes; past the bound it empties; 0 keeps nothing", "[read_cache]") {
+  const int64_t entry = 1 + 100 + ReadCache::kEntryOverhead;
+  ReadCache cache(3 * entry);
+  for (char k : std::string("abc")) cache.Fill(std::string(1, k), std::string(100, 'v'), cache.BeforeRead("x"));
+  CHECK(cache.stats().keys == 3);
+  CHECK(cache.stats().bytes == 3 * entry);
+  cache.Fill("d", std::string(100, 'v'), cache.BeforeRead("d"));
+  CHECK(cache.stats().keys == 1);
+  CHECK(cache.stats().flushes == 1);
+  CHECK(cache.Get("d"));
+  cache.Fill("big", std::string(4 * entry, 'v'), cache.BeforeRead("big"));  // Larger than the bound.
+  CHECK_FALSE(cache.Get("big"));
+  cache.Fill("d", "", cache.BeforeRead("d"));  // Kept again: counted once.
+  CHECK(cache.stats().bytes == 1 + ReadCache::kEntryOverhead);
+  ReadCache off(0);
+  off.Fill("a", "1", off.BeforeRead("a"));
+  CHECK_FALSE(off.Get("a"));
+  const uint64_t g = off.Generation("a");
+  off.WriteSent({"a"});
+  off.WriteAnswered({"a"});
+  CHECK(off.Generation("a") == g + 2);
+}
+
+TEST_CASE("agent store: a key read once is read again without a store call, and a write through it is seen at once",
+          "[tcpstore]") {
+  Fixture f;
+  Client a(f.agent->port()), b(f.agent->port());
+  a.Send(Validate());
+  b.Send(Validate());
+  const std::string stop(1, static_cast<char>(kStopWaiting));
+  const std::string ready(1, static_cast<char>(kReady));
+  b.Send(EncodeRequest(Make(Op::kSet, {"k"}, {"one"}), Dialect::kCurrent));
+  b.Send(EncodeRequest(Make(Op::kSet, {"j"}, {"jay"}), Dialect::kCurrent));
+  b.Send(EncodeRequest(Make(Op::kAdd, {"n"}, {}, 1), Dialect::kCurrent));  // Answered: both SETs were handled.
+  REQUIRE(b.I64() == 1);
+  // A get() of each (WAIT, then GET): one store call each, its value kept.
+  a.Send(EncodeRequest(Make(Op::kWait, {"k"}), Dialect::kCurrent));
+  REQUIRE(a.Read(1) == stop);
+  a.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));
+  REQUIRE(a.Value() == "one");
+  a.Send(EncodeRequest(Make(Op::kGet, {"j"}), Dialect::kCurrent));
+  REQUIRE(a.Value() == "jay");
+  // Every other rank's get() of them, and CHECK and MULTI_GET: no store call.
+  const int64_t before = StoreCalls(f);
+  const int64_t cached_before = f.agent->stats().cached_reads;
+  for (int i = 0; i < 10; ++i) {
+    b.Send(EncodeRequest(Make(Op::kWait, {"k"}), Dialect::kCurrent));
+    REQUIRE(b.Read(1) == stop);
+    b.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));
+    REQUIRE(b.Value() == "one");
+  }
+  b.Send(EncodeRequest(Make(Op::kCheck, {"k", "j"}), Dialect::kCurrent));
+  CHECK(b.Read(1) == ready);
+  b.Send(EncodeRequest(Make(Op::kMultiGet, {"j", "k"}), Dialect::kCurrent));
+  CHECK(b.Value() == "jay");
+  CHECK(b.Value() == "one");
+  CHECK(StoreCalls(f) == before);
+  CHECK(f.agent->stats().cached_reads - cached_before == 22);
+  // A write through the agent store is seen by the next read (which reads
+  // the store once, and keeps the new value).
+  b.Send(EncodeRequest(Make(Op::kSet, {"k"}, {"two"}), Dialect::kCurrent));
+  b.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));  // After the SET, on its connection.
+  CHECK(b.Value() == "two");
+  a.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));
+  CHECK(a.Value() == "two");
+  b.Send(EncodeRequest(Make(Op::kCompareSet, {"k"}, {"two", "three"}), Dialect::kCurrent));
+  CHECK(b.Value() == "three");
+  a.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));
+  CHECK(a.Value() == "three");
+  b.Send(EncodeRequest(Make(Op::kAppend, {"k"}, {"+"}), Dialect::kCurrent));
+  b.Send(EncodeRequest(Make(Op::kGet, {"k"}), Dialect::kCurrent));
+  CHECK(b.Value() == "three+");
+  b.Send(EncodeRequest(Make(Op::kDeleteKey, {"k"}), Dialect::kCurrent));
+  CHECK(b.I64() == 1);
+  a.Send(EncodeRequest(Make(Op::kCheck, {"k"}), Dialect::kCurrent));
+  CHECK(a.Read(1) == std::string(1, static_cast<char>(kNotReady)));
+  CHECK(f.Logs().empty());
+}
+
+TEST_CASE("agent store: the read cache never answers a value older than an acknowledged write (linearizable reads)",
+          "[tcpstore]") {
+  // One writer ADDs to a counter, one acknowledged add at a time, and
+  // publishes each answer; readers GET it (and get() it: WAIT, GET) in a
+  // loop. A reader's answer must be at least the last value acknowledged
+  // before its request was sent: a cached value that outlived a write
+  // would be older.
+  Fixture f;
+  constexpr int kAdds = 1500;
+  std::atomic<int64_t> acked{0};
+  std::atomic<bool> done{false};
+  std::atomic<int> stale{0}, reads{0};
+  {
+    Client w(f.agent->port());
+    w.Send(Validate());
+    w.Send(EncodeRequest(Make(Op::kAdd, {"c"}, {}, 0), Dialect::kCurrent));
+    REQUIRE(w.I64() == 0);
+  }
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.emplace_back([&, i] {
+      Client r(f.agent->port());
+      r.Send(Validate());
+      while (!done.load()) {
+        const int64_t floor = acked.load();
+        if (i == 0) {
+          r.Send(EncodeRequest(Make(Op::kWait, {"c"}), Dialect::kCurrent));
+          if (r.Read(1) != std::string(1, static_cast<char>(kStopWaiting))) break;
+        }
+        r.Send(EncodeRequest(Make(Op::kGet, {"c"}), Dialect::kCurrent));
+        int64_t v = -1;
+        if (!absl::SimpleAtoi(r.Value(), &v) || v < floor) ++stale;
+        ++reads;
+      }
+    });
+  }
+  {
+    Client w(f.agent->port());
+    w.Send(Validate());
+    for (int i = 1; i <= kAdds; ++i) {
+      w.Send(EncodeRequest(Make(Op::kAdd, {"c"}, {}, 1), Dialect::kCurrent));
+      const int64_t v = w.I64();
+      REQUIRE(v == i);
+      acked.store(v);
+      if (i % 10 == 0) {
+        // A quiet moment between writes, so that reads are kept and
+        // answered from the cache too: until the readers have read 9 times
+        // since this add (bounded).
+        const int seen = reads.load();
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (reads.load() < seen + 9 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      }
+    }
+  }
+  done.store(true);
+  for (std::thread& t : readers) t.join();
+  CHECK(stale.load() == 0);
+  CHECK(reads.load() > kAdds);
+  CHECK(f.agent->stats().cached_reads > 0);  // The cache answered some of them.
+  CHECK(f.Logs().empty());
+}
