@@ -13,13 +13,13 @@ ReadCache::Ticket ReadCache::BeforeRead(const std::string& key) const {
   return Ticket{s.generation, s.in_flight == 0};
 }
 
-void ReadCache::Fill(const std::string& key, std::string value, Ticket t) {
+bool ReadCache::Fill(const std::string& key, std::string value, Ticket t) {
   const int64_t size = static_cast<int64_t>(key.size() + value.size()) + kEntryOverhead;
-  if (!t.clean || size > max_bytes_) return;
+  if (!t.clean || size > max_bytes_) return false;
   absl::MutexLock lock(&mu_);
   // The same generation with none in flight at the ticket: no write of the
   // stripe was sent since, so none was in flight while the value was read.
-  if (stripes_[StripeOf(key)].generation != t.generation) return;
+  if (stripes_[StripeOf(key)].generation != t.generation) return false;
   DropLocked(key);
   if (stats_.bytes + size > max_bytes_) {
     values_.clear();
@@ -29,6 +29,45 @@ void ReadCache::Fill(const std::string& key, std::string value, Ticket t) {
   stats_.bytes += size;
   ++stats_.fills;
   values_.emplace(key, std::move(value));
+  return true;
+}
+
+ReadCache::Value ReadCache::Read(const std::string& key, const std::function<Value()>& read) {
+  std::shared_ptr<absl::Notification> shared, own;
+  Ticket ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = values_.find(key); it != values_.end()) return std::optional<std::string>(it->second);
+    if (auto it = in_flight_reads_.find(key); it != in_flight_reads_.end()) {
+      shared = it->second;
+      ++stats_.shared_reads;
+    }
+  }
+  if (shared != nullptr) {
+    shared->WaitForNotificationWithTimeout(kMaxSharedWait);
+    absl::MutexLock lock(&mu_);
+    if (auto it = values_.find(key); it != values_.end()) return std::optional<std::string>(it->second);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    const Stripe& s = stripes_[StripeOf(key)];
+    ticket = Ticket{s.generation, s.in_flight == 0};
+    // Only a read whose value may be kept is one the others wait for.
+    if (ticket.clean && max_bytes_ > 0 && !in_flight_reads_.contains(key)) {
+      own = std::make_shared<absl::Notification>();
+      in_flight_reads_.emplace(key, own);
+    }
+  }
+  Value v = read();
+  if (v.ok() && v->has_value()) Fill(key, **v, ticket);
+  if (own != nullptr) {
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_reads_.erase(key);
+    }
+    own->Notify();
+  }
+  return v;
 }
 
 std::optional<std::string> ReadCache::Get(const std::string& key) const {

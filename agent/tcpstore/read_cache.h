@@ -28,13 +28,18 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 
 namespace meshrun::agent::tcpstore {
 
@@ -57,8 +62,20 @@ class ReadCache {
 
   // Keeps `value` as `key`'s, read from the store after `t` was taken:
   // only when no write of the key's stripe was in flight when `t` was
-  // taken and none was sent or answered since (else it does nothing).
-  void Fill(const std::string& key, std::string value, Ticket t);
+  // taken and none was sent or answered since. Whether it was kept.
+  bool Fill(const std::string& key, std::string value, Ticket t);
+
+  // What a read of one key gives: its value, nullopt when it is not set.
+  using Value = absl::StatusOr<std::optional<std::string>>;
+  // A read of `key`: its value when held, else `read()` (a store call)'s,
+  // kept when Fill allows. Reads of a key that meet in flight share one
+  // store call: a read that finds another's in flight waits for it (at
+  // most `max_shared_wait`) and then looks again; when that one's value
+  // was not kept (a write came in between, or the key is not set), it
+  // reads on its own. So the ranks that ask for a key at once cost one
+  // store call, not one each. `read` is called on this thread.
+  Value Read(const std::string& key, const std::function<Value()>& read);
+  static constexpr absl::Duration kMaxSharedWait = absl::Seconds(30);
 
   // `key`'s value when it is held.
   std::optional<std::string> Get(const std::string& key) const;
@@ -83,6 +100,7 @@ class ReadCache {
     int64_t bytes = 0;    // Held now, against max_bytes.
     int64_t fills = 0;    // Values kept.
     int64_t flushes = 0;  // Times it emptied at max_bytes.
+    int64_t shared_reads = 0;  // Reads that waited for another's store call (Read).
   };
   Stats stats() const;
 
@@ -99,6 +117,9 @@ class ReadCache {
   mutable absl::Mutex mu_;
   std::array<Stripe, kStripes> stripes_ ABSL_GUARDED_BY(mu_){};
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  // Keys whose read is in flight (Read), each notified once that read's
+  // value was kept or not.
+  absl::flat_hash_map<std::string, std::shared_ptr<absl::Notification>> in_flight_reads_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -321,15 +321,13 @@ absl::StatusOr<std::string> AgentStore::QueueRequest(const Request& r) {
   }
 }
 
-absl::StatusOr<std::string> AgentStore::ReadThrough(Store& store, ReadCache& cache, const std::string& key) {
-  const ReadCache::Ticket ticket = cache.BeforeRead(key);
-  absl::StatusOr<std::string> v = store.Get(key, absl::ZeroDuration());
-  if (v.ok()) {
-    cache.Fill(key, *v, ticket);
-    return v;
-  }
-  if (absl::IsNotFound(v.status())) return std::string();  // c10d: the client waited for it first.
-  return v.status();
+ReadCache::Value AgentStore::ReadThrough(Store& store, ReadCache& cache, const std::string& key) {
+  return cache.Read(key, [&]() -> ReadCache::Value {
+    absl::StatusOr<std::string> v = store.Get(key, absl::ZeroDuration());
+    if (v.ok()) return std::optional<std::string>(std::move(*v));
+    if (absl::IsNotFound(v.status())) return std::optional<std::string>();
+    return v.status();
+  });
 }
 
 std::optional<bool> AgentStore::AnswerCached(const std::shared_ptr<Conn>& c, const Request& r, ReadCache& cache) {
@@ -446,13 +444,12 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   } else if (store == nullptr) {
     refused = absl::UnavailableError("no round has started on this node yet");
   } else if (r.op == Op::kGet) {
-    reply = ReadThrough(*store, *round.cache, r.keys[0]);
-    if (reply.ok()) {
-      std::string value = std::move(*reply);
-      reply->clear();
-      AppendBytes(&*reply, value);
+    ReadCache::Value v = ReadThrough(*store, *round.cache, r.keys[0]);
+    if (v.ok()) {
+      reply = std::string();
+      AppendBytes(&*reply, v->value_or(std::string()));  // c10d: an absent key's GET (its client waited first) is empty.
     } else {
-      refused = reply.status();
+      refused = v.status();
     }
   } else {
     // A write drops its keys' values from the read cache when it is sent

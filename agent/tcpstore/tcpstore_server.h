@@ -199,8 +199,9 @@ class AgentStore {
   // from it (whether the connection stays open); nullopt when a key is not
   // held (the request goes on as without it).
   std::optional<bool> AnswerCached(const std::shared_ptr<Conn>& c, const Request& r, ReadCache& cache);
-  // A GET from the store: its value kept in `cache` when it was set.
-  absl::StatusOr<std::string> ReadThrough(Store& store, ReadCache& cache, const std::string& key);
+  // A read of `key` through `cache` (ReadCache::Read) from `store`: its
+  // value, nullopt when it is not set; the store's errors.
+  ReadCache::Value ReadThrough(Store& store, ReadCache& cache, const std::string& key);
   // A GET that is the connection's next request after its WAIT: answered
   // with the WAIT's read when it may be (Conn::Folded): whether the
   // connection stays open; nullopt when it must go to the store. Every

@@ -59,13 +59,13 @@ bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, const Round& round, s
     // leader's failover up to the store's rpc slack (10 s), and a
     // CANCEL_WAIT sent meanwhile is answered after it (PyTorch's client
     // takes a STOP_WAITING before its WAIT_CANCELED).
-    const ReadCache::Ticket ticket = round.cache->BeforeRead(keys[0]);  // Before the read is sent.
-    absl::StatusOr<std::string> value = store->Get(keys[0], absl::ZeroDuration());
-    if (value.ok()) {
+    // Ranks asking at once share one store call (ReadCache::Read).
+    const uint64_t generation = round.cache->Generation(keys[0]);  // Before the read is sent.
+    ReadCache::Value value = ReadThrough(*store, *round.cache, keys[0]);
+    if (value.ok() && value->has_value()) {
       EndWait();
-      round.cache->Fill(keys[0], *value, ticket);
       absl::MutexLock lock(&c->write_mu);
-      c->folded = Conn::Folded{keys[0], std::move(*value), store, round.cache, ticket.generation};
+      c->folded = Conn::Folded{keys[0], std::move(**value), store, round.cache, generation};
       std::string reply;
       AppendU8(&reply, kStopWaiting);
       return c->WriteLocked(reply);

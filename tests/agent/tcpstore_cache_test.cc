@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/synchronization/notification.h"
 #include "agent/tcpstore/read_cache.h"
 #include "tests/agent/tcpstore_fixture.h"
 
@@ -71,6 +72,49 @@ TEST_CASE("read cache: bounded by bytes; past the bound it empties; 0 keeps noth
   off.WriteSent({"a"});
   off.WriteAnswered({"a"});
   CHECK(off.Generation("a") == g + 2);
+}
+
+TEST_CASE("read cache: reads of a key that meet in flight share one store call, unless a write comes between",
+          "[read_cache]") {
+  ReadCache cache(1 << 20);
+  for (const bool write_between : {false, true}) {
+    const std::string key = write_between ? "w" : "k";
+    absl::Notification entered, release;
+    std::atomic<int> calls{0};
+    std::thread first([&] {
+      ReadCache::Value v = cache.Read(key, [&]() -> ReadCache::Value {
+        ++calls;
+        entered.Notify();
+        release.WaitForNotification();
+        return std::optional<std::string>("old");
+      });
+      CHECK(v.ok());
+      CHECK(**v == "old");
+    });
+    REQUIRE(entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    const int64_t shared_before = cache.stats().shared_reads;
+    std::thread second([&] {
+      ReadCache::Value v = cache.Read(key, [&]() -> ReadCache::Value {
+        ++calls;
+        return std::optional<std::string>("new");
+      });
+      CHECK(v.ok());
+      CHECK(**v == (write_between ? "new" : "old"));
+    });
+    // The second waits for the first's read (a state, bounded).
+    for (int i = 0; i < 10000 && cache.stats().shared_reads == shared_before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(cache.stats().shared_reads == shared_before + 1);
+    if (write_between) {
+      cache.WriteSent({key});  // The first's value is not kept: the second reads on its own.
+      cache.WriteAnswered({key});
+    }
+    release.Notify();
+    first.join();
+    second.join();
+    CHECK(calls.load() == (write_between ? 2 : 1));
+  }
 }
 
 TEST_CASE("agent store: a key read once is read again without a store call, and a write through it is seen at once",
