@@ -60,7 +60,8 @@ struct AgentStore::Conn {
   // right after it as the second half of one get(): that GET is answered
   // with it, without a store call, when it is the connection's next
   // request, for the same key of the same round's store, and no write to
-  // the key went through this agent store since the read was sent
+  // the key went through this agent store since the read was sent, nor was
+  // in flight then
   // (ReadCache::Generation): then the store holds that value still
   // (the clients' keys are written through node rank 0's agent store,
   // where every worker's MASTER_ADDR:MASTER_PORT points; a write that

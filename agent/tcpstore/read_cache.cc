@@ -3,6 +3,8 @@
 #include <functional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
+
 namespace meshrun::agent::tcpstore {
 
 size_t ReadCache::StripeOf(const std::string& key) { return std::hash<std::string>{}(key) % kStripes; }
@@ -58,15 +60,17 @@ ReadCache::Value ReadCache::Read(const std::string& key, const std::function<Val
       in_flight_reads_.emplace(key, own);
     }
   }
-  Value v = read();
-  if (v.ok() && v->has_value()) Fill(key, **v, ticket);
-  if (own != nullptr) {
+  // Whatever `read` does, the reads waiting for this one are let go.
+  absl::Cleanup release = [&] {
+    if (own == nullptr) return;
     {
       absl::MutexLock lock(&mu_);
       in_flight_reads_.erase(key);
     }
     own->Notify();
-  }
+  };
+  Value v = read();
+  if (v.ok() && v->has_value()) Fill(key, **v, ticket);
   return v;
 }
 
@@ -106,12 +110,12 @@ void ReadCache::WriteSent(const std::vector<std::string>& keys) {
   }
 }
 
-void ReadCache::WriteAnswered(const std::vector<std::string>& keys) {
+void ReadCache::WriteAnswered(const std::vector<std::string>& keys, bool ok) {
   absl::MutexLock lock(&mu_);
   for (const std::string& key : keys) {
     Stripe& s = stripes_[StripeOf(key)];
     ++s.generation;
-    --s.in_flight;
+    if (ok) --s.in_flight;  // Else held in flight for good: its outcome is unknown.
     DropLocked(key);
   }
 }

@@ -1,9 +1,10 @@
 // ReadCache: the values that reads through the agent store found set, so
 // that the next reads of the same keys (a GET, a WAIT, a CHECK, a
-// MULTI_GET) are answered without a store call. In a PyTorch job every
-// rank reads every other rank's key (Gloo's full-mesh rendezvous, NCCL's
-// unique id): with the cache each key costs the rendezvous server one read,
-// not one per rank.
+// MULTI_GET) are answered without a store call, and reads of one key that
+// meet in flight share one store call (Read). In a PyTorch job every rank
+// reads every other rank's key (Gloo's full-mesh rendezvous, NCCL's unique
+// id), the ranks in the same order: with the cache each key costs the
+// rendezvous server about one read, not one per rank.
 //
 // The contract it rests on: the keys of a round's agent store are written
 // only through this agent store (node rank 0's, where every worker's
@@ -14,11 +15,13 @@
 //
 // What it guarantees under that contract: every answer it gives is the
 // key's value in the store at the moment it is given (linearizable), and no
-// write is lost (writes always go to the store; the cache holds nothing a
-// write did not acknowledge). A value read is kept only when no write to
-// its key was in flight through the agent store while it was read; a write
-// drops the key's value when it is sent and again when it is answered, so
-// no value outlives a write. Keys are tracked in stripes (by hash): a write
+// write is lost (writes always go to the store, never to the cache). A
+// value read is kept only when no write to its key was in flight through
+// the agent store while it was read; a write drops the key's value when it
+// is sent and again when it is answered, so no value outlives a write. A
+// write answered with an error may still land later (a deadline passed on
+// the client's side only; a write the node's proxy sends again to the next
+// leader): its stripe keeps no value for the rest of the round. Keys are tracked in stripes (by hash): a write
 // to another key of the same stripe only keeps a value from being kept.
 //
 // One per round (AgentStore::SetStore makes a new one): keys of other
@@ -70,7 +73,7 @@ class ReadCache {
   // A read of `key`: its value when held, else `read()` (a store call)'s,
   // kept when Fill allows. Reads of a key that meet in flight share one
   // store call: a read that finds another's in flight waits for it (at
-  // most `max_shared_wait`) and then looks again; when that one's value
+  // most kMaxSharedWait) and then looks again; when that one's value
   // was not kept (a write came in between, or the key is not set), it
   // reads on its own. So the ranks that ask for a key at once cost one
   // store call, not one each. `read` is called on this thread.
@@ -86,9 +89,10 @@ class ReadCache {
   // a BARRIER's arrival) is about to be sent to the store: drops their
   // values and holds their stripes' values out until WriteAnswered(keys).
   void WriteSent(const std::vector<std::string>& keys);
-  // That write's answer came (whatever it was: an error may still have
-  // applied it): drops the keys' values again.
-  void WriteAnswered(const std::vector<std::string>& keys);
+  // That write's answer came: drops the keys' values again. `ok`: it was
+  // applied. When not, its outcome is unknown (it may land later), and its
+  // stripes stay as if it were in flight: they keep no value from now on.
+  void WriteAnswered(const std::vector<std::string>& keys, bool ok);
 
   // Counts every write sent or answered in `key`'s stripe: a read's value
   // is still the key's when it did not move since the read was sent

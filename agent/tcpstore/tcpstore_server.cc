@@ -370,8 +370,9 @@ std::optional<bool> AgentStore::AnswerFolded(const std::shared_ptr<Conn>& c, con
     absl::MutexLock lock(&c->write_mu);
     folded.swap(c->folded);
   }
-  if (!folded || r.op != Op::kGet || folded->key != r.keys[0] || folded->store != CurrentStore() ||
-      folded->cache->Generation(r.keys[0]) != folded->generation) {
+  const Round round = CurrentRound();
+  if (!folded || r.op != Op::kGet || folded->key != r.keys[0] || folded->store != round.store ||
+      folded->cache != round.cache || folded->cache->Generation(r.keys[0]) != folded->generation) {
     return std::nullopt;
   }
   {
@@ -457,7 +458,7 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
     const bool write = Writes(r.op);
     if (write) round.cache->WriteSent(r.keys);
     reply = Execute(*store, r, o_.max_listed_keys);
-    if (write) round.cache->WriteAnswered(r.keys);
+    if (write) round.cache->WriteAnswered(r.keys, reply.ok());
     if (!reply.ok()) {
       refused = reply.status();
     } else if (r.op == Op::kSet || r.op == Op::kMultiSet || r.op == Op::kAdd || r.op == Op::kAppend) {

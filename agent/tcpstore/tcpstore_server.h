@@ -94,8 +94,9 @@ struct AgentStoreOptions {
   int64_t max_listed_keys = 32768;
   // Bytes of keys and values the read cache (read_cache.h) holds for the
   // round (rdzv_conf agent_store_read_cache_bytes); 0 turns it off: every
-  // read goes to meshrun's store, and a write made to the round's keys
-  // another way is seen by the next read.
+  // read goes to meshrun's store (but a get()'s GET folded into its WAIT,
+  // Conn::Folded), and a write made to the round's keys another way is
+  // seen by the next one.
   int64_t read_cache_bytes = int64_t{64} << 20;
   // Where the one-line reports go (a closed connection and why); may be empty.
   std::function<void(const std::string&)> log;

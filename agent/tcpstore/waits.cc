@@ -29,7 +29,7 @@ bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
   if (store != nullptr && internal != nullptr) {
     cache->WriteSent({r.keys[0]});  // Its arrival is an ADD to the key.
     released = ArriveAtBarrier(*store, *internal, r);
-    cache->WriteAnswered({r.keys[0]});
+    cache->WriteAnswered({r.keys[0]}, released.ok());
   }
   if (!released.ok() || *released) EndWait();
   if (!released.ok()) {
@@ -40,8 +40,8 @@ bool AgentStore::Barrier(const std::shared_ptr<Conn>& c, const Request& r) {
     return false;
   }
   if (!*released) {
-    RunWait(c, Round{std::move(internal), std::move(cache)}, {BarrierReleaseKey(r.keys[0], r.number)},
-            /*queues=*/false);
+    // The release key is the agent store's own (internal): no read cache.
+    RunWait(c, Round{std::move(internal), nullptr}, {BarrierReleaseKey(r.keys[0], r.number)}, /*queues=*/false);
     return true;
   }
   std::string reply;
@@ -60,12 +60,14 @@ bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, const Round& round, s
     // CANCEL_WAIT sent meanwhile is answered after it (PyTorch's client
     // takes a STOP_WAITING before its WAIT_CANCELED).
     // Ranks asking at once share one store call (ReadCache::Read).
-    const uint64_t generation = round.cache->Generation(keys[0]);  // Before the read is sent.
+    // The fold needs a read with no write of the key in flight (a clean
+    // ticket), as a value kept in the cache does.
+    const ReadCache::Ticket ticket = round.cache->BeforeRead(keys[0]);  // Before the read is sent.
     ReadCache::Value value = ReadThrough(*store, *round.cache, keys[0]);
     if (value.ok() && value->has_value()) {
       EndWait();
       absl::MutexLock lock(&c->write_mu);
-      c->folded = Conn::Folded{keys[0], std::move(**value), store, round.cache, generation};
+      if (ticket.clean) c->folded = Conn::Folded{keys[0], std::move(**value), store, round.cache, ticket.generation};
       std::string reply;
       AppendU8(&reply, kStopWaiting);
       return c->WriteLocked(reply);
@@ -155,7 +157,7 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, Round round, std::vecto
       std::optional<std::string> value;
       // Before the read is sent (a value comes back only for a client's
       // WAIT on one key: never one of the internal namespace's).
-      const ReadCache::Ticket ticket = keys.size() == 1 ? cache->BeforeRead(keys[0]) : ReadCache::Ticket{};
+      const ReadCache::Ticket ticket = queues && keys.size() == 1 ? cache->BeforeRead(keys[0]) : ReadCache::Ticket{};
       s = WaitSlice(*store, keys, queues, *released, &value);
       if (absl::IsDeadlineExceeded(s)) {
         s = absl::OkStatus();
@@ -165,7 +167,7 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, Round round, std::vecto
       absl::MutexLock lock(&c->write_mu);
       if (!canceled->load()) {
         answered->store(true);
-        if (value) {
+        if (value && ticket.clean) {
           cache->Fill(keys[0], *value, ticket);
           c->folded = Conn::Folded{keys[0], std::move(*value), store, cache, ticket.generation};
         }

@@ -38,17 +38,24 @@ TEST_CASE("read cache: a value is kept only when no write of its key was in flig
   CHECK_FALSE(during.clean);
   cache.Fill("a", "2", during);
   CHECK_FALSE(cache.Get("a"));
-  cache.WriteAnswered({"a"});
+  cache.WriteAnswered({"a"}, /*ok=*/true);
   cache.Fill("a", "2", during);
   CHECK_FALSE(cache.Get("a"));
-  // A read started after the answer is kept; a value kept while a write was
-  // answered is dropped by the answer.
+  // A read started after the answer is kept.
   t = cache.BeforeRead("a");
   cache.Fill("a", "2", t);
   CHECK(cache.Get("a") == "2");
   CHECK(cache.GetAll({"a"}) == std::vector<std::string>{"2"});
   CHECK_FALSE(cache.GetAll({"a", "b"}));
   CHECK(cache.stats().keys == 1);
+  // A write answered with an error may land later: its stripe keeps no
+  // value from then on.
+  cache.WriteSent({"a"});
+  cache.WriteAnswered({"a"}, /*ok=*/false);
+  CHECK_FALSE(cache.Get("a"));
+  t = cache.BeforeRead("a");
+  CHECK_FALSE(t.clean);
+  CHECK_FALSE(cache.Fill("a", "3", t));
 }
 
 TEST_CASE("read cache: bounded by bytes; past the bound it empties; 0 keeps nothing", "[read_cache]") {
@@ -70,7 +77,7 @@ TEST_CASE("read cache: bounded by bytes; past the bound it empties; 0 keeps noth
   CHECK_FALSE(off.Get("a"));
   const uint64_t g = off.Generation("a");
   off.WriteSent({"a"});
-  off.WriteAnswered({"a"});
+  off.WriteAnswered({"a"}, true);
   CHECK(off.Generation("a") == g + 2);
 }
 
@@ -108,7 +115,7 @@ TEST_CASE("read cache: reads of a key that meet in flight share one store call, 
     REQUIRE(cache.stats().shared_reads == shared_before + 1);
     if (write_between) {
       cache.WriteSent({key});  // The first's value is not kept: the second reads on its own.
-      cache.WriteAnswered({key});
+      cache.WriteAnswered({key}, true);
     }
     release.Notify();
     first.join();
@@ -171,6 +178,54 @@ TEST_CASE("agent store: a key read once is read again without a store call, and 
   a.Send(EncodeRequest(Make(Op::kCheck, {"k"}), Dialect::kCurrent));
   CHECK(a.Read(1) == std::string(1, static_cast<char>(kNotReady)));
   CHECK(f.Logs().empty());
+}
+
+TEST_CASE("agent store: MULTI_SET, BARRIER and a refused write drop what the read cache holds; each round has its own; "
+          "off where not asked for",
+          "[tcpstore]") {
+  Fixture f;
+  Client a(f.agent->port()), b(f.agent->port());
+  a.Send(Validate());
+  b.Send(Validate());
+  const std::string stop(1, static_cast<char>(kStopWaiting));
+  auto read_twice = [&](const std::string& key) {  // Two GETs of `key` by a: how many reached the server.
+    const int64_t before = StoreCalls(f);
+    a.Send(EncodeRequest(Make(Op::kGet, {key}), Dialect::kCurrent));
+    std::string v = a.Value();
+    a.Send(EncodeRequest(Make(Op::kGet, {key}), Dialect::kCurrent));
+    CHECK(a.Value() == v);
+    return std::make_pair(v, StoreCalls(f) - before);
+  };
+  b.Send(EncodeRequest(Make(Op::kMultiSet, {"m1", "m2"}, {"x", "y"}), Dialect::kCurrent));
+  CHECK(read_twice("m1") == std::make_pair(std::string("x"), int64_t{1}));  // The second from the cache.
+  b.Send(EncodeRequest(Make(Op::kMultiSet, {"m2", "m1"}, {"y2", "x2"}), Dialect::kCurrent));
+  b.Send(EncodeRequest(Make(Op::kAdd, {"sync"}, {}, 1), Dialect::kCurrent));
+  REQUIRE(b.I64() == 1);
+  CHECK(read_twice("m1").first == "x2");
+  // A BARRIER's arrival is an ADD to its key.
+  b.Send(EncodeRequest(Make(Op::kBarrier, {"bar"}, {}, 1), Dialect::kCurrent));
+  REQUIRE(b.Read(1) == stop);
+  CHECK(read_twice("bar").first == "1");
+  b.Send(EncodeRequest(Make(Op::kBarrier, {"bar"}, {}, 1), Dialect::kCurrent));
+  REQUIRE(b.Read(1) == stop);
+  CHECK(read_twice("bar").first == "2");
+  // A write the store refuses (a value over its max_value_bytes) closes its
+  // connection; its outcome counts as unknown, so the key is not cached
+  // again this round: both reads reach the server.
+  CHECK(read_twice("big") == std::make_pair(std::string(), int64_t{2}));  // Absent: never cached.
+  b.Send(EncodeRequest(Make(Op::kSet, {"m1"}, {std::string((1 << 20) + 1, 'v')}), Dialect::kCurrent));
+  CHECK(b.Closed());
+  CHECK(read_twice("m1") == std::make_pair(std::string("x2"), int64_t{2}));
+  CHECK(read_twice("m2") == std::make_pair(std::string("y2"), int64_t{1}));
+  REQUIRE(f.store->Set("m2", "direct").ok());  // Not through the agent store: the cache still has y2.
+  CHECK(read_twice("m2") == std::make_pair(std::string("y2"), int64_t{0}));
+  // A new round (here over the same store): a new cache, the old round's values gone.
+  f.agent->SetStore(f.store, std::make_shared<PrefixStore>("internal", f.store));
+  CHECK(read_twice("m2") == std::make_pair(std::string("direct"), int64_t{1}));
+  // Where the read cache is not asked for (not node rank 0), every read reaches the server.
+  f.agent->SetStore(f.store, std::make_shared<PrefixStore>("internal", f.store), /*read_cache=*/false);
+  CHECK(read_twice("m2") == std::make_pair(std::string("direct"), int64_t{2}));
+  CHECK(f.Logs().find("agent store: SET 'm1'") != std::string::npos);
 }
 
 TEST_CASE("agent store: the read cache never answers a value older than an acknowledged write (linearizable reads)",
