@@ -416,7 +416,6 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
     }
   }
   const Round round = CurrentRound();
-  const std::shared_ptr<Store>& store = round.store;
   if (r.op == Op::kWait) {
     if (!AdmitWait(c, "WAIT")) return false;  // Cancels the connection's WAIT in progress, if any.
     if (round.cache != nullptr) {
@@ -430,49 +429,48 @@ bool AgentStore::Handle(const std::shared_ptr<Conn>& c, Request r) {
   if (round.cache != nullptr) {
     if (std::optional<bool> open = AnswerCached(c, r, *round.cache)) return *open;
   }
-  absl::Status refused;
-  absl::StatusOr<std::string> reply;
-  const bool queue_request = r.op == Op::kQueuePush || r.op == Op::kQueuePop || r.op == Op::kQueueLen ||
-                             (r.op == Op::kCheck && queues_.AnyQueue(r.keys));
-  if (queue_request) {
-    reply = store == nullptr ? absl::UnavailableError("no round has started on this node yet") : QueueRequest(r);
-    if (!reply.ok()) refused = reply.status();
-  } else if (!Executes(r.op)) {
-    refused = NotServed(r.op);
-  } else if (r.op == Op::kPing) {
-    reply = std::string();
-    AppendU32(&*reply, r.nonce);
-  } else if (store == nullptr) {
-    refused = absl::UnavailableError("no round has started on this node yet");
-  } else if (r.op == Op::kGet) {
-    ReadCache::Value v = ReadThrough(*store, *round.cache, r.keys[0]);
-    if (v.ok()) {
-      reply = std::string();
-      AppendBytes(&*reply, v->value_or(std::string()));  // c10d: an absent key's GET (its client waited first) is empty.
-    } else {
-      refused = v.status();
-    }
-  } else {
-    // A write drops its keys' values from the read cache when it is sent
-    // and when it is answered (read_cache.h).
-    const bool write = Writes(r.op);
-    if (write) round.cache->WriteSent(r.keys);
-    reply = Execute(*store, r, o_.max_listed_keys);
-    if (write) round.cache->WriteAnswered(r.keys, reply.ok());
-    if (!reply.ok()) {
-      refused = reply.status();
-    } else if (r.op == Op::kSet || r.op == Op::kMultiSet || r.op == Op::kAdd || r.op == Op::kAppend) {
-      queues_.KeysSet(r.keys);  // A WAIT on a queue's name is also one on the key.
-    }
-  }
-  if (!refused.ok()) {
+  absl::StatusOr<std::string> reply = Reply(r, round);
+  if (!reply.ok()) {
     Log(absl::StrCat("agent store: ", OpName(r.op), r.keys.empty() ? "" : absl::StrCat(" '", r.keys[0].substr(0, 128), "'"),
-                     " from ", c->peer, ": ", refused.message(), "; closing the connection"));
+                     " from ", c->peer, ": ", reply.status().message(), "; closing the connection"));
     absl::MutexLock lock(&mu_);
     ++stats_.closed_on_error;
     return false;
   }
   return reply->empty() || c->Write(*reply);
+}
+
+absl::StatusOr<std::string> AgentStore::Reply(const Request& r, const Round& round) {
+  const std::shared_ptr<Store>& store = round.store;
+  const bool queue_request = r.op == Op::kQueuePush || r.op == Op::kQueuePop || r.op == Op::kQueueLen ||
+                             (r.op == Op::kCheck && queues_.AnyQueue(r.keys));
+  std::string reply;
+  if (queue_request) {
+    if (store == nullptr) return absl::UnavailableError("no round has started on this node yet");
+    return QueueRequest(r);
+  }
+  if (!Executes(r.op)) return NotServed(r.op);
+  if (r.op == Op::kPing) {
+    AppendU32(&reply, r.nonce);
+    return reply;
+  }
+  if (store == nullptr) return absl::UnavailableError("no round has started on this node yet");
+  if (r.op == Op::kGet) {
+    ReadCache::Value v = ReadThrough(*store, *round.cache, r.keys[0]);
+    if (!v.ok()) return v.status();
+    AppendBytes(&reply, v->value_or(std::string()));  // c10d: an absent key's GET (its client waited first) is empty.
+    return reply;
+  }
+  // A write drops its keys' values from the read cache when it is sent and
+  // when it is answered (read_cache.h).
+  const bool write = Writes(r.op);
+  if (write) round.cache->WriteSent(r.keys);
+  absl::StatusOr<std::string> executed = Execute(*store, r, o_.max_listed_keys);
+  if (write) round.cache->WriteAnswered(r.keys, executed.ok());
+  if (executed.ok() && (r.op == Op::kSet || r.op == Op::kMultiSet || r.op == Op::kAdd || r.op == Op::kAppend)) {
+    queues_.KeysSet(r.keys);  // A WAIT on a queue's name is also one on the key.
+  }
+  return executed;
 }
 
 }  // namespace meshrun::agent::tcpstore

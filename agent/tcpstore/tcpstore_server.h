@@ -200,6 +200,11 @@ class AgentStore {
   // from it (whether the connection stays open); nullopt when a key is not
   // held (the request goes on as without it).
   std::optional<bool> AnswerCached(const std::shared_ptr<Conn>& c, const Request& r, ReadCache& cache);
+  // The reply to `r` in `round` (empty for a request with none): queues',
+  // PING's, a GET's through the read cache, else store_ops' Execute (a
+  // write bracketed by the read cache's WriteSent and WriteAnswered).
+  // Refusals: no round yet (UNAVAILABLE), NotServed, the store's errors.
+  absl::StatusOr<std::string> Reply(const Request& r, const Round& round);
   // A read of `key` through `cache` (ReadCache::Read) from `store`: its
   // value, nullopt when it is not set; the store's errors.
   ReadCache::Value ReadThrough(Store& store, ReadCache& cache, const std::string& key);

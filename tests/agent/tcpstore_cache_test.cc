@@ -58,7 +58,7 @@ TEST_CASE("read cache: a value is kept only when no write of its key was in flig
   CHECK_FALSE(cache.Fill("a", "3", t));
 }
 
-TEST_CASE("read cache: bounded by bytes; past the bound it empties; 0 keeps nothing", "[read_cache]") {
+TEST_CASE("read cache: bounded by bytes, emptied past the bound, and 0 keeps nothing", "[read_cache]") {
   const int64_t entry = 1 + 100 + ReadCache::kEntryOverhead;
   ReadCache cache(3 * entry);
   for (char k : std::string("abc")) cache.Fill(std::string(1, k), std::string(100, 'v'), cache.BeforeRead("x"));
@@ -180,8 +180,8 @@ TEST_CASE("agent store: a key read once is read again without a store call, and 
   CHECK(f.Logs().empty());
 }
 
-TEST_CASE("agent store: MULTI_SET, BARRIER and a refused write drop what the read cache holds; each round has its own; "
-          "off where not asked for",
+TEST_CASE("agent store: MULTI_SET, BARRIER and a refused write drop what the read cache holds, each round has its own, "
+          "and it is off where not asked for",
           "[tcpstore]") {
   Fixture f;
   Client a(f.agent->port()), b(f.agent->port());
