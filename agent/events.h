@@ -19,7 +19,9 @@ namespace meshrun::agent {
 struct ChildExit { pid_t pid; int status; };
 struct SignalReceived { int signo; };
 struct JoinDone { absl::StatusOr<rendezvous::Assignment> result; };
-struct BarrierDone { absl::StatusOr<rendezvous::BarrierResult> result; };
+// The exit barrier's answer for round `round` (a later round's Finish
+// ignores an earlier one's).
+struct BarrierDone { absl::StatusOr<rendezvous::BarrierResult> result; int64_t round; };
 // Events from the server carry the membership generation they belong to:
 // after this node rejoins as a new member, the old stream's are ignored.
 struct ServerEvent { rendezvous::RunEvent event; int gen; };

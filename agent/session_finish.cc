@@ -43,18 +43,31 @@ void Session::EndOfJob() {
   }
 }
 
-// All of this node's workers exited 0: the exit barrier.
+// All of this node's workers exited 0: the exit barrier. A restart of the
+// run decided as they finished (another node's failure reported first)
+// still takes this node: it joins the next round, as it would had its
+// workers been running. The restart's event may come after the barrier's
+// refusal ("not a member of ... round N"), so a refused barrier waits for
+// it up to kRefusedBarrierGrace.
 std::optional<int> Session::Finish() {
-  client_->ReportFinishedAsync(node_.node_id, round_.round, o_.exit_barrier_timeout,
-                               [this](absl::StatusOr<rendezvous::BarrierResult> r) {
-                                 q_.Push(BarrierDone{std::move(r)});
+  constexpr absl::Duration kRefusedBarrierGrace = absl::Seconds(2);
+  const int64_t round = round_.round;
+  client_->ReportFinishedAsync(node_.node_id, round, o_.exit_barrier_timeout,
+                               [this, round](absl::StatusOr<rendezvous::BarrierResult> r) {
+                                 q_.Push(BarrierDone{std::move(r), round});
                                });
+  absl::Time deadline = absl::InfiniteFuture();
   for (;;) {
-    std::optional<Event> ev = NextEvent(absl::InfiniteFuture());
+    std::optional<Event> ev = NextEvent(deadline);
+    if (!ev) return 0;  // A refused barrier (warned) and no restart within the grace.
     if (auto* b = std::get_if<BarrierDone>(&*ev)) {
+      if (b->round != round) continue;  // An earlier round's.
       if (!b->result.ok()) {
         log_->warn("exit barrier: {}", b->result.status().ToString());
-      } else if (!b->result->all_finished) {
+        deadline = absl::Now() + kRefusedBarrierGrace;
+        continue;
+      }
+      if (!b->result->all_finished) {
         std::fprintf(stderr, "meshrun: warning: exit barrier timed out after %s: %d of %d nodes finished\n",
                      absl::FormatDuration(o_.exit_barrier_timeout).c_str(), b->result->finished_nodes,
                      b->result->node_count);
@@ -62,7 +75,15 @@ std::optional<int> Session::Finish() {
       return 0;
     }
     if (auto* se = std::get_if<ServerEvent>(&*ev)) {
-      if (se->gen == gen_ && se->event.kind == RunEvent::Kind::kRunFailed) return Summary(se->event.root_cause);
+      if (se->gen != gen_) continue;
+      const RunEvent& e = se->event;
+      if (e.kind == RunEvent::Kind::kRunFailed) return Summary(e.root_cause);
+      if (e.kind == RunEvent::Kind::kRestart && e.round > round) {
+        std::fprintf(stderr, "meshrun: %s; this node's workers had finished; restarting them (round %lld)\n",
+                     e.root_cause ? DescribeFailure(*e.root_cause).c_str() : "restart requested",
+                     static_cast<long long>(e.round));
+        return std::nullopt;
+      }
       continue;
     }
     if (auto* sig = std::get_if<SignalReceived>(&*ev)) {

@@ -51,6 +51,36 @@ TEST_CASE("two nodes: a worker failing on node A restarts both nodes in the same
   CHECK(CountOccurrences(a.out() + b.out(), "round=1 restarts=1") == 4);
 }
 
+TEST_CASE("two nodes: node B's workers finished when node A's worker fails: B leaves its exit barrier and restarts too",
+          "[e2e][elastic]") {
+  // Round 0: node B's workers (ranks 2, 3) exit 0 at once and leave their
+  // pids; rank 1 on node A fails once both are gone (B's agent is then at
+  // its exit barrier). The restart takes B too: every rank runs round 1.
+  std::string dir = TempDir();
+  int port = FreePort();
+  std::string script = WriteScript(dir, "f.sh",
+      "echo \"S rank=$RANK round=$MESHRUN_ROUND restarts=$TORCHELASTIC_RESTART_COUNT\"\n"
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+      "  case $RANK in\n"
+      "    2|3) echo $$ > " + dir + "/b.$RANK; exit 0;;\n"
+      "    1) for i in $(seq 600); do\n"
+      "         if [ -s " + dir + "/b.2 ] && [ -s " + dir + "/b.3 ] && ! kill -0 $(cat " + dir + "/b.2) 2>/dev/null &&\n"
+      "            ! kill -0 $(cat " + dir + "/b.3) 2>/dev/null; then exit 5; fi\n"
+      "         sleep 0.05\n"
+      "       done; exit 6;;\n"
+      "  esac\n"
+      "fi\n"
+      "sleep 0.3");
+  auto [a, b] = StartTwoNodes(dir, Node(port, "rb", "2", {"--nproc_per_node=2", "--max_restarts=1",
+                                                          "--shutdown_timeout=2"}), script);
+  WaitBoth(a, b);
+  INFO(a.err() << "\n---\n" << b.err());
+  CHECK(a.code == 0);
+  CHECK(b.code == 0);
+  CHECK(CountOccurrences(a.out() + b.out(), "round=1 restarts=1") == 4);
+  CHECK(Contains(a.err() + b.err(), "this node's workers had finished; restarting them (round 1)"));
+}
+
 TEST_CASE("two nodes, no restarts left: both exit with the code: both name node A's rank", "[e2e][elastic]") {
   std::string dir = TempDir();
   int port = FreePort();
