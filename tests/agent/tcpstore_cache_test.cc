@@ -196,11 +196,17 @@ TEST_CASE("agent store: MULTI_SET, BARRIER and a refused write drop what the rea
     CHECK(a.Value() == v);
     return std::make_pair(v, StoreCalls(f) - before);
   };
+  // An ADD's answer on b: b's requests before it were handled (a MULTI_SET has no reply).
+  int64_t syncs = 0;
+  auto sync_b = [&] {
+    b.Send(EncodeRequest(Make(Op::kAdd, {"sync"}, {}, 1), Dialect::kCurrent));
+    REQUIRE(b.I64() == ++syncs);
+  };
   b.Send(EncodeRequest(Make(Op::kMultiSet, {"m1", "m2"}, {"x", "y"}), Dialect::kCurrent));
+  sync_b();
   CHECK(read_twice("m1") == std::make_pair(std::string("x"), int64_t{1}));  // The second from the cache.
   b.Send(EncodeRequest(Make(Op::kMultiSet, {"m2", "m1"}, {"y2", "x2"}), Dialect::kCurrent));
-  b.Send(EncodeRequest(Make(Op::kAdd, {"sync"}, {}, 1), Dialect::kCurrent));
-  REQUIRE(b.I64() == 1);
+  sync_b();
   CHECK(read_twice("m1").first == "x2");
   // A BARRIER's arrival is an ADD to its key.
   b.Send(EncodeRequest(Make(Op::kBarrier, {"bar"}, {}, 1), Dialect::kCurrent));
