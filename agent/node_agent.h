@@ -119,6 +119,11 @@ struct AgentOptions {
   // how long a finished node waits for the others, and how long the meshrun
   // hosting the server keeps serving after its own workers are done.
   absl::Duration exit_barrier_timeout = absl::Seconds(300);
+  // rdzv_conf exit_barrier_restart_grace (meshrun's key; >= 0): how long a
+  // node whose exit barrier was refused waits for the event of a restart
+  // decided as its workers finished (another node's failure), to restart
+  // with the others, before it leaves with a warning (session_finish.cc).
+  absl::Duration exit_barrier_restart_grace = absl::Seconds(2);
   absl::Duration read_timeout = absl::Seconds(60);       // rdzv_conf read_timeout (connect, reports).
   // rdzv_conf keep_alive_interval / keep_alive_max_attempt (torchrun's): the
   // agent heartbeats every interval; the server declares a node silent for

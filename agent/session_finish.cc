@@ -48,9 +48,8 @@ void Session::EndOfJob() {
 // still takes this node: it joins the next round, as it would had its
 // workers been running. The restart's event may come after the barrier's
 // refusal ("not a member of ... round N"), so a refused barrier waits for
-// it up to kRefusedBarrierGrace.
+// it up to rdzv_conf exit_barrier_restart_grace.
 std::optional<int> Session::Finish() {
-  constexpr absl::Duration kRefusedBarrierGrace = absl::Seconds(2);
   const int64_t round = round_.round;
   client_->ReportFinishedAsync(node_.node_id, round, o_.exit_barrier_timeout,
                                [this, round](absl::StatusOr<rendezvous::BarrierResult> r) {
@@ -64,7 +63,7 @@ std::optional<int> Session::Finish() {
       if (b->round != round) continue;  // An earlier round's.
       if (!b->result.ok()) {
         log_->warn("exit barrier: {}", b->result.status().ToString());
-        deadline = absl::Now() + kRefusedBarrierGrace;
+        deadline = absl::Now() + o_.exit_barrier_restart_grace;
         continue;
       }
       if (!b->result->all_finished) {

@@ -17,7 +17,7 @@ namespace {
 
 constexpr const char* kRdzvConfKeys[] = {
     "join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "keep_alive_interval",
-    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "metrics_port",
+    "keep_alive_max_attempt", "heartbeat_timeout", "is_host", "timeout", "exit_barrier_timeout", "exit_barrier_restart_grace", "metrics_port",
     "token_file", "tls_cert", "tls_key", "tls_ca", "store_proxy_cache_bytes", "store_proxy_max_waiters",
     "store_proxy_max_message_bytes", "store_proxy_batch_hold", "agent_store_max_connections", "agent_store_max_buffered_bytes", "agent_store_max_waits", "agent_store_max_listed_keys", "agent_store_read_cache_bytes", "agent_store", "lighthouse", "lighthouse_run", "lighthouse_min_replicas", "lighthouse_join_timeout", "lighthouse_quorum_tick", "lighthouse_heartbeat_timeout", "lighthouse_max_calls", "server_port", "use_libuv", "store_type", "health_port", "server_silence_timeout", "leader_grace", "leader_resend_interval"};
 
@@ -81,6 +81,10 @@ absl::Status ApplyRdzvConf(const std::string& text, LaunchConfig* config) {
       auto d = ParseSeconds(key, value);
       if (!d.ok()) return d.status();
       a.exit_barrier_timeout = *d;
+    } else if (key == "exit_barrier_restart_grace") {
+      auto d = ParseSeconds(key, value);
+      if (!d.ok()) return d.status();
+      a.exit_barrier_restart_grace = *d;
     } else if (key == "read_timeout") {
       auto d = ParseSeconds(key, value);
       if (!d.ok()) return d.status();

@@ -40,6 +40,20 @@ TEST_CASE("rdzv_conf takes torchrun's keys and names unknown ones", "[flags]") {
   }
 }
 
+TEST_CASE("rdzv_conf takes the exit barrier's settings", "[flags]") {
+  LaunchConfig c;
+  CHECK(c.agent.exit_barrier_restart_grace == absl::Seconds(2));
+  REQUIRE(ApplyRdzvConf("exit_barrier_timeout=30,exit_barrier_restart_grace=0.25", &c).ok());
+  CHECK(c.agent.exit_barrier_timeout == absl::Seconds(30));
+  CHECK(c.agent.exit_barrier_restart_grace == absl::Milliseconds(250));
+  REQUIRE(ApplyRdzvConf("exit_barrier_restart_grace=0", &c).ok());
+  CHECK(c.agent.exit_barrier_restart_grace == absl::ZeroDuration());
+  absl::Status bad = ApplyRdzvConf("exit_barrier_restart_grace=-1", &c);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.message()) ==
+        "exit_barrier_restart_grace=-1: must be a number of seconds, 0..31536000 (a year)");
+}
+
 TEST_CASE("rdzv_conf takes token_file and the TLS files", "[flags]") {
   LaunchConfig c;
   REQUIRE(ApplyRdzvConf("token_file=/t,tls_cert=/c.pem,tls_key=/k.pem,tls_ca=/ca.pem", &c).ok());
