@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "bench/rdzv_scale/child.h"
+#include "bench/rdzv_scale/etcd_write_latency.h"
 #include "bench/rdzv_scale/kvset_latency.h"
 #include "bench/rdzv_scale/preload.h"
 #include "bench/rdzv_scale/load_procs.h"
@@ -324,6 +325,20 @@ RunResult RunOnce(const DriverOptions& o, int n, int run_index) {
           res.kvset_concurrent = c->count;
           res.kvset_concurrent_all_ms = c->all_ms;
           res.kvset_concurrent_p50_ms = c->p50_ms;
+        }
+        if (o.etcd) {
+          absl::StatusOr<EtcdWriteLatency> e =
+              MeasureEtcdWrites(servers.LeaderEtcdUrl(so.state_prefix), so.state_prefix + "-etcd-writes",
+                                o.kvset_count);
+          if (!e.ok()) {
+            res.failure = absl::StrCat("etcd writes: ", e.status().message());
+            failed = true;
+            break;
+          }
+          res.etcd_write_count = e->count;
+          res.etcd_put_p50_ms = e->put_p50_ms;
+          res.etcd_fenced_p50_ms = e->fenced_p50_ms;
+          res.etcd_fenced_p99_ms = e->fenced_p99_ms;
         }
         // Its connection and requests belong to no phase.
         counters_before = ReadCounters(srv);

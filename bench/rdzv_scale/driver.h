@@ -116,6 +116,12 @@ struct RunResult {
   int kvset_concurrent = 0;
   double kvset_concurrent_all_ms = 0;
   double kvset_concurrent_p50_ms = 0;
+  // etcd's own one-at-a-time writes on the same members, right after the
+  // KvSets (etcd_write_latency.h; etcd runs with kvset_count > 0).
+  int etcd_write_count = 0;
+  double etcd_put_p50_ms = 0;
+  double etcd_fenced_p50_ms = 0;
+  double etcd_fenced_p99_ms = 0;
   // The keys written before the failover (DriverOptions::preload_keys; 0:
   // none), how long that took, and how many the next leader held after
   // the failover phase (-1: not counted).

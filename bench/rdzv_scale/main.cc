@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--kvset", o.kvset_count,
                  "KvSets timed one at a time from one store client after the round closed (p50/p99 in the table; "
-                 "0: none)")
+                 "etcd runs: as many plain Puts and fenced Txns timed on etcd alone after them; 0: none)")
       ->default_str("200")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--kvset_concurrent", o.kvset_concurrent,
@@ -230,6 +230,10 @@ int main(int argc, char** argv) {
           if (r.phases.count(p)) std::fprintf(stderr, " %s=%.3fs", p.c_str(), r.phases.at(p).seconds);
         }
         if (r.kvset_count > 0) std::fprintf(stderr, " kvset_p50=%.3fms kvset_p99=%.3fms", r.kvset_p50_ms, r.kvset_p99_ms);
+        if (r.etcd_write_count > 0) {
+          std::fprintf(stderr, " etcd_put_p50=%.3fms etcd_fenced_p50=%.3fms etcd_fenced_p99=%.3fms", r.etcd_put_p50_ms,
+                       r.etcd_fenced_p50_ms, r.etcd_fenced_p99_ms);
+        }
         if (r.kvset_concurrent > 0) {
           std::fprintf(stderr, " kvset_concurrent=%d all=%.1fms p50=%.1fms", r.kvset_concurrent,
                        r.kvset_concurrent_all_ms, r.kvset_concurrent_p50_ms);

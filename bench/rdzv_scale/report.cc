@@ -141,10 +141,10 @@ std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResu
   std::string out =
       "| N | state | complete | connect s | first Join -> all assignments s | ROUND_CLOSED delivered s | "
       "failover s (leader's replica and etcd member killed -> every agent on the next leader) | exit barrier s | "
-      "KvSet ms p50 / p99 | "
+      "KvSet ms p50 / p99 | etcd alone ms: Put p50 / fenced Txn p50 / p99 | "
       "server CPU s (connect / join / barrier) | server requests (join phase) | server RSS MiB idle / steady / peak / "
       "after leave | KiB per agent (steady) | peak server fds |\n"
-      "|---:|---|---|---:|---:|---:|---:|---:|---|---|---:|---|---:|---:|\n";
+      "|---:|---|---|---:|---:|---:|---:|---:|---|---|---|---:|---|---:|---:|\n";
   std::vector<std::string> notes;
   for (const auto& [key, rs] : by_n) {
     const int n = key.first;
@@ -173,6 +173,12 @@ std::string Table(const std::vector<RunResult>& runs, const std::vector<C10dResu
                     state == "etcd" ? Cell(phase("failover")) : std::string("-"), " | ", Cell(phase("exit_barrier")), " | ",
                     Cell(med([](const RunResult& r) { return r.kvset_count > 0 ? r.kvset_p50_ms : -1; }), "%.2f"), " / ",
                     Cell(med([](const RunResult& r) { return r.kvset_count > 0 ? r.kvset_p99_ms : -1; }), "%.2f"), " | ",
+                    state == "etcd"
+                        ? absl::StrCat(Cell(med([](const RunResult& r) { return r.etcd_write_count > 0 ? r.etcd_put_p50_ms : -1; }), "%.2f"),
+                                       " / ", Cell(med([](const RunResult& r) { return r.etcd_write_count > 0 ? r.etcd_fenced_p50_ms : -1; }), "%.2f"),
+                                       " / ", Cell(med([](const RunResult& r) { return r.etcd_write_count > 0 ? r.etcd_fenced_p99_ms : -1; }), "%.2f"))
+                        : std::string("-"),
+                    " | ",
                     Cell(cpu("connect")), " / ", Cell(cpu("join")), " / ",
                     Cell(cpu("exit_barrier")), " | ",
                     Cell(med([](const RunResult& r) { return OfPhase(r, "join", [](const auto& s) { return s.requests; }); }), "%.0f"), " | ",

@@ -47,6 +47,11 @@ class Servers {
   // the leader itself when it is the only one.
   ServerProcess& other() { return *servers_[static_cast<size_t>((leader_ + 1) % servers_.size())]; }
 
+  // etcd only: "etcd://..." listing the leader's host's member first, as
+  // the leader's own --state lists it ("" without etcd).
+  std::string LeaderEtcdUrl(const std::string& prefix) const {
+    return etcd_ ? etcd_->Url(leader_, prefix) : std::string();
+  }
   // etcd only: SIGKILLs the leader's replica and its etcd member together.
   void KillLeaderHost();
   // etcd only, after KillLeaderHost: waits up to `timeout` for another
