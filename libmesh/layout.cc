@@ -33,7 +33,7 @@ absl::StatusOr<MeshLayout> MeshLayout::Create(std::vector<int> shape, std::vecto
     } else if (shape[i] <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("mesh shape ", Tuple(shape), ": sizes must be >= 1 (or -1)"));
     } else if (__builtin_mul_overflow(known, static_cast<long long>(shape[i]), &known)) {
-      // Found by fuzzing (`meshrun mesh --shape` of huge sizes): the product overflowed.
+      // Sizes whose product overflows are refused, never wrapped.
       return absl::InvalidArgumentError(absl::StrCat("mesh shape ", Tuple(shape), " has more ranks than ",
                                                      std::numeric_limits<long long>::max(), "; ",
                                                      members, " ranks to lay out"));

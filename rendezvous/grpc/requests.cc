@@ -40,8 +40,8 @@ absl::StatusOr<JoinArgs> JoinFromProto(const pb::JoinRequest& req, const std::st
                          FromMs(c.exit_barrier_timeout_ms())};
   if (c.keep_alive_interval_ms() != 0) out.config.keep_alive_interval = FromMs(c.keep_alive_interval_ms());
   if (c.keep_alive_max_attempt() != 0) out.config.keep_alive_max_attempt = c.keep_alive_max_attempt();
-  // Found by fuzzing: two nodes of nproc 2^31-1 overflowed the world size;
-  // CheckJoin bounds nproc (max_nproc) and the round bounds their sum.
+  // CheckJoin bounds nproc (max_nproc), and the round bounds their sum, so
+  // a world size never overflows.
   if (absl::Status s = CheckJoin(req.run().run_id(), out.node, out.config, limits); !s.ok()) return s;
   return out;
 }

@@ -52,13 +52,10 @@ inline constexpr int64_t kNodeCost = 640;
 inline constexpr int64_t kEventStreamCost = 18 << 10;
 inline constexpr int64_t kParkedWaitCost = 22 << 10;
 inline constexpr int64_t kHealthStreamCost = 24 << 10;
-// A parked Join holds its gRPC call as a parked read does (issue 30 saw
-// 96,000 over 96 connections take 1,762 MiB when each was charged as a node
-// alone). Its steady cost here is ~11 KiB (RSS growth / joins held under
-// flood 7, tests/e2e/flood_test.cc); it is charged 32 KiB because the
-// refused joins re-sent at once over 96 connections hold call arenas too:
-// charged 22 KiB (a parked read's), the peak was 325 MiB for a 256 MiB
-// budget (1.27x); at 32 KiB 252-278 MiB (docs/performance.md).
+// A parked Join holds its gRPC call as a parked read does. It is charged
+// more than its steady cost: the charge also pays for the call arenas of
+// refused joins that a flood sends again at once (the measurements:
+// docs/performance.md, "Parked joins against the memory budget").
 inline constexpr int64_t kParkedJoinCost = 32 << 10;
 
 // Who an allocation is for. kMember: a joined member of a run, or a node
