@@ -98,8 +98,8 @@ class GrpcStore : public Store {
     return resp.value();
   }
 
-  absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
-                                         absl::string_view desired) override {
+  absl::StatusOr<CompareSetResult> CompareSwap(absl::string_view key, absl::string_view expected,
+                                               absl::string_view desired) override {
     pb::KvCompareSetRequest req;
     Fill(req);
     req.set_key(std::string(key));
@@ -110,7 +110,7 @@ class GrpcStore : public Store {
     Deadline(ctx, absl::ZeroDuration());
     MESHRUN_RETURN_IF_ERROR(Result(stub_->KvCompareSet(&ctx, req, &resp),
                                      absl::StrCat("store compare_set '", Shown(key), "'")));
-    return std::move(*resp.mutable_value());
+    return CompareSetResult{std::move(*resp.mutable_value()), resp.swapped()};
   }
 
   absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) override {

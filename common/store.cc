@@ -33,9 +33,9 @@ absl::StatusOr<std::string> PrefixStore::Get(absl::string_view key, absl::Durati
 absl::StatusOr<int64_t> PrefixStore::Add(absl::string_view key, int64_t delta) {
   return base_->Add(Full(key), delta);
 }
-absl::StatusOr<std::string> PrefixStore::CompareSet(absl::string_view key, absl::string_view expected,
-                                                    absl::string_view desired) {
-  return base_->CompareSet(Full(key), expected, desired);
+absl::StatusOr<Store::CompareSetResult> PrefixStore::CompareSwap(absl::string_view key, absl::string_view expected,
+                                                                 absl::string_view desired) {
+  return base_->CompareSwap(Full(key), expected, desired);
 }
 absl::Status PrefixStore::Wait(absl::Span<const std::string> keys, absl::Duration timeout) {
   return base_->Wait(FullAll(keys), timeout);

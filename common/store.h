@@ -54,10 +54,24 @@ class Store {
   virtual absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) = 0;
 
   // Sets `key` to `desired` if its value equals `expected` (or if it is
-  // absent and `expected` is empty); returns the value stored afterwards
-  // (c10d compareSet).
-  virtual absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
-                                                 absl::string_view desired) = 0;
+  // absent and `expected` is empty). Returns the value stored afterwards
+  // (with an absent key and a non-empty `expected`: `expected`, as c10d
+  // answers) and whether this call stored it. `value == desired` does not
+  // tell that: another client may have stored the same value first, so a
+  // read-modify-write loop (TCPStore's APPEND) must look at `swapped`.
+  struct CompareSetResult {
+    std::string value;
+    bool swapped = false;
+  };
+  virtual absl::StatusOr<CompareSetResult> CompareSwap(absl::string_view key, absl::string_view expected,
+                                                       absl::string_view desired) = 0;
+  // CompareSwap's value alone (c10d compareSet).
+  absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
+                                         absl::string_view desired) {
+    absl::StatusOr<CompareSetResult> r = CompareSwap(key, expected, desired);
+    if (!r.ok()) return r.status();
+    return std::move(r->value);
+  }
 
   // Waits up to `timeout` until every key in `keys` is set (c10d wait).
   virtual absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) = 0;
@@ -113,8 +127,8 @@ class PrefixStore : public Store {
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override;
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
-  absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
-                                         absl::string_view desired) override;
+  absl::StatusOr<CompareSetResult> CompareSwap(absl::string_view key, absl::string_view expected,
+                                               absl::string_view desired) override;
   absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) override;
   absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override;
   absl::StatusOr<bool> Delete(absl::string_view key) override;

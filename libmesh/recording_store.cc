@@ -26,13 +26,14 @@ absl::StatusOr<int64_t> RecordingStore::Add(absl::string_view key, int64_t delta
   return base_->Add(key, delta);
 }
 
-absl::StatusOr<std::string> RecordingStore::CompareSet(absl::string_view key, absl::string_view expected,
-                                                       absl::string_view desired) {
-  absl::StatusOr<std::string> stored = base_->CompareSet(key, expected, desired);
+absl::StatusOr<Store::CompareSetResult> RecordingStore::CompareSwap(absl::string_view key,
+                                                                    absl::string_view expected,
+                                                                    absl::string_view desired) {
+  absl::StatusOr<CompareSetResult> stored = base_->CompareSwap(key, expected, desired);
   // Only a key that now holds this member's value: the agreement also
   // compare-sets other members' keys (an absent member's marker, a verdict
   // another member wrote first), which are theirs to release.
-  if (!stored.ok() || *stored == desired) Remember(key);
+  if (!stored.ok() || stored->value == desired) Remember(key);
   return stored;
 }
 

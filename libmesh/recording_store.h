@@ -26,8 +26,8 @@ class RecordingStore : public Store {
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override;
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
-  absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
-                                         absl::string_view desired) override;
+  absl::StatusOr<CompareSetResult> CompareSwap(absl::string_view key, absl::string_view expected,
+                                               absl::string_view desired) override;
   absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) override;
   absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override;
   absl::StatusOr<bool> Delete(absl::string_view key) override;

@@ -18,9 +18,11 @@ absl::Status Append(Store& store, const std::string& key, const std::string& tai
     absl::StatusOr<std::string> now = ValueOrEmpty(store, key);
     if (!now.ok()) return now.status();
     const std::string desired = *now + tail;
-    absl::StatusOr<std::string> after = store.CompareSet(key, *now, desired);
+    // Done only when this call stored it: another APPEND of the same text
+    // may have made the value `desired` first.
+    absl::StatusOr<Store::CompareSetResult> after = store.CompareSwap(key, *now, desired);
     if (!after.ok()) return after.status();
-    if (*after == desired) return absl::OkStatus();
+    if (after->swapped) return absl::OkStatus();
   }
   return absl::AbortedError(absl::StrCat("APPEND to '", key.substr(0, 64), "': the value changed under each of ",
                                          max_tries, " tries"));

@@ -117,6 +117,30 @@ TEST_CASE("agent store: requests reach meshrun's store, a WAIT is answered by an
 }
 
 
+TEST_CASE("agent store: concurrent APPENDs of the same text all land", "[tcpstore]") {
+  // Each APPEND is a read and a compare-set in meshrun's store: one that
+  // finds its result already stored by another APPEND of the same text has
+  // not appended yet, and tries again.
+  Fixture f;
+  constexpr int kClients = 4, kAppends = 300;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.push_back(std::make_unique<Client>(f.agent->port()));
+    clients.back()->Send(Validate());
+  }
+  const std::string append = EncodeRequest(Make(Op::kAppend, {"log"}, {"x"}), Dialect::kCurrent);
+  for (int i = 0; i < kAppends; ++i) {
+    for (auto& c : clients) c->Send(append);
+  }
+  // A connection's requests are served in order: its ADD's answer follows its APPENDs.
+  for (auto& c : clients) {
+    c->Send(EncodeRequest(Make(Op::kAdd, {"done"}, {}, 1), Dialect::kCurrent));
+    CHECK(c->I64() >= 1);
+  }
+  clients[0]->Send(EncodeRequest(Make(Op::kGet, {"log"}), Dialect::kCurrent));
+  CHECK(clients[0]->Value() == std::string(kClients * kAppends, 'x'));
+}
+
 TEST_CASE("agent store: a get()'s WAIT and GET are one store call, and never miss a write between them",
           "[tcpstore]") {
   AgentStoreOptions o;

@@ -57,6 +57,17 @@ TEST_CASE("store operations round-trip through the server", "[store]") {
   CHECK(*store->CompareSet("cas", "", "v1") == "v1");
   CHECK(*store->CompareSet("cas", "wrong", "v2") == "v1");
   CHECK(*store->CompareSet("cas", "v1", "v2") == "v2");
+  // Whether this call stored it, apart from the value: a second compare-set
+  // to the same value finds it stored by the first and did not swap.
+  auto first = store->CompareSwap("swap", "", "same");
+  REQUIRE(first.ok());
+  CHECK((first->value == "same" && first->swapped));
+  auto second = store->CompareSwap("swap", "", "same");
+  REQUIRE(second.ok());
+  CHECK((second->value == "same" && !second->swapped));
+  auto absent = store->CompareSwap("absent", "expected", "new");
+  REQUIRE(absent.ok());
+  CHECK((absent->value == "expected" && !absent->swapped));  // c10d's answer for an absent key.
   std::vector<std::string> keys = {"k1", "k2"};
   CHECK_FALSE(*store->Check(keys));
   REQUIRE(store->MultiSet(keys, std::vector<std::string>{"1", "2"}).ok());
