@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -22,6 +23,46 @@ namespace meshrun::agent::tcpstore {
 
 // The peer's address, "host:port" ("[v6]:port"); "?" when unknown.
 std::string PeerName(int fd);
+
+// Bytes counted in a total shared by every connection while this lives
+// (move-only): what a Conn::Folded holds, against
+// AgentStoreOptions::max_buffered_bytes. Thread-safe across objects.
+class HeldBytes {
+ public:
+  HeldBytes() = default;
+  // Counts `n` more in `*total` when that keeps it at most `max`; else an
+  // empty one (false), and `*total` is unchanged.
+  static HeldBytes Take(std::shared_ptr<std::atomic<int64_t>> total, int64_t max, int64_t n) {
+    int64_t now = total->load();
+    do {
+      if (now + n > max) return {};
+    } while (!total->compare_exchange_weak(now, now + n));
+    HeldBytes h;
+    h.total_ = std::move(total);
+    h.n_ = n;
+    return h;
+  }
+  HeldBytes(HeldBytes&& o) noexcept : total_(std::move(o.total_)), n_(std::exchange(o.n_, 0)) {}
+  HeldBytes& operator=(HeldBytes&& o) noexcept {
+    if (this != &o) {
+      Release();
+      total_ = std::move(o.total_);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~HeldBytes() { Release(); }
+  explicit operator bool() const { return total_ != nullptr; }
+
+ private:
+  void Release() {
+    if (total_) total_->fetch_sub(n_);
+    total_.reset();
+    n_ = 0;
+  }
+  std::shared_ptr<std::atomic<int64_t>> total_;
+  int64_t n_ = 0;
+};
 
 // One client connection. The reader thread owns the parser and the waiters;
 // writes (the reader's replies, a waiter's STOP_WAITING) go under write_mu.
@@ -71,14 +112,28 @@ struct AgentStore::Conn {
   // one store call; one that waited for a write through this agent store
   // does not fold (that write came after the read was sent) and costs two,
   // as before. Any other request drops it.
+  // A fold's key and value count against max_buffered_bytes, all
+  // connections' folds together (a connection may keep one and send
+  // nothing more); one that does not fit is not kept, and its GET goes to
+  // the store.
   struct Folded {
     std::string key;
     std::string value;
     std::shared_ptr<Store> store;  // Held: its address is not another round's.
     std::shared_ptr<ReadCache> cache;  // The same round's: its generations.
     uint64_t generation = 0;
+    HeldBytes held;
   };
   std::optional<Folded> folded ABSL_GUARDED_BY(write_mu);
+  // Keeps `f` as the fold when its bytes fit in `*total` within `max`
+  // (the one kept before is dropped first); else keeps none.
+  void KeepFoldLocked(Folded f, std::shared_ptr<std::atomic<int64_t>> total, int64_t max)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu) {
+    folded.reset();
+    const int64_t n = static_cast<int64_t>(f.key.size() + f.value.size());
+    f.held = HeldBytes::Take(std::move(total), max, n);
+    if (f.held) folded = std::move(f);
+  }
 
   const int fd;
   const std::string peer;

@@ -184,6 +184,7 @@ AgentStore::Stats AgentStore::stats() const {
   s.push_waiters = push_waiters;
   s.open = open_;
   s.buffered_bytes = buffered_;
+  s.folded_bytes = folded_bytes_->load();
   s.waits = waits_;
   return s;
 }

@@ -72,7 +72,9 @@ struct AgentStoreOptions {
   // Bytes of requests not yet complete, all connections together
   // (rdzv_conf agent_store_max_buffered_bytes): a connection whose next
   // read would pass it is closed, with a log line. Each connection alone is
-  // bounded by limits.max_request_bytes.
+  // bounded by limits.max_request_bytes. Apart from them, the values that
+  // single-key WAITs keep for the GET that follows (Conn::Folded) are
+  // bounded by it too, all connections together: past it, none is kept.
   int64_t max_buffered_bytes = int64_t{512} << 20;
   // A WAIT's slice of waiting in the store (see above).
   absl::Duration wait_slice = absl::Seconds(5);
@@ -153,6 +155,8 @@ class AgentStore {
     // GETs answered with the value their WAIT read (Conn::Folded): a
     // PyTorch get() costs one store call, not two.
     int64_t folded_gets = 0;
+    // Bytes the folds hold now, all connections (see max_buffered_bytes).
+    int64_t folded_bytes = 0;
     // Requests answered from the read cache (GET, WAIT, CHECK, MULTI_GET),
     // and the current round's cache (read_cache.h).
     int64_t cached_reads = 0;
@@ -242,6 +246,10 @@ class AgentStore {
   // socket is shut, so whoever sees the close sees the count already down.
   int open_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t buffered_ ABSL_GUARDED_BY(mu_) = 0;  // Against max_buffered_bytes.
+  // What the connections' folds hold (Conn::Folded), against
+  // max_buffered_bytes apart from buffered_. Shared: a fold may outlive
+  // its connection's thread.
+  const std::shared_ptr<std::atomic<int64_t>> folded_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
   int waits_ ABSL_GUARDED_BY(mu_) = 0;         // Waiter threads alive, against max_waits.
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -67,7 +67,10 @@ bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, const Round& round, s
     if (value.ok() && value->has_value()) {
       EndWait();
       absl::MutexLock lock(&c->write_mu);
-      if (ticket.clean) c->folded = Conn::Folded{keys[0], std::move(**value), store, round.cache, ticket.generation};
+      if (ticket.clean) {
+        c->KeepFoldLocked(Conn::Folded{keys[0], std::move(**value), store, round.cache, ticket.generation},
+                          folded_bytes_, o_.max_buffered_bytes);
+      }
       std::string reply;
       AppendU8(&reply, kStopWaiting);
       return c->WriteLocked(reply);
@@ -169,7 +172,8 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, Round round, std::vecto
         answered->store(true);
         if (value && ticket.clean) {
           cache->Fill(keys[0], *value, ticket);
-          c->folded = Conn::Folded{keys[0], std::move(*value), store, cache, ticket.generation};
+          c->KeepFoldLocked(Conn::Folded{keys[0], std::move(*value), store, cache, ticket.generation},
+                            folded_bytes_, o_.max_buffered_bytes);
         }
         std::string reply;
         AppendU8(&reply, kStopWaiting);

@@ -191,6 +191,35 @@ TEST_CASE("agent store: a get()'s WAIT and GET are one store call, and never mis
   CHECK(f.agent->stats().folded_gets == 1);
 }
 
+TEST_CASE("agent store: the values WAITs keep for their GETs stay within max_buffered_bytes, all connections together",
+          "[tcpstore]") {
+  // A client may WAIT and send nothing more: its connection keeps the value read. Two of
+  // 40,003 bytes fit in 100,000, a third does not; its GET reads the store.
+  AgentStoreOptions o;
+  o.read_cache_bytes = 0;
+  o.max_buffered_bytes = 100000;
+  Fixture f(o);
+  const std::string big(40000, 'v');
+  REQUIRE(f.store->Set("big", big).ok());
+  const std::string stop(1, static_cast<char>(kStopWaiting));
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int c = 0; c < 3; ++c) {
+    clients.push_back(std::make_unique<Client>(f.agent->port()));
+    clients.back()->Send(Validate());
+    clients.back()->Send(EncodeRequest(Make(Op::kWait, {"big"}), Dialect::kCurrent));
+    REQUIRE(clients.back()->Read(1) == stop);
+  }
+  CHECK(f.agent->stats().folded_bytes == 2 * 40003);
+  const int64_t before = StoreCalls(f);
+  for (auto& c : clients) {
+    c->Send(EncodeRequest(Make(Op::kGet, {"big"}), Dialect::kCurrent));
+    CHECK(c->Value() == big);
+  }
+  CHECK(f.agent->stats().folded_gets == 2);
+  CHECK(StoreCalls(f) - before == 1);  // The third GET's.
+  CHECK(f.agent->stats().folded_bytes == 0);
+}
+
 TEST_CASE("agent store: BARRIER holds each arrival until the world size has arrived, and a key used again passes",
           "[tcpstore]") {
   Fixture f;
