@@ -87,6 +87,10 @@ if command -v etcd >/dev/null; then
   if [ -n "$fo" ] && awk -v s="$fo" 'BEGIN{exit !(s > 0 && s < 30)}'; then ok "etcd: every agent on the next leader $fo s after the kill"
   else fail "etcd: failover_s '$fo'"; cat "$T/e.csv"; fi
   grep -q "^| 16 | etcd | 1 of 1 |" "$T/e.md" && ok "etcd: its row in the table" || { fail "etcd: no table row"; cat "$T/e.md"; }
+  # etcd's own lone writes, timed on the same members after the leader's KvSets.
+  if grep -q "| etcd alone ms: Put p50 / fenced Txn p50 / p99 |" "$T/e.md" &&
+     grep -Eq "etcd_put_p50=[0-9.]+ms etcd_fenced_p50=[0-9.]+ms" "$T/eerr"; then ok "etcd: etcd's own Put and fenced Txn timed"
+  else fail "etcd: no timing of etcd alone"; cat "$T/e.md"; fi
   out=$("$BIN" --agents 16 --state_modes memory,redis 2>&1); rc=$?
   if [ $rc = 2 ] && echo "$out" | grep -q "'redis' is not memory or etcd"; then ok "a bad --state_modes is named"
   else fail "bad --state_modes: exit $rc: $out"; fi
