@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/numbers.h"
@@ -116,7 +117,12 @@ absl::StatusOr<std::vector<bool>> ParseLocalRanksFilter(const std::string& text,
   std::vector<bool> keep(nproc, false);
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     int lr = -1;
-    if (!absl::SimpleAtoi(item, &lr) || lr < 0 || lr >= nproc) {
+    if (!absl::SimpleAtoi(item, &lr)) {
+      return absl::InvalidArgumentError(absl::StrCat("--local_ranks_filter=", text, ": '", item,
+                                                     "' is not an integer (a comma-separated list of local ranks, 0..",
+                                                     nproc - 1, ")"));
+    }
+    if (lr < 0 || lr >= nproc) {
       return absl::InvalidArgumentError(absl::StrCat("--local_ranks_filter=", text, ": '", item,
                                                      "' is not a local rank in 0..", nproc - 1));
     }
@@ -185,9 +191,52 @@ absl::StatusOr<std::pair<int, int>> OutputPump::Add(int id, const WorkerRoutes& 
   return std::make_pair(pipes[0][1], pipes[1][1]);
 }
 
+void OutputPump::ConsoleWrite(Worker& w, Stream& s, absl::string_view line, absl::string_view end) {
+  const int c = s.is_err ? 1 : 0;
+  std::string out;
+  if (Stream* other = unfinished_[c]; other != nullptr && other != &s) {
+    out = "\n";  // Ends another worker's unfinished line; its rest starts a new one.
+    other->cut = true;
+    unfinished_[c] = nullptr;
+  }
+  const size_t from = std::min(s.shown, line.size());
+  if (from == 0 || s.cut) out += w.prefix;
+  for (char ch : line.substr(from)) {
+    out += ch;
+    if (ch == '\r') out += w.prefix;
+  }
+  absl::StrAppend(&out, end);
+  WriteAll(s.is_err ? 2 : 1, out);
+  s.cut = false;
+  if (end.empty()) {
+    s.shown = line.size();
+    unfinished_[c] = &s;
+  } else {
+    s.shown = 0;
+    if (unfinished_[c] == &s) unfinished_[c] = nullptr;
+  }
+}
+
+absl::Time OutputPump::ShowUnfinished(absl::Time now) {
+  absl::Time next = absl::InfiniteFuture();
+  for (auto& [id, w] : workers_) {
+    for (Stream* s : {&w->out, &w->err}) {
+      if (!s->console || s->partial.size() <= s->shown) continue;
+      const absl::Time due = s->unshown_since + kShowUnfinishedAfter;
+      if (due > now) {
+        next = std::min(next, due);
+        continue;
+      }
+      ConsoleWrite(*w, *s, s->partial, "");
+      s->unshown_since = absl::InfiniteFuture();
+    }
+  }
+  return next;
+}
+
 void OutputPump::EmitLine(Worker& w, Stream& s, const std::string& line) {
   if (s.file_fd >= 0) WriteAll(s.file_fd, line + "\n");
-  if (s.console) WriteAll(s.is_err ? 2 : 1, absl::StrCat(w.prefix, line, "\n"));
+  if (s.console) ConsoleWrite(w, s, line, "\n");
   if (s.dup_fd >= 0) {
     for (const auto& f : s.dup_filters) {
       if (absl::StrContains(line, f)) {
@@ -231,6 +280,8 @@ bool OutputPump::Drain(Worker& w, Stream& s) {
         EmitLine(w, s, s.partial);
         s.partial.clear();
       }
+      // Idle from now on, until more comes.
+      s.unshown_since = s.partial.size() > s.shown ? absl::Now() : absl::InfiniteFuture();
       continue;
     }
     if (n == 0) return false;
@@ -246,9 +297,14 @@ void OutputPump::Loop() {
     fds.clear();
     owners.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
+    int timeout_ms = -1;
     {
       absl::MutexLock lock(&mu_);
       if (stop_) return;
+      const absl::Time now = absl::Now();
+      if (const absl::Time due = ShowUnfinished(now); due != absl::InfiniteFuture()) {
+        timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(due - now, absl::Milliseconds(1))));
+      }
       for (auto& [id, w] : workers_) {
         if (w->out.fd >= 0) {
           fds.push_back({w->out.fd, POLLIN, 0});
@@ -260,7 +316,7 @@ void OutputPump::Loop() {
         }
       }
     }
-    int rc = ::poll(fds.data(), fds.size(), -1);
+    int rc = ::poll(fds.data(), fds.size(), timeout_ms);
     if (rc < 0 && errno != EINTR) return;
     if (fds[0].revents != 0) {
       uint64_t v;

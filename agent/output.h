@@ -1,7 +1,8 @@
 // Worker output: every worker's stdout and stderr come through pipes to one
 // pump thread, which writes whole lines to the console (prefixed with node
-// and global rank) and/or to log files, and keeps each worker's last stderr
-// lines for the failure summary. No file tailing, no polling sleep.
+// and global rank; an unfinished line once idle, kShowUnfinishedAfter)
+// and/or to log files, and keeps each worker's last stderr lines for the
+// failure summary. No file tailing, no polling sleep.
 #pragma once
 
 #include <deque>
@@ -52,12 +53,17 @@ absl::StatusOr<std::string> ExpandLogLinePrefix(const std::string& tmpl, const s
 std::vector<std::string> ParseDuplicateFilters(const std::string& text);
 
 // Parses --local_ranks_filter "0,2" into a mask per local rank (empty text:
-// all). INVALID_ARGUMENT for a rank outside 0..nproc-1.
+// all). INVALID_ARGUMENT naming the item for one that is not an integer or
+// is outside 0..nproc-1.
 absl::StatusOr<std::vector<bool>> ParseLocalRanksFilter(const std::string& text, int nproc);
 
 class OutputPump {
  public:
   static constexpr size_t kTailLines = 20;
+  // A worker's unfinished console line (a prompt, a progress bar redrawn
+  // with '\r') is shown once its stream has written nothing more for
+  // this long; whole lines are written at once, never split.
+  static constexpr absl::Duration kShowUnfinishedAfter = absl::Milliseconds(100);
 
   OutputPump();
   // Drains what is left (bounded) and stops the thread.
@@ -90,6 +96,14 @@ class OutputPump {
     std::string partial;
     int dup_fd = -1;
     std::vector<std::string> dup_filters;
+    // The console's view of an unfinished line (a progress bar, a prompt):
+    // `partial`'s first `shown` bytes are on the console already; the rest
+    // shows once the stream has been idle for kShowUnfinishedAfter.
+    size_t shown = 0;
+    absl::Time unshown_since = absl::InfiniteFuture();
+    // Another stream's output ended the console line after `shown`: the
+    // rest of this line starts a new one, with its prefix.
+    bool cut = false;
   };
   struct Worker {
     std::string prefix;
@@ -99,6 +113,14 @@ class OutputPump {
 
   void Loop();
   void Wake();
+  // To the console: the rest of `s`'s line (from `shown`), then `end`
+  // ("\n", or "" for an unfinished line); each '\r' in it is followed
+  // by the prefix again, so that a progress bar redrawn with '\r' keeps it.
+  void ConsoleWrite(Worker& w, Stream& s, absl::string_view line, absl::string_view end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Shows the unfinished lines idle for kShowUnfinishedAfter by `now`;
+  // returns the next time one will be due (InfiniteFuture: none).
+  absl::Time ShowUnfinished(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads what is available on `s`; returns false at end of file.
   bool Drain(Worker& w, Stream& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EmitLine(Worker& w, Stream& s, const std::string& line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -107,6 +129,9 @@ class OutputPump {
 
   absl::Mutex mu_;
   std::map<int, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  // The stream whose unfinished line the console's stdout (0) and stderr
+  // (1) end with now; null when they end with a whole line.
+  Stream* unfinished_[2] ABSL_GUARDED_BY(mu_) = {nullptr, nullptr};
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int wake_fd_ = -1;
   std::thread thread_;

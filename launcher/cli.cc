@@ -86,6 +86,31 @@ std::string DidYouMeanFlag(const CLI::App& app, absl::string_view unknown) {
   return absl::StrCat(" (did you mean ", absl::StrJoin(near, " or "), "?)");
 }
 
+namespace {
+
+// CLI11's "Could not convert: --max_restarts = abc" in this launcher's
+// words: "--max_restarts=abc: must be an integer". "" when `e` is another
+// conversion error or names no option of `app`.
+std::string ConversionMessage(const CLI::App& app, const CLI::ConversionError& e) {
+  constexpr absl::string_view kPrefix = "Could not convert: ";
+  absl::string_view what = e.what();
+  if (!absl::ConsumePrefix(&what, kPrefix)) return "";
+  const size_t eq = what.find(" = ");
+  if (eq == absl::string_view::npos) return "";
+  const std::string name(what.substr(0, eq));
+  const CLI::Option* opt = app.get_option_no_throw(name);
+  if (opt == nullptr) return "";
+  const std::string type = opt->get_type_name();
+  const char* kind = type == "INT"                      ? "an integer"
+                     : type == "UINT"                   ? "a non-negative integer"
+                     : type == "FLOAT" || type == "NUMBER" ? "a number"
+                                                        : nullptr;
+  if (kind == nullptr) return "";
+  return absl::StrCat(name, "=", what.substr(eq + 3), ": must be ", kind);
+}
+
+}  // namespace
+
 std::optional<int> ParseCli(CLI::App& app, int argc, char** argv, const std::string& who) {
   // The last of a repeated flag wins; collecting options keep every value.
   for (CLI::Option* opt : app.get_options()) {
@@ -97,6 +122,12 @@ std::optional<int> ParseCli(CLI::App& app, int argc, char** argv, const std::str
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ConversionError& e) {
+    std::string msg = ConversionMessage(app, e);
+    if (msg.empty()) msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", who.c_str(), msg.c_str(), who.c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     std::replace(msg.begin(), msg.end(), '\n', ' ');

@@ -202,7 +202,7 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
       app.add_option("--master_port,--master-port", master_port, "Port of the server on node rank 0 (static)")
           ->envname("PET_MASTER_PORT")->group(g_static)->default_str("29500");
 
-  app.add_option("--monitor_interval,--monitor-interval", monitor_interval,
+  CLI::Option* monitor_interval_opt = app.add_option("--monitor_interval,--monitor-interval", monitor_interval,
                  "Ignored: meshrun is told of worker exits at once")
       ->envname("PET_MONITOR_INTERVAL")->group(g_compat);
   app.add_option("--start_method,--start-method", start_method, "Ignored: workers are always exec'ed")
@@ -367,6 +367,12 @@ ParseOutcome ParseCommandLine(int argc, char** argv) {
     return {std::nullopt, UsageError(std::string(s.message()))};
   }
 
+  if (monitor_interval_opt->count() > 0 && !(monitor_interval > 0)) {
+    // torchrun's WorkerSpec asserts the same.
+    return {std::nullopt, UsageError(absl::StrCat("--monitor_interval=", monitor_interval,
+                                                  ": must be a number of seconds > 0 (and is not needed: "
+                                                  "meshrun is told of worker exits at once)"))};
+  }
   if (monitor_interval != 0) cfg.notes.push_back("--monitor_interval is not needed: meshrun is told of worker exits at once");
   if (!start_method.empty()) cfg.notes.push_back("--start_method is not needed: meshrun always execs its workers");
   if (!logs_specs.empty()) {

@@ -68,7 +68,7 @@ bool AgentStore::StartWait(const std::shared_ptr<Conn>& c, const Round& round, s
       EndWait();
       absl::MutexLock lock(&c->write_mu);
       if (ticket.clean) {
-        c->KeepFoldLocked(Conn::Folded{keys[0], std::move(**value), store, round.cache, ticket.generation},
+        c->KeepFoldLocked(Conn::Folded{keys[0], std::move(**value), store, round.cache, ticket.generation, HeldBytes{}},
                           folded_bytes_, o_.max_buffered_bytes);
       }
       std::string reply;
@@ -172,7 +172,7 @@ void AgentStore::RunWait(const std::shared_ptr<Conn>& c, Round round, std::vecto
         answered->store(true);
         if (value && ticket.clean) {
           cache->Fill(keys[0], *value, ticket);
-          c->KeepFoldLocked(Conn::Folded{keys[0], std::move(*value), store, cache, ticket.generation},
+          c->KeepFoldLocked(Conn::Folded{keys[0], std::move(*value), store, cache, ticket.generation, HeldBytes{}},
                             folded_bytes_, o_.max_buffered_bytes);
         }
         std::string reply;

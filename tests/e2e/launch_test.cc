@@ -145,7 +145,13 @@ TEST_CASE("bad flag values give one line naming flag and value, exit 2", "[e2e]"
       {{"--rdzv_endpoint=http://h:29400", "--nnodes=2", "/bin/true"}, "a URL scheme ('http://') is not allowed"},
       {{"--rdzv_conf=join_timout=3", "--nnodes=2", "--rdzv_endpoint=127.0.0.1:1", "/bin/true"},
        "did you mean join_timeout?"},
-      {{"--max_restarts=abc", "/bin/true"}, "abc"},
+      {{"--max_restarts=abc", "/bin/true"}, "--max_restarts=abc: must be an integer"},
+      {{"--max-restarts=1.5", "/bin/true"}, "--max_restarts=1.5: must be an integer"},
+      {{"--shutdown_timeout=x", "/bin/true"}, "--shutdown_timeout=x"},
+      {{"--monitor-interval=-1", "/bin/true"}, "--monitor_interval=-1: must be a number of seconds > 0"},
+      {{"--monitor_interval=soon", "/bin/true"}, "--monitor_interval=soon: must be a number"},
+      {{"--nproc_per_node=2", "--local-ranks-filter=a", "/bin/true"},
+       "--local_ranks_filter=a: 'a' is not an integer (a comma-separated list of local ranks, 0..1)"},
       {{"--role=", "/bin/echo", "hi"}, "--role=: empty value"},
       {{"--rdzv_backend=static", "--master_port=99999", "--nnodes=2", "/bin/true"}, "--master_port=99999"},
       {{}, "no program"},
@@ -284,6 +290,29 @@ TEST_CASE("monitor_interval and start_method are accepted with a note", "[e2e]")
                             "/bin/true"}, {}, 30);
   CHECK(r.exit_code == 0);
   CHECK(CountLines(r.err, "note:") == 2);
+}
+
+TEST_CASE("a worker's unfinished line (a prompt or a progress bar) shows before its newline, with its prefix",
+          "[e2e]") {
+  // torchrun passes such output through as it comes; meshrun writes whole lines, and an
+  // unfinished one once its stream has been idle for OutputPump::kShowUnfinishedAfter.
+  std::string dir = TempDir();
+  auto wait_file = [&](const std::string& f) {  // At most 20 s.
+    return "for i in $(seq 1000); do [ -e " + dir + "/" + f + " ] && break; sleep 0.02; done\n";
+  };
+  std::string script = WriteScript(dir, "p.sh",
+      "printf '\\rstep 1'\n" + wait_file("go1") + "printf '\\rstep 2\\nEnter: '\n" + wait_file("go2") +
+      "echo done");
+  NodeProc n = StartNode(dir, "n", {"--standalone", "--nproc_per_node=1", script});
+  auto touch = [&](const std::string& f) { std::ofstream(dir + "/" + f).put('\n'); };
+  // The bar's first state before any newline; the prefix again after each '\r'.
+  CHECK(WaitFor([&] { return Contains(n.out(), "[n0:r0] \r[n0:r0] step 1"); }, 15));
+  touch("go1");
+  CHECK(WaitFor([&] { return Contains(n.out(), "step 1\r[n0:r0] step 2\n[n0:r0] Enter: "); }, 15));
+  touch("go2");
+  n.code = WaitCommand(n.pid, 30);
+  CHECK(n.code == 0);
+  CHECK(n.out() == "[n0:r0] \r[n0:r0] step 1\r[n0:r0] step 2\n[n0:r0] Enter: done\n");
 }
 
 TEST_CASE("permanent failures: the error file's \"permanent\": true stops the job, code 0 turns the exit code off",
