@@ -122,14 +122,11 @@ std::optional<int> ParseCli(CLI::App& app, int argc, char** argv, const std::str
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
-  } catch (const CLI::ConversionError& e) {
-    std::string msg = ConversionMessage(app, e);
-    if (msg.empty()) msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", who.c_str(), msg.c_str(), who.c_str());
-    return 2;
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
+    if (const auto* conversion = dynamic_cast<const CLI::ConversionError*>(&e)) {
+      if (std::string m = ConversionMessage(app, *conversion); !m.empty()) msg = std::move(m);
+    }
     std::replace(msg.begin(), msg.end(), '\n', ' ');
     const std::string unexpected = FirstUnexpectedFlag(msg);
     const std::string hint = unexpected.empty() ? "" : DidYouMeanFlag(app, unexpected);
